@@ -1,0 +1,58 @@
+"""The one entry point: `defs`.
+
+Loading needs no running service. Two things are chosen here, once:
+- the archive config file: `$S3_ARCHIVE_CONFIG`, default the demo config shipped with the package;
+- the environment (`$S3_ARCHIVE_ENV`): `local` (default: the embedded stack's endpoints, path-style S3) or `aws`
+  (no endpoint override; AWS's default credential chain unless keys are given).
+Every connection value is a `dg.EnvVar`, resolved when a run starts, never at import.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from s3_archive.defs.archive.assets import build_archive_assets
+from s3_archive.resources import KafkaResource, SparkResource
+from s3_archive.settings import Settings, load_settings
+
+DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
+
+
+def build_resources(env: str) -> dict[str, dg.ConfigurableResource]:
+    if env not in ("local", "aws"):
+        raise ValueError(f"S3_ARCHIVE_ENV must be 'local' or 'aws', got {env!r}")
+    kafka = KafkaResource(
+        bootstrap_servers=dg.EnvVar("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS"),
+        **({} if env == "local" else {
+            "security_protocol": dg.EnvVar("S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL"),
+            "sasl_mechanism": dg.EnvVar("S3_ARCHIVE_KAFKA_SASL_MECHANISM"),
+            "sasl_username": dg.EnvVar("S3_ARCHIVE_KAFKA_SASL_USERNAME"),
+            "sasl_password": dg.EnvVar("S3_ARCHIVE_KAFKA_SASL_PASSWORD"),
+        }),
+    )
+    if env == "local":
+        endpoint = dg.EnvVar("S3_ARCHIVE_S3_ENDPOINT_URL")
+        s3 = S3Resource(endpoint_url=endpoint, region_name=dg.EnvVar("AWS_REGION"),
+                        aws_access_key_id=dg.EnvVar("AWS_ACCESS_KEY_ID"),
+                        aws_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY"))
+        spark = SparkResource(s3_endpoint_url=endpoint, s3_region=dg.EnvVar("AWS_REGION"),
+                              s3_access_key_id=dg.EnvVar("AWS_ACCESS_KEY_ID"),
+                              s3_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY"), s3_path_style=True)
+    else:
+        s3 = S3Resource(region_name=dg.EnvVar("AWS_REGION"))
+        spark = SparkResource(s3_region=dg.EnvVar("AWS_REGION"), master=dg.EnvVar("S3_ARCHIVE_SPARK_MASTER"))
+    return {"kafka": kafka, "s3": s3, "spark": spark}
+
+
+def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
+    return dg.Definitions(assets=build_archive_assets(settings.archives), resources=build_resources(env))
+
+
+defs = build_defs(
+    load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))),
+    os.environ.get("S3_ARCHIVE_ENV", "local"),
+)

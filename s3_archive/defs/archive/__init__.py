@@ -1,0 +1,1 @@
+"""The archive domain: one asset per topic, partitioned by offset windows."""

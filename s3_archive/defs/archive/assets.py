@@ -1,0 +1,70 @@
+"""The archive asset: one per topic; each partition is one offset window written to S3 exactly once."""
+
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from s3_archive import layout
+from s3_archive.archive import WindowResult, archive_window, check_bucket
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.resources import KafkaResource, SparkResource
+from s3_archive.settings import ArchiveConfig
+from s3_archive.windows import OffsetWindow
+
+# Windows of one run staged concurrently in the one SparkSession (each window is one Spark task).
+PARALLEL_WINDOWS = 4
+
+
+def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=archive_asset_key(topic),
+        partitions_def=window_partitions(topic),
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=cfg.windows_per_run),
+        group_name=f"archive_{cfg.name}",
+        kinds={"kafka", "spark", "s3"},
+        output_required=False,
+        metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
+                  "compression": cfg.codec, "layout": layout.partition_dir(cfg.prefix, topic, 0) + "…"},
+        description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
+                    "Each partition is one offset window, written exactly once (manifest = commit point).",
+    )
+    def _archive(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+                 s3: S3Resource) -> Iterator[dg.AssetMaterialization]:
+        windows = [OffsetWindow.parse(k) for k in context.partition_keys]
+        client = s3.get_client()
+        check_bucket(client, cfg.bucket)
+        partitions = kafka.partitions(topic)
+        for w in windows:
+            if w.partition not in partitions:
+                raise dg.Failure(f"window {w.key}: topic {topic!r} has no partition {w.partition} "
+                                 f"(partitions: {partitions[0]}..{partitions[-1]})")
+        session = spark.session()
+
+        def one(w: OffsetWindow) -> WindowResult | BaseException:
+            try:
+                return archive_window(session, kafka, client, cfg, topic, w, context.log)
+            except Exception as e:  # reported per window below; the other windows still commit
+                return e
+
+        failures: list[str] = []
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_WINDOWS, len(windows))) as pool:
+            for w, r in zip(windows, pool.map(one, windows)):
+                if isinstance(r, BaseException):
+                    context.log.error(f"window {w.key}: {type(r).__name__}: {r}")
+                    failures.append(f"{w.key}: {type(r).__name__}: {r}")
+                    continue
+                mkey = layout.manifest_key(cfg.prefix, topic, w)
+                context.log.info(f"window {w.key}: {r.outcome}, {r.manifest['record_count']} records")
+                yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
+                                              metadata=r.metadata(cfg.bucket, mkey))
+        if failures:
+            raise dg.Failure(description=f"{len(failures)} of {len(windows)} windows failed:\n" + "\n".join(failures))
+
+    return _archive
+
+
+def build_archive_assets(archives: list[ArchiveConfig]) -> list[dg.AssetsDefinition]:
+    return [build_archive_asset(a, t) for a in archives for t in a.topics]

@@ -1,0 +1,44 @@
+"""Where a window's objects live in the bucket. Pure functions of (prefix, topic, window, format).
+
+    <prefix><topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>+<part:04d><ext>   data (final)
+    <prefix>_manifests/<topic>/kafka_partition=<p>/<window key>.json              commit record
+    <prefix>_staging/<topic>/<window key>/<attempt>/                              one attempt's Spark output
+
+The directory is `kafka_partition=`, not Connect's `partition=`, because every record also carries a `partition`
+column, and Hive-style readers (Spark, Athena, pyarrow) reject a partition column that repeats a data column.
+Data keys sort in offset order within a partition, and the window's start offset in the name means a re-run of
+the same window rewrites the same keys (see docs/layout.md).
+"""
+
+from __future__ import annotations
+
+from s3_archive.windows import OFFSET_DIGITS, OffsetWindow
+
+MANIFESTS = "_manifests"
+STAGING = "_staging"
+
+
+def partition_dir(prefix: str, topic: str, partition: int) -> str:
+    return f"{prefix}{topic}/kafka_partition={partition}/"
+
+
+def window_object_stem(prefix: str, topic: str, window: OffsetWindow) -> str:
+    """Every data object of the window starts with this (and no other window's does)."""
+    return f"{partition_dir(prefix, topic, window.partition)}{topic}+{window.partition}+{window.start:0{OFFSET_DIGITS}d}+"
+
+
+def object_key(prefix: str, topic: str, window: OffsetWindow, part: int, suffix: str) -> str:
+    return f"{window_object_stem(prefix, topic, window)}{part:04d}{suffix}"
+
+
+def manifest_key(prefix: str, topic: str, window: OffsetWindow) -> str:
+    return f"{prefix}{MANIFESTS}/{topic}/kafka_partition={window.partition}/{window.key}.json"
+
+
+def manifest_prefix(prefix: str, topic: str) -> str:
+    return f"{prefix}{MANIFESTS}/{topic}/"
+
+
+def staging_prefix(prefix: str, topic: str, window: OffsetWindow, attempt: str | None = None) -> str:
+    base = f"{prefix}{STAGING}/{topic}/{window.key}/"
+    return base if attempt is None else f"{base}{attempt}/"

@@ -1,0 +1,45 @@
+"""moto's server mode (S3, Glue, Athena, ...) on 127.0.0.1, as a child process so other processes can reach it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from s3_archive.local.processes import ensure_port_free, free_port, spawn, stop_pid, wait_until
+
+
+@dataclass
+class MotoServer:
+    data_dir: Path
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        if self.port:
+            ensure_port_free(self.port, "the moto server")
+        else:
+            self.port = free_port()
+        log = self.data_dir / "moto.log"
+        cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self.proc = spawn(cmd, log)
+        try:
+            wait_until(self._ready, timeout, self.proc, f"the moto server on {self.endpoint_url}", log)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ready(self) -> bool:
+        with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/data.json", timeout=2) as r:
+            return r.status == 200
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc.pid)
+            self.proc = None

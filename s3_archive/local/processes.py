@@ -1,0 +1,90 @@
+"""Small helpers for the local stack's child processes: free ports, readiness waits, stopping by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+class StackError(RuntimeError):
+    """Something the local stack cannot do; the message says what is wrong and what to do."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_port_free(port: int, what: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise StackError(f"port {port} for {what} is already in use ({e.strerror}); pick another port") from e
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a child in its own session (so stopping it also stops its children) with output to a log file."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+
+
+def stop_pid(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM the process group we started, then SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                # Reap it if it is our child; otherwise just poll.
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:
+                if not pid_alive(pid):
+                    return
+            time.sleep(0.1)
+
+
+def wait_until(ready: Callable[[], bool], timeout: float, proc: subprocess.Popen, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = _tail(log)
+            raise StackError(f"{what} exited with code {proc.returncode} while starting; log {log}:\n{tail}")
+        try:
+            if ready():
+                return
+        except Exception:  # not ready yet: connection refused, timeouts
+            pass
+        time.sleep(0.25)
+    raise StackError(f"{what} did not become ready within {timeout:.0f}s; see {log}")
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,137 @@
+"""`s3-archive local up | down | status`: the broker and the moto server as background processes.
+
+State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
+their command line is still the one we started (a recycled PID is left alone).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+
+from s3_archive import paths
+from s3_archive.local.kafka_broker import KafkaBroker
+from s3_archive.local.moto_server import MotoServer
+from s3_archive.local.processes import StackError, pid_alive, stop_pid
+
+# moto accepts any credentials; these are the local stack's, never real ones.
+LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack", "AWS_REGION": "us-east-1"}
+DEFAULT_BUCKET = "s3-archive-local"
+
+
+@dataclass
+class StackState:
+    bootstrap_servers: str
+    s3_endpoint_url: str
+    bucket: str
+    broker_pid: int
+    moto_pid: int
+
+    def env(self) -> dict[str, str]:
+        """The environment the project's resources read (see `s3_archive.resources`)."""
+        return {
+            "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
+            "S3_ARCHIVE_BUCKET": self.bucket,
+            **LOCAL_AWS,
+        }
+
+
+def _state_file(root: Path) -> Path:
+    return root / "stack.json"
+
+
+def read_state(root: Path | None = None) -> StackState | None:
+    f = _state_file(root or paths.local_stack_dir())
+    if not f.exists():
+        return None
+    return StackState(**json.loads(f.read_text()))
+
+
+def create_bucket(endpoint_url: str, bucket: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
+                      aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+
+
+def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
+       kafka_port: int = 0, s3_port: int = 0) -> StackState:
+    root = root or paths.local_stack_dir()
+    state = read_state(root)
+    if state is not None and _running(state):
+        return state
+    if state is not None:
+        down(root)  # half-dead stack from an earlier session: clear it before starting anew
+    if fresh and root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    broker = KafkaBroker(root / "kafka", port=kafka_port)
+    moto = MotoServer(root / "moto", port=s3_port)
+    broker.start()
+    try:
+        moto.start()
+        create_bucket(moto.endpoint_url, bucket)
+    except BaseException:
+        broker.stop()
+        moto.stop()
+        raise
+    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid)
+    _state_file(root).write_text(json.dumps(state.__dict__, indent=2))
+    env_file = root / "stack.env"
+    env_file.write_text("".join(f"export {k}={v}\n" for k, v in state.env().items()))
+    return state
+
+
+def _ours(pid: int, marker: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return marker in cmdline
+
+
+_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server"}
+
+
+def _running(state: StackState) -> bool:
+    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _MARKERS.items())
+
+
+def down(root: Path | None = None) -> list[str]:
+    root = root or paths.local_stack_dir()
+    state = read_state(root)
+    stopped: list[str] = []
+    if state is None:
+        return stopped
+    for key, marker in _MARKERS.items():
+        pid = getattr(state, key)
+        if pid_alive(pid) and _ours(pid, marker):
+            stop_pid(pid)
+            stopped.append(f"{marker} (pid {pid})")
+    _state_file(root).unlink(missing_ok=True)
+    return stopped
+
+
+def status(root: Path | None = None) -> str:
+    state = read_state(root)
+    if state is None:
+        return "local stack: not running"
+    lines = []
+    for key, marker in _MARKERS.items():
+        pid = getattr(state, key)
+        alive = pid_alive(pid) and _ours(pid, marker)
+        lines.append(f"{marker}: {'running' if alive else 'STOPPED'} (pid {pid})")
+    lines.append(f"kafka bootstrap servers: {state.bootstrap_servers}")
+    lines.append(f"s3 endpoint: {state.s3_endpoint_url}  bucket: {state.bucket}")
+    return "\n".join(lines)
+
+
+__all__ = ["StackError", "StackState", "up", "down", "status", "read_state", "create_bucket", "LOCAL_AWS"]

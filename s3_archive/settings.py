@@ -1,0 +1,154 @@
+"""The archive configuration, validated with pydantic. Pure: parsing and checks, no I/O beyond reading the file.
+
+Errors name the bad key path and what is allowed, e.g.
+`archives[0].flush.count: must be >= 1, got 0`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from s3_archive.formats import FORMATS
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+class InvalidConfig(ValueError):
+    """The configuration is wrong; the message names the key and the allowed values."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FlushPolicy(_Strict):
+    """When a sensor cuts a window (like the connectors' flush.count / flush.size / flush.interval)."""
+
+    count: int = Field(default=10_000, ge=1, description="records per full window")
+    bytes: int | None = Field(default=None, ge=1, description="cap a window's size, estimated from recent windows")
+    interval_seconds: float | None = Field(default=600, gt=0, description="cut a partial window once its oldest "
+                                                                          "record is this old")
+
+
+class ArchiveConfig(_Strict):
+    name: str
+    topics: list[str] = Field(min_length=1)
+    bucket: str
+    prefix: str = ""
+    format: Literal["parquet", "jsonl"] = "parquet"
+    compression: str | None = Field(default=None, description="None: the format's default codec")
+    flush: FlushPolicy = FlushPolicy()
+    max_records_per_object: int | None = Field(default=None, ge=1, description="split a window's output into "
+                                                                               "numbered parts")
+    on_data_loss: Literal["fail", "record_gap"] = Field(
+        default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
+                                    "lost range in the manifest and archive what is left")
+    windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"must match {_NAME.pattern} (lowercase letters, digits, _), got {v!r}")
+        return v
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not _TOPIC.match(t) or t in (".", ".."):
+                raise ValueError(f"not a valid Kafka topic name: {t!r} (allowed: 1-249 of a-z A-Z 0-9 . _ -)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"topics listed twice: {sorted({t for t in v if v.count(t) > 1})}")
+        return v
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, v: str) -> str:
+        if not _BUCKET.match(v) or ".." in v:
+            raise ValueError(f"not a valid S3 bucket name: {v!r} (3-63 of a-z 0-9 . -, starting and ending with "
+                             "a letter or digit)")
+        return v
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if v.startswith("/"):
+            raise ValueError(f"must not start with '/', got {v!r}")
+        return v if v == "" or v.endswith("/") else v + "/"
+
+    @model_validator(mode="after")
+    def _codec(self) -> ArchiveConfig:
+        spec = FORMATS[self.format]
+        if self.compression is not None and self.compression not in spec.codecs:
+            raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
+                             f"supported: {', '.join(spec.codecs)}")
+        return self
+
+    @property
+    def codec(self) -> str:
+        return self.compression or FORMATS[self.format].default_codec
+
+
+class Settings(_Strict):
+    archives: list[ArchiveConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Settings:
+        names = [a.name for a in self.archives]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"archive names must be unique; repeated: {dup}")
+        seen: dict[str, str] = {}
+        for a in self.archives:
+            for t in a.topics:
+                if t in seen:
+                    raise ValueError(f"topic {t!r} is in archives {seen[t]!r} and {a.name!r}; a topic belongs to "
+                                     "one archive")
+                seen[t] = a.name
+        return self
+
+    def archive_for(self, topic: str) -> ArchiveConfig:
+        for a in self.archives:
+            if topic in a.topics:
+                return a
+        raise KeyError(topic)
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_settings(data: object) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] not in ("value_error", "assertion_error") and "input" in err:
+                msg += f", got {err['input']!r}"
+            lines.append(f"{_loc(err['loc'])}: {msg}")
+        raise InvalidConfig("invalid s3-archive config:\n  " + "\n  ".join(lines)) from None
+
+
+def load_settings(path: Path) -> Settings:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InvalidConfig(f"cannot read the s3-archive config {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidConfig(f"{path} is not valid YAML: {e}") from None
+    return parse_settings(data)

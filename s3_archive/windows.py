@@ -1,0 +1,82 @@
+"""Offset windows: the unit of archiving. Pure logic, no I/O.
+
+A window is (kafka partition p, offsets [start, end)), end exclusive. It is one Dagster partition; its key is
+`p00003-0000000000000001000-0000000000000002000`, zero-padded so that lexicographic order is (partition, offset)
+order, and it parses back to the same window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PARTITION_DIGITS = 5
+OFFSET_DIGITS = 19  # Kafka offsets are signed 64-bit: at most 9223372036854775807, 19 digits
+MAX_PARTITION = 10**PARTITION_DIGITS - 1
+MAX_OFFSET = 2**63 - 1
+
+_KEY = re.compile(rf"^p(\d{{{PARTITION_DIGITS}}})-(\d{{{OFFSET_DIGITS}}})-(\d{{{OFFSET_DIGITS}}})$")
+
+
+class InvalidWindow(ValueError):
+    pass
+
+
+@dataclass(frozen=True, order=True)
+class OffsetWindow:
+    partition: int
+    start: int
+    end: int  # exclusive
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.partition <= MAX_PARTITION:
+            raise InvalidWindow(f"kafka partition must be in 0..{MAX_PARTITION}, got {self.partition}")
+        if not 0 <= self.start < self.end <= MAX_OFFSET:
+            raise InvalidWindow(
+                f"window offsets must satisfy 0 <= start < end <= {MAX_OFFSET}, got [{self.start}, {self.end})"
+            )
+
+    @property
+    def key(self) -> str:
+        return f"p{self.partition:0{PARTITION_DIGITS}d}-{self.start:0{OFFSET_DIGITS}d}-{self.end:0{OFFSET_DIGITS}d}"
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def __str__(self) -> str:
+        return f"p{self.partition} [{self.start}, {self.end})"
+
+    @classmethod
+    def parse(cls, key: str) -> OffsetWindow:
+        m = _KEY.match(key)
+        if m is None:
+            raise InvalidWindow(
+                f"not a window key: {key!r}; expected p<{PARTITION_DIGITS} digits>-<{OFFSET_DIGITS} digits>-"
+                f"<{OFFSET_DIGITS} digits>, e.g. {OffsetWindow(3, 1000, 2000).key}"
+            )
+        return cls(int(m[1]), int(m[2]), int(m[3]))
+
+
+def cut_full_windows(partition: int, next_offset: int, high_watermark: int, count: int) -> list[OffsetWindow]:
+    """Full windows of `count` offsets from `next_offset`, as many as fit below the high watermark."""
+    if count < 1:
+        raise InvalidWindow(f"window size must be >= 1, got {count}")
+    n = max(0, high_watermark - next_offset) // count
+    return [OffsetWindow(partition, next_offset + i * count, next_offset + (i + 1) * count) for i in range(n)]
+
+
+def check_contiguous(windows: list[OffsetWindow]) -> list[str]:
+    """Problems in a set of windows: overlaps and holes per partition (empty when contiguous)."""
+    problems: list[str] = []
+    by_partition: dict[int, list[OffsetWindow]] = {}
+    for w in windows:
+        by_partition.setdefault(w.partition, []).append(w)
+    for p, ws in sorted(by_partition.items()):
+        ws.sort()
+        for a, b in zip(ws, ws[1:]):
+            if b.start < a.end:
+                problems.append(f"partition {p}: {a} overlaps {b}")
+            elif b.start > a.end:
+                problems.append(f"partition {p}: offsets [{a.end}, {b.start}) are in no window")
+    return problems
