@@ -1,0 +1,258 @@
+"""The archive asset against the real broker, moto server and Spark: fidelity, idempotence, exactly-once."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pytest
+from confluent_kafka import Producer
+
+from s3_archive import layout
+from s3_archive.archive import DataLoss, archive_window
+from s3_archive.local.stack import LOCAL_AWS
+from s3_archive.windows import OffsetWindow
+from s3_archive_tests.integration.archive_helpers import (
+    archive_config, archived_records, final_objects, log, manifest, materialize, resources, staging_objects,
+    window_metadata,
+)
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+NASTY = [
+    (b"\x00\xff\x10binary-key", b"\x00\x01\x02\xfe\xff", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),
+    (None, b"null key", []),
+    (b"tombstone", None, [("h", b"")]),
+    (b"empty", b"", []),
+    (b"big", os.urandom(1024 * 1024), [("size", b"1MiB")]),
+    (b"", b"empty key", [("", b"empty header name")]),
+    ("ключ".encode(), "значение ✓".encode(), [("ü", "ö".encode())]),
+]
+
+
+@pytest.fixture
+def res(services, kafka, spark_resource):
+    return resources(services, kafka, spark_resource)
+
+
+@pytest.mark.parametrize("fmt,codec", [("parquet", "snappy"), ("jsonl", "gzip")])
+def test_byte_exact_round_trip_of_nasty_records(fmt, codec, kafka, s3, services, res, unique):
+    topic = create_topic(kafka, f"nasty-{fmt}-{unique}")
+    produced = produce(kafka, topic, [(0, k, v, h) for k, v, h in NASTY])
+    cfg = archive_config(services.bucket, topic, f"rt/{unique}/", format=fmt, compression=codec)
+    window = OffsetWindow(0, 0, len(NASTY))
+
+    meta = window_metadata(materialize(cfg, topic, [window], res))[window.key]
+
+    assert archived_records(s3, cfg, topic) == produced
+    assert meta["records"] == len(NASTY) and meta["objects"] == 1 and meta["absent_offsets"] == 0
+    assert (meta["first_offset"], meta["last_offset"]) == (0, len(NASTY) - 1)
+    assert meta["bytes_written"] == sum(o["size"] for o in final_objects(s3, cfg, topic).values())
+    suffix = ".parquet" if fmt == "parquet" else ".jsonl.gz"
+    assert list(final_objects(s3, cfg, topic)) == [layout.object_key(cfg.prefix, topic, window, 0, suffix)]
+    assert staging_objects(s3, cfg, topic) == []
+
+
+def test_rematerializing_a_window_three_times_keeps_one_copy(kafka, s3, services, res, unique):
+    topic = create_topic(kafka, f"rerun-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, f"{i}".encode(), b"v" * i, []) for i in range(40)])
+    cfg = archive_config(services.bucket, topic, f"rerun/{unique}/")
+    windows = [OffsetWindow(0, 0, 20), OffsetWindow(1, 0, 10), OffsetWindow(1, 10, 20)]
+
+    outcomes, snapshots = [], []
+    for _ in range(3):
+        meta = window_metadata(materialize(cfg, topic, windows, res))
+        outcomes.append(sorted(m["outcome"] for m in meta.values()))
+        snapshots.append(final_objects(s3, cfg, topic))
+
+    assert outcomes == [["committed"] * 3] + [["already_committed"] * 3] * 2
+    assert snapshots[0] == snapshots[1] == snapshots[2] and len(snapshots[0]) == 3
+    assert archived_records(s3, cfg, topic) == produced
+
+
+@pytest.mark.parametrize("step", ["staged", "final:0", "final_written", "manifest_written"])
+def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"crash-{unique}")
+    produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(50), [("i", str(i).encode())])
+                                      for i in range(30)])
+    # Three parts per window, so "final:0" stops with one final object written and two not.
+    cfg = archive_config(services.bucket, topic, f"crash/{unique}/", max_records_per_object=10)
+    window = OffsetWindow(0, 0, 30)
+
+    class Crash(Exception):
+        pass
+
+    def fault(at: str) -> None:
+        if at == step:
+            raise Crash(at)
+
+    with pytest.raises(Crash):
+        archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault)
+    assert (manifest(s3, cfg, topic, window) is not None) == (step == "manifest_written")
+    assert staging_objects(s3, cfg, topic), "the crashed attempt leaves its staging behind"
+
+    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+
+    committed = manifest(s3, cfg, topic, window)
+    assert result.outcome == ("already_committed" if step == "manifest_written" else "committed")
+    assert archived_records(s3, cfg, topic) == produced
+    assert sorted(final_objects(s3, cfg, topic)) == sorted(o["key"] for o in committed["objects"])
+    assert len(committed["objects"]) == 3
+    assert staging_objects(s3, cfg, topic) == []
+
+
+def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"orphan-{unique}")
+    produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(20)])
+    window = OffsetWindow(0, 0, 20)
+    cfg = archive_config(services.bucket, topic, f"orphan/{unique}/")
+    orphan = layout.object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
+    s3.put_object(Bucket=cfg.bucket, Key=orphan, Body=b"stale")
+
+    archive_window(spark, kafka, s3, cfg, topic, window, log)
+
+    assert orphan not in final_objects(s3, cfg, topic)
+    assert archived_records(s3, cfg, topic) == produced
+
+
+def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"race-{unique}")
+    produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(100), []) for i in range(500)])
+    cfg = archive_config(services.bucket, topic, f"race/{unique}/", max_records_per_object=200)
+    window = OffsetWindow(0, 0, 500)
+    barrier = threading.Barrier(2)
+    results, errors = [], []
+
+    def run() -> None:
+        # Both attempts stage, then meet before committing: they really race for the manifest.
+        def fault(at: str) -> None:
+            if at == "staged":
+                barrier.wait(timeout=120)
+        try:
+            results.append(archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault))
+        except Exception as e:  # pragma: no cover - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+
+    assert errors == []
+    assert sorted(r.outcome for r in results) == ["committed", "committed_by_concurrent_attempt"]
+    assert results[0].manifest["attempt"] == results[1].manifest["attempt"]
+    records = archived_records(s3, cfg, topic)
+    assert records == produced
+    assert max(Counter(r.offset for r in records).values()) == 1
+
+
+def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, unique):
+    topic = create_topic(kafka, f"range-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, None, f"{i}".encode(), []) for i in range(120)])
+    cfg = archive_config(services.bucket, topic, f"range/{unique}/")
+    windows = [OffsetWindow(p, s, s + 20) for p in (0, 1) for s in (0, 20, 40)]
+
+    result = materialize(cfg, topic, windows, res)
+
+    meta = window_metadata(result)
+    assert sorted(meta) == sorted(w.key for w in windows)
+    assert all(m["records"] == 20 and m["outcome"] == "committed" for m in meta.values())
+    assert all(m["records_per_second"] > 0 and m["seconds"] > 0 for m in meta.values())
+    assert archived_records(s3, cfg, topic) == produced
+
+
+def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka, s3, services, res, unique):
+    topic = create_topic(kafka, f"reader-{unique}", partitions=3)
+    produced = produce(kafka, topic, [(i % 3, f"k{i}".encode(), f"v{i}".encode(), [("n", str(i).encode())])
+                                      for i in range(90)])
+    cfg = archive_config(services.bucket, topic, f"reader/{unique}/")
+    materialize(cfg, topic, [OffsetWindow(p, 0, 30) for p in range(3)], res)
+
+    fs = pafs.S3FileSystem(endpoint_override=services.s3_endpoint_url, scheme="http",
+                           access_key=LOCAL_AWS["AWS_ACCESS_KEY_ID"], secret_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
+                           region=LOCAL_AWS["AWS_REGION"])
+    table = ds.dataset(f"{cfg.bucket}/{cfg.prefix}{topic}", filesystem=fs, format="parquet",
+                       partitioning="hive").to_table()
+    rows = sorted(table.to_pylist(), key=lambda r: (r["partition"], r["offset"]))
+    assert [(r["kafka_partition"], r["partition"], r["offset"], r["key"], r["value"]) for r in rows] == \
+        [(p.partition, p.partition, p.offset, p.key, p.value) for p in produced]
+
+
+def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique):
+    topic = create_topic(kafka, f"txn-{unique}")
+    producer = Producer(kafka.client_config(**{"transactional.id": f"txn-{unique}"}))
+    producer.init_transactions(30)
+    committed_values = []
+    for batch in range(4):
+        producer.begin_transaction()
+        values = [f"b{batch}-{i}".encode() for i in range(5)]
+        for v in values:
+            producer.produce(topic, value=v, partition=0)
+        if batch % 2 == 0:
+            producer.commit_transaction(30)
+            committed_values += values
+        else:
+            producer.abort_transaction(30)
+    end = kafka.offsets(topic, "latest")[0]  # 20 records + 4 control markers
+    cfg = archive_config(services.bucket, topic, f"txn/{unique}/")
+    window = OffsetWindow(0, 0, end)
+
+    meta = window_metadata(materialize(cfg, topic, [window], res))[window.key]
+
+    assert [r.value for r in archived_records(s3, cfg, topic)] == committed_values
+    m = manifest(s3, cfg, topic, window)
+    assert meta["records"] == 10 and meta["absent_offsets"] == end - 10 == m["absent_offset_count"]
+    assert sum(b - a for a, b in m["absent_offsets"]) == end - 10
+    assert m["lost_offsets"] == []
+
+
+def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique):
+    from confluent_kafka import TopicPartition
+
+    topic = create_topic(kafka, f"ret-{unique}")
+    produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(30)])
+    admin = kafka.admin()
+    admin.delete_records([TopicPartition(topic, 0, 12)])[TopicPartition(topic, 0, 12)].result(timeout=30)
+    window = OffsetWindow(0, 0, 30)
+
+    strict = archive_config(services.bucket, topic, f"ret/{unique}/a/")
+    with pytest.raises(DataLoss) as err:
+        archive_window(spark, kafka, s3, strict, topic, window, log)
+    assert f"topic '{topic}' partition 0: offsets [0, 12)" in str(err.value)
+    assert "earliest available offset is 12" in str(err.value)
+    assert manifest(s3, strict, topic, window) is None and final_objects(s3, strict, topic) == {}
+
+    tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap")
+    result = archive_window(spark, kafka, s3, tolerant, topic, window, log)
+    assert result.manifest["lost_offsets"] == [[0, 12]]
+    assert archived_records(s3, tolerant, topic) == produced[12:]
+
+
+def test_missing_bucket_and_unknown_topic_fail_with_one_clear_error(kafka, services, res, unique):
+    topic = create_topic(kafka, f"err-{unique}")
+    produce(kafka, topic, [(0, None, b"x", [])])
+    no_bucket = archive_config("no-such-bucket-" + unique, topic, "")
+    result = materialize(no_bucket, topic, [OffsetWindow(0, 0, 1)], res, raise_on_error=False)
+    assert not result.success
+    assert f"bucket 'no-such-bucket-{unique}' does not exist" in _failure_text(result)
+
+    ghost = f"ghost-{unique}"
+    result = materialize(archive_config(services.bucket, ghost, ""), ghost, [OffsetWindow(0, 0, 1)], res,
+                         raise_on_error=False)
+    assert f"topic '{ghost}' does not exist" in _failure_text(result)
+
+    beyond = materialize(archive_config(services.bucket, topic, f"beyond/{unique}/"), topic,
+                         [OffsetWindow(0, 0, 5)], res, raise_on_error=False)
+    assert "has only reached offset 1 (high watermark)" in _failure_text(beyond)
+
+
+def _failure_text(result) -> str:
+    failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failures, "the run should have failed"
+    return "\n".join(str(e.event_specific_data.error.message) + str(e.event_specific_data.error.cause or "")
+                     for e in failures)

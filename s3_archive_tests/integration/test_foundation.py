@@ -1,0 +1,62 @@
+"""The path everything stands on: real broker -> Spark Kafka source (exact offsets) -> s3a -> moto -> pyarrow."""
+
+from __future__ import annotations
+
+import io
+import socket
+
+import pyarrow.parquet as pq
+import pytest
+
+from s3_archive.local.kafka_broker import KafkaBroker
+from s3_archive.local.processes import StackError
+from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
+from s3_archive.stage import read_window
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+
+def test_spark_reads_exact_offset_range_and_writes_parquet_through_s3a(kafka, spark, s3, services, unique):
+    topic = create_topic(kafka, f"proof-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), bytes([i % 256]) * (i + 1),
+                                       [("h", str(i).encode()), ("h", None)]) for i in range(60)])
+    df = read_window(spark, kafka.spark_options(), topic, partition=1, start=5, end=20)
+    prefix = f"proof/{unique}/"
+    df.write.parquet(f"s3a://{services.bucket}/{prefix}")
+
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=services.bucket, Prefix=prefix)["Contents"]
+            if o["Key"].endswith(".parquet")]
+    rows = [r for k in keys for r in pq.read_table(io.BytesIO(
+        s3.get_object(Bucket=services.bucket, Key=k)["Body"].read())).to_pylist()]
+    expected = [r for r in produced if r.partition == 1 and 5 <= r.offset < 20]
+    assert len(expected) == 15
+    assert sorted((r["offset"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in rows) \
+        == [(r.offset, r.key, r.value, list(r.headers)) for r in expected]
+
+
+def test_watermarks_and_errors(kafka, unique):
+    topic = create_topic(kafka, f"wm-{unique}", partitions=3)
+    produce(kafka, topic, [(0, None, b"x", [])] * 4)
+    assert kafka.offsets(topic, "latest") == {0: 4, 1: 0, 2: 0}
+    assert kafka.offsets(topic, "earliest") == {0: 0, 1: 0, 2: 0}
+    with pytest.raises(UnknownTopic, match=f"topic 'nope-{unique}' does not exist"):
+        kafka.partitions(f"nope-{unique}")
+
+
+def test_unreachable_broker_is_one_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        k = KafkaResource(bootstrap_servers=f"127.0.0.1:{port}", timeout_s=2)
+        with pytest.raises(KafkaUnavailable, match=f"cannot reach Kafka at 127.0.0.1:{port}"):
+            k.partitions("anything")
+
+
+def test_broker_refuses_a_port_in_use(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(StackError, match=f"port {port} for the Kafka broker is already in use"):
+            KafkaBroker(tmp_path / "kafka", port=port).start()

@@ -1,0 +1,89 @@
+"""Test helpers for producing records to the real broker and reading archived objects back."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+from confluent_kafka.admin import NewTopic
+
+from s3_archive.resources import KafkaResource
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class Rec:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+
+
+def create_topic(kafka: KafkaResource, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
+    admin = kafka.admin()
+    admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(timeout=30)
+    return name
+
+
+def produce(kafka: KafkaResource, topic: str, records: list[tuple[int, bytes | None, bytes | None, Headers]],
+            **conf) -> list[Rec]:
+    """Produce (partition, key, value, headers) in order; returns what the broker stored, with offsets."""
+    producer = kafka.producer(**{"enable.idempotence": True, "linger.ms": 5, "message.max.bytes": 8 << 20, **conf})
+    out: list[Rec] = []
+    errors: list[str] = []
+
+    def done(headers: Headers):
+        # Delivery reports do not carry headers back: keep the ones we sent.
+        def report(err, msg) -> None:
+            if err is not None:
+                errors.append(str(err))
+                return
+            out.append(Rec(msg.partition(), msg.offset(), msg.key(), msg.value(), tuple(headers),
+                           msg.timestamp()[1]))
+        return report
+
+    for partition, key, value, headers in records:
+        producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
+                         on_delivery=done(headers))
+        producer.poll(0)
+    producer.flush(60)
+    assert not errors, errors
+    return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+def parquet_records(data: bytes) -> list[Rec]:
+    table = pq.read_table(io.BytesIO(data))
+    return [_rec(row) for row in table.to_pylist()]
+
+
+def jsonl_records(data: bytes, gzipped: bool = False) -> list[Rec]:
+    if gzipped:
+        data = gzip.decompress(data)
+    rows = [json.loads(line) for line in data.decode().splitlines() if line]
+    b64 = lambda v: None if v is None else base64.b64decode(v)  # noqa: E731
+    for r in rows:
+        r["key"], r["value"] = b64(r["key"]), b64(r["value"])
+        r["headers"] = [{"key": h["key"], "value": b64(h.get("value"))} for h in r["headers"] or []]
+        r["timestamp"] = _parse_ts(r["timestamp"])
+    return [_rec(r) for r in rows]
+
+
+def _parse_ts(text: str):
+    from datetime import datetime
+
+    return datetime.fromisoformat(text)
+
+
+def _rec(row: dict) -> Rec:
+    ts = row["timestamp"]
+    ts_ms = round(ts.timestamp() * 1000) if ts.tzinfo else round(ts.replace(tzinfo=__import__("datetime").UTC)
+                                                                   .timestamp() * 1000)
+    return Rec(row["partition"], row["offset"], row["key"], row["value"],
+               tuple((h["key"], h["value"]) for h in (row["headers"] or [])), ts_ms)
