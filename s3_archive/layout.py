@@ -1,19 +1,22 @@
 """Where a window's objects live in the bucket. Pure functions of (prefix, topic, window, format).
 
-    <prefix><topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>+<part:04d><ext>   data (final)
+    <prefix><topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d><ext>   data (final)
     <prefix>_manifests/<topic>/kafka_partition=<p>/<window key>.json              commit record
     <prefix>_staging/<topic>/<window key>/<attempt>/                              one attempt's Spark output
 
 The directory is `kafka_partition=`, not Connect's `partition=`, because every record also carries a `partition`
 column, and Hive-style readers (Spark, Athena, pyarrow) reject a partition column that repeats a data column.
-Data keys sort in offset order within a partition, and the window's start offset in the name means a re-run of
-the same window rewrites the same keys (see docs/layout.md).
+Data keys sort in offset order within a partition. The window's start and end offsets in the name mean a re-run
+of the same window rewrites the same keys, and no other window's objects share the name stem (so deleting a
+window's stale parts can never touch another window's data). See docs/layout.md.
 """
 
 from __future__ import annotations
 
 from s3_archive.windows import OFFSET_DIGITS, OffsetWindow
 
+PART_DIGITS = 5
+MAX_PART = 10**PART_DIGITS - 1
 MANIFESTS = "_manifests"
 STAGING = "_staging"
 
@@ -24,11 +27,14 @@ def partition_dir(prefix: str, topic: str, partition: int) -> str:
 
 def window_object_stem(prefix: str, topic: str, window: OffsetWindow) -> str:
     """Every data object of the window starts with this (and no other window's does)."""
-    return f"{partition_dir(prefix, topic, window.partition)}{topic}+{window.partition}+{window.start:0{OFFSET_DIGITS}d}+"
+    return (f"{partition_dir(prefix, topic, window.partition)}{topic}+{window.partition}+"
+            f"{window.start:0{OFFSET_DIGITS}d}-{window.end:0{OFFSET_DIGITS}d}+")
 
 
 def object_key(prefix: str, topic: str, window: OffsetWindow, part: int, suffix: str) -> str:
-    return f"{window_object_stem(prefix, topic, window)}{part:04d}{suffix}"
+    if not 0 <= part <= MAX_PART:
+        raise ValueError(f"part number must be in 0..{MAX_PART}, got {part}; raise max_records_per_object")
+    return f"{window_object_stem(prefix, topic, window)}{part:0{PART_DIGITS}d}{suffix}"
 
 
 def manifest_key(prefix: str, topic: str, window: OffsetWindow) -> str:

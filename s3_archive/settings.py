@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from s3_archive.formats import FORMATS
 
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 class InvalidConfig(ValueError):
@@ -25,7 +25,8 @@ class InvalidConfig(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML gives real ints and bools; "10" or `true` for a count is a mistake worth naming
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class FlushPolicy(_Strict):
@@ -55,7 +56,7 @@ class ArchiveConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
+        if not _NAME.fullmatch(v):
             raise ValueError(f"must match {_NAME.pattern} (lowercase letters, digits, _), got {v!r}")
         return v
 
@@ -63,7 +64,7 @@ class ArchiveConfig(_Strict):
     @classmethod
     def _topics(cls, v: list[str]) -> list[str]:
         for t in v:
-            if not _TOPIC.match(t) or t in (".", ".."):
+            if not _TOPIC.fullmatch(t) or t in (".", ".."):
                 raise ValueError(f"not a valid Kafka topic name: {t!r} (allowed: 1-249 of a-z A-Z 0-9 . _ -)")
         if len(set(v)) != len(v):
             raise ValueError(f"topics listed twice: {sorted({t for t in v if v.count(t) > 1})}")
@@ -72,7 +73,7 @@ class ArchiveConfig(_Strict):
     @field_validator("bucket")
     @classmethod
     def _bucket(cls, v: str) -> str:
-        if not _BUCKET.match(v) or ".." in v:
+        if not _BUCKET.fullmatch(v) or ".." in v:
             raise ValueError(f"not a valid S3 bucket name: {v!r} (3-63 of a-z 0-9 . -, starting and ending with "
                              "a letter or digit)")
         return v
@@ -102,17 +103,19 @@ class Settings(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Settings:
-        names = [a.name for a in self.archives]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"archive names must be unique; repeated: {dup}")
-        seen: dict[str, str] = {}
-        for a in self.archives:
+        # Cross-archive checks: the message starts with the key path, as field errors do.
+        names: dict[str, int] = {}
+        topics: dict[str, int] = {}
+        for i, a in enumerate(self.archives):
+            if a.name in names:
+                raise ValueError(f"archives[{i}].name: {a.name!r} is already the name of archives[{names[a.name]}]; "
+                                 "archive names must be unique")
+            names[a.name] = i
             for t in a.topics:
-                if t in seen:
-                    raise ValueError(f"topic {t!r} is in archives {seen[t]!r} and {a.name!r}; a topic belongs to "
-                                     "one archive")
-                seen[t] = a.name
+                if t in topics:
+                    raise ValueError(f"archives[{i}].topics: topic {t!r} is already in archives[{topics[t]}] "
+                                     f"({self.archives[topics[t]].name!r}); a topic belongs to one archive")
+                topics[t] = i
         return self
 
     def archive_for(self, topic: str) -> ArchiveConfig:
@@ -138,7 +141,8 @@ def parse_settings(data: object) -> Settings:
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] not in ("value_error", "assertion_error") and "input" in err:
                 msg += f", got {err['input']!r}"
-            lines.append(f"{_loc(err['loc'])}: {msg}")
+            # Cross-archive checks already start with their key path (see Settings._unique).
+            lines.append(msg if not err["loc"] and msg.startswith("archives[") else f"{_loc(err['loc'])}: {msg}")
         raise InvalidConfig("invalid s3-archive config:\n  " + "\n  ".join(lines)) from None
 
 

@@ -15,7 +15,7 @@ OFFSET_DIGITS = 19  # Kafka offsets are signed 64-bit: at most 92233720368547758
 MAX_PARTITION = 10**PARTITION_DIGITS - 1
 MAX_OFFSET = 2**63 - 1
 
-_KEY = re.compile(rf"^p(\d{{{PARTITION_DIGITS}}})-(\d{{{OFFSET_DIGITS}}})-(\d{{{OFFSET_DIGITS}}})$")
+_KEY = re.compile(rf"p([0-9]{{{PARTITION_DIGITS}}})-([0-9]{{{OFFSET_DIGITS}}})-([0-9]{{{OFFSET_DIGITS}}})")
 
 
 class InvalidWindow(ValueError):
@@ -49,13 +49,16 @@ class OffsetWindow:
 
     @classmethod
     def parse(cls, key: str) -> OffsetWindow:
-        m = _KEY.match(key)
+        m = _KEY.fullmatch(key)
         if m is None:
             raise InvalidWindow(
                 f"not a window key: {key!r}; expected p<{PARTITION_DIGITS} digits>-<{OFFSET_DIGITS} digits>-"
                 f"<{OFFSET_DIGITS} digits>, e.g. {OffsetWindow(3, 1000, 2000).key}"
             )
-        return cls(int(m[1]), int(m[2]), int(m[3]))
+        try:
+            return cls(int(m[1]), int(m[2]), int(m[3]))
+        except InvalidWindow as e:
+            raise InvalidWindow(f"window key {key!r}: {e}") from None
 
 
 def cut_full_windows(partition: int, next_offset: int, high_watermark: int, count: int) -> list[OffsetWindow]:
@@ -74,9 +77,20 @@ def check_contiguous(windows: list[OffsetWindow]) -> list[str]:
         by_partition.setdefault(w.partition, []).append(w)
     for p, ws in sorted(by_partition.items()):
         ws.sort()
-        for a, b in zip(ws, ws[1:]):
-            if b.start < a.end:
-                problems.append(f"partition {p}: {a} overlaps {b}")
-            elif b.start > a.end:
-                problems.append(f"partition {p}: offsets [{a.end}, {b.start}) are in no window")
+        reach = ws[0]  # the window reaching furthest so far
+        for b in ws[1:]:
+            if b.start < reach.end:
+                problems.append(f"partition {p}: {reach} overlaps {b}")
+            elif b.start > reach.end:
+                problems.append(f"partition {p}: offsets [{reach.end}, {b.start}) are in no window")
+            if b.end > reach.end:
+                reach = b
     return problems
+
+
+def next_offsets(windows: list[OffsetWindow]) -> dict[int, int]:
+    """Per partition, where the next window starts: the end of the last existing window."""
+    out: dict[int, int] = {}
+    for w in windows:
+        out[w.partition] = max(out.get(w.partition, 0), w.end)
+    return out

@@ -9,7 +9,7 @@ from s3_archive import layout  # noqa: E402
 from s3_archive.formats import FORMATS  # noqa: E402
 from s3_archive.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow  # noqa: E402
 
-FAST = settings(max_examples=200, deadline=None)
+FAST = settings(max_examples=100, deadline=None)
 
 W = OffsetWindow
 SUFFIXES = sorted({spec.object_suffix(c) for spec in FORMATS.values() for c in spec.codecs})
@@ -39,11 +39,11 @@ def test_keys_of_a_known_window():
     w = W(3, 1000, 2000)
     assert layout.partition_dir("arch/", "orders", 3) == "arch/orders/kafka_partition=3/"
     assert layout.window_object_stem("arch/", "orders", w) == \
-        "arch/orders/kafka_partition=3/orders+3+0000000000000001000+"
+        "arch/orders/kafka_partition=3/orders+3+0000000000000001000-0000000000000002000+"
     assert layout.object_key("arch/", "orders", w, 0, ".parquet") == \
-        "arch/orders/kafka_partition=3/orders+3+0000000000000001000+0000.parquet"
+        "arch/orders/kafka_partition=3/orders+3+0000000000000001000-0000000000000002000+00000.parquet"
     assert layout.object_key("arch/", "orders", w, 12, ".jsonl.gz") == \
-        "arch/orders/kafka_partition=3/orders+3+0000000000000001000+0012.jsonl.gz"
+        "arch/orders/kafka_partition=3/orders+3+0000000000000001000-0000000000000002000+00012.jsonl.gz"
     assert layout.manifest_key("arch/", "orders", w) == \
         "arch/_manifests/orders/kafka_partition=3/p00003-0000000000000001000-0000000000000002000.json"
     assert layout.manifest_prefix("arch/", "orders") == "arch/_manifests/orders/"
@@ -55,7 +55,7 @@ def test_keys_of_a_known_window():
 
 def test_empty_prefix_puts_topics_at_bucket_root():
     w = W(0, 0, 10)
-    assert layout.object_key("", "t", w, 0, ".parquet") == "t/kafka_partition=0/t+0+0000000000000000000+0000.parquet"
+    assert layout.object_key("", "t", w, 0, ".parquet") == "t/kafka_partition=0/t+0+0000000000000000000-0000000000000000010+00000.parquet"
     assert layout.manifest_key("", "t", w) == "_manifests/t/kafka_partition=0/" + w.key + ".json"
     assert layout.staging_prefix("", "t", w) == "_staging/t/" + w.key + "/"
 
@@ -76,7 +76,7 @@ def test_object_key_is_under_its_partition_directory(prefix, topic, w, part, suf
     assert key.startswith(d)
     name = key[len(d):]
     assert "/" not in name  # directly in it, no deeper
-    assert name == f"{topic}+{w.partition}+{w.start:019d}+{part:04d}{suffix}"
+    assert name == f"{topic}+{w.partition}+{w.start:019d}-{w.end:019d}+{part:05d}{suffix}"
     assert key.endswith(suffix)
 
 
@@ -117,12 +117,14 @@ def test_key_order_is_start_then_part_order(prefix, topic, p, starts_parts, suff
     assert [keyed[k] for k in sorted(keyed)] == sorted(starts_parts)
 
 
-def test_part_order_with_more_than_four_digits_of_parts():
-    # A window split into more than 10000 objects (max_records_per_object small compared to flush.count):
-    # part 10000 must still sort after part 9999.
+def test_part_order_holds_up_to_the_largest_part_and_beyond_is_refused():
+    # A window split into many objects (max_records_per_object small compared to flush.count):
+    # part 10000 must still sort after part 9999, and a part number that would break the order is refused.
     w = W(0, 0, 10**6)
-    keys = [layout.object_key("", "t", w, i, ".parquet") for i in (9, 9999, 10000)]
+    keys = [layout.object_key("", "t", w, i, ".parquet") for i in (9, 9999, 10000, layout.MAX_PART)]
     assert sorted(keys) == keys
+    with pytest.raises(ValueError, match=f"part number must be in 0..{layout.MAX_PART}, got {layout.MAX_PART + 1}"):
+        layout.object_key("", "t", w, layout.MAX_PART + 1, ".parquet")
 
 
 # --- the window's stem -------------------------------------------------------------------------------------------

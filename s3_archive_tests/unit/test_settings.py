@@ -209,7 +209,7 @@ def _path_of_error(msg: str) -> str:
 def test_topic_in_two_archives():
     msg = error_of({"archives": [{**BASE, "name": "a", "topics": ["x", "shared"]},
                                  {**BASE, "name": "b", "topics": ["shared"]}]})
-    assert "topic 'shared' is in archives 'a' and 'b'" in msg
+    assert "archives[1].topics: topic 'shared' is already in archives[0] ('a')" in msg
     assert "a topic belongs to one archive" in msg
     # the key path of the offending value, not "(top level)"
     assert _path_of_error(msg).startswith("archives"), msg
@@ -218,7 +218,7 @@ def test_topic_in_two_archives():
 def test_duplicate_archive_names():
     msg = error_of({"archives": [{**BASE, "name": "a", "topics": ["t1"]},
                                  {**BASE, "name": "a", "topics": ["t2"]}]})
-    assert "archive names must be unique; repeated: ['a']" in msg
+    assert "archives[1].name: 'a' is already the name of archives[0]; archive names must be unique" in msg
     # the key path of the offending value, not "(top level)"
     assert _path_of_error(msg).startswith("archives"), msg
 

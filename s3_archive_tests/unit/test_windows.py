@@ -19,6 +19,7 @@ from s3_archive.windows import (  # noqa: E402
 )
 
 FAST = settings(max_examples=200, deadline=None)
+LISTS = settings(max_examples=100, deadline=None)  # list-valued examples cost more each
 
 KEY_LEN = 1 + PARTITION_DIGITS + 1 + OFFSET_DIGITS + 1 + OFFSET_DIGITS
 EXPECTED_FORMAT = f"p<{PARTITION_DIGITS} digits>-<{OFFSET_DIGITS} digits>-<{OFFSET_DIGITS} digits>"
@@ -87,13 +88,13 @@ def test_key_order_is_window_order_for_pairs(a, b):
     assert (a < b) == (as_tuple(a) < as_tuple(b))
 
 
-@FAST
+@LISTS
 @given(st.lists(windows(), max_size=30))
 def test_sorting_keys_sorts_windows(ws):
     assert sorted(w.key for w in ws) == [w.key for w in sorted(ws, key=as_tuple)]
 
 
-@FAST
+@LISTS
 @given(st.lists(windows(partition=st.integers(0, 12), max_offset=10**6), max_size=30))
 def test_sorting_keys_sorts_windows_with_small_numbers(ws):
     # small numbers of different lengths are where unpadded keys would sort wrongly (p10 < p9, 100 < 99)
@@ -326,13 +327,13 @@ def chains(draw):
     return draw(st.permutations(out))
 
 
-@FAST
+@LISTS
 @given(chains())
 def test_check_contiguous_accepts_any_contiguous_set(ws):
     assert check_contiguous(ws) == []
 
 
-@FAST
+@LISTS
 @given(chains(), st.data())
 def test_check_contiguous_finds_a_removed_interior_window(ws, data):
     by_p = sorted(ws, key=as_tuple)
@@ -347,7 +348,7 @@ def test_check_contiguous_finds_a_removed_interior_window(ws, data):
         f"partition {gone.partition}: offsets [{gone.start}, {gone.end}) are in no window"]
 
 
-@FAST
+@LISTS
 @given(st.lists(windows(partition=st.integers(0, 2), max_offset=200), max_size=8))
 @example([W(0, 0, 3), W(0, 1, 2), W(0, 3, 4)])  # a window nested in another
 def test_check_contiguous_reported_holes_are_really_uncovered(ws):
@@ -362,7 +363,7 @@ def test_check_contiguous_reported_holes_are_really_uncovered(ws):
         assert not covering, f"{problem!r} but {covering} cover part of it"
 
 
-@FAST
+@LISTS
 @given(st.lists(windows(partition=st.integers(0, 2), max_offset=200), max_size=8))
 def test_check_contiguous_empty_iff_each_partition_is_one_exact_chain(ws):
     expected_ok = True
