@@ -1,0 +1,113 @@
+"""The product as users run it: `dagster dev` (webserver + daemon) and a UI-style backfill over GraphQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.local.processes import free_port
+from s3_archive.windows import OffsetWindow
+from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}})
+                                 .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = json.loads(r.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(services, kafka, tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    topic = create_topic(kafka, f"e2e-{os.getpid()}")
+    config = root / "archives.yaml"
+    config.write_text(json.dumps({"archives": [{"name": "e2e", "topics": [topic], "bucket": services.bucket,
+                                                "prefix": "e2e/", "flush": {"count": 50}}]}))
+    env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
+           "S3_ARCHIVE_ENV": "local"}
+    port = free_port()
+    log = open(root / "dagster-dev.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
+                             "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, (root / "dagster-dev.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{url}/server_info", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "dagster dev did not come up in 180s"
+                time.sleep(1)
+        yield url, home, topic
+    finally:
+        # dagster dev shuts its webserver and daemon down cleanly on SIGINT; SIGKILL only what lingers.
+        for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(wait)
+                break
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                continue
+        log.close()
+
+
+def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafka, s3, services):
+    url, home, topic = dagster_dev
+    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())])
+                                      for i in range(150)])
+    windows = [OffsetWindow(0, s, s + 50) for s in (0, 50, 100)]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+
+    nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
+    assert {"path": ["kafka_archive", topic]} in [n["assetKey"] for n in nodes]
+
+    launched = graphql(url, """
+        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+                       {"p": {"partitionNames": [w.key for w in windows],
+                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    deadline = time.monotonic() + 420
+    status = None
+    while time.monotonic() < deadline:
+        status = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+            ... on PartitionBackfill { status } } }""", {"id": backfill_id})["partitionBackfillOrError"]["status"]
+        if status not in ("REQUESTED",):
+            break
+        time.sleep(3)
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), status
+
+    cfg = archive_config(services.bucket, topic, "e2e/")
+    runs = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+        ... on PartitionBackfill { runs { runId status } } } }""", {"id": backfill_id})
+    run_list = runs["partitionBackfillOrError"]["runs"]
+    assert len(run_list) == 1 and run_list[0]["status"] == "SUCCESS", run_list  # three windows, one Spark run
+    assert all(manifest(s3, cfg, topic, w)["record_count"] == 50 for w in windows)
+    assert archived_records(s3, cfg, topic) == produced
