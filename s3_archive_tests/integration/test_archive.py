@@ -256,3 +256,55 @@ def _failure_text(result) -> str:
     assert failures, "the run should have failed"
     return "\n".join(str(e.event_specific_data.error.message) + str(e.event_specific_data.error.cause or "")
                      for e in failures)
+
+
+def _consume_all(kafka, topic: str, partition: int, end: int) -> list:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(kafka.client_config(**{"group.id": f"probe-{topic}", "enable.auto.commit": False,
+                                               "isolation.level": "read_committed"}))
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    got = []
+    try:
+        while True:
+            msg = consumer.poll(2)
+            if msg is None or msg.error() is not None:
+                break
+            got.append(msg)
+            if msg.offset() >= end - 1:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, res, unique):
+    import time
+
+    topic = create_topic(kafka, f"compact-{unique}", config={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.001",
+        "min.compaction.lag.ms": "0", "delete.retention.ms": "100"})
+    produce(kafka, topic, [(0, f"k{i % 5}".encode(), f"v{i}".encode(), []) for i in range(50)])
+    time.sleep(0.3)
+    produce(kafka, topic, [(0, b"roll", b"closes the first segment", [])])
+    end = kafka.offsets(topic, "latest")[0]
+    deadline = time.monotonic() + 90
+    while len(survivors := _consume_all(kafka, topic, 0, end)) >= end:
+        assert time.monotonic() < deadline, "the log cleaner did not compact the topic within 90 s"
+        time.sleep(1)
+        produce(kafka, topic, [(0, b"roll", b"x", [])])  # keep rolling segments so the cleaner has work
+        end = kafka.offsets(topic, "latest")[0]
+    end = kafka.offsets(topic, "latest")[0]
+    survivors = _consume_all(kafka, topic, 0, end)
+    cfg = archive_config(services.bucket, topic, f"compact/{unique}/")
+    window = OffsetWindow(0, 0, end)
+
+    materialize(cfg, topic, [window], res)
+
+    archived = archived_records(s3, cfg, topic)
+    assert [(r.offset, r.key, r.value) for r in archived] == [(m.offset(), m.key(), m.value()) for m in survivors]
+    m = manifest(s3, cfg, topic, window)
+    present = {r.offset for r in archived}
+    absent = {o for a, b in m["absent_offsets"] for o in range(a, b)}
+    assert absent and absent == set(range(end)) - present
+    assert m["absent_offset_count"] == end - len(archived) and m["lost_offsets"] == []
