@@ -16,10 +16,12 @@ import pytest
 
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.moto_server import MotoServer
-from s3_archive.local.stack import LOCAL_AWS, create_bucket
+from s3_archive.local.stack import create_bucket
 from s3_archive.resources import KafkaResource, SparkResource
+from s3_archive_tests.credentials import TEST_AWS
 
 BUCKET = "s3-archive-test"
+
 
 
 @dataclass
@@ -31,7 +33,7 @@ class Services:
 
     def env(self) -> dict[str, str]:
         return {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
-                "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url, "S3_ARCHIVE_BUCKET": self.bucket, **LOCAL_AWS}
+                "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url, "S3_ARCHIVE_BUCKET": self.bucket, **TEST_AWS}
 
 
 @pytest.fixture(scope="session")
@@ -56,16 +58,16 @@ def kafka(services: Services) -> KafkaResource:
 
 @pytest.fixture(scope="session")
 def s3(services: Services):
-    return boto3.client("s3", endpoint_url=services.s3_endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
-                        aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+    return boto3.client("s3", endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                        aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
 
 
 @pytest.fixture(scope="session")
 def spark_resource(services: Services) -> SparkResource:
     return SparkResource(master="local[2]", driver_memory="2g", s3_endpoint_url=services.s3_endpoint_url,
-                         s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                         s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True)
+                         s3_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                         s3_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True)
 
 
 @pytest.fixture(scope="session")

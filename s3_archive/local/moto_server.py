@@ -15,6 +15,7 @@ from s3_archive.local.processes import ensure_port_free, free_port, spawn, stop_
 class MotoServer:
     data_dir: Path
     port: int = 0
+    env: dict[str, str] | None = None  # e.g. INITIAL_NO_AUTH_ACTION_COUNT=0 to make moto check credentials
     proc: subprocess.Popen | None = None
 
     @property
@@ -28,7 +29,7 @@ class MotoServer:
             self.port = free_port()
         log = self.data_dir / "moto.log"
         cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
-        self.proc = spawn(cmd, log)
+        self.proc = spawn(cmd, log, env=self.env)
         try:
             wait_until(self._ready, timeout, self.proc, f"the moto server on {self.endpoint_url}", log)
         except BaseException:

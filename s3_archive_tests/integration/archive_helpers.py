@@ -11,9 +11,9 @@ from s3_archive import layout
 from s3_archive.commit import list_objects, read_manifest
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
-from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.settings import ArchiveConfig
 from s3_archive.windows import OffsetWindow
+from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.kafka_helpers import Rec, jsonl_records, parquet_records
 
 log = logging.getLogger("s3_archive_tests")
@@ -25,9 +25,9 @@ def archive_config(bucket: str, topic: str, prefix: str, **kw) -> ArchiveConfig:
 
 def resources(services, kafka, spark_resource) -> dict:
     return {"kafka": kafka, "spark": spark_resource,
-            "s3": S3Resource(endpoint_url=services.s3_endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
-                             aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                             aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])}
+            "s3": S3Resource(endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                             aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                             aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])}
 
 
 def materialize(cfg: ArchiveConfig, topic: str, windows: list[OffsetWindow], res: dict,

@@ -13,7 +13,9 @@ from confluent_kafka import Producer
 
 from s3_archive import layout
 from s3_archive.archive import DataLoss, archive_window
-from s3_archive.local.stack import LOCAL_AWS
+from s3_archive.archive import S3Unavailable, check_bucket
+from s3_archive.local.moto_server import MotoServer
+from s3_archive_tests.credentials import TEST_AWS
 from s3_archive.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
     archive_config, archived_records, final_objects, log, manifest, materialize, resources, staging_objects,
@@ -174,8 +176,8 @@ def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka,
     materialize(cfg, topic, [OffsetWindow(p, 0, 30) for p in range(3)], res)
 
     fs = pafs.S3FileSystem(endpoint_override=services.s3_endpoint_url, scheme="http",
-                           access_key=LOCAL_AWS["AWS_ACCESS_KEY_ID"], secret_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"],
-                           region=LOCAL_AWS["AWS_REGION"])
+                           access_key=TEST_AWS["AWS_ACCESS_KEY_ID"], secret_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"],
+                           region=TEST_AWS["AWS_REGION"])
     table = ds.dataset(f"{cfg.bucket}/{cfg.prefix}{topic}", filesystem=fs, format="parquet",
                        partitioning="hive").to_table()
     rows = sorted(table.to_pylist(), key=lambda r: (r["partition"], r["offset"]))
@@ -308,3 +310,34 @@ def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, 
     absent = {o for a, b in m["absent_offsets"] for o in range(a, b)}
     assert absent and absent == set(range(end)) - present
     assert m["absent_offset_count"] == end - len(archived) and m["lost_offsets"] == []
+
+
+def test_secrets_never_reach_logs_metadata_or_errors(kafka, services, res, unique):
+    topic = create_topic(kafka, f"secret-{unique}")
+    produce(kafka, topic, [(0, None, b"x", [])] * 3)
+    cfg = archive_config(services.bucket, topic, f"secret/{unique}/")
+    ok = materialize(cfg, topic, [OffsetWindow(0, 0, 3)], res)
+    failed = materialize(cfg, topic, [OffsetWindow(0, 0, 9)], res, raise_on_error=False)  # past the watermark
+    assert not failed.success
+    for result in (ok, failed):
+        text = "\n".join(repr(e) for e in result.all_events)
+        assert TEST_AWS["AWS_SECRET_ACCESS_KEY"] not in text
+        assert TEST_AWS["AWS_SECRET_ACCESS_KEY"] not in repr(window_metadata(result))
+
+
+def test_wrong_credentials_are_one_clear_error_without_the_secret(tmp_path):
+    import boto3
+
+    # A moto server of its own that checks credentials (the shared one accepts any).
+    moto = MotoServer(tmp_path / "moto", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    moto.start()
+    try:
+        client = boto3.client("s3", endpoint_url=moto.endpoint_url, region_name="us-east-1",
+                              aws_access_key_id="AKIAWRONGWRONGWRONG", aws_secret_access_key="wrong-secret-xyz")
+        with pytest.raises(S3Unavailable) as err:
+            check_bucket(client, "any-bucket")
+        assert "access to bucket 'any-bucket'" in str(err.value) and "was refused" in str(err.value)
+        assert "check the AWS credentials" in str(err.value)
+        assert "wrong-secret-xyz" not in str(err.value)
+    finally:
+        moto.stop()

@@ -1,0 +1,152 @@
+"""Asset checks on each archive asset: windows tile the offsets, committed objects are intact, and Kafka has not
+deleted anything before it was archived.
+
+They scan every window of the topic, so the sensor's window runs leave them out; the daily schedule
+(schedules.py) runs them, and they can be run from the UI at any time.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from s3_archive import layout
+from s3_archive.commit import list_objects, read_manifest, verify_manifest
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.planning import archive_progress
+from s3_archive.resources import KafkaResource, UnknownTopic
+from s3_archive.settings import ArchiveConfig
+from s3_archive.windows import InvalidWindow, OffsetWindow, check_contiguous
+
+CONTIGUOUS = "windows_contiguous"
+OBJECTS = "objects_match_manifests"
+RETENTION = "nothing_lost_to_retention"
+SHOWN = 20  # problems spelled out in a result; the count is always complete
+READERS = 8  # manifests fetched concurrently
+
+
+def read_windows(instance: dg.DagsterInstance, topic: str) -> tuple[list[OffsetWindow], list[str]]:
+    """The topic's windows (its dynamic partition keys), and the keys that are not windows."""
+    windows, bad = [], []
+    for key in instance.get_dynamic_partitions(window_partitions(topic).name):
+        try:
+            windows.append(OffsetWindow.parse(key))
+        except InvalidWindow:
+            bad.append(key)
+    return windows, bad
+
+
+def _summary(problems: list[str]) -> str:
+    more = f"\n… and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+    return "\n".join(problems[:SHOWN]) + more
+
+
+def _result(problems: list[str], ok: str, metadata: dict[str, Any]) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=not problems, severity=dg.AssetCheckSeverity.ERROR,
+        description=_summary(problems) if problems else ok,
+        metadata={**metadata, "problems": len(problems), "details": dg.MetadataValue.text(_summary(problems))},
+    )
+
+
+def contiguity_result(instance: dg.DagsterInstance, topic: str) -> dg.AssetCheckResult:
+    """(1) Per Kafka partition, the windows neither overlap nor leave offsets out.
+
+    Offsets lost to retention are recorded inside a window's manifest, never as a hole between windows (the
+    sensor always starts the next window where the last one ends), so every hole is a problem.
+    """
+    windows, bad = read_windows(instance, topic)
+    problems = [f"partition key {k!r} of {topic!r} is not a window key" for k in bad]
+    problems += [f"topic {topic!r} {p}" for p in check_contiguous(windows)]
+    return _result(problems, f"{len(windows)} windows of {topic!r}, contiguous", {
+        "windows": len(windows),
+        "kafka_partitions": len({w.partition for w in windows}),
+        "offsets_in_windows": sum(w.size for w in windows),
+    })
+
+
+def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topic: str) -> dg.AssetCheckResult:
+    """(2) Every committed manifest's objects exist with their recorded sizes; every materialized window has one.
+
+    Two listings instead of a HEAD per object; only a manifest that the listings disagree with is checked object by
+    object (commit.verify_manifest), so a listing quirk cannot raise a false alarm.
+    """
+    # Manifests first, data second: a window's objects are written before its manifest, so every object of a
+    # listed manifest is in the later data listing unless it was really deleted.
+    manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, layout.manifest_prefix(cfg.prefix, topic))
+                     if o["Key"].endswith(".json")]
+    sizes = {o["Key"]: o["Size"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{topic}/")}
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        manifests = list(pool.map(lambda k: read_manifest(s3, cfg.bucket, k), manifest_keys))
+
+    problems: list[str] = []
+    objects = size = 0
+    committed: set[str] = set()
+    for mkey, m in zip(manifest_keys, manifests):
+        if m is None:  # deleted between the listing and the read
+            continue
+        committed.add(str(m.get("window_key", "")))
+        objects += len(m["objects"])
+        size += sum(o["size"] for o in m["objects"])
+        if any(sizes.get(o["key"]) != o["size"] for o in m["objects"]):
+            problems += [f"window {m.get('window_key')} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
+
+    windows, _ = read_windows(instance, topic)
+    materialized = instance.get_materialized_partitions(archive_asset_key(topic))
+    for w in sorted(windows):
+        if w.key in materialized and w.key not in committed:
+            problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
+                            f"s3://{cfg.bucket}/{layout.manifest_key(cfg.prefix, topic, w)}")
+    return _result(problems, f"{len(committed)} committed windows of {topic!r}: all objects present", {
+        "manifests": len(committed),
+        "objects": objects,
+        "bytes": size,
+        "manifest_prefix": f"s3://{cfg.bucket}/{layout.manifest_prefix(cfg.prefix, topic)}",
+    })
+
+
+def retention_result(instance: dg.DagsterInstance, kafka: KafkaResource, topic: str) -> dg.AssetCheckResult:
+    """(3) Kafka's log start has not passed an offset that is in no committed window; archive lag as metadata."""
+    try:
+        log_start = kafka.offsets(topic, "earliest")
+        high = kafka.offsets(topic, "latest", sorted(log_start))
+    except UnknownTopic as e:
+        return _result([str(e)], "", {})
+    windows, _ = read_windows(instance, topic)
+    materialized = instance.get_materialized_partitions(archive_asset_key(topic))
+    progress = archive_progress(windows, {w for w in windows if w.key in materialized}, log_start, high)
+    problems = [f"topic {topic!r} partition {p.partition}: offsets [{a}, {b}) were deleted by Kafka (log start "
+                f"offset {p.log_start}) before they were archived" for p in progress for a, b in p.lost]
+    return _result(problems, f"nothing of {topic!r} lost to retention", {
+        "archive_lag": sum(p.lag for p in progress),
+        "lost_offsets": sum(b - a for p in progress for a, b in p.lost),
+        "lag_by_partition": dg.MetadataValue.json({str(p.partition): p.lag for p in progress}),
+        "first_unarchived_offset": dg.MetadataValue.json({str(p.partition): p.first_unarchived for p in progress}),
+        "log_start_offset": dg.MetadataValue.json({str(p.partition): p.log_start for p in progress}),
+        "lost_ranges": dg.MetadataValue.json({str(p.partition): [list(r) for r in p.lost] for p in progress
+                                              if p.lost}),
+    })
+
+
+def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksDefinition]:
+    key = archive_asset_key(topic)
+
+    @dg.asset_check(asset=key, name=CONTIGUOUS,
+                    description="Per Kafka partition, the windows (partition keys) neither overlap nor leave gaps.")
+    def _contiguous(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        return contiguity_result(context.instance, topic)
+
+    @dg.asset_check(asset=key, name=OBJECTS,
+                    description="Every committed window's objects exist in S3 with the sizes in its manifest.")
+    def _objects(context: dg.AssetCheckExecutionContext, s3: S3Resource) -> dg.AssetCheckResult:
+        return objects_result(context.instance, s3.get_client(), cfg, topic)
+
+    @dg.asset_check(asset=key, name=RETENTION,
+                    description="Kafka has not deleted (retention) offsets that are in no committed window.")
+    def _retention(context: dg.AssetCheckExecutionContext, kafka: KafkaResource) -> dg.AssetCheckResult:
+        return retention_result(context.instance, kafka, topic)
+
+    return [_contiguous, _objects, _retention]

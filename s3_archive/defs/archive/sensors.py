@@ -1,0 +1,180 @@
+"""The offsets sensor: per archive, cut new offset windows from Kafka's offsets and request one run per window.
+
+The existing dynamic partition keys are the only record of which offsets have windows; the cursor holds nothing.
+A restarted sensor, a lost cursor, or a tick evaluated twice therefore plans the same windows from the same keys,
+and never cuts a window overlapping one that exists. Planning itself is pure (s3_archive/planning.py).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dagster as dg
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from s3_archive import planning
+from s3_archive.defs.archive.checks import build_archive_checks, read_windows
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.schedules import build_checks_schedule
+from s3_archive.planning import Cut, PartitionState
+from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
+from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.windows import OffsetWindow, next_offsets
+
+MINIMUM_INTERVAL_SECONDS = 30
+RECENT_WINDOWS = 20  # materializations averaged for the bytes/record estimate
+TOPIC_TAG = "s3_archive/topic"
+CUT_TAG = "s3_archive/cut"
+
+
+def sensor_name(cfg: ArchiveConfig) -> str:
+    return f"archive_{cfg.name}_offsets"
+
+
+def run_key(topic: str, window: OffsetWindow) -> str:
+    # Run keys are de-duplicated per sensor, and two topics of one archive have the same window keys: the topic
+    # must be part of the key, or the second topic's window would be skipped as already requested.
+    return f"{topic}/{window.key}"
+
+
+def list_offsets(kafka: KafkaResource, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
+    """One admin round trip; read_committed, so `latest` is the last stable offset (see `partition_states`).
+
+    An offset of -1 (from `OffsetSpec.for_timestamp`: no record that new) is returned as is.
+    """
+    if not specs:
+        return {}
+    admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+    try:
+        futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},
+                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=kafka.timeout_s)
+        return {tp.partition: f.result(timeout=kafka.timeout_s + 5).offset for tp, f in futures.items()}
+    except (KafkaException, TimeoutError) as e:
+        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+        raise KafkaUnavailable(f"listing offsets of topic {topic!r} on {kafka.bootstrap_servers} failed: "
+                               f"{err.str() if err is not None else e}") from e
+
+
+def existing_windows(instance: dg.DagsterInstance, topic: str, log: dg.DagsterLogManager) -> list[OffsetWindow]:
+    """The topic's windows: its dynamic partition keys. A key that is not a window covers no offsets: skipped
+    here, and failed by the contiguity check."""
+    windows, bad = read_windows(instance, topic)
+    for key in bad:
+        log.warning(f"topic {topic!r}: ignoring partition key {key!r}: not a window key")
+    return windows
+
+
+def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float | None:
+    """Input bytes per record of the topic's latest materialized windows (metadata `bytes_read` / `records`)."""
+    records = instance.fetch_materializations(archive_asset_key(topic), limit=RECENT_WINDOWS).records
+    samples = []
+    for r in records:
+        m = r.asset_materialization.metadata if r.asset_materialization else {}
+        if "bytes_read" in m and "records" in m:
+            samples.append((int(m["bytes_read"].value), int(m["records"].value)))
+    return planning.bytes_per_record(samples)
+
+
+@dataclass(frozen=True)
+class TopicScan:
+    states: list[PartitionState]
+    behind: list[str]  # partitions whose windows reach past what Kafka has: reported, never cut
+
+
+def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, windows: Sequence[OffsetWindow],
+                     bytes_per_record: float | None, now_ms: int) -> TopicScan:
+    """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic."""
+    parts = kafka.partitions(topic)
+    # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
+    # records a read_committed reader cannot see yet and would record as absent.
+    end = list_offsets(kafka, topic, {p: OffsetSpec.latest() for p in parts})
+    nxt = next_offsets(list(windows))
+    # A partition without windows (new topic, or partitions added to it) starts at its log start offset.
+    nxt |= list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts if p not in nxt})
+    size, reason = planning.window_size(cfg.flush, bytes_per_record)
+    pending = [p for p in parts if end[p] > nxt[p]]
+    aged: dict[int, int] = {}
+    if cfg.flush.interval_seconds is not None and pending:
+        # The first offset whose record is at most interval_seconds old; every record before it is older. One
+        # round trip for all partitions instead of fetching a record per partition. -1: no record that recent.
+        cutoff = now_ms - round(cfg.flush.interval_seconds * 1000)
+        found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(cutoff) for p in pending})
+        aged = {p: end[p] if o < 0 else o for p, o in found.items()}
+    behind = [f"partition {p}: windows reach offset {nxt[p]} but Kafka's last stable offset is {end[p]}"
+              for p in parts if nxt[p] > end[p]]
+    states = [PartitionState(topic, p, nxt[p], max(end[p], nxt[p]), size, reason, aged.get(p)) for p in parts]
+    return TopicScan(states, behind)
+
+
+def run_request(cut: Cut) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=run_key(cut.topic, cut.window),
+        partition_key=cut.window.key,
+        asset_selection=[archive_asset_key(cut.topic)],
+        # The checks scan every window of the topic: run them daily (schedules.py), not after every window.
+        asset_check_keys=[],
+        tags={TOPIC_TAG: cut.topic, CUT_TAG: cut.reason},
+    )
+
+
+def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: ArchiveConfig,
+             max_windows: int = planning.MAX_WINDOWS_PER_TICK) -> dg.SensorResult:
+    """One tick for one archive: the windows to add, and one run request per window."""
+    now_ms = int(time.time() * 1000)
+    states: list[PartitionState] = []
+    for topic in cfg.topics:
+        try:
+            scan = partition_states(kafka, cfg, topic, existing_windows(context.instance, topic, context.log),
+                                    recent_bytes_per_record(context.instance, topic), now_ms)
+        except UnknownTopic as e:
+            # The other topics of the archive still get their windows; this one waits until it exists.
+            context.log.warning(str(e))
+            continue
+        for msg in scan.behind:
+            context.log.warning(f"topic {topic!r} {msg} (was the topic deleted and recreated?); no window cut")
+        states += scan.states
+    cuts = planning.plan_windows(states, max_windows)
+    if not cuts:
+        return dg.SensorResult(skip_reason="no new windows: every partition is below flush.count and its oldest "
+                                           "unarchived record is younger than flush.interval_seconds")
+    keys_by_topic: dict[str, list[str]] = {}
+    for c in cuts:
+        keys_by_topic.setdefault(c.topic, []).append(c.window.key)
+    context.log.info(f"cutting {len(cuts)} windows: " + ", ".join(f"{t}: {len(k)}" for t, k in keys_by_topic.items()))
+    return dg.SensorResult(
+        run_requests=[run_request(c) for c in cuts],
+        dynamic_partitions_requests=[window_partitions(t).build_add_request(keys) for t, keys in keys_by_topic.items()],
+    )
+
+
+def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = planning.MAX_WINDOWS_PER_TICK,
+                         ) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=sensor_name(cfg),
+        asset_selection=[archive_asset_key(t) for t in cfg.topics],
+        minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"Cuts offset windows of {', '.join(cfg.topics)} (flush.count {cfg.flush.count}, flush.bytes "
+                    f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}) and archives each; "
+                    f"at most {max_windows} windows per tick.",
+    )
+    def _offsets_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource) -> dg.SensorResult:
+        return evaluate(context, kafka, cfg, max_windows)
+
+    return _offsets_sensor
+
+
+def build_archive_automation(settings: Settings) -> dg.Definitions:
+    """Sensors, asset checks, and the daily check schedule of every archive (needs the `kafka` and `s3` resources)."""
+    sensors, checks, jobs, schedules = [], [], [], []
+    for cfg in settings.archives:
+        sensors.append(build_offsets_sensor(cfg))
+        for topic in cfg.topics:
+            checks += build_archive_checks(cfg, topic)
+        job, schedule = build_checks_schedule(cfg)
+        jobs.append(job)
+        schedules.append(schedule)
+    return dg.Definitions(sensors=sensors, asset_checks=checks, jobs=jobs, schedules=schedules)
