@@ -7,14 +7,12 @@ No field value is ever logged; errors name the endpoint, never a credential.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import Any
 
 import dagster as dg
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from dagster_aws.s3 import S3Resource
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
@@ -103,13 +101,6 @@ class KafkaResource(dg.ConfigurableResource):
         return Producer(self.client_config(**extra))
 
 
-def s3_resource(endpoint_url: str | None, region: str, access_key_id: Any = None, secret_access_key: Any = None,
-                ) -> S3Resource:
-    """dagster-aws's S3Resource, path-style when an endpoint is given (moto, MinIO)."""
-    return S3Resource(endpoint_url=endpoint_url, region_name=region, aws_access_key_id=access_key_id,
-                      aws_secret_access_key=secret_access_key)
-
-
 class SparkResource(dg.ConfigurableResource):
     """A SparkSession with the Kafka source, Avro and S3A on its classpath.
 
@@ -177,11 +168,3 @@ class SparkResource(dg.ConfigurableResource):
             self._lazy = LazyPySparkResource(spark_config=self.spark_conf())
         return self._lazy.spark_session
 
-
-def tcp_reachable(host_port: str, timeout: float = 2.0) -> bool:
-    host, _, port = host_port.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-        return True
-    except OSError:
-        return False

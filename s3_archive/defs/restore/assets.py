@@ -1,0 +1,113 @@
+"""The restore asset: one per archived topic; materializing a window partition replays it into a Kafka topic.
+
+Same partitions as the archive asset, so a UI backfill over a window range restores that range (in one run, so
+windows of a partition are replayed in offset order). What to restore into, and how, is chosen at launch
+(`RestoreConfig`); the work is `s3_archive.restore.restore_windows`.
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+from pydantic import Field
+
+from s3_archive.archive import S3Unavailable, check_bucket
+from s3_archive.commit import ArchiveIntegrityError
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.resources import KafkaResource, KafkaUnavailable
+from s3_archive.restore import (
+    Filters, InvalidRestore, PartitionMapping, RestoreFailed, RestoreRequest, WindowNotArchived, restore_windows,
+)
+from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.windows import InvalidWindow, OffsetWindow
+
+RESTORE_PREFIX = "kafka_restore"
+
+
+def restore_asset_key(topic: str) -> dg.AssetKey:
+    return dg.AssetKey([RESTORE_PREFIX, topic])
+
+
+class RestoreConfig(dg.Config):
+    """Launch-time choices of a restore."""
+
+    target_topic: str = Field(description="existing topic to produce into (a restore never creates topics)")
+    allow_source_topic: bool = Field(default=False, description="allow target_topic to be the archived topic "
+                                                                "itself (re-appends every record)")
+    partition_mapping: str = Field(default="same", description="same | murmur2 (Kafka's default partitioner on "
+                                                               "the key; null keys stay on source % n) | map")
+    partition_map: dict[str, int] = Field(default_factory=dict, description="with partition_mapping: map, "
+                                                                            "source partition -> target partition")
+    provenance_headers: bool = Field(default=False, description="append s3archive.source.topic/partition/offset "
+                                                                "headers to every restored record")
+    from_timestamp_ms: int | None = Field(default=None, description="only records with timestamp >= this")
+    to_timestamp_ms: int | None = Field(default=None, description="only records with timestamp < this")
+    from_offset: int | None = Field(default=None, description="only source offsets >= this")
+    to_offset: int | None = Field(default=None, description="only source offsets < this")
+    dry_run: bool = Field(default=False, description="count records and bytes per target partition; produce "
+                                                     "nothing")
+    transaction_records: int = Field(default=5000, description="records per Kafka transaction")
+
+    def request(self, source_topic: str) -> RestoreRequest:
+        return RestoreRequest(
+            source_topic=source_topic,
+            target_topic=self.target_topic,
+            mapping=PartitionMapping.parse(self.partition_mapping, self.partition_map),
+            filters=Filters(self.from_timestamp_ms, self.to_timestamp_ms, self.from_offset, self.to_offset),
+            provenance_headers=self.provenance_headers,
+            dry_run=self.dry_run,
+            allow_source_topic=self.allow_source_topic,
+            transaction_records=self.transaction_records,
+        )
+
+
+# Errors whose message says everything: shown as the run's failure without a stack trace.
+_CLEAR_ERRORS = (InvalidRestore, WindowNotArchived, RestoreFailed, ArchiveIntegrityError, InvalidWindow,
+                 S3Unavailable, KafkaUnavailable)
+
+
+def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=restore_asset_key(topic),
+        deps=[archive_asset_key(topic)],
+        partitions_def=window_partitions(topic),
+        # One run per backfill: windows of a partition must reach the target in offset order, and runs of one
+        # restore fence each other (one transactional.id).
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        group_name=f"restore_{cfg.name}",
+        kinds={"kafka", "s3"},
+        output_required=False,
+        metadata={"source_topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix},
+        description=f"Archived windows of `{topic}` (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
+                    "Kafka topic chosen at launch, exactly once (transactions + a restore ledger).",
+    )
+    def _restore(context: dg.AssetExecutionContext, config: RestoreConfig, kafka: KafkaResource,
+                 s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+        try:
+            request = config.request(topic)
+            windows = [OffsetWindow.parse(k) for k in context.partition_keys]
+            client = s3.get_client()
+            check_bucket(client, cfg.bucket)
+            for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log):
+                meta = {"target_topic": request.target_topic, **rep.metadata()}
+                context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "
+                                 f"present, {rep.filtered} filtered" + (" [dry run]" if request.dry_run else ""))
+                if request.dry_run:
+                    # An observation, not a materialization: nothing was restored.
+                    yield dg.AssetObservation(asset_key=context.asset_key, partition=rep.window.key, metadata=meta)
+                else:
+                    yield dg.AssetMaterialization(asset_key=context.asset_key, partition=rep.window.key,
+                                                  metadata=meta)
+        except _CLEAR_ERRORS as e:
+            raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
+
+    return _restore
+
+
+def build_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    return [build_restore_asset(a, t) for a in settings.archives for t in a.topics]
+
+
+def build_restore_defs(settings: Settings) -> dg.Definitions:
+    """The restore assets; they use the `kafka` and `s3` resources of the main definitions."""
+    return dg.Definitions(assets=build_restore_assets(settings))

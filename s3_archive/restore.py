@@ -1,0 +1,762 @@
+"""Restore archived windows into a Kafka topic, exactly once. No Dagster here: the asset only maps config and
+partition keys to `restore_windows`.
+
+Pure parts: partition mapping (Kafka's murmur2), filters, the restore ledger's range sets and their encoding.
+I/O parts: reading a window's manifest and objects from S3 (boto3 + pyarrow, one object at a time, streamed in
+batches), and producing with a transactional confluent-kafka producer.
+
+Exactly once. Every transaction carries, besides its records, the restore *ledger*: per source partition the
+offset ranges already restored, written with `send_offsets_to_transaction` as committed-offset metadata of a
+consumer group named after the restore (`ledger_id`). Kafka commits the records and the ledger atomically, so
+after a crash the ledger says exactly which source records are in the target. A re-run calls
+`init_transactions` first (which aborts the dead run's open transaction and fences it), then reads the ledger
+and skips what it lists. Why a ledger and not "the last restored record per target partition" (provenance
+headers): with murmur2 or many-to-one maps a target partition takes records from several source partitions,
+and restoring windows in several runs (or out of order) makes the last record say nothing about the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import gzip
+import io
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from s3_archive import layout
+from s3_archive.commit import ArchiveIntegrityError, read_manifest
+from s3_archive.windows import OffsetWindow
+
+Fault = Callable[[str], None]
+
+PROVENANCE_TOPIC = "s3archive.source.topic"
+PROVENANCE_PARTITION = "s3archive.source.partition"
+PROVENANCE_OFFSET = "s3archive.source.offset"
+
+MAPPINGS = ("same", "murmur2", "map")
+# Kafka's default offset.metadata.max.bytes is 4096; one ledger entry must fit.
+MAX_LEDGER_ENTRY_BYTES = 4000
+PARQUET_BATCH = 2048
+_MASK32 = 0xFFFFFFFF
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def no_fault(step: str) -> None:
+    return None
+
+
+class InvalidRestore(ValueError):
+    """The restore request is wrong (bad topic, mapping, filter); the message names the bad value."""
+
+
+class WindowNotArchived(RuntimeError):
+    """A requested window has no manifest in S3."""
+
+
+class RestoreFailed(RuntimeError):
+    """Kafka refused the restore mid-way (delivery error, fenced, transaction aborted)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Partition mapping (pure)
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's `Utils.murmur2` (32-bit MurmurHash2, seed 0x9747b28c), as a signed 32-bit int like Java's."""
+    m = 0x5BD1E995
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK32
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = (data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24) * m & _MASK32
+        k ^= k >> 24
+        k = k * m & _MASK32
+        h = (h * m & _MASK32) ^ k
+    rest = length & 3
+    # Java's switch falls through: case 3 also does 2 and 1.
+    if rest == 3:
+        h ^= data[whole + 2] << 16
+    if rest >= 2:
+        h ^= data[whole + 1] << 8
+    if rest >= 1:
+        h ^= data[whole]
+        h = h * m & _MASK32
+    h ^= h >> 13
+    h = h * m & _MASK32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(n: int) -> int:
+    """Kafka's `Utils.toPositive`: clear the sign bit (not abs: abs(MIN_VALUE) overflows in Java)."""
+    return n & 0x7FFFFFFF
+
+
+def murmur2_partition(key: bytes, num_partitions: int) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's `murmur2_random`) picks for a non-null key."""
+    return to_positive(murmur2(key)) % num_partitions
+
+
+@dataclass(frozen=True)
+class PartitionMapping:
+    """Where a source record goes: `same` partition, `murmur2` of its key, or an explicit `map` {src: dst}.
+
+    murmur2 sends null keys to `source partition % target partitions`, not to a random partition as Kafka's
+    producers do: the restore must put each record in the same place on every run for exactly-once to hold.
+    """
+
+    mode: str = "same"
+    explicit: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def parse(cls, mode: str, mapping: dict[Any, Any] | None = None) -> PartitionMapping:
+        if mode not in MAPPINGS:
+            raise InvalidRestore(f"partition_mapping must be one of {', '.join(MAPPINGS)}; got {mode!r}")
+        if mode != "map":
+            if mapping:
+                raise InvalidRestore(f"partition_map is only used with partition_mapping: map, got partition_mapping "
+                                     f"{mode!r} and partition_map {mapping!r}")
+            return cls(mode)
+        if not mapping:
+            raise InvalidRestore("partition_mapping: map needs partition_map {source partition: target partition}, "
+                                 "e.g. {'0': 2, '1': 2}; got an empty map")
+        pairs = []
+        for src, dst in mapping.items():
+            try:
+                s, d = int(src), int(dst)
+            except (TypeError, ValueError):
+                raise InvalidRestore(f"partition_map entries must be partition numbers, got {src!r}: {dst!r}") from None
+            if s < 0 or d < 0:
+                raise InvalidRestore(f"partition_map entries must be >= 0, got {src!r}: {dst!r}")
+            pairs.append((s, d))
+        if len({s for s, _ in pairs}) != len(pairs):
+            raise InvalidRestore(f"partition_map names a source partition twice: {mapping!r}")
+        return cls("map", tuple(sorted(pairs)))
+
+    def check(self, source_partitions: Iterable[int], num_target: int, target_topic: str) -> None:
+        """Fail before producing anything if some source partition has nowhere to go."""
+        explicit = dict(self.explicit)
+        for sp in sorted(set(source_partitions)):
+            if self.mode == "same" and sp >= num_target:
+                raise InvalidRestore(
+                    f"source partition {sp} has no same-numbered partition in target topic {target_topic!r} "
+                    f"({num_target} partitions); use partition_mapping: murmur2 or map, or add partitions")
+            if self.mode == "map":
+                if sp not in explicit:
+                    raise InvalidRestore(f"partition_map has no entry for source partition {sp}; "
+                                         f"it maps only {sorted(explicit)}")
+                if explicit[sp] >= num_target:
+                    raise InvalidRestore(f"partition_map sends source partition {sp} to partition {explicit[sp]}, "
+                                         f"but target topic {target_topic!r} has {num_target} partitions "
+                                         f"(0..{num_target - 1})")
+
+    def target(self, source_partition: int, key: bytes | None, num_target: int) -> int:
+        if self.mode == "same":
+            return source_partition
+        if self.mode == "murmur2":
+            return source_partition % num_target if key is None else murmur2_partition(key, num_target)
+        return dict(self.explicit)[source_partition]
+
+    def compiled(self, num_target: int) -> Callable[[int, bytes | None], int]:
+        """`target` specialised once per run (it is called for every record)."""
+        if self.mode == "same":
+            return lambda sp, key: sp
+        if self.mode == "murmur2":
+            return lambda sp, key: sp % num_target if key is None else to_positive(murmur2(key)) % num_target
+        explicit = dict(self.explicit)
+        return lambda sp, key: explicit[sp]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Filters (pure)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Half-open ranges: timestamps in [from_timestamp_ms, to_timestamp_ms), offsets in [from_offset, to_offset).
+    None means unbounded. The offset range applies to every source partition."""
+
+    from_timestamp_ms: int | None = None
+    to_timestamp_ms: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("from_offset", "to_offset"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise InvalidRestore(f"{name} must be >= 0, got {v}")
+        if self.from_timestamp_ms is not None and self.to_timestamp_ms is not None \
+                and self.from_timestamp_ms >= self.to_timestamp_ms:
+            raise InvalidRestore(f"from_timestamp_ms ({self.from_timestamp_ms}) must be < to_timestamp_ms "
+                                 f"({self.to_timestamp_ms}); the range is [from, to)")
+        if self.from_offset is not None and self.to_offset is not None and self.from_offset >= self.to_offset:
+            raise InvalidRestore(f"from_offset ({self.from_offset}) must be < to_offset ({self.to_offset}); "
+                                 "the range is [from, to)")
+
+    @property
+    def has_time(self) -> bool:
+        return self.from_timestamp_ms is not None or self.to_timestamp_ms is not None
+
+    def offset_scope(self, window: OffsetWindow) -> tuple[int, int] | None:
+        """The window's offsets inside the offset filter, as [a, b); None when there are none."""
+        a = max(window.start, self.from_offset if self.from_offset is not None else 0)
+        b = min(window.end, self.to_offset if self.to_offset is not None else window.end)
+        return (a, b) if a < b else None
+
+    def time_ok(self, ts_ms: int) -> bool:
+        return ((self.from_timestamp_ms is None or ts_ms >= self.from_timestamp_ms)
+                and (self.to_timestamp_ms is None or ts_ms < self.to_timestamp_ms))
+
+    def time_may_match(self, min_ts: int | None, max_ts: int | None) -> bool:
+        """False when a window's [min, max] timestamps (from its manifest) miss the time range: skip its objects."""
+        if min_ts is None or max_ts is None:
+            return True
+        return ((self.from_timestamp_ms is None or max_ts >= self.from_timestamp_ms)
+                and (self.to_timestamp_ms is None or min_ts < self.to_timestamp_ms))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The ledger: which source offsets are already in the target (pure)
+
+
+class RangeSet:
+    """Disjoint, sorted, merged half-open integer ranges [a, b)."""
+
+    def __init__(self, ranges: Iterable[Iterable[int]] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for a, b in ranges:
+            self.add(a, b)
+
+    def add(self, a: int, b: int) -> None:
+        if a >= b:
+            return
+        # Every range touching or overlapping [a, b) is merged into it.
+        lo = bisect.bisect_left(self._ends, a)
+        hi = bisect.bisect_right(self._starts, b)
+        if lo < hi:
+            a = min(a, self._starts[lo])
+            b = max(b, self._ends[hi - 1])
+        self._starts[lo:hi] = [a]
+        self._ends[lo:hi] = [b]
+
+    def __contains__(self, x: int) -> bool:
+        i = bisect.bisect_right(self._starts, x) - 1
+        return i >= 0 and x < self._ends[i]
+
+    def ranges(self) -> list[list[int]]:
+        return [[a, b] for a, b in zip(self._starts, self._ends)]
+
+    def size(self) -> int:
+        return sum(b - a for a, b in zip(self._starts, self._ends))
+
+    def copy(self) -> RangeSet:
+        return RangeSet(self.ranges())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RangeSet) and self.ranges() == other.ranges()
+
+    def __repr__(self) -> str:
+        return f"RangeSet({self.ranges()})"
+
+
+def ledger_id(source_topic: str, target_topic: str, filters: Filters) -> str:
+    """The consumer group holding the ledger, also the producer's transactional.id (so two runs of one restore
+    fence each other). A time filter selects records inside an offset range, so a time-filtered restore has a
+    ledger of its own; an offset filter only narrows which ranges are recorded, so it shares the ledger."""
+    base = f"s3-archive-restore.{source_topic}.{target_topic}"
+    if not filters.has_time:
+        return base
+    lo = "" if filters.from_timestamp_ms is None else filters.from_timestamp_ms
+    hi = "" if filters.to_timestamp_ms is None else filters.to_timestamp_ms
+    return f"{base}.t{lo}-{hi}"
+
+
+def encode_ledger(source_topic: str, ledger: dict[int, RangeSet], num_target: int,
+                  buckets: Iterable[int]) -> dict[int, tuple[int, str]]:
+    """Ledger entries to commit: bucket (a target partition number) -> (offset, metadata JSON).
+
+    Source partition sp lives in bucket sp % num_target; the committed offset is the number of source offsets the
+    bucket covers (informative only; it must be >= 0 for the client to send it)."""
+    out: dict[int, tuple[int, str]] = {}
+    for b in sorted(set(buckets)):
+        parts = {sp: rs for sp, rs in sorted(ledger.items()) if sp % num_target == b}
+        meta = json.dumps({"v": 1, "source": source_topic,
+                           "ranges": {str(sp): rs.ranges() for sp, rs in parts.items()}}, separators=(",", ":"))
+        if len(meta.encode()) > MAX_LEDGER_ENTRY_BYTES:
+            raise RestoreFailed(
+                f"the restore ledger for source partitions {sorted(parts)} no longer fits in one committed-offset "
+                f"entry ({len(meta)} bytes > {MAX_LEDGER_ENTRY_BYTES}): too many separate restored ranges. "
+                "Restore the gaps between already restored windows to merge them")
+        out[b] = (sum(rs.size() for rs in parts.values()), meta)
+    return out
+
+
+def decode_ledger(source_topic: str, metadatas: Iterable[str | None]) -> dict[int, RangeSet]:
+    """Union of all entries (old entries from before the target gained partitions stay valid: ranges only grow)."""
+    ledger: dict[int, RangeSet] = {}
+    for meta in metadatas:
+        if not meta:
+            continue
+        try:
+            doc = json.loads(meta)
+            ok = doc.get("v") == 1 and doc.get("source") == source_topic
+        except (ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise RestoreFailed(f"committed-offset metadata of the restore ledger is not an s3-archive ledger for "
+                                f"source {source_topic!r}: {meta[:200]!r}; was the consumer group used by something "
+                                "else?")
+        for sp, ranges in doc["ranges"].items():
+            rs = ledger.setdefault(int(sp), RangeSet())
+            for a, b in ranges:
+                rs.add(a, b)
+    return ledger
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading archived windows (S3)
+
+
+class ArchivedRecord(NamedTuple):
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp_ms: int
+
+
+def read_manifests(s3: Any, bucket: str, prefix: str, topic: str, windows: list[OffsetWindow]) -> dict[OffsetWindow, dict]:
+    """Every window's manifest, or one error naming every window that is not archived yet."""
+    out, missing = {}, []
+    for w in windows:
+        key = layout.manifest_key(prefix, topic, w)
+        m = read_manifest(s3, bucket, key)
+        if m is None:
+            missing.append(f"window {w.key} of topic {topic!r} is not archived yet (no manifest at "
+                           f"s3://{bucket}/{key})")
+            continue
+        if m.get("topic") != topic or m.get("window_key") != w.key:
+            raise ArchiveIntegrityError(f"manifest s3://{bucket}/{key} is for topic {m.get('topic')!r} window "
+                                        f"{m.get('window_key')!r}, not {topic!r} {w.key}")
+        out[w] = m
+    if missing:
+        raise WindowNotArchived("; ".join(missing) + ". Materialize the archive asset for these windows first")
+    return out
+
+
+def _b64(v: str | None) -> bytes | None:
+    return None if v is None else base64.b64decode(v)
+
+
+def _iso_ms(text: str) -> int:
+    # Exact integer arithmetic: float seconds would round some milliseconds.
+    td = datetime.fromisoformat(text) - _EPOCH
+    return (td.days * 86_400 + td.seconds) * 1000 + td.microseconds // 1000
+
+
+def _ts_divisor(t: pa.DataType) -> int:
+    return {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit] if pa.types.is_timestamp(t) else 1
+
+
+def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
+    """Records of one Parquet object, in file order, a batch at a time."""
+    pf = pq.ParquetFile(f)
+    ts_type = pf.schema_arrow.field("timestamp").type
+    div, mul = _ts_divisor(ts_type), (1000 if pa.types.is_timestamp(ts_type) and ts_type.unit == "s" else 1)
+    for batch in pf.iter_batches(batch_size=PARQUET_BATCH,
+                                 columns=["key", "value", "headers", "partition", "offset", "timestamp"]):
+        cols = {n: batch.column(n) for n in batch.schema.names}
+        ts = cols["timestamp"].cast(pa.int64()).to_pylist()
+        headers = cols["headers"].to_pylist()
+        for p, o, k, v, hs, t in zip(cols["partition"].to_pylist(), cols["offset"].to_pylist(),
+                                     cols["key"].to_pylist(), cols["value"].to_pylist(), headers, ts):
+            yield ArchivedRecord(p, o, k, v, [(h["key"], h["value"]) for h in hs or ()], t * mul // div)
+
+
+def _lines(stream: Any, chunk: int = 1 << 20) -> Iterator[bytes]:
+    rest = b""
+    while True:
+        data = stream.read(chunk)
+        if not data:
+            break
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+def jsonl_records(stream: Any) -> Iterator[ArchivedRecord]:
+    """Records of one (decompressed) JSON-lines stream: binary fields are base64, timestamps ISO-8601."""
+    for line in _lines(stream):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        yield ArchivedRecord(r["partition"], r["offset"], _b64(r.get("key")), _b64(r.get("value")),
+                             [(h["key"], _b64(h.get("value"))) for h in r.get("headers") or ()],
+                             _iso_ms(r["timestamp"]))
+
+
+def object_records(s3: Any, bucket: str, obj: dict, fmt: str) -> Iterator[ArchivedRecord]:
+    """One archived object's records. It is spooled to a temporary file (not memory), then read in batches."""
+    key = obj["key"]
+    with tempfile.TemporaryFile(prefix="s3-archive-restore-") as f:
+        s3.download_fileobj(bucket, key, f)
+        size = f.tell()
+        if size != obj["size"]:
+            raise ArchiveIntegrityError(f"s3://{bucket}/{key} is {size} bytes, its manifest says {obj['size']}; "
+                                        "the archive was changed after it was committed")
+        f.seek(0)
+        if fmt == "parquet":
+            yield from parquet_records(f)
+        elif fmt == "jsonl":
+            if key.endswith(".gz"):
+                with gzip.GzipFile(fileobj=f) as g:
+                    yield from jsonl_records(g)
+            elif key.endswith(".zst"):
+                yield from jsonl_records(pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd"))
+            else:
+                yield from jsonl_records(io.BufferedReader(f))
+        else:
+            raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
+
+
+def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict) -> Iterator[ArchivedRecord]:
+    """A committed window's records in offset order, object by object; checks they belong to the window."""
+    last = -1
+    for obj in manifest["objects"]:
+        for r in object_records(s3, bucket, obj, manifest["format"]):
+            if r.partition != window.partition or not window.start <= r.offset < window.end or r.offset <= last:
+                raise ArchiveIntegrityError(
+                    f"s3://{bucket}/{obj['key']}: record at partition {r.partition} offset {r.offset} does not "
+                    f"follow offset {last} inside window {window.key}; the archive is corrupt")
+            last = r.offset
+            yield r
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The restore
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    source_topic: str
+    target_topic: str
+    mapping: PartitionMapping = PartitionMapping()
+    filters: Filters = Filters()
+    provenance_headers: bool = False
+    dry_run: bool = False
+    allow_source_topic: bool = False
+    transaction_records: int = 5000
+
+    def __post_init__(self) -> None:
+        if not self.target_topic:
+            raise InvalidRestore("target_topic is required")
+        if self.target_topic == self.source_topic and not self.allow_source_topic:
+            raise InvalidRestore(
+                f"target topic {self.target_topic!r} is the archived topic itself: restoring into it appends every "
+                "record again. Set allow_source_topic: true to do that on purpose, or restore into another topic")
+        if self.transaction_records < 1:
+            raise InvalidRestore(f"transaction_records must be >= 1, got {self.transaction_records}")
+
+    @property
+    def ledger_id(self) -> str:
+        return ledger_id(self.source_topic, self.target_topic, self.filters)
+
+
+@dataclass
+class PartitionCount:
+    records: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class WindowReport:
+    window: OffsetWindow
+    dry_run: bool
+    archived: int = 0  # records in the window's manifest
+    restored: int = 0  # produced (dry run: would be produced)
+    skipped: int = 0  # already in the target, per the ledger
+    filtered: int = 0  # outside the time or offset filter
+    bytes: int = 0  # key + value + header bytes of the restored records
+    timestamps_replaced: int = 0  # timestamp <= 0: the producer stamps these with its own time
+    transactions: int = 0
+    seconds: float = 0.0
+    partitions: dict[int, PartitionCount] = field(default_factory=dict)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "records_archived": self.archived,
+            "records_restored": self.restored,
+            "records_skipped_already_present": self.skipped,
+            "records_filtered": self.filtered,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "records_per_second": round(self.restored / self.seconds, 1) if self.seconds > 0 else 0.0,
+            "transactions": self.transactions,
+            "target_partitions": sorted(self.partitions),
+            "per_target_partition": {str(p): {"records": c.records, "bytes": c.bytes}
+                                     for p, c in sorted(self.partitions.items())},
+            "timestamps_replaced": self.timestamps_replaced,
+        }
+
+
+def _record_bytes(r: ArchivedRecord) -> int:
+    n = len(r.key or b"") + len(r.value or b"")
+    for k, v in r.headers:
+        n += len(k.encode()) + len(v or b"")
+    return n
+
+
+def _kafka_error(e: BaseException) -> Any:
+    return e.args[0] if e.args and hasattr(e.args[0], "code") else None
+
+
+class _Ledger:
+    """The ledger as committed-offset metadata of consumer group `request.ledger_id` on the target topic."""
+
+    def __init__(self, kafka: Any, request: RestoreRequest, num_target: int) -> None:
+        from confluent_kafka import Consumer
+
+        self.request, self.num_target, self.timeout = request, num_target, kafka.timeout_s
+        # read_committed: the coordinator then never returns offsets of a transaction still pending.
+        self.consumer = Consumer(kafka.client_config(**{"group.id": request.ledger_id, "enable.auto.commit": False,
+                                                         "isolation.level": "read_committed"}))
+
+    def read(self) -> dict[int, RangeSet]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        tps = [TopicPartition(self.request.target_topic, b) for b in range(self.num_target)]
+        deadline = time.monotonic() + max(60.0, self.timeout * 4)
+        while True:
+            try:
+                got = self.consumer.committed(tps, timeout=self.timeout)
+                break
+            except KafkaException as e:
+                err = _kafka_error(e)
+                # A transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
+                if err is not None and err.retriable() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                    f"failed: {e}") from None
+        for tp in got:
+            if tp.error is not None:
+                raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                    f"partition {tp.partition}: {tp.error}")
+        return decode_ledger(self.request.source_topic, [tp.metadata for tp in got if tp.offset >= 0])
+
+    def entries(self, ledger: dict[int, RangeSet], source_partition: int) -> list:
+        from confluent_kafka import TopicPartition
+
+        enc = encode_ledger(self.request.source_topic, ledger, self.num_target,
+                            [source_partition % self.num_target])
+        return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
+
+    def group_metadata(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class _Producer:
+    """A transactional producer that remembers delivery errors and turns Kafka's errors into clear ones."""
+
+    def __init__(self, kafka: Any, request: RestoreRequest) -> None:
+        from confluent_kafka import KafkaException
+
+        self.request, self.timeout, self.errors = request, max(30.0, kafka.timeout_s), []
+        self.producer = kafka.producer(**{
+            "transactional.id": request.ledger_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "message.max.bytes": 64 << 20,
+            "queue.buffering.max.messages": 200_000,
+            "delivery.report.only.error": True,
+            "on_delivery": self._report,
+        })
+        self.in_txn = False
+        try:
+            # Aborts a transaction a crashed run left open, and fences that run's producer.
+            self.producer.init_transactions(self.timeout)
+        except KafkaException as e:
+            raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
+                                "Does the target cluster allow transactions (transaction.state.log.*)?") from None
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    def produce(self, partition: int, r: ArchivedRecord, headers: list[tuple[str, bytes | None]]) -> None:
+        if not self.in_txn:
+            self.producer.begin_transaction()
+            self.in_txn = True
+        while True:
+            try:
+                # timestamp 0 means "now" to librdkafka, so timestamps <= 0 cannot be kept (counted by the caller)
+                self.producer.produce(self.request.target_topic, value=r.value, key=r.key, partition=partition,
+                                      headers=headers or None, timestamp=max(r.timestamp_ms, 0))
+                return
+            except BufferError:  # the local queue is full: let it drain
+                self.producer.poll(0.05)
+
+    def commit(self, offsets: list, group_metadata: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        self.producer.flush(self.timeout)
+        if self.errors:
+            self.abort()
+            raise RestoreFailed(f"{len(self.errors)} records were not delivered to {self.request.target_topic!r} "
+                                f"(transaction aborted, nothing of it is visible): {'; '.join(self.errors[:3])}")
+        try:
+            self.producer.send_offsets_to_transaction(offsets, group_metadata, self.timeout)
+            for attempt in range(3):
+                try:
+                    self.producer.commit_transaction(self.timeout)
+                    break
+                except KafkaException as e:
+                    err = _kafka_error(e)
+                    if err is not None and err.retriable() and attempt < 2:
+                        continue
+                    raise
+        except KafkaException as e:
+            err = _kafka_error(e)
+            if err is not None and err.fatal():
+                raise RestoreFailed(
+                    f"the restore was fenced: another run of the same restore (transactional.id "
+                    f"{self.request.ledger_id!r}) started; only one may run at a time. Kafka said: {e}") from None
+            if err is not None and err.txn_requires_abort():
+                self.abort()
+            raise RestoreFailed(f"committing a restore transaction to {self.request.target_topic!r} failed: {e}") \
+                from None
+        self.in_txn = False
+
+    def abort(self) -> None:
+        if self.in_txn:
+            try:
+                self.producer.abort_transaction(self.timeout)
+            finally:
+                self.in_txn = False
+
+
+def target_partition_count(kafka: Any, topic: str) -> int:
+    from s3_archive.resources import UnknownTopic
+
+    try:
+        return len(kafka.partitions(topic))
+    except UnknownTopic:
+        raise InvalidRestore(f"target topic {topic!r} does not exist on {kafka.bootstrap_servers}; create it first "
+                             "(a restore never creates topics: partitions, retention and compaction are yours to "
+                             "choose)") from None
+
+
+def restore_windows(kafka: Any, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
+                    windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault) -> Iterator[WindowReport]:
+    """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
+    its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
+    of a source partition reach the target in offset order."""
+    ws = sorted(set(windows))
+    manifests = read_manifests(s3, bucket, prefix, request.source_topic, ws)
+    num_target = target_partition_count(kafka, request.target_topic)
+    request.mapping.check({w.partition for w in ws}, num_target, request.target_topic)
+    route = request.mapping.compiled(num_target)
+    filters = request.filters
+
+    producer = None if request.dry_run else _Producer(kafka, request)
+    ledger_store = _Ledger(kafka, request, num_target)
+    committed = 0  # transactions committed by this run
+    produced = 0  # records produced by this run
+    try:
+        ledger = ledger_store.read()  # after init_transactions: no transaction of ours is pending any more
+        log.info(f"restore {request.ledger_id}: {len(ws)} windows into {request.target_topic!r} ({num_target} "
+                 f"partitions, mapping {request.mapping.mode}); ledger covers "
+                 f"{sum(rs.size() for rs in ledger.values())} source offsets" + (" [dry run]" if request.dry_run
+                                                                                  else ""))
+        for w in ws:
+            t0 = time.monotonic()
+            manifest = manifests[w]
+            rep = WindowReport(w, request.dry_run, archived=manifest["record_count"])
+            scope = filters.offset_scope(w)
+            if scope is None or not filters.time_may_match(manifest.get("min_timestamp_ms"),
+                                                           manifest.get("max_timestamp_ms")):
+                rep.filtered = rep.archived
+                rep.seconds = time.monotonic() - t0
+                yield rep
+                continue
+            sp = w.partition
+            done = ledger.get(sp, RangeSet())
+            seg_start, in_txn_records = scope[0], 0
+
+            def commit(upto: int) -> None:
+                nonlocal ledger, committed, seg_start, in_txn_records
+                new = {p: rs.copy() for p, rs in ledger.items()}
+                new.setdefault(sp, RangeSet()).add(seg_start, upto)
+                producer.commit(ledger_store.entries(new, sp), ledger_store.group_metadata())
+                ledger, seg_start, in_txn_records = new, upto, 0
+                committed += 1
+                rep.transactions += 1
+                fault(f"committed:{committed}")
+
+            for r in window_records(s3, bucket, w, manifest):
+                if not scope[0] <= r.offset < scope[1]:
+                    rep.filtered += 1
+                    continue
+                if r.offset in done:
+                    rep.skipped += 1
+                    continue
+                if not filters.time_ok(r.timestamp_ms):
+                    rep.filtered += 1
+                    continue
+                tp = route(sp, r.key)
+                size = _record_bytes(r)
+                c = rep.partitions.setdefault(tp, PartitionCount())
+                c.records += 1
+                c.bytes += size
+                rep.restored += 1
+                rep.bytes += size
+                if r.timestamp_ms <= 0:
+                    rep.timestamps_replaced += 1
+                if producer is None:
+                    continue
+                headers = r.headers
+                if request.provenance_headers:
+                    headers = headers + [(PROVENANCE_TOPIC, request.source_topic.encode()),
+                                         (PROVENANCE_PARTITION, str(sp).encode()),
+                                         (PROVENANCE_OFFSET, str(r.offset).encode())]
+                producer.produce(tp, r, headers)
+                produced += 1
+                in_txn_records += 1
+                fault(f"produced:{produced}")
+                if in_txn_records >= request.transaction_records:
+                    commit(r.offset + 1)
+            # The rest of the window's scope (incl. offsets with no record) is done once its records are in.
+            if producer is not None and producer.in_txn:
+                commit(scope[1])
+            rep.seconds = time.monotonic() - t0
+            yield rep
+    except Exception:
+        # An ordinary failure aborts at once, so read_committed consumers of the target are not held back until
+        # the transaction times out. (A killed process cannot: the next run's init_transactions aborts it.)
+        if producer is not None:
+            try:
+                producer.abort()
+            except Exception as e:  # the original error matters more
+                log.warning(f"aborting the restore transaction failed too: {e}")
+        raise
+    finally:
+        ledger_store.close()
