@@ -22,7 +22,7 @@ from s3_archive.commit import (
 from s3_archive.formats import FORMATS
 from s3_archive.resources import KafkaResource
 from s3_archive.settings import ArchiveConfig
-from s3_archive.stage import StageStats, absent_ranges, stage_window
+from s3_archive.stage import StageStats, absent_ranges, absent_ranges_from_kafka, stage_window
 from s3_archive.windows import OffsetWindow
 
 MANIFEST_VERSION = 1
@@ -130,7 +130,7 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
     staging_uri = f"s3a://{cfg.bucket}/{staging}"
     if read_start < window.end:
         stats = stage_window(spark, kafka.spark_options(), topic, window, read_start, fmt, cfg.codec, staging_uri,
-                             cfg.max_records_per_object)
+                             cfg.max_records_per_object, cfg.csv_fields)
     else:
         stats = StageStats(0, 0, None, None, None, None, "{}")
 
@@ -147,7 +147,11 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
     truncated = False
     expected = window.end - read_start
     if stats.records != expected and stats.records > 0:
-        absent, truncated = absent_ranges(spark, fmt, staging_uri, stats.schema_json, read_start, window.end)
+        if fmt.lossless:
+            absent, truncated = absent_ranges(spark, fmt, staging_uri, stats.schema_json, read_start, window.end)
+        else:  # csv/text may not carry offsets: re-read just the offsets from Kafka
+            absent, truncated = absent_ranges_from_kafka(spark, kafka.spark_options(), topic, window.partition,
+                                                         read_start, window.end)
     elif stats.records == 0 and expected > 0:
         absent = [[read_start, window.end]]
 

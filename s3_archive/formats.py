@@ -7,7 +7,7 @@ record's coordinates and timestamp.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
     # (archived column, Spark Kafka source column)
@@ -22,6 +22,14 @@ ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Fields a csv archive can carry (Aiven's format.output.fields), in the order given by the config.
+CSV_FIELDS = ("key", "value", "offset", "timestamp", "headers")
+# Spark 4.0's text writers (json, csv, text) have no zstd without Hadoop's native library, so text formats
+# offer gzip and bzip2; use parquet or avro for zstd.
+_TEXT_CODECS = ("none", "gzip", "bzip2")
+_TEXT_SUFFIX = {"gzip": ".gz", "bzip2": ".bz2"}
+
+
 @dataclass(frozen=True)
 class FormatSpec:
     name: str
@@ -31,12 +39,18 @@ class FormatSpec:
     default_codec: str
     # codec -> suffix appended to the object name (compressed text formats)
     codec_suffix: dict[str, str]
+    # our codec name -> Spark's, where they differ
+    spark_codec: dict[str, str] = field(default_factory=dict)
+    lossless: bool = True  # carries key, value and headers byte for byte (restore needs this)
 
     def spark_options(self, codec: str) -> dict[str, str]:
-        opts = {"compression": codec}
+        opts = {"compression": self.spark_codec.get(codec, codec)}
         if self.spark_format == "json":
             # Nulls stay explicit ("key": null) so a reader can tell a null key from a missing field.
             opts |= {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+        if self.spark_format == "csv":
+            # Empty strings and nulls stay apart: null is an empty field, "" is a quoted empty field.
+            opts |= {"header": "false", "nullValue": "", "emptyValue": '""', "escape": '"'}
         return opts
 
     def object_suffix(self, codec: str) -> str:
@@ -46,6 +60,12 @@ class FormatSpec:
 FORMATS: dict[str, FormatSpec] = {
     "parquet": FormatSpec("parquet", "parquet", ".parquet", ("snappy", "zstd", "gzip", "lz4_raw", "none"),
                           "snappy", {}),
-    "jsonl": FormatSpec("jsonl", "json", ".jsonl", ("none", "gzip", "zstd"), "none",
-                        {"gzip": ".gz", "zstd": ".zst"}),
+    "avro": FormatSpec("avro", "avro", ".avro", ("snappy", "deflate", "zstd", "bzip2", "xz", "none"), "snappy", {},
+                       {"zstd": "zstandard", "none": "uncompressed"}),
+    "jsonl": FormatSpec("jsonl", "json", ".jsonl", _TEXT_CODECS, "none", _TEXT_SUFFIX),
+    # Aiven's csv: the configured fields, key and value base64, headers as name:value pairs (both base64)
+    # separated by ';'. A null value and an absent header value are both empty: not lossless.
+    "csv": FormatSpec("csv", "csv", ".csv", _TEXT_CODECS, "none", _TEXT_SUFFIX, lossless=False),
+    # One record's value per line, decoded as UTF-8 (Aiven/Lenses text): for values that are text.
+    "text": FormatSpec("text", "text", ".txt", _TEXT_CODECS, "none", _TEXT_SUFFIX, lossless=False),
 }

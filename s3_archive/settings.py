@@ -43,8 +43,11 @@ class ArchiveConfig(_Strict):
     topics: list[str] = Field(min_length=1)
     bucket: str
     prefix: str = ""
-    format: Literal["parquet", "jsonl"] = "parquet"
+    format: Literal["parquet", "avro", "jsonl", "csv", "text"] = "parquet"
     compression: str | None = Field(default=None, description="None: the format's default codec")
+    csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
+        default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
+        description="csv only: the columns, in order (Aiven's format.output.fields)")
     flush: FlushPolicy = FlushPolicy()
     max_records_per_object: int | None = Field(default=None, ge=1, description="split a window's output into "
                                                                                "numbered parts")
@@ -88,6 +91,8 @@ class ArchiveConfig(_Strict):
     @model_validator(mode="after")
     def _codec(self) -> ArchiveConfig:
         spec = FORMATS[self.format]
+        if len(set(self.csv_fields)) != len(self.csv_fields):
+            raise ValueError(f"csv_fields lists a field twice: {self.csv_fields}")
         if self.compression is not None and self.compression not in spec.codecs:
             raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
                              f"supported: {', '.join(spec.codecs)}")

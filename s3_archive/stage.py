@@ -50,9 +50,22 @@ def read_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, 
     return df.select(*[F.col(src).alias(dst) for dst, src in ENVELOPE_COLUMNS])
 
 
+def to_output(df: DataFrame, fmt: FormatSpec, csv_fields: list[str]) -> DataFrame:
+    """The envelope as the format stores it (identity for the lossless, typed formats)."""
+    if fmt.name == "text":
+        return df.select(F.coalesce(F.col("value").cast("string"), F.lit("")).alias("value"))
+    if fmt.name == "csv":
+        pairs = F.transform("headers", lambda h: F.concat(F.base64(F.encode(h["key"], "UTF-8")), F.lit(":"),
+                                                          F.coalesce(F.base64(h["value"]), F.lit(""))))
+        cols = {"key": F.base64("key"), "value": F.base64("value"), "offset": F.col("offset"),
+                "timestamp": F.unix_millis("timestamp"), "headers": F.concat_ws(";", pairs)}
+        return df.select(*[cols[f].alias(f) for f in csv_fields])
+    return df
+
+
 def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, window: OffsetWindow,
                  read_start: int, fmt: FormatSpec, codec: str, staging_uri: str,
-                 max_records_per_object: int | None) -> StageStats:
+                 max_records_per_object: int | None, csv_fields: list[str] | None = None) -> StageStats:
     obs = Observation(f"w_{topic}_{window.key}")
     header_bytes = F.aggregate(
         F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>")), F.lit(0).cast("long"),
@@ -70,7 +83,8 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
         F.min(F.unix_millis("timestamp")).alias("min_ts"),
         F.max(F.unix_millis("timestamp")).alias("max_ts"),
     )
-    writer = observed.write.format(fmt.spark_format).options(**fmt.spark_options(codec)).mode("errorifexists")
+    out = to_output(observed, fmt, csv_fields or [])
+    writer = out.write.format(fmt.spark_format).options(**fmt.spark_options(codec)).mode("errorifexists")
     if max_records_per_object:
         writer = writer.option("maxRecordsPerFile", str(max_records_per_object))
     writer.save(staging_uri)
@@ -94,6 +108,16 @@ def absent_ranges(spark: SparkSession, fmt: FormatSpec, staging_uri: str, schema
 
     schema = StructType.fromJson(json.loads(schema_json))
     offsets = spark.read.format(fmt.spark_format).schema(schema).load(staging_uri).select("offset")
+    return _gaps(spark, offsets, start, end)
+
+
+def absent_ranges_from_kafka(spark: SparkSession, kafka_options: dict[str, str], topic: str, partition: int,
+                             start: int, end: int) -> tuple[list[list[int]], bool]:
+    """As absent_ranges, for formats that do not store offsets: a second, offsets-only read of the window."""
+    return _gaps(spark, read_window(spark, kafka_options, topic, partition, start, end).select("offset"), start, end)
+
+
+def _gaps(spark: SparkSession, offsets: DataFrame, start: int, end: int) -> tuple[list[list[int]], bool]:
     bounds = spark.createDataFrame([(start - 1,), (end,)], "offset long")
     w = Window.orderBy("offset")
     gaps = (

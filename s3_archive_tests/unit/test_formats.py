@@ -12,7 +12,7 @@ ALL = [(name, codec) for name, spec in sorted(FORMATS.items()) for codec in spec
 
 
 def test_formats_known():
-    assert set(FORMATS) == {"parquet", "jsonl"}
+    assert set(FORMATS) == {"parquet", "avro", "jsonl", "csv", "text"}
 
 
 def test_settings_offer_exactly_the_known_formats():
@@ -29,7 +29,7 @@ def test_spec_is_consistent(name):
     assert "none" in spec.codecs  # every format can be written uncompressed
     assert set(spec.codec_suffix) <= set(spec.codecs)
     assert spec.extension.startswith(".")
-    assert spec.extension == f".{name}"
+    assert spec.extension == (".txt" if name == "text" else f".{name}")
 
 
 def test_defaults():
@@ -41,7 +41,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("name,codec,suffix", [
     ("jsonl", "gzip", ".jsonl.gz"),
-    ("jsonl", "zstd", ".jsonl.zst"),
+    ("jsonl", "bzip2", ".jsonl.bz2"),
     ("jsonl", "none", ".jsonl"),
     ("parquet", "zstd", ".parquet"),
     ("parquet", "snappy", ".parquet"),

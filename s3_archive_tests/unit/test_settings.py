@@ -255,8 +255,9 @@ def test_unsupported_compression_lists_supported_codecs(fmt, codec):
 
 
 def test_bad_format():
-    msg = error_of(config(format="csv"))
-    assert error_lines(msg) == ["archives[0].format: Input should be 'parquet' or 'jsonl', got 'csv'"]
+    msg = error_of(config(format="xml"))
+    assert error_lines(msg) == ["archives[0].format: Input should be 'parquet', 'avro', 'jsonl', 'csv' or 'text', "
+                                "got 'xml'"]
 
 
 def test_bad_on_data_loss():
@@ -281,7 +282,7 @@ def test_wrong_types_name_path_and_value():
 
 
 def test_all_errors_reported_at_once():
-    msg = error_of(config(bucket="B", format="csv", flush={"count": 0}))
+    msg = error_of(config(bucket="B", format="xml", flush={"count": 0}))
     paths = sorted(line.split(": ", 1)[0] for line in error_lines(msg))
     assert paths == ["archives[0].bucket", "archives[0].flush.count", "archives[0].format"]
 
