@@ -16,6 +16,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from s3_archive.defs.archive.assets import build_archive_assets
+from s3_archive.defs.archive.sensors import build_archive_automation
 from s3_archive.resources import KafkaResource, SparkResource
 from s3_archive.settings import Settings, load_settings
 
@@ -49,7 +50,11 @@ def build_resources(env: str) -> dict[str, dg.ConfigurableResource]:
 
 
 def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
-    return dg.Definitions(assets=build_archive_assets(settings.archives), resources=build_resources(env))
+    """Each domain contributes its own definitions; resources are shared."""
+    return dg.Definitions.merge(
+        dg.Definitions(assets=build_archive_assets(settings.archives), resources=build_resources(env)),
+        build_archive_automation(settings),
+    )
 
 
 defs = build_defs(

@@ -102,7 +102,8 @@ class KafkaBroker:
         if not (self.data_dir / "logs" / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
-                self._cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)),
+                # `--cluster-id=ID`, not `-t ID`: an id starting with '-' (1 in 64) would parse as an option.
+                self._cmd("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(cfg)),
                 capture_output=True, text=True, timeout=120,
             )
             if fmt.returncode != 0:

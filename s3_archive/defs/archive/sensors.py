@@ -127,8 +127,9 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     states: list[PartitionState] = []
     for topic in cfg.topics:
         try:
-            scan = partition_states(kafka, cfg, topic, existing_windows(context.instance, topic, context.log),
-                                    recent_bytes_per_record(context.instance, topic), now_ms)
+            bpr = recent_bytes_per_record(context.instance, topic) if cfg.flush.bytes is not None else None
+            scan = partition_states(kafka, cfg, topic, existing_windows(context.instance, topic, context.log), bpr,
+                                    now_ms)
         except UnknownTopic as e:
             # The other topics of the archive still get their windows; this one waits until it exists.
             context.log.warning(str(e))
@@ -138,8 +139,8 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
         states += scan.states
     cuts = planning.plan_windows(states, max_windows)
     if not cuts:
-        return dg.SensorResult(skip_reason="no new windows: every partition is below flush.count and its oldest "
-                                           "unarchived record is younger than flush.interval_seconds")
+        return dg.SensorResult(skip_reason="no new windows: no partition has a full window of new records, nor a "
+                                           "rest older than flush.interval_seconds")
     keys_by_topic: dict[str, list[str]] = {}
     for c in cuts:
         keys_by_topic.setdefault(c.topic, []).append(c.window.key)

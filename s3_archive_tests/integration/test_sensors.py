@@ -1,0 +1,316 @@
+"""The offsets sensor and the asset checks against the real broker and moto server (Spark only where a window is
+really archived)."""
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+
+import dagster as dg
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewPartitions
+
+from s3_archive import layout
+from s3_archive.defs.archive.assets import build_archive_assets
+from s3_archive.defs.archive.checks import CONTIGUOUS, OBJECTS, RETENTION, build_archive_checks
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.schedules import checks_job_name
+from s3_archive.defs.archive.sensors import CUT_TAG, build_archive_automation, build_offsets_sensor
+from s3_archive.planning import DEFAULT_BYTES_PER_RECORD
+from s3_archive.settings import ArchiveConfig, FlushPolicy, Settings
+from s3_archive.windows import OffsetWindow, check_contiguous
+from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+
+def config(services, topics: list[str], unique: str, **flush) -> ArchiveConfig:
+    return ArchiveConfig(name="sensed", topics=topics, bucket=services.bucket, prefix=f"sensed/{unique}/",
+                         flush=FlushPolicy(**flush))
+
+
+def tick(cfg: ArchiveConfig, kafka, instance: dg.DagsterInstance, cursor: str | None = None) -> dg.SensorResult:
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka}, cursor=cursor)
+    result = build_offsets_sensor(cfg)(context)
+    assert isinstance(result, dg.SensorResult)
+    return result
+
+
+def apply(result: dg.SensorResult, instance: dg.DagsterInstance) -> None:
+    """What the daemon does with a tick's partition requests before it launches the runs."""
+    for req in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+
+
+def cut(result: dg.SensorResult) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, start, end) of every requested window, checked against the partition requests."""
+    out = []
+    added = {(r.partitions_def_name, k) for r in result.dynamic_partitions_requests or [] for k in r.partition_keys}
+    for r in result.run_requests or []:
+        (key,) = r.asset_selection
+        topic = key.path[-1]
+        w = OffsetWindow.parse(r.partition_key)
+        assert key == archive_asset_key(topic) and r.run_key == f"{topic}/{w.key}"
+        assert r.asset_check_keys == []
+        assert (window_partitions(topic).name, w.key) in added
+        out.append((topic, w.partition, w.start, w.end))
+    assert len(added) == len(out)
+    return out
+
+
+def windows_of(instance: dg.DagsterInstance, topic: str) -> list[OffsetWindow]:
+    return sorted(OffsetWindow.parse(k) for k in instance.get_dynamic_partitions(window_partitions(topic).name))
+
+
+def delete_records(kafka, topic: str, partition: int, before: int) -> None:
+    tp = TopicPartition(topic, partition, before)
+    admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+    admin.delete_records([tp])[tp].result(timeout=30)
+
+
+@dataclass
+class Archived:
+    topic: str
+    cfg: ArchiveConfig
+    instance: dg.DagsterInstance
+    res: dict
+    windows: list[OffsetWindow]
+    meta: dict[str, dict]
+
+
+@pytest.fixture(scope="module")
+def archived(kafka, services, spark_resource) -> Archived:
+    """One topic with three windows really archived by the asset (Spark), shared to keep the module fast."""
+    unique = uuid.uuid4().hex[:8]
+    topic = create_topic(kafka, f"archived-{unique}")
+    produce(kafka, topic, [(0, b"k", b"v" * 200, [])] * 30)
+    cfg = config(services, [topic], unique)
+    res = resources(services, kafka, spark_resource)
+    instance = dg.DagsterInstance.ephemeral()
+    ws = [OffsetWindow(0, 0, 10), OffsetWindow(0, 10, 20), OffsetWindow(0, 20, 30)]
+    meta = window_metadata(materialize(cfg, topic, ws, res, instance))
+    return Archived(topic, cfg, instance, res, ws, meta)
+
+
+# --- the sensor --------------------------------------------------------------------------------------------------
+
+
+def test_full_windows_from_the_log_start_then_from_the_last_window(kafka, services, unique):
+    topic = create_topic(kafka, f"count-{unique}", partitions=2)
+    produce(kafka, topic, [(0, None, b"x", [])] * 25 + [(1, None, b"y", [])] * 15)
+    delete_records(kafka, topic, 1, 3)  # partition 1 starts at offset 3: its first window must too
+    cfg = config(services, [topic], unique, count=10, interval_seconds=None)
+    instance = dg.DagsterInstance.ephemeral()
+
+    first = tick(cfg, kafka, instance)
+    assert cut(first) == [(topic, 0, 0, 10), (topic, 1, 3, 13), (topic, 0, 10, 20)]
+    assert {r.tags[CUT_TAG] for r in first.run_requests} == {"count"}
+    apply(first, instance)
+
+    produce(kafka, topic, [(0, None, b"x", [])] * 10)
+    second = tick(cfg, kafka, instance)
+    assert cut(second) == [(topic, 0, 20, 30)]  # partition 1 has 2 records after its window: not a full one
+    apply(second, instance)
+
+    third = tick(cfg, kafka, instance)
+    assert cut(third) == [] and "no new windows" in third.skip_reason.skip_message
+
+
+def test_the_rest_is_cut_once_its_oldest_record_is_older_than_the_interval(kafka, services, unique):
+    topic = create_topic(kafka, f"age-{unique}")
+    produce(kafka, topic, [(0, None, b"x", [])] * 25)
+    produced_at = time.monotonic()
+    cfg = config(services, [topic], unique, count=10, interval_seconds=3)
+    instance = dg.DagsterInstance.ephemeral()
+
+    fresh = tick(cfg, kafka, instance)
+    assert cut(fresh) == [(topic, 0, 0, 10), (topic, 0, 10, 20)]  # [20, 25) is too young
+    apply(fresh, instance)
+
+    time.sleep(max(0.0, produced_at + 3.3 - time.monotonic()))
+    old = tick(cfg, kafka, instance)
+    assert cut(old) == [(topic, 0, 20, 25)] and old.run_requests[0].tags[CUT_TAG] == "age"
+    apply(old, instance)
+
+    # Age is that of the oldest record in no window: the new ones, not the ones just archived.
+    produce(kafka, topic, [(0, None, b"x", [])] * 3)
+    assert cut(tick(cfg, kafka, instance)) == []
+
+
+def test_a_repeated_tick_or_lost_cursor_cuts_the_same_windows_and_never_overlaps(kafka, services, unique):
+    topic = create_topic(kafka, f"restart-{unique}")
+    produce(kafka, topic, [(0, None, b"x", [])] * 250)
+    cfg = config(services, [topic], unique, count=2, interval_seconds=None)
+    instance = dg.DagsterInstance.ephemeral()
+    # A window that already exists (an earlier sensor, or added by hand): the keys, not a cursor, are the truth.
+    instance.add_dynamic_partitions(window_partitions(topic).name, [OffsetWindow(0, 0, 7).key])
+
+    first = tick(cfg, kafka, instance)
+    # Evaluated again before its partitions were added (the daemon died mid-tick): the same windows and run keys,
+    # which Dagster de-duplicates.
+    again = tick(cfg, kafka, instance, cursor="stale")
+    assert cut(first) == cut(again)
+    assert [r.run_key for r in first.run_requests] == [r.run_key for r in again.run_requests]
+    assert len(cut(first)) == 100, "one tick is bounded"
+    assert cut(first)[0] == (topic, 0, 7, 9)
+    apply(first, instance)
+
+    second = tick(cfg, kafka, instance)  # fresh context: no cursor at all
+    assert cut(second)[0] == (topic, 0, 207, 209) and cut(second)[-1] == (topic, 0, 247, 249)
+    assert not {r.run_key for r in first.run_requests} & {r.run_key for r in second.run_requests}
+    apply(second, instance)
+
+    assert cut(tick(cfg, kafka, instance)) == []
+    ws = windows_of(instance, topic)
+    assert check_contiguous(ws) == [] and (ws[0].start, ws[-1].end, len(ws)) == (0, 249, 122)
+
+
+def test_partitions_added_to_a_topic_are_archived_from_their_start(kafka, services, unique):
+    topic = create_topic(kafka, f"grow-{unique}")
+    produce(kafka, topic, [(0, None, b"x", [])] * 10)
+    cfg = config(services, [topic], unique, count=5, interval_seconds=None)
+    instance = dg.DagsterInstance.ephemeral()
+    apply(tick(cfg, kafka, instance), instance)
+
+    admin = kafka.admin()
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
+    deadline = time.monotonic() + 20
+    while kafka.partitions(topic) != [0, 1, 2]:
+        assert time.monotonic() < deadline, "the new partitions never showed up in the metadata"
+        time.sleep(0.2)
+    produce(kafka, topic, [(2, None, b"z", [])] * 5 + [(1, None, b"y", [])] * 4)
+
+    assert cut(tick(cfg, kafka, instance)) == [(topic, 2, 0, 5)]
+
+
+def test_each_topic_of_an_archive_gets_its_own_run_keys_and_a_missing_topic_waits(kafka, services, spark_resource,
+                                                                                  unique):
+    a = create_topic(kafka, f"two-a-{unique}")
+    b = create_topic(kafka, f"two-b-{unique}")
+    for t in (a, b):
+        produce(kafka, t, [(0, None, b"x", [])] * 5)
+    cfg = config(services, [a, b, f"not-yet-{unique}"], unique, count=5, interval_seconds=None)
+    defs = dg.Definitions.merge(dg.Definitions(assets=build_archive_assets([cfg]),
+                                               resources=resources(services, kafka, spark_resource)),
+                                build_archive_automation(Settings(archives=[cfg])))
+    (sensor,) = defs.get_repository_def().sensor_defs
+
+    # As the daemon evaluates it: run requests resolved against the repository's assets, checks and partitions
+    # (a persistent instance: the partition keys are validated against it plus the tick's own requests).
+    with dg.instance_for_test() as instance:
+        data = sensor.evaluate_tick(dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
+                                                            resources={"kafka": kafka}))
+
+    assert sorted((r.asset_selection[0].path[-1], r.partition_key) for r in data.run_requests) == \
+        [(a, OffsetWindow(0, 0, 5).key), (b, OffsetWindow(0, 0, 5).key)]
+    assert len({r.run_key for r in data.run_requests}) == 2  # same window key, two topics
+    assert all(r.job_name and r.asset_check_keys == [] for r in data.run_requests)  # checks run daily instead
+    assert sorted(r.partitions_def_name for r in data.dynamic_partitions_requests) == \
+        sorted(window_partitions(t).name for t in (a, b))
+
+
+def test_byte_cap_uses_the_bytes_per_record_of_archived_windows(kafka, archived):
+    topic, cfg = archived.topic, archived.cfg.model_copy(update={"flush": FlushPolicy(count=1000, bytes=5000,
+                                                                                      interval_seconds=None)})
+    produce(kafka, topic, [(0, b"k", b"v" * 200, [])] * 100)  # after the 30 archived ones
+
+    # Nothing archived yet (another instance): the default estimate
+    default_size = math.floor(5000 / DEFAULT_BYTES_PER_RECORD)
+    assert cut(tick(cfg, kafka, dg.DagsterInstance.ephemeral()))[0] == (topic, 0, 0, default_size)
+
+    measured = sum(m["bytes_read"] for m in archived.meta.values()) / 30
+    size = math.floor(5000 / measured)
+    assert size != default_size and size < cfg.flush.count
+    result = tick(cfg, kafka, archived.instance)
+    assert cut(result)[:2] == [(topic, 0, 30, 30 + size), (topic, 0, 30 + size, 30 + 2 * size)]
+    assert {r.tags[CUT_TAG] for r in result.run_requests} == {"bytes"}
+
+
+# --- the asset checks --------------------------------------------------------------------------------------------
+
+
+def run_check(cfg: ArchiveConfig, topic: str, name: str, instance: dg.DagsterInstance,
+              res: dict | None = None) -> dg.AssetCheckResult:
+    (check,) = [c for c in build_archive_checks(cfg, topic) if c.check_key.name == name]
+    return check(dg.build_asset_check_context(instance=instance, resources=res or {}))
+
+
+def test_contiguity_check_names_overlaps_holes_and_bad_keys(services, unique):
+    topic = f"tiles-{unique}"
+    cfg = config(services, [topic], unique)
+    instance = dg.DagsterInstance.ephemeral()
+    name = window_partitions(topic).name
+    instance.add_dynamic_partitions(name, [OffsetWindow(0, 0, 10).key, OffsetWindow(0, 10, 20).key,
+                                           OffsetWindow(1, 0, 5).key])
+    ok = run_check(cfg, topic, CONTIGUOUS, instance)
+    assert ok.passed and ok.metadata["windows"].value == 3
+
+    instance.add_dynamic_partitions(name, [OffsetWindow(0, 15, 25).key, OffsetWindow(1, 8, 12).key, "junk"])
+    bad = run_check(cfg, topic, CONTIGUOUS, instance)
+    assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
+    assert "partition 0: p0 [10, 20) overlaps p0 [15, 25)" in bad.description
+    assert "partition 1: offsets [5, 8) are in no window" in bad.description
+    assert "'junk'" in bad.description and bad.metadata["problems"].value == 3
+
+
+def test_objects_check_finds_missing_resized_and_unmanifested_windows(s3, archived):
+    cfg, topic, instance, res, ws = archived.cfg, archived.topic, archived.instance, archived.res, archived.windows
+    ok = run_check(cfg, topic, OBJECTS, instance, res)
+    assert ok.passed and (ok.metadata["manifests"].value, ok.metadata["objects"].value) == (3, 3)
+
+    gone = layout.object_key(cfg.prefix, topic, ws[0], 0, ".parquet")
+    resized = layout.object_key(cfg.prefix, topic, ws[1], 0, ".parquet")
+    s3.delete_object(Bucket=cfg.bucket, Key=gone)
+    s3.put_object(Bucket=cfg.bucket, Key=resized, Body=b"truncated")
+    s3.delete_object(Bucket=cfg.bucket, Key=layout.manifest_key(cfg.prefix, topic, ws[2]))
+    bad = run_check(cfg, topic, OBJECTS, instance, res)
+
+    assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
+    assert f"missing: s3://{cfg.bucket}/{gone}" in bad.description
+    assert f"size changed: s3://{cfg.bucket}/{resized} is 9 bytes" in bad.description
+    assert f"window {ws[2].key} of '{topic}' is materialized but has no manifest" in bad.description
+    assert bad.metadata["problems"].value == 3
+
+
+def test_retention_check_names_the_offsets_kafka_deleted_before_they_were_archived(kafka, services, unique):
+    topic = create_topic(kafka, f"lost-{unique}", partitions=2)
+    produce(kafka, topic, [(0, None, b"x", [])] * 30)
+    cfg = config(services, [topic], unique)
+    instance = dg.DagsterInstance.ephemeral()
+    ws = [OffsetWindow(0, 0, 10), OffsetWindow(0, 10, 20)]
+    instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in ws])
+    instance.report_runless_asset_event(dg.AssetMaterialization(archive_asset_key(topic), partition=ws[0].key))
+    res = {"kafka": kafka}
+
+    ok = run_check(cfg, topic, RETENTION, instance, res)
+    assert ok.passed and ok.metadata["archive_lag"].value == 20  # [10, 20) uncommitted + [20, 30) in no window
+    assert ok.metadata["lag_by_partition"].value == {"0": 20, "1": 0}
+
+    delete_records(kafka, topic, 0, 5)  # inside the committed window: nothing lost
+    assert run_check(cfg, topic, RETENTION, instance, res).passed
+
+    delete_records(kafka, topic, 0, 25)
+    lost = run_check(cfg, topic, RETENTION, instance, res)
+    assert not lost.passed and lost.severity == dg.AssetCheckSeverity.ERROR
+    assert f"topic '{topic}' partition 0: offsets [10, 25) were deleted by Kafka" in lost.description
+    assert lost.metadata["lost_offsets"].value == 15
+    assert lost.metadata["lost_ranges"].value == {"0": [[10, 25]]}
+
+
+def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_resource, unique):
+    topic = create_topic(kafka, f"daily-{unique}")
+    cfg = config(services, [topic], unique)
+    defs = dg.Definitions.merge(
+        dg.Definitions(assets=build_archive_assets([cfg]), resources=resources(services, kafka, spark_resource)),
+        build_archive_automation(Settings(archives=[cfg])),
+    )
+    dg.Definitions.validate_loadable(defs)
+
+    result = defs.resolve_job_def(checks_job_name(cfg)).execute_in_process(instance=dg.DagsterInstance.ephemeral())
+
+    evaluations = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+                   for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True}
+    assert result.get_asset_materialization_events() == []
