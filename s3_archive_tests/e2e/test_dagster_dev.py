@@ -41,9 +41,13 @@ def dagster_dev(services, kafka, tmp_path_factory):
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
     topic = create_topic(kafka, f"e2e-{os.getpid()}")
+    sensed = create_topic(kafka, f"e2e-sensed-{os.getpid()}", partitions=2)
     config = root / "archives.yaml"
-    config.write_text(json.dumps({"archives": [{"name": "e2e", "topics": [topic], "bucket": services.bucket,
-                                                "prefix": "e2e/", "flush": {"count": 50}}]}))
+    config.write_text(json.dumps({"archives": [
+        {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
+        {"name": "e2e_sensed", "topics": [sensed], "bucket": services.bucket, "prefix": "e2e-sensed/",
+         "flush": {"count": 40, "interval_seconds": 3600}},
+    ]}))
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
            "S3_ARCHIVE_ENV": "local"}
     port = free_port()
@@ -62,7 +66,7 @@ def dagster_dev(services, kafka, tmp_path_factory):
             except OSError:
                 assert time.monotonic() < deadline, "dagster dev did not come up in 180s"
                 time.sleep(1)
-        yield url, home, topic
+        yield url, home, topic, sensed
     finally:
         # dagster dev shuts its webserver and daemon down cleanly on SIGINT; SIGKILL only what lingers.
         for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
@@ -76,7 +80,7 @@ def dagster_dev(services, kafka, tmp_path_factory):
 
 
 def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafka, s3, services):
-    url, home, topic = dagster_dev
+    url, home, topic, _ = dagster_dev
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())])
                                       for i in range(150)])
     windows = [OffsetWindow(0, s, s + 50) for s in (0, 50, 100)]
@@ -110,4 +114,23 @@ def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafk
     run_list = runs["partitionBackfillOrError"]["runs"]
     assert len(run_list) == 1 and run_list[0]["status"] == "SUCCESS", run_list  # three windows, one Spark run
     assert all(manifest(s3, cfg, topic, w)["record_count"] == 50 for w in windows)
+    assert archived_records(s3, cfg, topic) == produced
+
+
+def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, kafka, s3, services):
+    url, _, _, topic = dagster_dev
+    produced = produce(kafka, topic, [(i % 2, None, f"v{i}".encode(), []) for i in range(160)])  # 80 per partition
+    started = graphql(url, """
+        mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+          __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
+                      {"s": {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__",
+                             "sensorName": "archive_e2e_sensed_offsets"}})["startSensor"]
+    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
+
+    cfg = archive_config(services.bucket, topic, "e2e-sensed/")
+    windows = [OffsetWindow(p, s, s + 40) for p in (0, 1) for s in (0, 40)]
+    deadline = time.monotonic() + 420
+    while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert time.monotonic() < deadline, "the sensor did not archive the new windows within 420 s"
+        time.sleep(5)
     assert archived_records(s3, cfg, topic) == produced

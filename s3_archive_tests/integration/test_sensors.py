@@ -16,7 +16,9 @@ from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.checks import CONTIGUOUS, OBJECTS, RETENTION, build_archive_checks
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import checks_job_name
-from s3_archive.defs.archive.sensors import CUT_TAG, build_archive_automation, build_offsets_sensor
+from s3_archive.defs.archive.sensors import (
+    CUT_TAG, RANGE_END, RANGE_START, build_archive_automation, build_offsets_sensor,
+)
 from s3_archive.planning import DEFAULT_BYTES_PER_RECORD
 from s3_archive.settings import ArchiveConfig, FlushPolicy, Settings
 from s3_archive.windows import OffsetWindow, check_contiguous
@@ -45,18 +47,24 @@ def apply(result: dg.SensorResult, instance: dg.DagsterInstance) -> None:
 
 
 def cut(result: dg.SensorResult) -> list[tuple[str, int, int, int]]:
-    """(topic, partition, start, end) of every requested window, checked against the partition requests."""
+    """(topic, partition, start, end) of every requested window, checked against the partition requests:
+    a run covers one window (partition_key) or a contiguous slice of the tick's added keys (a range)."""
     out = []
-    added = {(r.partitions_def_name, k) for r in result.dynamic_partitions_requests or [] for k in r.partition_keys}
+    added = {r.partitions_def_name: list(r.partition_keys) for r in result.dynamic_partitions_requests or []}
     for r in result.run_requests or []:
         (key,) = r.asset_selection
         topic = key.path[-1]
-        w = OffsetWindow.parse(r.partition_key)
-        assert key == archive_asset_key(topic) and r.run_key == f"{topic}/{w.key}"
-        assert r.asset_check_keys == []
-        assert (window_partitions(topic).name, w.key) in added
-        out.append((topic, w.partition, w.start, w.end))
-    assert len(added) == len(out)
+        order = added[window_partitions(topic).name]
+        if r.partition_key is not None:
+            keys = [r.partition_key]
+            assert r.run_key == f"{topic}/{r.partition_key}"
+        else:
+            start, end = r.tags[RANGE_START], r.tags[RANGE_END]
+            keys = order[order.index(start):order.index(end) + 1]
+            assert len(keys) > 1 and r.run_key == f"{topic}/{start}..{end}"
+        assert key == archive_asset_key(topic) and r.asset_check_keys == []
+        out += [(topic, w.partition, w.start, w.end) for w in map(OffsetWindow.parse, keys)]
+    assert sum(len(k) for k in added.values()) == len(out)
     return out
 
 
@@ -154,6 +162,7 @@ def test_a_repeated_tick_or_lost_cursor_cuts_the_same_windows_and_never_overlaps
     assert cut(first) == cut(again)
     assert [r.run_key for r in first.run_requests] == [r.run_key for r in again.run_requests]
     assert len(cut(first)) == 100, "one tick is bounded"
+    assert len(first.run_requests) == 13, "a backlog is caught up windows_per_run (8) windows per run"
     assert cut(first)[0] == (topic, 0, 7, 9)
     apply(first, instance)
 

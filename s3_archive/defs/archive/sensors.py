@@ -109,15 +109,30 @@ def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, windo
     return TopicScan(states, behind)
 
 
-def run_request(cut: Cut) -> dg.RunRequest:
-    return dg.RunRequest(
-        run_key=run_key(cut.topic, cut.window),
-        partition_key=cut.window.key,
-        asset_selection=[archive_asset_key(cut.topic)],
-        # The checks scan every window of the topic: run them daily (schedules.py), not after every window.
-        asset_check_keys=[],
-        tags={TOPIC_TAG: cut.topic, CUT_TAG: cut.reason},
-    )
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+
+
+def run_requests(topic: str, cuts: list[Cut], windows_per_run: int) -> list[dg.RunRequest]:
+    """One run per `windows_per_run` consecutive cuts of a topic: a backlog is caught up in a few Spark sessions,
+    not one per window. The cuts are added as dynamic partitions in this same order, so each chunk is a
+    contiguous slice of the insertion order, which is what a dynamic partition range means."""
+    out = []
+    for i in range(0, len(cuts), windows_per_run):
+        chunk = cuts[i:i + windows_per_run]
+        first, last = chunk[0].window.key, chunk[-1].window.key
+        tags = {TOPIC_TAG: topic, CUT_TAG: ",".join(sorted({c.reason for c in chunk}))}
+        if len(chunk) > 1:
+            tags |= {RANGE_START: first, RANGE_END: last}
+        out.append(dg.RunRequest(
+            run_key=run_key(topic, chunk[0].window) + ("" if len(chunk) == 1 else f"..{last}"),
+            partition_key=first if len(chunk) == 1 else None,
+            asset_selection=[archive_asset_key(topic)],
+            # The checks scan every window of the topic: run them daily (schedules.py), not after every run.
+            asset_check_keys=[],
+            tags=tags,
+        ))
+    return out
 
 
 def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: ArchiveConfig,
@@ -141,13 +156,14 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     if not cuts:
         return dg.SensorResult(skip_reason="no new windows: no partition has a full window of new records, nor a "
                                            "rest older than flush.interval_seconds")
-    keys_by_topic: dict[str, list[str]] = {}
+    cuts_by_topic: dict[str, list[Cut]] = {}
     for c in cuts:
-        keys_by_topic.setdefault(c.topic, []).append(c.window.key)
-    context.log.info(f"cutting {len(cuts)} windows: " + ", ".join(f"{t}: {len(k)}" for t, k in keys_by_topic.items()))
+        cuts_by_topic.setdefault(c.topic, []).append(c)
+    context.log.info(f"cutting {len(cuts)} windows: " + ", ".join(f"{t}: {len(c)}" for t, c in cuts_by_topic.items()))
     return dg.SensorResult(
-        run_requests=[run_request(c) for c in cuts],
-        dynamic_partitions_requests=[window_partitions(t).build_add_request(keys) for t, keys in keys_by_topic.items()],
+        run_requests=[r for t, cs in cuts_by_topic.items() for r in run_requests(t, cs, cfg.windows_per_run)],
+        dynamic_partitions_requests=[window_partitions(t).build_add_request([c.window.key for c in cs])
+                                     for t, cs in cuts_by_topic.items()],
     )
 
 
@@ -159,8 +175,8 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = planning.MAX_WIN
         minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Cuts offset windows of {', '.join(cfg.topics)} (flush.count {cfg.flush.count}, flush.bytes "
-                    f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}) and archives each; "
-                    f"at most {max_windows} windows per tick.",
+                    f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}) and archives them, "
+                    f"{cfg.windows_per_run} windows per run, at most {max_windows} windows per tick.",
     )
     def _offsets_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource) -> dg.SensorResult:
         return evaluate(context, kafka, cfg, max_windows)
