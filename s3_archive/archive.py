@@ -40,11 +40,13 @@ class S3Unavailable(RuntimeError):
     """The bucket is missing, unreachable, or the credentials are refused."""
 
 
-def check_bucket(s3: Any, bucket: str) -> None:
-    """One HEAD on the bucket, turned into a clear error; never includes credentials."""
+def check_bucket(s3: Any, bucket: str, prefix: str = "") -> None:
+    """One LIST of at most one key under the archive's prefix, turned into a clear error; never includes
+    credentials. Not HeadBucket: that needs s3:ListBucket on the whole bucket, which the least-privilege policy
+    (`s3-archive iam-policy`) grants only under the archive's prefixes."""
     endpoint = getattr(getattr(s3, "meta", None), "endpoint_url", "S3")
     try:
-        s3.head_bucket(Bucket=bucket)
+        s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
     except ClientError as e:
         code = str(e.response.get("Error", {}).get("Code", ""))
         if code in ("404", "NoSuchBucket", "NotFound"):

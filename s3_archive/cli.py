@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 
 from s3_archive.local.processes import StackError
 from s3_archive.paths import MissingJars, local_stack_dir
+from s3_archive.settings import InvalidConfig
+
+# The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
+DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
     demo.add_argument("--port", type=int, default=3000)
+    iam = sub.add_parser("iam-policy", help="print the least-privilege IAM policy for the configured archives")
+    iam.add_argument("--config", type=Path, help="archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)")
+    iam.add_argument("--region", default="*")
+    iam.add_argument("--account-id", default="*")
     args = parser.parse_args(argv)
 
     from s3_archive.local import stack
@@ -33,11 +44,18 @@ def main(argv: list[str] | None = None) -> int:
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         elif args.command == "local":
             print(stack.status())
+        elif args.command == "iam-policy":
+            from s3_archive.iam import iam_policy
+            from s3_archive.settings import load_settings
+
+            path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
+            print(json.dumps(iam_policy(load_settings(path), region=args.region, account_id=args.account_id),
+                             indent=2))
         elif args.command == "demo":
             from s3_archive.local import demo as demo_mod
 
             return demo_mod.run(port=args.port)
-    except (StackError, MissingJars) as e:
+    except (StackError, MissingJars, InvalidConfig) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

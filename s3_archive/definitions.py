@@ -17,6 +17,8 @@ from dagster_aws.s3 import S3Resource
 
 from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.sensors import build_archive_automation
+from s3_archive.defs.catalog import build_catalog_defs
+from s3_archive.defs.lifecycle import build_lifecycle_defs
 from s3_archive.resources import KafkaResource, SparkResource
 from s3_archive.settings import Settings, load_settings
 
@@ -54,6 +56,8 @@ def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
     return dg.Definitions.merge(
         dg.Definitions(assets=build_archive_assets(settings.archives), resources=build_resources(env)),
         build_archive_automation(settings),
+        build_catalog_defs(settings),
+        build_lifecycle_defs(settings),
     )
 
 

@@ -13,7 +13,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from s3_archive.catalog import CatalogOptions
 from s3_archive.formats import FORMATS
+from s3_archive.lifecycle import LifecyclePolicy
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -55,6 +57,9 @@ class ArchiveConfig(_Strict):
         default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
                                     "lost range in the manifest and archive what is left")
     windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
+    lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
+    catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
+                                                                      "partition projection")
 
     @field_validator("name")
     @classmethod
@@ -144,7 +149,7 @@ def parse_settings(data: object) -> Settings:
         lines = []
         for err in e.errors():
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] not in ("value_error", "assertion_error") and "input" in err:
+            if err["type"] not in ("value_error", "assertion_error", "missing") and "input" in err:
                 msg += f", got {err['input']!r}"
             # Cross-archive checks already start with their key path (see Settings._unique).
             lines.append(msg if not err["loc"] and msg.startswith("archives[") else f"{_loc(err['loc'])}: {msg}")

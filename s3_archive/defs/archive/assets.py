@@ -35,7 +35,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                  s3: S3Resource) -> Iterator[dg.AssetMaterialization]:
         windows = [OffsetWindow.parse(k) for k in context.partition_keys]
         client = s3.get_client()
-        check_bucket(client, cfg.bucket)
+        check_bucket(client, cfg.bucket, cfg.prefix)
         partitions = kafka.partitions(topic)
         for w in windows:
             if w.partition not in partitions:

@@ -1,0 +1,384 @@
+"""The Glue Data Catalog table of an archived topic, so Athena (or Spark, Trino) can query the archive in place.
+
+Pure part: the table input (columns from the archived envelope, SerDe and formats of the archive's format, the
+`kafka_partition int` partition key that is the layout's Hive-style directory, partition projection), the
+equivalent Athena `CREATE EXTERNAL TABLE` DDL, and the diff against a table that exists.
+I/O part (a Glue and an S3 client passed in): create the database and the table, update the table only when its
+input changed, and in the explicit-partitions mode register the partition directories that exist.
+
+Two partition modes:
+- `projection` (default): `projection.*` table parameters tell Athena the partitions are `0..N-1` (N from Kafka),
+  and `storage.location.template` where each one lives; no partition is registered, no MSCK REPAIR is needed.
+- `explicit`: one Glue partition per `kafka_partition=<p>/` directory that exists (engines that ignore projection:
+  Spark and Trino through the Glue metastore, Redshift Spectrum).
+
+In `jsonl` the binary fields are base64 text (docs/layout.md), and a JSON SerDe has no base64 decoding, so key,
+value and header values are `string` columns there (`from_base64(key)` in Athena gives the bytes back).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from s3_archive.formats import ENVELOPE_COLUMNS
+
+if TYPE_CHECKING:  # settings.py imports this module for its config fields: no import cycle at run time
+    from s3_archive.settings import ArchiveConfig
+
+# Formats with a table mapping. Others (avro needs an `avro.schema.literal` matching Spark's writer schema; csv and
+# text are lossy text layouts) get no catalog asset yet.
+CATALOG_FORMATS = ("parquet", "jsonl")
+PARTITION_KEY = "kafka_partition"
+DEFAULT_DATABASE = "s3_archive"
+_GLUE_NAME = re.compile(r"[a-z0-9_]{1,255}")
+_PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
+BATCH = 100  # BatchCreatePartition's limit per call
+
+PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
+PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
+JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
+TEXT_INPUT = "org.apache.hadoop.mapred.TextInputFormat"
+TEXT_OUTPUT = "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat"
+
+# (column, parquet type, jsonl type, comment), in the order of formats.ENVELOPE_COLUMNS (a unit test keeps them equal).
+ENVELOPE: tuple[tuple[str, str, str, str], ...] = (
+    ("key", "binary", "string", "record key bytes (jsonl: base64); null when the record had no key"),
+    ("value", "binary", "string", "record value bytes (jsonl: base64); null for a tombstone"),
+    ("headers", "array<struct<key:string,value:binary>>", "array<struct<key:string,value:string>>",
+     "record headers in order, duplicates and null values kept (jsonl: values base64)"),
+    ("topic", "string", "string", "Kafka topic"),
+    ("partition", "int", "int", "Kafka partition (equal to kafka_partition)"),
+    ("offset", "bigint", "bigint", "Kafka offset"),
+    ("timestamp", "timestamp", "timestamp", "record timestamp, UTC, exact to the Kafka millisecond"),
+    ("timestamp_type", "int", "int", "0 = CreateTime, 1 = LogAppendTime"),
+)
+assert tuple(c[0] for c in ENVELOPE) == tuple(c for c, _ in ENVELOPE_COLUMNS)
+
+# Table parameters this module writes. Any other parameter on the table (Athena's, a person's) is kept on update.
+_MANAGED = ("EXTERNAL", "classification", "storage.location.template")
+_MANAGED_PREFIXES = ("projection.", "s3_archive.")
+
+
+class UnsupportedFormat(ValueError):
+    """The archive's format has no Glue table mapping."""
+
+
+def check_format(cfg: ArchiveConfig) -> None:
+    if cfg.format not in CATALOG_FORMATS:
+        raise UnsupportedFormat(f"archive {cfg.name!r}: format {cfg.format!r} has no Glue table mapping; "
+                                f"catalogued formats: {', '.join(CATALOG_FORMATS)}")
+
+
+class CatalogOptions(BaseModel):
+    """Where and how an archive's topics are catalogued."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    database: str = DEFAULT_DATABASE
+    table_prefix: str = ""
+    partitions: Literal["projection", "explicit"] = "projection"
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, v: str) -> str:
+        if not _GLUE_NAME.fullmatch(v):
+            raise ValueError(f"must be 1-255 of a-z 0-9 _ (Glue and Athena database names), got {v!r}")
+        return v
+
+    @field_validator("table_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if v and not _GLUE_NAME.fullmatch(v):
+            raise ValueError(f"must be a-z 0-9 _ only, got {v!r}")
+        return v
+
+
+def options_for(cfg: ArchiveConfig, options: Mapping[str, CatalogOptions] | None = None) -> CatalogOptions:
+    """Explicit mapping first, then `ArchiveConfig.catalog` once settings.py has it, then the defaults."""
+    return (options or {}).get(cfg.name) or getattr(cfg, "catalog", None) or CatalogOptions()
+
+
+def table_name(topic: str, options: CatalogOptions = CatalogOptions()) -> str:
+    """The topic as a Glue/Athena table name: lowercase, anything but [a-z0-9_] becomes '_'."""
+    name = re.sub(r"[^a-z0-9_]", "_", (options.table_prefix + topic).lower())
+    if len(name) > 255:
+        raise ValueError(f"table name for topic {topic!r} is {len(name)} characters; Glue allows 255")
+    return name
+
+
+def check_table_names(tables: Iterable[tuple[str, str, str]]) -> None:
+    """(database, table, topic) triples: two topics must not land on one table (`a.b` and `a_b` both give `a_b`)."""
+    seen: dict[tuple[str, str], str] = {}
+    for database, table, topic in tables:
+        other = seen.setdefault((database, table), topic)
+        if other != topic:
+            raise ValueError(f"topics {other!r} and {topic!r} both map to table {database}.{table}; set a "
+                             "different catalog table_prefix or database for one of their archives")
+
+
+def location(cfg: ArchiveConfig, topic: str) -> str:
+    return f"s3://{cfg.bucket}/{cfg.prefix}{topic}/"
+
+
+def envelope_columns(fmt: str) -> list[dict[str, str]]:
+    if fmt not in CATALOG_FORMATS:
+        raise UnsupportedFormat(f"format {fmt!r} has no Glue table mapping; catalogued formats: "
+                                f"{', '.join(CATALOG_FORMATS)}")
+    i = 1 if fmt == "parquet" else 2
+    return [{"Name": c[0], "Type": c[i], "Comment": c[3]} for c in ENVELOPE]
+
+
+def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
+                      columns: Sequence[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Glue `TableInput` for the topic; `columns` defaults to the envelope of the archive's format."""
+    check_format(cfg)
+    if partition_count < 1:
+        raise ValueError(f"topic {topic!r}: partition_count must be >= 1, got {partition_count}")
+    loc = location(cfg, topic)
+    if cfg.format == "parquet":
+        serde = {"SerializationLibrary": PARQUET_SERDE, "Parameters": {"serialization.format": "1"}}
+        io, classification = (PARQUET_INPUT, PARQUET_OUTPUT), "parquet"
+    else:
+        # A malformed line is an error to see, not a row to drop silently.
+        serde = {"SerializationLibrary": JSON_SERDE, "Parameters": {"ignore.malformed.json": "false"}}
+        io, classification = (TEXT_INPUT, TEXT_OUTPUT), "json"
+    params = {"EXTERNAL": "TRUE", "classification": classification, "s3_archive.archive": cfg.name,
+              "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
+    if options.partitions == "projection":
+        params |= {"projection.enabled": "true",
+                   f"projection.{PARTITION_KEY}.type": "integer",
+                   f"projection.{PARTITION_KEY}.range": f"0,{partition_count - 1}",
+                   "storage.location.template": f"{loc}{PARTITION_KEY}=${{{PARTITION_KEY}}}/"}
+    return {
+        "Name": table_name(topic, options),
+        "Description": f"Kafka topic {topic} archived by s3-archive (archive {cfg.name}, {cfg.format}/{cfg.codec}); "
+                       f"one row per record",
+        "TableType": "EXTERNAL_TABLE",
+        "Parameters": params,
+        "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "int", "Comment": "Kafka partition (the layout directory "
+                                                                           f"{PARTITION_KEY}=<p>)"}],
+        "StorageDescriptor": {
+            "Columns": [dict(c) for c in (columns if columns is not None else envelope_columns(cfg.format))],
+            "Location": loc,
+            "InputFormat": io[0],
+            "OutputFormat": io[1],
+            # Whole-file compression (text); a parquet codec is inside the file, which Hive does not call compressed.
+            "Compressed": cfg.format == "jsonl" and cfg.codec != "none",
+            "SerdeInfo": serde,
+        },
+    }
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def athena_ddl(database: str, table_input: dict[str, Any]) -> str:
+    """The Athena (Hive DDL) statement that creates the same table as `table_input`."""
+    sd = table_input["StorageDescriptor"]
+
+    def col(c: dict[str, str]) -> str:
+        return f"  `{c['Name']}` {c['Type']}" + (f" COMMENT {_quote(c['Comment'])}" if c.get("Comment") else "")
+
+    serde_params = sd["SerdeInfo"].get("Parameters") or {}
+    props = {k: v for k, v in table_input["Parameters"].items() if k != "EXTERNAL"}
+    lines = [f"CREATE EXTERNAL TABLE IF NOT EXISTS `{database}`.`{table_input['Name']}` (",
+             ",\n".join(col(c) for c in sd["Columns"]),
+             ")"]
+    if table_input.get("Description"):
+        lines.append(f"COMMENT {_quote(table_input['Description'])}")
+    lines.append("PARTITIONED BY (\n" + ",\n".join(col(c) for c in table_input["PartitionKeys"]) + ")")
+    lines.append(f"ROW FORMAT SERDE {_quote(sd['SerdeInfo']['SerializationLibrary'])}")
+    if serde_params:
+        lines.append("WITH SERDEPROPERTIES (\n" + ",\n".join(f"  {_quote(k)} = {_quote(v)}"
+                                                            for k, v in serde_params.items()) + ")")
+    lines.append(f"STORED AS INPUTFORMAT {_quote(sd['InputFormat'])}")
+    lines.append(f"OUTPUTFORMAT {_quote(sd['OutputFormat'])}")
+    lines.append(f"LOCATION {_quote(sd['Location'])}")
+    if props:
+        lines.append("TBLPROPERTIES (\n" + ",\n".join(f"  {_quote(k)} = {_quote(v)}" for k, v in props.items())
+                     + ")")
+    return "\n".join(lines) + ";"
+
+
+def spark_schema_ddl(table_input: dict[str, Any]) -> str:
+    """The table's columns and partition key as a Spark DDL schema: read the location as the catalog declares it."""
+    cols = [*table_input["StorageDescriptor"]["Columns"], *table_input["PartitionKeys"]]
+    return ", ".join(f"`{c['Name']}` {c['Type']}" for c in cols)
+
+
+# --- diff (pure) ------------------------------------------------------------------------------------------------
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {k: _clean(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, "", {}, [])}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _managed(key: str) -> bool:
+    return key in _MANAGED or key.startswith(_MANAGED_PREFIXES)
+
+
+_SD_FIELDS = ("Columns", "Location", "InputFormat", "OutputFormat", "Compressed", "SerdeInfo")
+
+
+def table_changes(existing: dict[str, Any], desired: dict[str, Any]) -> list[str]:
+    """The fields where a table from `get_table` differs from `desired` (a table input); empty: up to date.
+
+    Only what we declare is compared: parameters we do not manage (Athena's, a person's) are not a change.
+    """
+    changes = [k for k in ("Description", "TableType", "PartitionKeys")
+               if _clean(existing.get(k)) != _clean(desired.get(k))]
+    have = {k: v for k, v in (existing.get("Parameters") or {}).items() if _managed(k)}
+    want = desired.get("Parameters") or {}
+    changes += [f"Parameters.{k}" for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+    esd, dsd = existing.get("StorageDescriptor") or {}, desired["StorageDescriptor"]
+    changes += [f"StorageDescriptor.{k}" for k in _SD_FIELDS if _clean(esd.get(k)) != _clean(dsd.get(k))]
+    return changes
+
+
+def update_input(existing: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """`desired`, keeping the table parameters we do not manage."""
+    foreign = {k: v for k, v in (existing.get("Parameters") or {}).items() if not _managed(k)}
+    return {**desired, "Parameters": {**foreign, **desired["Parameters"]}}
+
+
+def partition_input(table_input: dict[str, Any], partition: int) -> dict[str, Any]:
+    sd = table_input["StorageDescriptor"]
+    return {"Values": [str(partition)],
+            "StorageDescriptor": {**sd, "Location": f"{sd['Location']}{PARTITION_KEY}={partition}/"}}
+
+
+# --- sync (I/O on Glue and S3 clients) --------------------------------------------------------------------------
+
+
+class TableConflict(ValueError):
+    """The table name is taken by a table this archive did not create."""
+
+
+def _code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def ensure_database(glue: Any, name: str) -> bool:
+    """Create the database if missing; True if this call created it."""
+    try:
+        glue.get_database(Name=name)
+        return False
+    except ClientError as e:
+        if _code(e) != "EntityNotFoundException":
+            raise
+    try:
+        glue.create_database(DatabaseInput={"Name": name, "Description": "Kafka topics archived by s3-archive"})
+    except ClientError as e:
+        if _code(e) == "AlreadyExistsException":  # created concurrently (another topic's catalog run)
+            return False
+        raise
+    return True
+
+
+def ensure_table(glue: Any, database: str, table_input: dict[str, Any]) -> tuple[str, list[str]]:
+    """Create the table, or update it if its input changed: ("created" | "updated" | "unchanged", changed fields)."""
+    name = table_input["Name"]
+    try:
+        existing = glue.get_table(DatabaseName=database, Name=name)["Table"]
+    except ClientError as e:
+        if _code(e) != "EntityNotFoundException":
+            raise
+        try:
+            glue.create_table(DatabaseName=database, TableInput=table_input)
+            return "created", []
+        except ClientError as e2:
+            if _code(e2) != "AlreadyExistsException":
+                raise
+            existing = glue.get_table(DatabaseName=database, Name=name)["Table"]
+    owner = (existing.get("Parameters") or {}).get("s3_archive.topic")
+    wanted = table_input["Parameters"]["s3_archive.topic"]
+    if owner != wanted:
+        # Never take over a table someone else made (or another topic's): updating would replace its definition.
+        what = "was not created by s3-archive" if owner is None else f"catalogues topic {owner!r}"
+        raise TableConflict(f"table {database}.{name} {what}, not topic {wanted!r}; drop or rename it, or set a "
+                            "different catalog table_prefix or database")
+    changes = table_changes(existing, table_input)
+    if not changes:
+        return "unchanged", []
+    glue.update_table(DatabaseName=database, TableInput=update_input(existing, table_input))
+    return "updated", changes
+
+
+def partition_dirs(s3: Any, bucket: str, prefix: str, topic: str) -> list[int]:
+    """The Kafka partitions that have a `kafka_partition=<p>/` directory (at least one object) under the topic."""
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}{topic}/",
+                                                              Delimiter="/"):
+        for cp in page.get("CommonPrefixes", []):
+            m = _PART_DIR.search(cp["Prefix"])
+            if m:
+                found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def registered_partitions(glue: Any, database: str, table: str) -> set[int]:
+    out: set[int] = set()
+    for page in glue.get_paginator("get_partitions").paginate(DatabaseName=database, TableName=table):
+        out |= {int(p["Values"][0]) for p in page.get("Partitions", [])}
+    return out
+
+
+def register_partitions(glue: Any, database: str, table_input: dict[str, Any],
+                        partitions: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Register the partitions not yet in the catalog: (added, already registered). Existing ones are untouched."""
+    name = table_input["Name"]
+    have = registered_partitions(glue, database, name)
+    missing = [p for p in sorted(set(partitions)) if p not in have]
+    added: list[int] = []
+    for i in range(0, len(missing), BATCH):
+        chunk = missing[i:i + BATCH]
+        r = glue.batch_create_partition(DatabaseName=database, TableName=name,
+                                        PartitionInputList=[partition_input(table_input, p) for p in chunk])
+        errors = r.get("Errors", [])
+        # Registered concurrently by another run: as good as added by us.
+        raced = {int(e["PartitionValues"][0]) for e in errors
+                 if e.get("ErrorDetail", {}).get("ErrorCode") == "AlreadyExistsException"}
+        failed = [e for e in errors if e.get("ErrorDetail", {}).get("ErrorCode") != "AlreadyExistsException"]
+        if failed:
+            detail = "; ".join(f"{PARTITION_KEY}={e['PartitionValues'][0]}: {e['ErrorDetail'].get('ErrorCode')} "
+                               f"{e['ErrorDetail'].get('ErrorMessage', '')}" for e in failed[:5])
+            raise RuntimeError(f"registering partitions of {database}.{name} failed: {detail}")
+        added += [p for p in chunk if p not in raced]
+    return added, sorted(have & set(partitions))
+
+
+@dataclass(frozen=True)
+class CatalogSync:
+    database: str
+    table: str
+    database_created: bool
+    table_action: str  # "created" | "updated" | "unchanged"
+    changes: list[str] = field(default_factory=list)
+    partitions_added: list[int] = field(default_factory=list)
+    partitions_existing: list[int] = field(default_factory=list)
+
+
+def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: CatalogOptions,
+                 table_input: dict[str, Any]) -> CatalogSync:
+    """Database, table, and (explicit mode) partitions of one topic, each written only when missing or changed."""
+    created = ensure_database(glue, options.database)
+    action, changes = ensure_table(glue, options.database, table_input)
+    added: list[int] = []
+    existing: list[int] = []
+    if options.partitions == "explicit":
+        added, existing = register_partitions(glue, options.database, table_input,
+                                              partition_dirs(s3, cfg.bucket, cfg.prefix, topic))
+    return CatalogSync(options.database, table_input["Name"], created, action, changes, added, existing)

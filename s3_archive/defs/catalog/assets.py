@@ -1,0 +1,142 @@
+"""The catalog asset: one per archived topic; keeps the topic's Glue table (and its partitions) current.
+
+Not partitioned: one table covers every window. It depends on the topic's archive asset and refreshes when
+windows land. The Glue client is built from the `s3` resource's region, endpoint and credentials (the local
+stack's moto server answers S3 and Glue on one endpoint; on AWS both use the default endpoints).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import boto3
+import dagster as dg
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from dagster_aws.s3 import S3Resource
+
+from s3_archive import catalog
+from s3_archive.catalog import CatalogOptions
+from s3_archive.defs.archive.partitions import archive_asset_key
+from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
+from s3_archive.settings import ArchiveConfig, Settings
+
+CATALOG_PREFIX = "kafka_catalog"
+log = logging.getLogger(__name__)
+
+# `eager()` without its "no dependency partition missing or in progress" gates: the archive asset has one
+# partition per window, and a window that is cut but not archived yet (or failed, e.g. on data loss) would hold
+# the table back indefinitely. The table only describes the layout, so it is safe to refresh at any time.
+# `missing()` rather than `newly_missing()`, so a table missing when first deployed is created too.
+CATALOG_AUTOMATION = (
+    (dg.AutomationCondition.missing() | dg.AutomationCondition.any_deps_updated()
+     | dg.AutomationCondition.code_version_changed()).since_last_handled()
+    & ~dg.AutomationCondition.in_progress()
+).with_label("refresh when windows land")
+
+
+def catalog_asset_key(topic: str) -> dg.AssetKey:
+    return dg.AssetKey([CATALOG_PREFIX, topic])
+
+
+def glue_client(s3: S3Resource) -> Any:
+    """A Glue client with the S3 resource's connection settings (never logged)."""
+    session = boto3.session.Session(profile_name=s3.profile_name, region_name=s3.region_name,
+                                    aws_access_key_id=s3.aws_access_key_id,
+                                    aws_secret_access_key=s3.aws_secret_access_key,
+                                    aws_session_token=s3.aws_session_token)
+    return session.client("glue", endpoint_url=s3.endpoint_url, use_ssl=s3.use_ssl, verify=s3.verify,
+                          config=Config(retries={"max_attempts": s3.max_attempts, "mode": "standard"}))
+
+
+def _code_version(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> str:
+    # The table input minus what only Kafka knows at run time (the partition count): a config change re-runs it.
+    spec = catalog.build_table_input(cfg, topic, options, 1)
+    spec["Parameters"].pop(f"projection.{catalog.PARTITION_KEY}.range", None)
+    return hashlib.sha256(json.dumps([options.database, options.partitions, spec], sort_keys=True)
+                          .encode()).hexdigest()[:16]
+
+
+def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
+    cols = [*table_input["StorageDescriptor"]["Columns"], *table_input["PartitionKeys"]]
+    return dg.TableSchema(columns=[dg.TableColumn(c["Name"], c["Type"], description=c.get("Comment"))
+                                   for c in cols])
+
+
+def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
+    table = catalog.table_name(topic, options)
+    qualified = f"{options.database}.{table}"
+
+    @dg.asset(
+        key=catalog_asset_key(topic),
+        deps=[archive_asset_key(topic)],
+        automation_condition=CATALOG_AUTOMATION,
+        code_version=_code_version(cfg, topic, options),
+        group_name=f"archive_{cfg.name}",
+        kinds={"glue", "athena"},
+        metadata={"table": qualified, "location": catalog.location(cfg, topic), "partition_mode": options.partitions},
+        description=f"Glue table `{qualified}` over s3://{cfg.bucket}/{cfg.prefix}{topic}/ ({cfg.format}), "
+                    f"partitioned by `{catalog.PARTITION_KEY}` ({options.partitions}); queryable from Athena.",
+    )
+    def _catalog(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource) -> dg.MaterializeResult:
+        try:
+            partitions = kafka.partitions(topic)
+        except (UnknownTopic, KafkaUnavailable) as e:
+            raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
+        table_input = catalog.build_table_input(cfg, topic, options, max(partitions) + 1)
+        try:
+            result = catalog.sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
+        except ClientError as e:
+            err = e.response.get("Error", {})
+            raise dg.Failure(f"{e.operation_name} for table {qualified} failed: {err.get('Code')}: "
+                             f"{err.get('Message')}") from None
+        except catalog.TableConflict as e:
+            raise dg.Failure(str(e)) from None
+        context.log.info(f"table {qualified}: {result.table_action}"
+                         + (f" ({', '.join(result.changes)})" if result.changes else "")
+                         + (f"; partitions added: {result.partitions_added}" if result.partitions_added else ""))
+        ddl = catalog.athena_ddl(options.database, table_input)
+        return dg.MaterializeResult(metadata={
+            "dagster/table_name": qualified,
+            "dagster/column_schema": _column_schema(table_input),
+            "table_action": result.table_action,
+            "changes": dg.MetadataValue.json(result.changes),
+            "database_created": result.database_created,
+            "kafka_partitions": len(partitions),
+            "partition_mode": options.partitions,
+            "partitions_added": dg.MetadataValue.json(result.partitions_added),
+            "partitions_registered": len(result.partitions_added) + len(result.partitions_existing),
+            "location": catalog.location(cfg, topic),
+            "ddl": dg.MetadataValue.md(f"```sql\n{ddl}\n```"),
+        })
+
+    return _catalog
+
+
+def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOptions] | None = None,
+                         ) -> list[dg.AssetsDefinition]:
+    unknown = sorted(set(options or {}) - {a.name for a in settings.archives})
+    if unknown:
+        raise ValueError(f"catalog options for unknown archives {unknown}; archives: "
+                         f"{[a.name for a in settings.archives]}")
+    for a in settings.archives:
+        if a.format not in catalog.CATALOG_FORMATS:
+            # Loading must not fail for an archive the catalog cannot describe yet; say so where it loads.
+            log.warning(f"archive {a.name!r} (format {a.format!r}) gets no catalog table: catalogued formats are "
+                        f"{', '.join(catalog.CATALOG_FORMATS)}")
+    chosen = [(a, t, catalog.options_for(a, options)) for a in settings.archives for t in a.topics
+              if a.format in catalog.CATALOG_FORMATS]
+    catalog.check_table_names((o.database, catalog.table_name(t, o), t) for _, t, o in chosen)
+    return [build_catalog_asset(a, t, o) for a, t, o in chosen]
+
+
+def build_catalog_defs(settings: Settings, options: Mapping[str, CatalogOptions] | None = None) -> dg.Definitions:
+    """Catalog assets of every archived topic (need the `kafka` and `s3` resources).
+
+    `options`: archive name -> CatalogOptions; an archive not in it uses its `catalog` setting or the defaults.
+    """
+    return dg.Definitions(assets=build_catalog_assets(settings, options))

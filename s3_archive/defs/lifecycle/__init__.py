@@ -1,0 +1,5 @@
+"""The lifecycle domain: one asset per archive that reconciles its S3 lifecycle rules (see s3_archive/lifecycle.py)."""
+
+from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, lifecycle_asset_key
+
+__all__ = ["build_lifecycle_defs", "lifecycle_asset_key"]

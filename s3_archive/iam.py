@@ -1,0 +1,90 @@
+"""The least-privilege IAM policy for the configured archives. Pure: a function of the settings.
+
+Objects: read, write, delete and multipart operations only under each archive's prefix (`bucket/prefix*`, which
+covers the data, `_manifests/` and `_staging/`). Listing: only with an `s3:prefix` under an archive's prefix, or
+exactly one of the directories above it (s3a probes them), unless an archive's prefix is empty; a whole-bucket
+listing is refused. Bucket level: the multipart-upload
+listing the s3a committer uses, GetBucketLocation, and the lifecycle configuration. Glue: the calls the catalog
+assets make, on the catalog, the databases and the exact tables of the configured topics.
+
+Known interaction: `archive.check_bucket` probes with HeadBucket, which S3 authorizes as `s3:ListBucket` *without*
+a prefix, so the prefix condition refuses it. A probe that lists under the archive's prefix (`list_objects_v2` with
+`Prefix=cfg.prefix, MaxKeys=1`) is allowed by this policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from s3_archive import catalog
+
+if TYPE_CHECKING:
+    from s3_archive.catalog import CatalogOptions
+    from s3_archive.settings import Settings
+
+OBJECT_ACTIONS = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListMultipartUploadParts",
+                  "s3:PutObject")
+BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucketMultipartUploads")
+LIFECYCLE_ACTIONS = ("s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration")  # Put covers DeleteBucketLifecycle
+GLUE_ACTIONS = ("glue:BatchCreatePartition", "glue:CreateDatabase", "glue:CreateTable", "glue:GetDatabase",
+                "glue:GetPartitions", "glue:GetTable", "glue:UpdateTable")
+
+
+def ancestors(prefix: str) -> list[str]:
+    """The directories above a prefix (`a/b/c/` -> `a/`, `a/b/`). s3a's mkdirs probes each with a one-page LIST
+    (seen in the moto request log of the archive's Spark writes), so they are allowed exactly, without a wildcard."""
+    parts = prefix.split("/")[:-2]
+    return ["/".join(parts[:i + 1]) + "/" for i in range(len(parts))]
+
+
+def _bucket_arn(bucket: str) -> str:
+    return f"arn:aws:s3:::{bucket}"
+
+
+def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
+               catalog_options: Mapping[str, CatalogOptions] | None = None,
+               include_lifecycle: bool = True, include_catalog: bool = True) -> dict[str, Any]:
+    """An IAM policy document (JSON-ready dict) granting exactly what the archive, restore, lifecycle and catalog
+    assets call. `region`/`account_id` narrow the Glue ARNs; "*" matches any."""
+    prefixes: dict[str, set[str]] = {}
+    for a in settings.archives:
+        prefixes.setdefault(a.bucket, set()).add(a.prefix)
+    buckets = sorted(prefixes)
+    statements: list[dict[str, Any]] = [{
+        "Sid": "ArchiveObjects",
+        "Effect": "Allow",
+        "Action": list(OBJECT_ACTIONS),
+        "Resource": sorted(f"{_bucket_arn(b)}/{p}*" for b in buckets for p in prefixes[b]),
+    }]
+    for i, b in enumerate(buckets):
+        listing: dict[str, Any] = {"Sid": f"ListArchivePrefixes{i}", "Effect": "Allow", "Action": ["s3:ListBucket"],
+                                   "Resource": [_bucket_arn(b)]}
+        if "" not in prefixes[b]:  # an archive at the bucket root lists the whole bucket anyway
+            allowed = {f"{p}*" for p in prefixes[b]} | {a for p in prefixes[b] for a in ancestors(p)}
+            listing["Condition"] = {"StringLike": {"s3:prefix": sorted(allowed)}}
+        statements.append(listing)
+    statements.append({"Sid": "ArchiveBuckets", "Effect": "Allow", "Action": list(BUCKET_ACTIONS),
+                       "Resource": [_bucket_arn(b) for b in buckets]})
+    if include_lifecycle:
+        statements.append({"Sid": "LifecycleRules", "Effect": "Allow", "Action": list(LIFECYCLE_ACTIONS),
+                           "Resource": [_bucket_arn(b) for b in buckets]})
+    glue = f"arn:aws:glue:{region}:{account_id}"
+    databases: set[str] = set()
+    tables: set[str] = set()
+    if include_catalog:
+        for a in settings.archives:
+            if a.format not in catalog.CATALOG_FORMATS:  # no catalog asset for it (see defs/catalog/assets.py)
+                continue
+            opts = catalog.options_for(a, catalog_options)
+            databases.add(opts.database)
+            tables |= {f"{opts.database}/{catalog.table_name(t, opts)}" for t in a.topics}
+    if include_catalog and databases:
+        statements.append({
+            "Sid": "GlueCatalog",
+            "Effect": "Allow",
+            "Action": list(GLUE_ACTIONS),
+            "Resource": [f"{glue}:catalog", *sorted(f"{glue}:database/{d}" for d in databases),
+                         *sorted(f"{glue}:table/{t}" for t in tables)],
+        })
+    return {"Version": "2012-10-17", "Statement": statements}

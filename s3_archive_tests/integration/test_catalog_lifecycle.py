@@ -1,0 +1,277 @@
+"""Catalog and lifecycle against the session's moto server, Kafka broker and Spark: archived windows are queryable
+through their Glue table's schema, partitions register as windows land, and lifecycle reconciliation is
+idempotent and never touches rules it does not own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import dagster as dg
+import pytest
+from botocore.exceptions import ClientError
+
+from s3_archive import catalog, lifecycle
+from s3_archive.catalog import CatalogOptions
+from s3_archive.defs.catalog.assets import build_catalog_defs
+from s3_archive.defs.lifecycle.assets import build_lifecycle_defs
+from s3_archive.lifecycle import LifecyclePolicy, Transition
+from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.windows import OffsetWindow as W
+from s3_archive_tests.credentials import TEST_AWS
+from s3_archive_tests.integration.archive_helpers import archive_config, materialize, resources
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def res(services, kafka, spark_resource) -> dict:
+    return resources(services, kafka, spark_resource)
+
+
+def client(services, service: str, record: list[str] | None = None) -> Any:
+    """A real boto3 client on the moto server; `record` collects the names of the operations it calls."""
+    c = boto3.client(service, endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                     aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+    if record is not None:
+        c.meta.events.register("before-call.*.*", lambda model, **_: record.append(model.name))
+    return c
+
+
+def run_asset(asset: dg.AssetsDefinition, res: dict) -> dict[str, Any]:
+    result = dg.materialize([asset], resources=res, instance=dg.DagsterInstance.ephemeral())
+    [event] = result.get_asset_materialization_events()
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+WRITES = {"CreateDatabase", "CreateTable", "UpdateTable", "BatchCreatePartition", "PutBucketLifecycleConfiguration",
+          "DeleteBucketLifecycle"}
+
+
+# --- catalog -----------------------------------------------------------------------------------------------------
+
+
+def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka, services, res, spark, unique):
+    topic = create_topic(kafka, f"cat-pq-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode()), ("n", None)])
+                                      for i in range(30)])
+    cfg = archive_config(services.bucket, topic, f"cat/{unique}/")
+    materialize(cfg, topic, [W(0, 0, 10), W(0, 10, 15), W(1, 0, 15)], res)
+    database = f"cat_{unique}"
+    [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=database)}).assets
+
+    first, second = run_asset(asset, res), run_asset(asset, res)
+
+    assert (first["table_action"], first["database_created"], first["kafka_partitions"]) == ("created", True, 2)
+    assert "CREATE EXTERNAL TABLE IF NOT EXISTS" in first["ddl"]
+    assert (second["table_action"], second["database_created"], second["changes"]) == ("unchanged", False, [])
+    name = catalog.table_name(topic)
+    table = client(services, "glue").get_table(DatabaseName=database, Name=name)["Table"]
+    sd = table["StorageDescriptor"]
+    assert [(c["Name"], c["Type"]) for c in sd["Columns"]] == [
+        ("key", "binary"), ("value", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
+        ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("timestamp", "timestamp"),
+        ("timestamp_type", "int")]
+    assert [(c["Name"], c["Type"]) for c in table["PartitionKeys"]] == [("kafka_partition", "int")]
+    assert sd["SerdeInfo"]["SerializationLibrary"] == catalog.PARQUET_SERDE
+    assert (sd["InputFormat"], sd["OutputFormat"]) == (catalog.PARQUET_INPUT, catalog.PARQUET_OUTPUT)
+    location = f"s3://{services.bucket}/{cfg.prefix}{topic}/"
+    assert sd["Location"] == location and table["TableType"] == "EXTERNAL_TABLE"
+    assert {k: v for k, v in table["Parameters"].items() if k.startswith(("projection.", "storage."))} == {
+        "projection.enabled": "true", "projection.kafka_partition.type": "integer",
+        "projection.kafka_partition.range": "0,1",
+        "storage.location.template": f"{location}kafka_partition=${{kafka_partition}}/"}
+    assert table["VersionId"] == "1", "the second run wrote nothing"
+
+    # Spark SQL over the table's location, read with exactly the columns and partition key Glue declares.
+    view = f"cat_{unique}"
+    spark.read.schema(catalog.spark_schema_ddl(table)).parquet(location.replace("s3://", "s3a://")) \
+        .createOrReplaceTempView(view)
+    per_partition = spark.sql(
+        f"SELECT kafka_partition, count(*), min(offset), max(offset), "
+        f"sum(CASE WHEN partition = kafka_partition AND topic = '{topic}' THEN 0 ELSE 1 END) "
+        f"FROM {view} GROUP BY kafka_partition ORDER BY kafka_partition").collect()
+    assert [tuple(r) for r in per_partition] == [(0, 15, 0, 14, 0), (1, 15, 0, 14, 0)]
+    assert spark.sql(f"SELECT count(*) FROM {view} WHERE kafka_partition = 1").collect()[0][0] == 15
+    rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, unix_millis(timestamp) AS ts "
+                     f"FROM {view}").collect()
+    got = sorted((r.kafka_partition, r.offset, bytes(r.key), bytes(r.value),
+                  tuple((h.key, None if h.value is None else bytes(h.value)) for h in r.headers), r.ts)
+                 for r in rows)
+    assert got == [(p.partition, p.offset, p.key, p.value, p.headers, p.timestamp_ms) for p in produced]
+
+
+def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_evolution(
+        kafka, services, res, spark, unique):
+    topic = create_topic(kafka, f"cat-js-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(20)])
+    cfg = archive_config(services.bucket, topic, f"catjs/{unique}/", format="jsonl", compression="gzip")
+    options = CatalogOptions(database=f"catjs_{unique}", partitions="explicit")
+    table_input = catalog.build_table_input(cfg, topic, options, 2)
+    ops: list[str] = []
+    glue, s3 = client(services, "glue", ops), client(services, "s3", ops)
+
+    materialize(cfg, topic, [W(0, 0, 10)], res)  # the first window lands in kafka_partition=0
+    first = catalog.sync_catalog(glue, s3, cfg, topic, options, table_input)
+    materialize(cfg, topic, [W(1, 0, 10)], res)  # the next one opens kafka_partition=1
+    ops.clear()
+    second = catalog.sync_catalog(glue, s3, cfg, topic, options, table_input)
+    second_ops = list(ops)
+    ops.clear()
+    third = catalog.sync_catalog(glue, s3, cfg, topic, options, table_input)
+
+    assert (first.table_action, first.partitions_added, first.partitions_existing) == ("created", [0], [])
+    assert (second.table_action, second.partitions_added, second.partitions_existing) == ("unchanged", [1], [0])
+    assert [o for o in second_ops if o in WRITES] == ["BatchCreatePartition"]
+    assert (third.table_action, third.partitions_added, third.partitions_existing) == ("unchanged", [], [0, 1])
+    assert not [o for o in ops if o in WRITES], "an up-to-date catalog is not written"
+    table = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
+    sd = table["StorageDescriptor"]
+    assert (sd["SerdeInfo"]["SerializationLibrary"], sd["InputFormat"], sd["OutputFormat"]) == (
+        catalog.JSON_SERDE, catalog.TEXT_INPUT, catalog.TEXT_OUTPUT)
+    assert not [k for k in table["Parameters"] if k.startswith("projection.")]
+    parts = glue.get_partitions(DatabaseName=options.database, TableName=table_input["Name"])["Partitions"]
+    assert sorted((p["Values"], p["StorageDescriptor"]["Location"]) for p in parts) == [
+        (["0"], f"{sd['Location']}kafka_partition=0/"), (["1"], f"{sd['Location']}kafka_partition=1/")]
+
+    # Schema evolution: a column added to the table keeps the registered partitions and the older files readable.
+    evolved = catalog.build_table_input(cfg, topic, options, 2, columns=[
+        *catalog.envelope_columns("jsonl"), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
+    assert catalog.ensure_table(glue, options.database, evolved) == ("updated", ["StorageDescriptor.Columns"])
+    assert catalog.registered_partitions(glue, options.database, table_input["Name"]) == {0, 1}
+    table = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
+    assert table["StorageDescriptor"]["Columns"][-1]["Name"] == "leader_epoch"
+
+    view = f"catjs_{unique}"
+    spark.read.schema(catalog.spark_schema_ddl(table)) \
+        .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX") \
+        .json(sd["Location"].replace("s3://", "s3a://")).createOrReplaceTempView(view)
+    rows = spark.sql(f"SELECT kafka_partition, offset, unbase64(key) AS k, unbase64(value) AS v, leader_epoch, "
+                     f"unix_millis(timestamp) AS ts FROM {view}").collect()
+    assert sorted((r.kafka_partition, r.offset, bytes(r.k), bytes(r.v), r.leader_epoch, r.ts) for r in rows) == [
+        (p.partition, p.offset, p.key, p.value, None, p.timestamp_ms) for p in produced]
+
+
+def test_a_table_not_created_for_the_topic_is_never_taken_over(services, unique):
+    glue = client(services, "glue")
+    cfg = ArchiveConfig(name="orders", topics=["orders"], bucket=services.bucket, prefix=f"own/{unique}/")
+    options = CatalogOptions(database=f"own_{unique}")
+    glue.create_database(DatabaseInput={"Name": options.database})
+    theirs = {"Name": "orders", "TableType": "EXTERNAL_TABLE", "Parameters": {"owner": "bi"},
+              "StorageDescriptor": {"Columns": [{"Name": "id", "Type": "int"}], "Location": "s3://elsewhere/"}}
+    glue.create_table(DatabaseName=options.database, TableInput=theirs)
+
+    with pytest.raises(catalog.TableConflict, match=f"table own_{unique}.orders was not created by s3-archive"):
+        catalog.ensure_table(glue, options.database, catalog.build_table_input(cfg, "orders", options, 1))
+    kept = glue.get_table(DatabaseName=options.database, Name="orders")["Table"]
+    assert kept["StorageDescriptor"]["Location"] == "s3://elsewhere/" and kept["Parameters"] == {"owner": "bi"}
+
+
+# --- lifecycle ---------------------------------------------------------------------------------------------------
+
+FOREIGN = [
+    {"ID": "logs-expiry", "Status": "Enabled", "Filter": {"Prefix": "logs/"}, "Expiration": {"Days": 7}},
+    {"ID": "s3-archive:orders_v2:staging", "Status": "Enabled", "Filter": {"Prefix": "v2/_staging/"},
+     "Expiration": {"Days": 2}},
+    {"ID": "tagged", "Status": "Disabled", "Filter": {"And": {"Prefix": "x/", "Tags": [{"Key": "k", "Value": "v"}]}},
+     "NoncurrentVersionExpiration": {"NoncurrentDays": 5}},
+]
+
+
+def bucket_rules(s3: Any, bucket: str) -> list[dict] | None:
+    try:
+        return s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "NoSuchLifecycleConfiguration"
+        return None
+
+
+def test_lifecycle_reconcile_is_idempotent_and_leaves_foreign_rules_alone(services, res, unique):
+    s3 = client(services, "s3")
+    bucket = f"lc-{unique}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": FOREIGN})
+    cfg = ArchiveConfig(name="orders", topics=["a", "b"], bucket=bucket, prefix="kafka/")
+    policy = LifecyclePolicy(transitions=[Transition(days=120, storage_class="GLACIER"),
+                                          Transition(days=30, storage_class="STANDARD_IA")], expiration_days=400)
+    [asset] = build_lifecycle_defs(Settings(archives=[cfg]), {"orders": policy}).assets
+    desired = lifecycle.build_rules("orders", "kafka/", ["a", "b"], policy)
+
+    first, second = run_asset(asset, res), run_asset(asset, res)
+
+    ids = ["s3-archive:orders:data:a", "s3-archive:orders:data:b", "s3-archive:orders:manifests:a",
+           "s3-archive:orders:manifests:b", "s3-archive:orders:staging"]
+    assert (first["written"], first["added"], first["changed"], first["removed"]) == (True, ids, [], [])
+    assert (second["written"], second["added"], second["changed"], second["removed"]) == (False, [], [], [])
+    assert (second["unchanged"], second["foreign_rules"]) == (5, 3)
+    rules = bucket_rules(s3, bucket)
+    assert rules[:3] == FOREIGN and rules[3:] == desired
+    data_a = rules[3]
+    assert data_a["Filter"] == {"Prefix": "kafka/a/"}
+    assert data_a["Transitions"] == [{"Days": 30, "StorageClass": "STANDARD_IA"},
+                                     {"Days": 120, "StorageClass": "GLACIER"}]
+    assert rules[-1]["Filter"] == {"Prefix": "kafka/_staging/"} and rules[-1]["Expiration"] == {"Days": 2}
+
+    ops: list[str] = []
+    owner = lifecycle.owner_prefix("orders")
+    again = lifecycle.reconcile_lifecycle(client(services, "s3", ops), bucket, desired, owner)
+    assert not again.written and ops == ["GetBucketLifecycleConfiguration"], "nothing is written when up to date"
+
+    # Someone edits one of our rules by hand: it is put back, and only it is reported.
+    edited = [*FOREIGN, {**desired[0], "Expiration": {"Days": 1}}, *desired[1:]]
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": edited})
+    repaired = run_asset(asset, res)
+    assert (repaired["written"], repaired["changed"], repaired["added"]) == (True, [desired[0]["ID"]], [])
+    assert bucket_rules(s3, bucket) == [*FOREIGN, *desired]
+
+    # A topic leaves the archive and expiration is dropped: its rules go, the others change, foreign rules stay.
+    smaller = ArchiveConfig(name="orders", topics=["a"], bucket=bucket, prefix="kafka/")
+    [asset2] = build_lifecycle_defs(Settings(archives=[smaller]), {"orders": LifecyclePolicy()}).assets
+    shrunk = run_asset(asset2, res)
+    assert shrunk["removed"] == ["s3-archive:orders:data:b", "s3-archive:orders:manifests:a",
+                                 "s3-archive:orders:manifests:b"]
+    assert shrunk["changed"] == ["s3-archive:orders:data:a"] and shrunk["added"] == []
+    assert bucket_rules(s3, bucket)[:3] == FOREIGN
+
+
+def test_removing_every_rule_deletes_a_configuration_only_when_nothing_foreign_is_left(services, unique):
+    s3 = client(services, "s3")
+    owner = lifecycle.owner_prefix("solo")
+    desired = lifecycle.build_rules("solo", "", ["t"], LifecyclePolicy())
+    for bucket, foreign in [(f"lc-solo-{unique}", []), (f"lc-shared-{unique}", FOREIGN[:1])]:
+        s3.create_bucket(Bucket=bucket)
+        if foreign:
+            s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": foreign})
+        assert lifecycle.reconcile_lifecycle(s3, bucket, desired, owner).written
+        assert bucket_rules(s3, bucket) == [*foreign, *desired]
+        removed = lifecycle.reconcile_lifecycle(s3, bucket, [], owner)
+        assert removed.written and removed.plan.removed == sorted(r["ID"] for r in desired)
+        assert bucket_rules(s3, bucket) == (foreign or None)
+
+
+def test_a_writer_racing_the_reconcile_is_detected_and_our_rules_restored(services, unique):
+    s3, other = client(services, "s3"), client(services, "s3")
+    bucket = f"lc-race-{unique}"
+    s3.create_bucket(Bucket=bucket)
+    owner = lifecycle.owner_prefix("race")
+    desired = lifecycle.build_rules("race", "", ["t"], LifecyclePolicy())
+    clobbers = {"left": 1}
+
+    def clobber(**_) -> None:
+        # Another tool writes its own configuration right after ours (S3 has no conditional lifecycle write).
+        if clobbers["left"]:
+            clobbers["left"] -= 1
+            other.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": FOREIGN[:1]})
+
+    s3.meta.events.register("after-call.s3.PutBucketLifecycleConfiguration", clobber)
+    result = lifecycle.reconcile_lifecycle(s3, bucket, desired, owner)
+    assert (result.written, result.attempts) == (True, 3)
+    assert bucket_rules(s3, bucket) == [*FOREIGN[:1], *desired], "theirs kept, ours written again"
+
+    clobbers["left"] = 99
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    with pytest.raises(RuntimeError, match=f"lifecycle rules of bucket '{bucket}' under 's3-archive:race:' changed "
+                                           "again after each of 3 writes"):
+        lifecycle.reconcile_lifecycle(s3, bucket, desired, owner)

@@ -1,0 +1,246 @@
+"""The Glue table input, the Athena DDL, the table diff, and the catalog assets' definitions (pure)."""
+
+import copy
+import datetime
+
+import dagster as dg
+import pytest
+from dagster_aws.s3 import S3Resource
+from pydantic import ValidationError
+
+from s3_archive import catalog
+from s3_archive.catalog import CatalogOptions, athena_ddl, build_table_input, table_changes, update_input
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.catalog.assets import build_catalog_defs, catalog_asset_key
+from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS
+from s3_archive.resources import KafkaResource
+from s3_archive.settings import ArchiveConfig, Settings
+
+pytestmark = pytest.mark.unit
+
+
+def cfg(fmt: str = "parquet", topics: tuple[str, ...] = ("demo.orders",), name: str = "demo", **kw) -> ArchiveConfig:
+    return ArchiveConfig(name=name, topics=list(topics), bucket="bkt-one", format=fmt, **{"prefix": "archive/", **kw})
+
+
+def parquet_input(count: int = 3, **opts) -> dict:
+    return build_table_input(cfg(), "demo.orders", CatalogOptions(**opts), count)
+
+
+def as_glue_returns(table_input: dict, database: str = "s3_archive") -> dict:
+    """What get_table gives back for a table created from `table_input`."""
+    return {**copy.deepcopy(table_input), "DatabaseName": database, "CatalogId": "123456789012", "VersionId": "1",
+            "CreateTime": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC), "IsRegisteredWithLakeFormation": False}
+
+
+# --- names and options -------------------------------------------------------------------------------------------
+
+
+def test_envelope_columns_follow_the_archived_envelope():
+    assert [c[0] for c in catalog.ENVELOPE] == [c for c, _ in ENVELOPE_COLUMNS]
+
+
+@pytest.mark.parametrize("topic,prefix,expected", [
+    ("demo.orders", "", "demo_orders"), ("Orders-V2", "", "orders_v2"), ("a_b", "kafka_", "kafka_a_b"),
+])
+def test_table_names_are_sanitized(topic, prefix, expected):
+    assert catalog.table_name(topic, CatalogOptions(table_prefix=prefix)) == expected
+
+
+def test_two_topics_on_one_table_name_are_rejected_naming_both():
+    with pytest.raises(ValueError, match=r"topics 'a.b' and 'a_b' both map to table s3_archive.a_b"):
+        build_catalog_defs(Settings(archives=[cfg(topics=("a.b",)), cfg(topics=("a_b",), name="other",
+                                                                                prefix="other/")]))
+    # ...unless they live in different databases.
+    build_catalog_defs(Settings(archives=[cfg(topics=("a.b",)), cfg(topics=("a_b",), name="other")]),
+                       {"other": CatalogOptions(database="other_db")})
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"database": "My-DB"}, "database\n  Value error, must be 1-255 of a-z 0-9 _ (Glue and Athena database names), "
+                            "got 'My-DB'"),
+    ({"table_prefix": "x."}, "must be a-z 0-9 _ only, got 'x.'"),
+    ({"partitions": "msck"}, "partitions"),
+    ({"databse": "x"}, "databse"),
+])
+def test_bad_catalog_options_are_named(kw, needle):
+    with pytest.raises(ValidationError) as e:
+        CatalogOptions(**kw)
+    assert needle in str(e.value)
+
+
+# --- table input -------------------------------------------------------------------------------------------------
+
+
+def test_parquet_table_input_with_partition_projection():
+    ti = parquet_input()
+    sd = ti["StorageDescriptor"]
+    assert ti["Name"] == "demo_orders" and ti["TableType"] == "EXTERNAL_TABLE"
+    assert [(c["Name"], c["Type"]) for c in sd["Columns"]] == [
+        ("key", "binary"), ("value", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
+        ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("timestamp", "timestamp"),
+        ("timestamp_type", "int")]
+    assert [(c["Name"], c["Type"]) for c in ti["PartitionKeys"]] == [("kafka_partition", "int")]
+    assert sd["Location"] == "s3://bkt-one/archive/demo.orders/"
+    assert sd["SerdeInfo"]["SerializationLibrary"] == "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+    assert sd["InputFormat"] == "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
+    assert sd["OutputFormat"] == "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
+    assert {k: v for k, v in ti["Parameters"].items() if k.startswith(("projection", "storage"))} == {
+        "projection.enabled": "true",
+        "projection.kafka_partition.type": "integer",
+        "projection.kafka_partition.range": "0,2",
+        "storage.location.template": "s3://bkt-one/archive/demo.orders/kafka_partition=${kafka_partition}/",
+    }
+    assert ti["Parameters"]["EXTERNAL"] == "TRUE" and ti["Parameters"]["classification"] == "parquet"
+
+
+def test_jsonl_table_input_uses_the_openx_serde_and_base64_strings():
+    ti = build_table_input(cfg("jsonl", compression="gzip"), "demo.orders", CatalogOptions(), 1)
+    sd = ti["StorageDescriptor"]
+    assert sd["SerdeInfo"]["SerializationLibrary"] == "org.openx.data.jsonserde.JsonSerDe"
+    assert sd["InputFormat"] == "org.apache.hadoop.mapred.TextInputFormat"
+    assert sd["OutputFormat"] == "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat"
+    assert sd["Compressed"] is True and ti["Parameters"]["classification"] == "json"
+    types = {c["Name"]: c["Type"] for c in sd["Columns"]}
+    assert types["key"] == types["value"] == "string"
+    assert types["headers"] == "array<struct<key:string,value:string>>"
+    assert ti["Parameters"]["projection.kafka_partition.range"] == "0,0"
+
+
+UNCATALOGUED = [f for f in FORMATS if f not in catalog.CATALOG_FORMATS]
+
+
+@pytest.mark.skipif(not UNCATALOGUED, reason="every archive format has a table mapping")
+@pytest.mark.parametrize("fmt", UNCATALOGUED or ["none"])
+def test_formats_without_a_table_mapping_get_no_catalog_asset(fmt, caplog):
+    with pytest.raises(catalog.UnsupportedFormat, match=f"format '{fmt}' has no Glue table mapping; catalogued "
+                                                        "formats: parquet, jsonl"):
+        build_table_input(cfg(fmt), "demo.orders", CatalogOptions(), 1)
+    settings = Settings(archives=[cfg(), cfg(fmt, topics=("other",), name="other", prefix="o/")])
+    assert {a.key for a in build_catalog_defs(settings).assets} == {catalog_asset_key("demo.orders")}
+    assert f"archive 'other' (format '{fmt}') gets no catalog table" in caplog.text
+
+
+def test_explicit_mode_has_no_projection():
+    ti = parquet_input(partitions="explicit")
+    assert not [k for k in ti["Parameters"] if k.startswith("projection.") or k == "storage.location.template"]
+
+
+def test_a_topic_has_at_least_one_partition():
+    with pytest.raises(ValueError, match="partition_count must be >= 1, got 0"):
+        parquet_input(0)
+
+
+def test_partition_input_points_at_the_layout_directory():
+    p = catalog.partition_input(parquet_input(), 7)
+    assert p["Values"] == ["7"]
+    assert p["StorageDescriptor"]["Location"] == "s3://bkt-one/archive/demo.orders/kafka_partition=7/"
+    assert p["StorageDescriptor"]["Columns"] == parquet_input()["StorageDescriptor"]["Columns"]
+
+
+# --- DDL ---------------------------------------------------------------------------------------------------------
+
+
+def test_athena_ddl_matches_the_table_input():
+    ddl = athena_ddl("s3_archive", parquet_input())
+    assert ddl.startswith("CREATE EXTERNAL TABLE IF NOT EXISTS `s3_archive`.`demo_orders` (\n  `key` binary COMMENT")
+    for line in ["  `headers` array<struct<key:string,value:binary>> COMMENT",
+                 "  `partition` int COMMENT", "  `offset` bigint COMMENT", "  `timestamp` timestamp COMMENT",
+                 "PARTITIONED BY (\n  `kafka_partition` int COMMENT",
+                 "ROW FORMAT SERDE 'org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe'",
+                 "STORED AS INPUTFORMAT 'org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat'",
+                 "OUTPUTFORMAT 'org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat'",
+                 "LOCATION 's3://bkt-one/archive/demo.orders/'",
+                 "  'projection.kafka_partition.range' = '0,2'",
+                 "  'storage.location.template' = "
+                 "'s3://bkt-one/archive/demo.orders/kafka_partition=${kafka_partition}/'"]:
+        assert line in ddl
+    assert "'EXTERNAL'" not in ddl  # implied by CREATE EXTERNAL TABLE
+    assert ddl.endswith(");")
+
+
+def test_ddl_escapes_quotes():
+    ti = parquet_input()
+    ti["Description"] = "it's a \\ test"
+    assert "COMMENT 'it\\'s a \\\\ test'" in athena_ddl("db", ti)
+
+
+def test_spark_schema_lists_columns_then_the_partition_key():
+    assert catalog.spark_schema_ddl(parquet_input()) == (
+        "`key` binary, `value` binary, `headers` array<struct<key:string,value:binary>>, `topic` string, "
+        "`partition` int, `offset` bigint, `timestamp` timestamp, `timestamp_type` int, `kafka_partition` int")
+
+
+# --- diff --------------------------------------------------------------------------------------------------------
+
+
+def test_a_table_as_glue_returns_it_is_unchanged_even_with_foreign_parameters():
+    existing = as_glue_returns(parquet_input())
+    existing["Parameters"]["transient_lastDdlTime"] = "1700000000"
+    assert table_changes(existing, parquet_input()) == []
+
+
+def test_changes_are_named():
+    existing = as_glue_returns(parquet_input(3))
+    assert table_changes(existing, parquet_input(5)) == ["Parameters.projection.kafka_partition.range"]
+    wider = parquet_input(3)
+    wider["StorageDescriptor"]["Columns"].append({"Name": "leader_epoch", "Type": "int"})
+    assert table_changes(existing, wider) == ["StorageDescriptor.Columns"]
+    assert table_changes(existing, parquet_input(3, partitions="explicit")) == [
+        "Parameters.projection.enabled", "Parameters.projection.kafka_partition.range",
+        "Parameters.projection.kafka_partition.type", "Parameters.storage.location.template"]
+
+
+def test_an_update_keeps_parameters_we_do_not_manage_and_drops_stale_ones():
+    existing = as_glue_returns(parquet_input())
+    existing["Parameters"]["owner_team"] = "data"
+    merged = update_input(existing, parquet_input(partitions="explicit"))
+    assert merged["Parameters"]["owner_team"] == "data"
+    assert "projection.enabled" not in merged["Parameters"]
+    assert "CatalogId" not in merged and "CreateTime" not in merged
+
+
+# --- definitions -------------------------------------------------------------------------------------------------
+
+
+def test_catalog_assets_depend_on_the_archive_and_are_not_partitioned():
+    defs = build_catalog_defs(Settings(archives=[cfg(topics=("demo.orders", "demo.clicks"))]))
+    assets = {a.key: a for a in defs.assets}
+    assert set(assets) == {catalog_asset_key("demo.orders"), catalog_asset_key("demo.clicks")}
+    a = assets[catalog_asset_key("demo.orders")]
+    assert a.partitions_def is None
+    assert set(a.asset_deps[a.key]) == {archive_asset_key("demo.orders")}
+    assert a.metadata_by_key[a.key]["table"] == "s3_archive.demo_orders"
+
+
+def test_code_version_follows_the_config_not_the_partition_count():
+    def version(**kw) -> str:
+        a = next(iter(build_catalog_defs(Settings(archives=[cfg(**kw)])).assets))
+        return a.code_versions_by_key[a.key]
+    assert version() == version() != version(fmt="jsonl")
+
+
+def test_the_table_refreshes_when_a_window_lands_even_while_other_windows_are_missing():
+    topic = "demo.orders"
+    archive = dg.AssetSpec(archive_asset_key(topic), partitions_def=window_partitions(topic))
+    [catalog_asset] = build_catalog_defs(Settings(archives=[cfg(topics=(topic,))])).assets
+    defs = dg.Definitions(assets=[archive, catalog_asset],
+                          resources={"kafka": KafkaResource(bootstrap_servers="unused:9092"), "s3": S3Resource()})
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(window_partitions(topic).name, ["p00000-a", "p00000-b", "p00001-a"])
+    state = {"cursor": None}
+
+    def tick() -> int:
+        r = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=state["cursor"],
+                                              asset_selection=dg.AssetSelection.keys(catalog_asset_key(topic)))
+        state["cursor"] = r.cursor
+        return r.total_requested
+
+    assert [tick(), tick()] == [0, 1]  # missing table: created on deploy (after Dagster's first, silent tick)
+    instance.report_runless_asset_event(dg.AssetMaterialization(catalog_asset_key(topic)))
+    assert tick() == 0
+    # One window lands; the two others are still missing (eager() would wait for them).
+    instance.report_runless_asset_event(dg.AssetMaterialization(archive_asset_key(topic), partition="p00000-a"))
+    assert tick() == 1
+    instance.report_runless_asset_event(dg.AssetMaterialization(catalog_asset_key(topic)))
+    assert tick() == 0
