@@ -19,6 +19,7 @@ from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.sensors import build_archive_automation
 from s3_archive.defs.catalog import build_catalog_defs
 from s3_archive.defs.lifecycle import build_lifecycle_defs
+from s3_archive.defs.restore.assets import build_restore_defs
 from s3_archive.resources import KafkaResource, SparkResource
 from s3_archive.settings import Settings, load_settings
 
@@ -58,6 +59,7 @@ def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
         build_archive_automation(settings),
         build_catalog_defs(settings),
         build_lifecycle_defs(settings),
+        build_restore_defs(settings),
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import bz2
 import gzip
 import io
 import json
@@ -26,14 +27,17 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource
 
 from s3_archive import layout
 from s3_archive.commit import ArchiveIntegrityError, read_manifest
+from s3_archive.resources import KafkaResource, UnknownTopic
 from s3_archive.windows import OffsetWindow
 
 Fault = Callable[[str], None]
@@ -46,6 +50,8 @@ MAPPINGS = ("same", "murmur2", "map")
 # Kafka's default offset.metadata.max.bytes is 4096; one ledger entry must fit.
 MAX_LEDGER_ENTRY_BYTES = 4000
 PARQUET_BATCH = 2048
+# Commit at least this often (besides every `transaction_records`); the producer's transaction.timeout.ms is 5 min.
+TRANSACTION_SECONDS = 20.0
 _MASK32 = 0xFFFFFFFF
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -337,7 +343,8 @@ class ArchivedRecord(NamedTuple):
     timestamp_ms: int
 
 
-def read_manifests(s3: Any, bucket: str, prefix: str, topic: str, windows: list[OffsetWindow]) -> dict[OffsetWindow, dict]:
+def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
+                   windows: list[OffsetWindow]) -> dict[OffsetWindow, dict]:
     """Every window's manifest, or one error naming every window that is not archived yet."""
     out, missing = {}, []
     for w in windows:
@@ -385,6 +392,18 @@ def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
             yield ArchivedRecord(p, o, k, v, [(h["key"], h["value"]) for h in hs or ()], t * mul // div)
 
 
+def avro_records(f: Any) -> Iterator[ArchivedRecord]:
+    """Records of one Avro object container file (Spark's writer: timestamp is timestamp-micros)."""
+    import fastavro
+
+    for r in fastavro.reader(f):
+        ts = r["timestamp"]
+        ms = (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1) if isinstance(ts, datetime) \
+            else int(ts) // 1000
+        yield ArchivedRecord(r["partition"], r["offset"], r["key"], r["value"],
+                             [(h["key"], h["value"]) for h in r["headers"] or ()], ms)
+
+
 def _lines(stream: Any, chunk: int = 1 << 20) -> Iterator[bytes]:
     rest = b""
     while True:
@@ -421,14 +440,22 @@ def object_records(s3: Any, bucket: str, obj: dict, fmt: str) -> Iterator[Archiv
         f.seek(0)
         if fmt == "parquet":
             yield from parquet_records(f)
+        elif fmt == "avro":
+            yield from avro_records(f)
         elif fmt == "jsonl":
             if key.endswith(".gz"):
                 with gzip.GzipFile(fileobj=f) as g:
                     yield from jsonl_records(g)
+            elif key.endswith(".bz2"):
+                with bz2.BZ2File(f) as b:
+                    yield from jsonl_records(b)
             elif key.endswith(".zst"):
                 yield from jsonl_records(pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd"))
             else:
                 yield from jsonl_records(io.BufferedReader(f))
+        elif fmt in ("csv", "text"):
+            raise ValueError(f"s3://{bucket}/{key}: format {fmt!r} does not keep key, value and headers byte for "
+                             "byte, so it cannot be restored faithfully; restorable formats: parquet, avro, jsonl")
         else:
             raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
 
@@ -525,20 +552,24 @@ def _kafka_error(e: BaseException) -> Any:
     return e.args[0] if e.args and hasattr(e.args[0], "code") else None
 
 
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.UNSTABLE_OFFSET_COMMIT,
+                               KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
+
+
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
 class _Ledger:
     """The ledger as committed-offset metadata of consumer group `request.ledger_id` on the target topic."""
 
-    def __init__(self, kafka: Any, request: RestoreRequest, num_target: int) -> None:
-        from confluent_kafka import Consumer
-
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int) -> None:
         self.request, self.num_target, self.timeout = request, num_target, kafka.timeout_s
         # read_committed: the coordinator then never returns offsets of a transaction still pending.
         self.consumer = Consumer(kafka.client_config(**{"group.id": request.ledger_id, "enable.auto.commit": False,
                                                          "isolation.level": "read_committed"}))
 
     def read(self) -> dict[int, RangeSet]:
-        from confluent_kafka import KafkaException, TopicPartition
-
         tps = [TopicPartition(self.request.target_topic, b) for b in range(self.num_target)]
         deadline = time.monotonic() + max(60.0, self.timeout * 4)
         while True:
@@ -547,8 +578,10 @@ class _Ledger:
                 break
             except KafkaException as e:
                 err = _kafka_error(e)
-                # A transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
-                if err is not None and err.retriable() and time.monotonic() < deadline:
+                # The group coordinator may be moving or loading (NOT_COORDINATOR is not flagged retriable), and a
+                # transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
+                if err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY) \
+                        and time.monotonic() < deadline:
                     time.sleep(0.5)
                     continue
                 raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
@@ -560,8 +593,6 @@ class _Ledger:
         return decode_ledger(self.request.source_topic, [tp.metadata for tp in got if tp.offset >= 0])
 
     def entries(self, ledger: dict[int, RangeSet], source_partition: int) -> list:
-        from confluent_kafka import TopicPartition
-
         enc = encode_ledger(self.request.source_topic, ledger, self.num_target,
                             [source_partition % self.num_target])
         return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
@@ -574,12 +605,14 @@ class _Ledger:
 
 
 class _Producer:
-    """A transactional producer that remembers delivery errors and turns Kafka's errors into clear ones."""
+    """A transactional producer that turns Kafka's errors into clear ones.
 
-    def __init__(self, kafka: Any, request: RestoreRequest) -> None:
-        from confluent_kafka import KafkaException
+    No per-record delivery callback: a record that fails delivery puts the transaction in the abortable state, so
+    `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
+    client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
-        self.request, self.timeout, self.errors = request, max(30.0, kafka.timeout_s), []
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest) -> None:
+        self.request, self.timeout = request, max(30.0, kafka.timeout_s)
         self.producer = kafka.producer(**{
             "transactional.id": request.ledger_id,
             "enable.idempotence": True,
@@ -588,7 +621,7 @@ class _Producer:
             "message.max.bytes": 64 << 20,
             "queue.buffering.max.messages": 200_000,
             "delivery.report.only.error": True,
-            "on_delivery": self._report,
+            "transaction.timeout.ms": 300_000,
         })
         self.in_txn = False
         try:
@@ -598,35 +631,44 @@ class _Producer:
             raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
                                 "Does the target cluster allow transactions (transaction.state.log.*)?") from None
 
-    def _report(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+    def _failed(self, what: str, e: KafkaException) -> RestoreFailed:
+        err = _kafka_error(e)
+        code = err.code() if err is not None else None
+        if code == KafkaError._FATAL:
+            # Calls after a fatal error fail with a generic _FATAL; poll raises the fatal error itself (e.g. fenced).
+            try:
+                self.producer.poll(0)
+            except KafkaException as fatal:
+                e = fatal
+                code = getattr(_kafka_error(fatal), "code", lambda: code)()
+        if code in _FENCED:
+            return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
+                                 f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
+                                 f"stopped, and its open transaction is aborted. Kafka said: {e}")
+        return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
 
     def produce(self, partition: int, r: ArchivedRecord, headers: list[tuple[str, bytes | None]]) -> None:
-        if not self.in_txn:
-            self.producer.begin_transaction()
-            self.in_txn = True
-        while True:
-            try:
-                # timestamp 0 means "now" to librdkafka, so timestamps <= 0 cannot be kept (counted by the caller)
-                self.producer.produce(self.request.target_topic, value=r.value, key=r.key, partition=partition,
-                                      headers=headers or None, timestamp=max(r.timestamp_ms, 0))
-                return
-            except BufferError:  # the local queue is full: let it drain
-                self.producer.poll(0.05)
+        try:
+            if not self.in_txn:
+                self.producer.begin_transaction()
+                self.in_txn = True
+            while True:
+                try:
+                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (the caller counts them)
+                    self.producer.produce(self.request.target_topic, value=r.value, key=r.key, partition=partition,
+                                          headers=headers or None, timestamp=max(r.timestamp_ms, 0))
+                    return
+                except BufferError:  # the local queue is full: let it drain
+                    self.producer.poll(0.05)
+        except KafkaException as e:
+            raise self._failed("producing to", e) from None
 
     def commit(self, offsets: list, group_metadata: Any) -> None:
-        from confluent_kafka import KafkaException
-
-        self.producer.flush(self.timeout)
-        if self.errors:
-            self.abort()
-            raise RestoreFailed(f"{len(self.errors)} records were not delivered to {self.request.target_topic!r} "
-                                f"(transaction aborted, nothing of it is visible): {'; '.join(self.errors[:3])}")
         try:
             self.producer.send_offsets_to_transaction(offsets, group_metadata, self.timeout)
             for attempt in range(3):
                 try:
+                    # Flushes first; fails if any record of the transaction was not delivered.
                     self.producer.commit_transaction(self.timeout)
                     break
                 except KafkaException as e:
@@ -636,27 +678,24 @@ class _Producer:
                     raise
         except KafkaException as e:
             err = _kafka_error(e)
-            if err is not None and err.fatal():
-                raise RestoreFailed(
-                    f"the restore was fenced: another run of the same restore (transactional.id "
-                    f"{self.request.ledger_id!r}) started; only one may run at a time. Kafka said: {e}") from None
             if err is not None and err.txn_requires_abort():
                 self.abort()
-            raise RestoreFailed(f"committing a restore transaction to {self.request.target_topic!r} failed: {e}") \
-                from None
+            raise self._failed("committing a restore transaction to", e) from None
         self.in_txn = False
 
     def abort(self) -> None:
         if self.in_txn:
             try:
                 self.producer.abort_transaction(self.timeout)
+            except KafkaException as e:
+                err = _kafka_error(e)
+                if err is None or err.code() not in _FENCED:  # fenced: the new run aborts it for us
+                    raise
             finally:
                 self.in_txn = False
 
 
-def target_partition_count(kafka: Any, topic: str) -> int:
-    from s3_archive.resources import UnknownTopic
-
+def target_partition_count(kafka: KafkaResource, topic: str) -> int:
     try:
         return len(kafka.partitions(topic))
     except UnknownTopic:
@@ -665,98 +704,153 @@ def target_partition_count(kafka: Any, topic: str) -> int:
                              "choose)") from None
 
 
-def restore_windows(kafka: Any, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
+def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -> list[str]:
+    """Target topic settings that would silently change restored records (best effort: needs DescribeConfigs)."""
+    try:
+        res = ConfigResource("TOPIC", topic)
+        admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+        configs = admin.describe_configs([res], request_timeout=kafka.timeout_s)[res].result(timeout=kafka.timeout_s)
+    except Exception:  # noqa: BLE001 - a missing permission must not stop the restore
+        return []
+    out = []
+    if configs.get("message.timestamp.type") is not None and configs["message.timestamp.type"].value == \
+            "LogAppendTime":
+        out.append(f"target topic {topic!r} has message.timestamp.type=LogAppendTime: the broker replaces the "
+                   "archived timestamps with its own")
+    retention = int(configs["retention.ms"].value) if configs.get("retention.ms") is not None else -1
+    oldest = min((m["min_timestamp_ms"] for m in manifests if m.get("min_timestamp_ms") is not None), default=None)
+    if retention >= 0 and oldest is not None and oldest < time.time() * 1000 - retention:
+        out.append(f"target topic {topic!r} has retention.ms={retention}, but the oldest record to restore is from "
+                   f"{datetime.fromtimestamp(oldest / 1000, UTC).isoformat()}: the broker will delete such records "
+                   "soon after they are restored. Set retention.ms=-1 on the target first")
+    return out
+
+
+def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
                     windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault) -> Iterator[WindowReport]:
     """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
     its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
-    of a source partition reach the target in offset order."""
+    of a source partition reach the target in offset order. `fault(step)` lets tests crash after
+    `produced:<n>` (n-th record of the run handed to the producer) or `committed:<n>` (n-th transaction)."""
     ws = sorted(set(windows))
     manifests = read_manifests(s3, bucket, prefix, request.source_topic, ws)
     num_target = target_partition_count(kafka, request.target_topic)
     request.mapping.check({w.partition for w in ws}, num_target, request.target_topic)
-    route = request.mapping.compiled(num_target)
-    filters = request.filters
-
-    producer = None if request.dry_run else _Producer(kafka, request)
-    ledger_store = _Ledger(kafka, request, num_target)
-    committed = 0  # transactions committed by this run
-    produced = 0  # records produced by this run
+    for warning in target_warnings(kafka, request.target_topic, manifests.values()):
+        log.warning(warning)
+    run = _Run(kafka, request, num_target, fault)
     try:
-        ledger = ledger_store.read()  # after init_transactions: no transaction of ours is pending any more
+        run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
+        if not run.ledger:
+            earliest, latest = kafka.offsets(request.target_topic, "earliest"), kafka.offsets(request.target_topic,
+                                                                                           "latest")
+            present = sum(latest[p] - earliest.get(p, 0) for p in latest)
+            if present > 0:
+                log.warning(f"target topic {request.target_topic!r} already holds up to {present} records, but no "
+                            f"ledger of this restore exists (consumer group {request.ledger_id!r}). If they came "
+                            "from an earlier run of this restore whose ledger expired (offsets.retention.minutes), "
+                            "this run restores them again")
         log.info(f"restore {request.ledger_id}: {len(ws)} windows into {request.target_topic!r} ({num_target} "
-                 f"partitions, mapping {request.mapping.mode}); ledger covers "
-                 f"{sum(rs.size() for rs in ledger.values())} source offsets" + (" [dry run]" if request.dry_run
-                                                                                  else ""))
+                 f"partitions, mapping {request.mapping.mode}); the ledger already covers "
+                 f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
+                 + (" [dry run]" if request.dry_run else ""))
         for w in ws:
-            t0 = time.monotonic()
-            manifest = manifests[w]
-            rep = WindowReport(w, request.dry_run, archived=manifest["record_count"])
-            scope = filters.offset_scope(w)
-            if scope is None or not filters.time_may_match(manifest.get("min_timestamp_ms"),
-                                                           manifest.get("max_timestamp_ms")):
-                rep.filtered = rep.archived
-                rep.seconds = time.monotonic() - t0
-                yield rep
-                continue
-            sp = w.partition
-            done = ledger.get(sp, RangeSet())
-            seg_start, in_txn_records = scope[0], 0
-
-            def commit(upto: int) -> None:
-                nonlocal ledger, committed, seg_start, in_txn_records
-                new = {p: rs.copy() for p, rs in ledger.items()}
-                new.setdefault(sp, RangeSet()).add(seg_start, upto)
-                producer.commit(ledger_store.entries(new, sp), ledger_store.group_metadata())
-                ledger, seg_start, in_txn_records = new, upto, 0
-                committed += 1
-                rep.transactions += 1
-                fault(f"committed:{committed}")
-
-            for r in window_records(s3, bucket, w, manifest):
-                if not scope[0] <= r.offset < scope[1]:
-                    rep.filtered += 1
-                    continue
-                if r.offset in done:
-                    rep.skipped += 1
-                    continue
-                if not filters.time_ok(r.timestamp_ms):
-                    rep.filtered += 1
-                    continue
-                tp = route(sp, r.key)
-                size = _record_bytes(r)
-                c = rep.partitions.setdefault(tp, PartitionCount())
-                c.records += 1
-                c.bytes += size
-                rep.restored += 1
-                rep.bytes += size
-                if r.timestamp_ms <= 0:
-                    rep.timestamps_replaced += 1
-                if producer is None:
-                    continue
-                headers = r.headers
-                if request.provenance_headers:
-                    headers = headers + [(PROVENANCE_TOPIC, request.source_topic.encode()),
-                                         (PROVENANCE_PARTITION, str(sp).encode()),
-                                         (PROVENANCE_OFFSET, str(r.offset).encode())]
-                producer.produce(tp, r, headers)
-                produced += 1
-                in_txn_records += 1
-                fault(f"produced:{produced}")
-                if in_txn_records >= request.transaction_records:
-                    commit(r.offset + 1)
-            # The rest of the window's scope (incl. offsets with no record) is done once its records are in.
-            if producer is not None and producer.in_txn:
-                commit(scope[1])
-            rep.seconds = time.monotonic() - t0
-            yield rep
-    except Exception:
-        # An ordinary failure aborts at once, so read_committed consumers of the target are not held back until
-        # the transaction times out. (A killed process cannot: the next run's init_transactions aborts it.)
-        if producer is not None:
+            yield run.window(s3, bucket, w, manifests[w])
+    except BaseException:
+        # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
+        # target are not held back until the transaction times out. (A killed process cannot: the next run's
+        # init_transactions aborts its transaction.)
+        if run.producer is not None:
             try:
-                producer.abort()
+                run.producer.abort()
             except Exception as e:  # the original error matters more
                 log.warning(f"aborting the restore transaction failed too: {e}")
         raise
     finally:
-        ledger_store.close()
+        run.ledger_store.close()
+
+
+class _Run:
+    """State of one restore run: the producer, the ledger as last committed, and what is done but unrecorded."""
+
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, fault: Fault) -> None:
+        self.request, self.fault = request, fault
+        self.route = request.mapping.compiled(num_target)
+        self.producer = None if request.dry_run else _Producer(kafka, request)
+        self.ledger_store = _Ledger(kafka, request, num_target)
+        self.ledger: dict[int, RangeSet] = {}
+        # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
+        # next commit of the same source partition, so the ledger's ranges stay merged.
+        self.unrecorded: dict[int, RangeSet] = {}
+        self.committed = 0  # transactions committed by this run
+        self.produced = 0  # records produced by this run
+
+    def _commit(self, sp: int, start: int, upto: int, rep: WindowReport) -> None:
+        new = {p: rs.copy() for p, rs in self.ledger.items()}
+        rs = new.setdefault(sp, RangeSet())
+        rs.add(start, upto)
+        for a, b in self.unrecorded.pop(sp, RangeSet()).ranges():
+            rs.add(a, b)
+        self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
+        self.ledger = new
+        self.committed += 1
+        rep.transactions += 1
+        self.fault(f"committed:{self.committed}")
+
+    def window(self, s3: Any, bucket: str, w: OffsetWindow, manifest: dict) -> WindowReport:
+        t0 = time.monotonic()
+        request, filters, producer = self.request, self.request.filters, self.producer
+        rep = WindowReport(w, request.dry_run, archived=manifest["record_count"])
+        scope = filters.offset_scope(w)
+        if scope is None or not filters.time_may_match(manifest.get("min_timestamp_ms"),
+                                                       manifest.get("max_timestamp_ms")):
+            rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
+            rep.seconds = time.monotonic() - t0
+            return rep
+        sp = w.partition
+        done = self.ledger.get(sp, RangeSet())
+        seg_start, in_txn, txn_t0 = scope[0], 0, 0.0
+        provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
+        for r in window_records(s3, bucket, w, manifest):
+            if not scope[0] <= r.offset < scope[1]:
+                rep.filtered += 1
+                continue
+            if r.offset in done:
+                rep.skipped += 1
+                continue
+            if not filters.time_ok(r.timestamp_ms):
+                rep.filtered += 1
+                continue
+            tp = self.route(sp, r.key)
+            size = _record_bytes(r)
+            c = rep.partitions.setdefault(tp, PartitionCount())
+            c.records += 1
+            c.bytes += size
+            rep.restored += 1
+            rep.bytes += size
+            if r.timestamp_ms <= 0:
+                rep.timestamps_replaced += 1
+            if producer is None:
+                continue
+            headers = r.headers
+            if request.provenance_headers:
+                headers = headers + provenance + [(PROVENANCE_OFFSET, str(r.offset).encode())]
+            if in_txn == 0:
+                txn_t0 = time.monotonic()
+            producer.produce(tp, r, headers)
+            self.produced += 1
+            in_txn += 1
+            if self.fault is not no_fault:  # skip building the step name per record in real runs
+                self.fault(f"produced:{self.produced}")
+            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
+            if in_txn >= request.transaction_records or time.monotonic() - txn_t0 > TRANSACTION_SECONDS:
+                self._commit(sp, seg_start, r.offset + 1, rep)
+                seg_start, in_txn = r.offset + 1, 0
+        if producer is not None:
+            # The rest of the scope (incl. offsets with no record) is done once the window's records are in.
+            if producer.in_txn:
+                self._commit(sp, seg_start, scope[1], rep)
+            else:
+                self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, scope[1])
+        rep.seconds = time.monotonic() - t0
+        return rep

@@ -246,7 +246,6 @@ def test_jsonl_records_decode_base64_and_iso_timestamps():
          "timestamp": "1970-01-01T00:00:00.001000+00:00", "timestamp_type": 0},
     ]
     data = ("\n".join(json.dumps(x) for x in lines) + "\n\n").encode()
-    # A tiny chunk size splits lines across reads.
     recs = list(jsonl_records(io.BytesIO(data)))
     assert [(r.offset, r.key, r.value, r.headers, r.timestamp_ms) for r in recs] == [
         (1, b"\xff", None, [("n", None), ("n", b"")], 1_700_000_000_123),
@@ -259,3 +258,30 @@ def test_jsonl_lines_split_across_reads():
 
     data = b"a\nbb\n\nccc"
     assert list(_lines(io.BytesIO(data), chunk=2)) == [b"a", b"bb", b"", b"ccc"]
+
+
+def test_dagster_config_becomes_a_request():
+    from s3_archive.defs.restore.assets import RestoreConfig
+
+    req = RestoreConfig(target_topic="copy", partition_mapping="map", partition_map={"0": 1, "1": 0},
+                        from_offset=10, to_timestamp_ms=99, provenance_headers=True).request("orders")
+    assert req.mapping == PartitionMapping("map", ((0, 1), (1, 0)))
+    assert req.filters == Filters(None, 99, 10, None)
+    assert (req.source_topic, req.target_topic, req.provenance_headers, req.dry_run) == ("orders", "copy", True, False)
+    assert req.ledger_id == "s3-archive-restore.orders.copy.t-99"
+    with pytest.raises(InvalidRestore, match="is the archived topic itself"):
+        RestoreConfig(target_topic="orders").request("orders")
+
+
+def test_restore_assets_share_the_archive_partitions_and_depend_on_the_archive():
+    from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+    from s3_archive.defs.restore.assets import build_restore_defs
+    from s3_archive.settings import parse_settings
+
+    settings = parse_settings({"archives": [{"name": "a", "topics": ["t1", "t2"], "bucket": "bkt"}]})
+    defs = build_restore_defs(settings)
+    assets = {a.key.to_user_string(): a for a in defs.assets}
+    assert sorted(assets) == ["kafka_restore/t1", "kafka_restore/t2"]
+    a = assets["kafka_restore/t1"]
+    assert a.partitions_def == window_partitions("t1")
+    assert archive_asset_key("t1") in a.dependency_keys

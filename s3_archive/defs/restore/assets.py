@@ -88,7 +88,11 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             windows = [OffsetWindow.parse(k) for k in context.partition_keys]
             client = s3.get_client()
             check_bucket(client, cfg.bucket)
+            totals: dict[int, list[int]] = {}
             for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log):
+                for p, c in rep.partitions.items():
+                    t = totals.setdefault(p, [0, 0])
+                    t[0], t[1] = t[0] + c.records, t[1] + c.bytes
                 meta = {"target_topic": request.target_topic, **rep.metadata()}
                 context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "
                                  f"present, {rep.filtered} filtered" + (" [dry run]" if request.dry_run else ""))
@@ -98,6 +102,9 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                 else:
                     yield dg.AssetMaterialization(asset_key=context.asset_key, partition=rep.window.key,
                                                   metadata=meta)
+            context.log.info(f"{'would restore' if request.dry_run else 'restored'} into "
+                             f"{request.target_topic!r}, per target partition (records, bytes): "
+                             + (", ".join(f"{p}: {r}, {b}" for p, (r, b) in sorted(totals.items())) or "nothing"))
         except _CLEAR_ERRORS as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
 
