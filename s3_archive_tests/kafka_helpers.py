@@ -6,6 +6,7 @@ import base64
 import gzip
 import io
 import json
+import os
 from dataclasses import dataclass
 
 import pyarrow.parquet as pq
@@ -14,6 +15,19 @@ from confluent_kafka.admin import NewTopic
 from s3_archive.resources import KafkaResource
 
 Headers = list[tuple[str, bytes | None]]
+
+# (key, value, headers) that break careless archivers: binary and empty keys, null keys, tombstones (null values),
+# empty values, duplicate and null headers, an empty header name, non-ASCII, and a 1 MiB value.
+NASTY: list[tuple[bytes | None, bytes | None, Headers]] = [
+    (b"\x00\xff\x10binary-key", b"\x00\x01\x02\xfe\xff", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),
+    (None, b"null key", []),
+    (b"tombstone", None, [("h", b"")]),
+    (b"empty", b"", []),
+    (b"big", os.urandom(1024 * 1024), [("size", b"1MiB")]),
+    (b"", b"empty key", [("", b"empty header name")]),
+    ("ключ".encode(), "значение ✓".encode(), [("ü", "ö".encode())]),
+    (None, None, [("only", None), ("only", None)]),
+]
 
 
 @dataclass(frozen=True)

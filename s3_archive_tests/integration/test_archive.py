@@ -21,19 +21,10 @@ from s3_archive_tests.integration.archive_helpers import (
     archive_config, archived_records, final_objects, log, manifest, materialize, resources, staging_objects,
     window_metadata,
 )
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
 
 pytestmark = pytest.mark.integration
 
-NASTY = [
-    (b"\x00\xff\x10binary-key", b"\x00\x01\x02\xfe\xff", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),
-    (None, b"null key", []),
-    (b"tombstone", None, [("h", b"")]),
-    (b"empty", b"", []),
-    (b"big", os.urandom(1024 * 1024), [("size", b"1MiB")]),
-    (b"", b"empty key", [("", b"empty header name")]),
-    ("ключ".encode(), "значение ✓".encode(), [("ü", "ö".encode())]),
-]
 
 
 @pytest.fixture

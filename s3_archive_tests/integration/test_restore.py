@@ -26,21 +26,10 @@ from s3_archive.restore import (
 )
 from s3_archive.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
-from s3_archive_tests.kafka_helpers import Rec, create_topic, produce
+from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
 
 pytestmark = pytest.mark.integration
 
-# Binary and empty keys, null keys, tombstones (null values), empty values, duplicate and null headers, 1 MiB.
-NASTY = [
-    (b"\x00\xff\x10binary-key", b"\x00\x01\x02\xfe\xff", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),
-    (None, b"null key", []),
-    (b"tombstone", None, [("h", b"")]),
-    (b"empty", b"", []),
-    (b"big", os.urandom(1024 * 1024), [("size", b"1MiB")]),
-    (b"", b"empty key", [("", b"empty header name")]),
-    ("ключ".encode(), "значение ✓".encode(), [("ü", "ö".encode())]),
-    (None, None, [("only", None), ("only", None)]),
-]
 
 
 @dataclass(frozen=True)
