@@ -87,7 +87,7 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             request = config.request(topic)
             windows = [OffsetWindow.parse(k) for k in context.partition_keys]
             client = s3.get_client()
-            check_bucket(client, cfg.bucket)
+            check_bucket(client, cfg.bucket, cfg.prefix)
             totals: dict[int, list[int]] = {}
             for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log):
                 for p, c in rep.partitions.items():
