@@ -17,10 +17,10 @@ from confluent_kafka.admin import NewTopic
 from s3_archive import paths
 from s3_archive.definitions import DEMO_CONFIG, build_defs
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.sensors import evaluate, sensor_name
 from s3_archive.local import stack
 from s3_archive.resources import KafkaResource
-from s3_archive.settings import load_settings
-from s3_archive.windows import OffsetWindow, cut_full_windows, next_offsets
+from s3_archive.settings import ArchiveConfig, load_settings
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
 RECORDS_PER_TOPIC = 6000
@@ -47,16 +47,14 @@ def seed_topics(kafka: KafkaResource) -> None:
     producer.flush(60)
 
 
-def register_windows(instance: dg.DagsterInstance, kafka: KafkaResource, topic: str, count: int) -> list[str]:
-    """Add the full windows that fit below the high watermarks as dynamic partitions; returns the new keys."""
-    name = window_partitions(topic).name
-    existing = [OffsetWindow.parse(k) for k in instance.get_dynamic_partitions(name)]
-    start = next_offsets(existing)
-    new = [w.key for p, hw in sorted(kafka.offsets(topic, "latest").items())
-           for w in cut_full_windows(p, start.get(p, 0), hw, count)]
-    if new:
-        instance.add_dynamic_partitions(name, new)
-    return new
+def cut_windows(instance: dg.DagsterInstance, kafka: KafkaResource, archive: ArchiveConfig) -> dict[str, list[str]]:
+    """One tick of the archive's offsets sensor, applied: the new window keys per topic, in insertion order."""
+    result = evaluate(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}), kafka, archive)
+    added: dict[str, list[str]] = {}
+    for req in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        added[req.partitions_def_name] = list(req.partition_keys)
+    return {t: added.get(window_partitions(t).name, []) for t in archive.topics}
 
 
 def run(port: int = 3000) -> int:
@@ -77,8 +75,7 @@ def run(port: int = 3000) -> int:
     defs = build_defs(settings, "local")
     with dg.DagsterInstance.get() as instance:
         for archive in settings.archives:
-            for topic in archive.topics:
-                new = register_windows(instance, kafka, topic, archive.flush.count)
+            for topic, new in cut_windows(instance, kafka, archive).items():
                 print(f"demo: {topic}: {len(new)} new windows", flush=True)
                 if not new:
                     continue
@@ -89,7 +86,9 @@ def run(port: int = 3000) -> int:
                           "dagster/asset_partition_range_end": new[-1]}, raise_on_error=False)
                 print(f"demo: archived {len(new)} windows of {topic} in one run "
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
-    print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack)", flush=True)
+    print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack). Turn on the "
+          f"sensor {', '.join(sensor_name(a) for a in settings.archives)} under Automation to archive new records "
+          "as they arrive.", flush=True)
     workspace = Path.cwd() / "workspace.yaml"
     target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port), *target])
