@@ -61,14 +61,6 @@ class OffsetWindow:
             raise InvalidWindow(f"window key {key!r}: {e}") from None
 
 
-def cut_full_windows(partition: int, next_offset: int, high_watermark: int, count: int) -> list[OffsetWindow]:
-    """Full windows of `count` offsets from `next_offset`, as many as fit below the high watermark."""
-    if count < 1:
-        raise InvalidWindow(f"window size must be >= 1, got {count}")
-    n = max(0, high_watermark - next_offset) // count
-    return [OffsetWindow(partition, next_offset + i * count, next_offset + (i + 1) * count) for i in range(n)]
-
-
 def check_contiguous(windows: list[OffsetWindow]) -> list[str]:
     """Problems in a set of windows: overlaps and holes per partition (empty when contiguous)."""
     problems: list[str] = []

@@ -15,7 +15,6 @@ from s3_archive.windows import (  # noqa: E402
     InvalidWindow,
     OffsetWindow,
     check_contiguous,
-    cut_full_windows,
 )
 
 FAST = settings(max_examples=200, deadline=None)
@@ -199,65 +198,6 @@ def test_parse_rejects_well_formed_key_of_invalid_window(key, bad):
     with pytest.raises(InvalidWindow) as e:
         OffsetWindow.parse(key)
     assert bad in str(e.value)
-
-
-# --- cut_full_windows --------------------------------------------------------------------------------------------
-
-
-def test_cut_full_windows_example():
-    ws = cut_full_windows(2, 100, 1050, 100)
-    assert ws == [OffsetWindow(2, s, s + 100) for s in range(100, 1000, 100)]
-    assert len(ws) == 9
-
-
-def test_cut_full_windows_exact_fit_reaches_high_watermark():
-    ws = cut_full_windows(0, 0, 300, 100)
-    assert [as_tuple(w) for w in ws] == [(0, 0, 100), (0, 100, 200), (0, 200, 300)]
-
-
-@pytest.mark.parametrize("next_offset,hw,count", [(0, 0, 1), (0, 99, 100), (500, 599, 100), (500, 500, 10),
-                                                  (500, 100, 10), (0, 9, 10)])
-def test_cut_full_windows_none_below_count(next_offset, hw, count):
-    assert cut_full_windows(0, next_offset, hw, count) == []
-
-
-def test_cut_full_windows_count_one():
-    assert cut_full_windows(7, 10, 13, 1) == [OffsetWindow(7, 10, 11), OffsetWindow(7, 11, 12),
-                                              OffsetWindow(7, 12, 13)]
-
-
-@pytest.mark.parametrize("count", [0, -1, -100])
-def test_cut_full_windows_rejects_count_below_one(count):
-    with pytest.raises(InvalidWindow, match=re.escape(f"got {count}")):
-        cut_full_windows(0, 0, 1000, count)
-
-
-@FAST
-@given(partitions, st.integers(0, 10**12), st.integers(0, 5000), st.integers(1, 1000))
-def test_cut_full_windows_properties(p, next_offset, ahead, count):
-    hw = next_offset + ahead
-    ws = cut_full_windows(p, next_offset, hw, count)
-    assert len(ws) == ahead // count
-    assert all(w.partition == p and w.size == count for w in ws)
-    if ws:
-        assert ws[0].start == next_offset
-        assert ws[-1].end <= hw
-        assert all(a.end == b.start for a, b in zip(ws, ws[1:]))
-        assert check_contiguous(ws) == []
-    # what is left below the high watermark is less than a full window
-    covered_to = ws[-1].end if ws else next_offset
-    assert 0 <= hw - covered_to < count
-
-
-@FAST
-@given(partitions, st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 1000))
-def test_cut_full_windows_nothing_when_high_watermark_not_ahead(p, next_offset, behind, count):
-    assert cut_full_windows(p, next_offset, next_offset - behind, count) == []
-
-
-def test_cut_full_windows_near_max_offset():
-    ws = cut_full_windows(0, MAX_OFFSET - 20, MAX_OFFSET, 10)
-    assert [as_tuple(w) for w in ws] == [(0, MAX_OFFSET - 20, MAX_OFFSET - 10), (0, MAX_OFFSET - 10, MAX_OFFSET)]
 
 
 # --- check_contiguous --------------------------------------------------------------------------------------------
