@@ -10,6 +10,7 @@ Every connection value is a `dg.EnvVar`, resolved when a run starts, never at im
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -20,8 +21,8 @@ from s3_archive.defs.archive.sensors import build_archive_automation
 from s3_archive.defs.catalog import build_catalog_defs
 from s3_archive.defs.lifecycle import build_lifecycle_defs
 from s3_archive.defs.restore.assets import build_restore_defs
-from s3_archive.resources import KafkaResource, SparkResource
-from s3_archive.settings import Settings, load_settings
+from s3_archive.resources import KafkaResource, KafkaUnavailable, SparkResource
+from s3_archive.settings import Settings, load_settings, resolve_topic_patterns
 
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
 
@@ -52,8 +53,34 @@ def build_resources(env: str) -> dict[str, dg.ConfigurableResource]:
     return {"kafka": kafka, "s3": s3, "spark": spark}
 
 
+def discover_topics(settings: Settings, timeout_s: float = 5.0) -> Settings:
+    """Expand `topic_pattern`s against the cluster when definitions load.
+
+    Loading must work with no service running: if Kafka cannot be reached in `timeout_s`, the archives keep only
+    their explicit topics and a warning says so. Topics created later appear when the code location reloads
+    (UI: Deployment > Reload, or a redeploy) — that reload is the mechanism, and its delay.
+    """
+    if all(a.topic_pattern is None for a in settings.archives):
+        return settings
+    bootstrap = os.environ.get("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS")
+    topics: list[str] = []
+    if bootstrap:
+        try:
+            topics = KafkaResource(bootstrap_servers=bootstrap, timeout_s=timeout_s).topics()
+        except KafkaUnavailable as e:
+            warnings.warn(f"topic_pattern: {e}; archiving only the explicitly listed topics until the next reload",
+                          stacklevel=2)
+    return resolve_topic_patterns(settings, topics)
+
+
 def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
     """Each domain contributes its own definitions; resources are shared."""
+    idle = [a.name for a in settings.archives if not a.topics]
+    if idle:  # a topic_pattern that matched nothing (yet): no assets, sensors or checks for that archive
+        warnings.warn(f"archives with no topics yet: {', '.join(idle)}", stacklevel=2)
+        if len(idle) == len(settings.archives):
+            return dg.Definitions(resources=build_resources(env))
+        settings = Settings(archives=[a for a in settings.archives if a.topics])
     return dg.Definitions.merge(
         dg.Definitions(assets=build_archive_assets(settings.archives), resources=build_resources(env)),
         build_archive_automation(settings),
@@ -64,6 +91,6 @@ def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
 
 
 defs = build_defs(
-    load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))),
+    discover_topics(load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))),
     os.environ.get("S3_ARCHIVE_ENV", "local"),
 )

@@ -70,6 +70,13 @@ class KafkaResource(dg.ConfigurableResource):
         return KafkaUnavailable(f"cannot reach Kafka at {self.bootstrap_servers} within {self.timeout_s:.0f}s: "
                                 f"{reason}. Check bootstrap_servers, the network and the credentials")
 
+    def topics(self) -> list[str]:
+        """Every topic on the cluster (one metadata request)."""
+        try:
+            return sorted(self.admin().list_topics(timeout=self.timeout_s).topics)
+        except KafkaException as e:
+            raise self._unavailable(e) from e
+
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, or UnknownTopic / KafkaUnavailable."""
         try:

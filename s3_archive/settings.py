@@ -42,7 +42,10 @@ class FlushPolicy(_Strict):
 
 class ArchiveConfig(_Strict):
     name: str
-    topics: list[str] = Field(min_length=1)
+    topics: list[str] = Field(default_factory=list)
+    topic_pattern: str | None = Field(
+        default=None, description="a regex (full match); matching topics are added to `topics` when definitions "
+                                  "load (see resolve_topic_patterns)")
     bucket: str
     prefix: str = ""
     format: Literal["parquet", "avro", "jsonl", "csv", "text"] = "parquet"
@@ -93,8 +96,20 @@ class ArchiveConfig(_Strict):
             raise ValueError(f"must not start with '/', got {v!r}")
         return v if v == "" or v.endswith("/") else v + "/"
 
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a valid regular expression: {v!r} ({e})") from None
+        return v
+
     @model_validator(mode="after")
     def _codec(self) -> ArchiveConfig:
+        if not self.topics and self.topic_pattern is None:
+            raise ValueError("give `topics` (a list of topic names), `topic_pattern` (a regex), or both")
         spec = FORMATS[self.format]
         if len(set(self.csv_fields)) != len(self.csv_fields):
             raise ValueError(f"csv_fields lists a field twice: {self.csv_fields}")
@@ -166,3 +181,22 @@ def load_settings(path: Path) -> Settings:
     except yaml.YAMLError as e:
         raise InvalidConfig(f"{path} is not valid YAML: {e}") from None
     return parse_settings(data)
+
+
+def resolve_topic_patterns(settings: Settings, cluster_topics: list[str]) -> Settings:
+    """Settings with every archive's `topic_pattern` expanded against the cluster's topics (pure).
+
+    A topic listed explicitly anywhere stays with that archive; a topic matched by several patterns goes to the
+    first archive; Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) never match.
+    """
+    taken = {t for a in settings.archives for t in a.topics}
+    archives = []
+    for a in settings.archives:
+        extra = []
+        if a.topic_pattern is not None:
+            pattern = re.compile(a.topic_pattern)
+            extra = sorted(t for t in cluster_topics
+                           if not t.startswith("__") and t not in taken and pattern.fullmatch(t))
+            taken |= set(extra)
+        archives.append(a.model_copy(update={"topics": [*a.topics, *extra]}))
+    return Settings(archives=archives)

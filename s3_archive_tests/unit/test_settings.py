@@ -6,7 +6,9 @@ import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from s3_archive.formats import FORMATS  # noqa: E402
-from s3_archive.settings import InvalidConfig, Settings, load_settings, parse_settings  # noqa: E402
+from s3_archive.settings import (  # noqa: E402
+    InvalidConfig, Settings, load_settings, parse_settings, resolve_topic_patterns,
+)
 
 BASE = {"name": "orders_archive", "topics": ["orders"], "bucket": "my-bucket"}
 
@@ -184,10 +186,30 @@ def test_trailing_newline_rejected(field, value):
     assert f"archives[0].{field}" in msg
 
 
-def test_no_topics():
+def test_no_topics_and_no_pattern():
     msg = error_of(config(topics=[]))
-    assert "archives[0].topics: " in msg
-    assert "at least 1 item" in msg
+    assert error_lines(msg) == ["archives[0]: give `topics` (a list of topic names), `topic_pattern` (a regex), "
+                                "or both"]
+
+
+def test_bad_topic_pattern():
+    msg = error_of(config(topic_pattern="orders.(["))
+    [line] = error_lines(msg)
+    assert line.startswith("archives[0].topic_pattern: not a valid regular expression: 'orders.(['")
+
+
+def test_topic_patterns_resolve_against_the_cluster_topics():
+    settings = parse_settings({"archives": [
+        {**BASE, "name": "a", "topics": ["orders.eu"], "topic_pattern": r"orders\..*"},
+        {**BASE, "name": "b", "topics": [], "topic_pattern": r".*\.eu"},
+    ]})
+    cluster = ["orders.eu", "orders.us", "orders.asia", "clicks.eu", "__consumer_offsets", "ordersXus", "x.orders.us"]
+    resolved = resolve_topic_patterns(settings, cluster)
+    # explicit first; then the pattern's matches (full match, sorted); a topic goes to the first archive claiming it
+    assert resolved.archives[0].topics == ["orders.eu", "orders.asia", "orders.us"]
+    assert resolved.archives[1].topics == ["clicks.eu"]
+    # no Kafka reachable when definitions load: explicit topics only
+    assert [a.topics for a in resolve_topic_patterns(settings, []).archives] == [["orders.eu"], []]
 
 
 def test_no_archives():
