@@ -86,3 +86,16 @@ def test_topic_pattern_archives_matching_topics_and_loading_survives_no_broker(k
             defs = build_defs(discover_topics(settings, timeout_s=2))
     assert time.monotonic() - t < 15
     assert not [a for a in defs.resolve_all_asset_specs() if a.key.path[0] == "kafka_archive"]
+
+
+def test_a_broker_that_never_becomes_ready_is_one_clear_error_and_leaves_no_process(tmp_path, monkeypatch):
+    import s3_archive.local.kafka_broker as kafka_broker
+    from s3_archive.local.processes import pid_alive
+
+    started = []
+    real_spawn = kafka_broker.spawn
+    monkeypatch.setattr(kafka_broker, "spawn", lambda *a, **kw: started.append(real_spawn(*a, **kw)) or started[-1])
+
+    with pytest.raises(StackError, match=r"the Kafka broker on 127\.0\.0\.1:\d+ did not become ready within 0s"):
+        KafkaBroker(tmp_path / "kafka").start(timeout=0.01)
+    assert len(started) == 1 and not pid_alive(started[0].pid)
