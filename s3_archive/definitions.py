@@ -87,6 +87,12 @@ def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
         build_catalog_defs(settings),
         build_lifecycle_defs(settings),
         build_restore_defs(settings),
+        # Dagster's default automation sensor starts stopped; the catalog and lifecycle assets are "kept in sync",
+        # so theirs runs from the start (the archive itself is driven by the offsets sensors, off by default).
+        dg.Definitions(sensors=[dg.AutomationConditionSensorDefinition(
+            "s3_archive_sync", target=dg.AssetSelection.key_prefixes(["kafka_catalog"], ["s3_lifecycle"]),
+            default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,
+            description="Keeps the Glue tables and the S3 lifecycle rules in sync with the archives.")]),
     )
 
 

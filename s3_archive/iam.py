@@ -7,9 +7,8 @@ listing is refused. Bucket level: the multipart-upload
 listing the s3a committer uses, GetBucketLocation, and the lifecycle configuration. Glue: the calls the catalog
 assets make, on the catalog, the databases and the exact tables of the configured topics.
 
-Known interaction: `archive.check_bucket` probes with HeadBucket, which S3 authorizes as `s3:ListBucket` *without*
-a prefix, so the prefix condition refuses it. A probe that lists under the archive's prefix (`list_objects_v2` with
-`Prefix=cfg.prefix, MaxKeys=1`) is allowed by this policy.
+`archive.check_bucket` probes a bucket by listing at most one key under the archive's prefix, not with
+HeadBucket (which S3 authorizes as a whole-bucket `s3:ListBucket` that this policy refuses).
 """
 
 from __future__ import annotations

@@ -111,6 +111,8 @@ class ArchiveConfig(_Strict):
         if not self.topics and self.topic_pattern is None:
             raise ValueError("give `topics` (a list of topic names), `topic_pattern` (a regex), or both")
         spec = FORMATS[self.format]
+        if "csv_fields" in self.model_fields_set and self.format != "csv":
+            raise ValueError(f"csv_fields applies to format 'csv' only; this archive's format is {self.format!r}")
         if len(set(self.csv_fields)) != len(self.csv_fields):
             raise ValueError(f"csv_fields lists a field twice: {self.csv_fields}")
         if self.compression is not None and self.compression not in spec.codecs:

@@ -12,12 +12,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+import boto3
 import dagster as dg
 import pytest
 
+from s3_archive import catalog
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.local.processes import free_port
 from s3_archive.windows import OffsetWindow
+from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
@@ -134,3 +137,17 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
         assert time.monotonic() < deadline, "the sensor did not archive the new windows within 420 s"
         time.sleep(5)
     assert archived_records(s3, cfg, topic) == produced
+
+    # Downstream, with no manual step either: the always-on sync sensor registers the Glue table.
+    glue = boto3.client("glue", endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                        aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            table = glue.get_table(DatabaseName=catalog.DEFAULT_DATABASE, Name=catalog.table_name(topic))["Table"]
+            break
+        except glue.exceptions.EntityNotFoundException:
+            assert time.monotonic() < deadline, "the catalog asset did not register the table within 300 s"
+            time.sleep(5)
+    assert table["StorageDescriptor"]["Location"] == f"s3://{services.bucket}/e2e-sensed/{topic}/"

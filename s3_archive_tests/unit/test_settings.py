@@ -398,3 +398,10 @@ def test_load_settings_yaml_block_scalar_keeps_newline_out_of_bucket(tmp_path: P
     f.write_text(GOOD_YAML.replace("bucket: my-bucket", "bucket: |\n      my-bucket"))
     with pytest.raises(InvalidConfig, match=re.escape("archives[0].bucket")):
         load_settings(f)
+
+
+def test_csv_fields_only_for_csv():
+    msg = error_of(config(format="parquet", csv_fields=["key"]))
+    [line] = error_lines(msg)
+    assert line == "archives[0]: csv_fields applies to format 'csv' only; this archive's format is 'parquet'"
+    assert parse_settings(config(format="csv", csv_fields=["value", "key"])).archives[0].csv_fields == ["value", "key"]

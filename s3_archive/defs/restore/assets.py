@@ -14,6 +14,7 @@ from pydantic import Field
 from s3_archive.archive import S3Unavailable, check_bucket
 from s3_archive.commit import ArchiveIntegrityError
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.formats import FORMATS
 from s3_archive.resources import KafkaResource, KafkaUnavailable
 from s3_archive.restore import (
     Filters, InvalidRestore, PartitionMapping, RestoreFailed, RestoreRequest, WindowNotArchived, restore_windows,
@@ -112,7 +113,8 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
 
 
 def build_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    return [build_restore_asset(a, t) for a in settings.archives for t in a.topics]
+    """Only for formats that keep key, value and headers byte for byte (csv and text do not: no restore asset)."""
+    return [build_restore_asset(a, t) for a in settings.archives if FORMATS[a.format].lossless for t in a.topics]
 
 
 def build_restore_defs(settings: Settings) -> dg.Definitions:
