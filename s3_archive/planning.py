@@ -20,7 +20,7 @@ from s3_archive.windows import OffsetWindow
 DEFAULT_BYTES_PER_RECORD = 1024.0
 MAX_WINDOWS_PER_TICK = 100
 
-CutReason = Literal["count", "bytes", "age"]
+CutReason = Literal["count", "bytes", "age", "cron"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class PartitionState:
 class Cut:
     topic: str
     window: OffsetWindow
-    reason: CutReason  # "count"/"bytes": a full window capped by that limit; "age": a partial window
+    reason: CutReason  # "count"/"bytes": a full window capped by that limit; "age"/"cron": a partial window
 
 
 def bytes_per_record(samples: Iterable[tuple[int, int]]) -> float | None:
@@ -76,22 +76,28 @@ def window_size(flush: FlushPolicy, bytes_per_record: float | None) -> tuple[int
     return (flush.count, "count") if flush.count <= by_bytes else (by_bytes, "bytes")
 
 
-def _cuts(s: PartitionState) -> Iterator[Cut]:
-    """The partition's windows in offset order: full windows, then the rest if its oldest record is old enough."""
+def _cuts(s: PartitionState, cut_rest: bool) -> Iterator[Cut]:
+    """The partition's windows in offset order: full windows, then the rest if its oldest record is old enough
+    (reason "age") or, with `cut_rest`, in any case (reason "cron")."""
     pos = s.next_offset
     while pos + s.window_size <= s.end_offset:
         yield Cut(s.topic, OffsetWindow(s.partition, pos, pos + s.window_size), s.size_reason)
         pos += s.window_size
-    # aged_until > pos: the record at `pos` (the oldest not in any window) is older than the flush interval.
-    if pos < s.end_offset and s.aged_until is not None and s.aged_until > pos:
-        yield Cut(s.topic, OffsetWindow(s.partition, pos, s.end_offset), "age")
+    if pos < s.end_offset:
+        # aged_until > pos: the record at `pos` (the oldest not in any window) is older than the flush interval.
+        if s.aged_until is not None and s.aged_until > pos:
+            yield Cut(s.topic, OffsetWindow(s.partition, pos, s.end_offset), "age")
+        elif cut_rest:
+            yield Cut(s.topic, OffsetWindow(s.partition, pos, s.end_offset), "cron")
 
 
-def plan_windows(states: Iterable[PartitionState], limit: int = MAX_WINDOWS_PER_TICK) -> list[Cut]:
+def plan_windows(states: Iterable[PartitionState], limit: int = MAX_WINDOWS_PER_TICK,
+                 cut_rest: bool = False) -> list[Cut]:
     """At most `limit` new windows, taken round-robin over the partitions so one backlog cannot starve the others.
 
     Per partition the windows are contiguous from `next_offset`, never reach past `end_offset`, and are all
-    `window_size` long except a last, shorter one cut for age.
+    `window_size` long except a last, shorter one cut for age, or, with `cut_rest` (the cut schedule: "cut at the
+    last stable offset on a fixed cadence"), whatever rest is left.
     """
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
@@ -101,7 +107,7 @@ def plan_windows(states: Iterable[PartitionState], limit: int = MAX_WINDOWS_PER_
         if (s.topic, s.partition) in seen:
             raise ValueError(f"{s.topic} partition {s.partition} is listed twice")
         seen.add((s.topic, s.partition))
-    pending = [_cuts(s) for s in ordered]
+    pending = [_cuts(s, cut_rest) for s in ordered]
     out: list[Cut] = []
     while pending and len(out) < limit:
         still = []
@@ -167,4 +173,26 @@ def archive_progress(windows: Iterable[OffsetWindow], committed: set[OffsetWindo
         lag = sum(max(0, min(w.end, end) - w.start) for w in open_) + max(0, end - tail)
         first = min([w.start for w in open_] + [tail])
         out.append(PartitionProgress(p, start, end, first, lag, _merge(lost)))
+    return out
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How close one partition's oldest unarchived record is to Kafka's retention."""
+
+    partition: int
+    age_ms: int  # now - the record's timestamp (0 for a timestamp in the future)
+    warn: bool  # older than fraction x retention.ms
+
+
+def retention_headroom(oldest_timestamp_ms: Mapping[int, int], retention_ms: int, fraction: float,
+                       now_ms: int) -> list[Headroom]:
+    """Per partition with unarchived records: the age of its oldest one, and whether it is past `fraction` of the
+    topic's retention.ms. retention.ms < 0 (infinite retention): nothing is ever deleted, so nothing warns."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    out = []
+    for p in sorted(oldest_timestamp_ms):
+        age = max(0, now_ms - oldest_timestamp_ms[p])
+        out.append(Headroom(p, age, retention_ms >= 0 and age > fraction * retention_ms))
     return out

@@ -63,6 +63,31 @@ class ArchiveConfig(_Strict):
     lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
+    schedule_cron: str | None = Field(
+        default=None, description="a cron string (UTC): also build the schedule archive_<name>_cut, which cuts "
+                                  "windows like the sensor plus every partition's rest up to the last stable offset")
+    retention_warn_fraction: float = Field(
+        default=0.8, gt=0, le=1, description="retention_headroom warns when the oldest unarchived record is older "
+                                             "than this fraction of the topic's retention.ms")
+    start_position: Literal["earliest", "latest"] | int = Field(
+        default="earliest", description="where a partition with no window starts: its log start, its end when "
+                                        "first seen, or the first offset at/after an epoch-ms timestamp (-1: latest)")
+
+    @field_validator("schedule_cron")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        from dagster._utils.schedules import is_valid_cron_string
+
+        if v is not None and not is_valid_cron_string(v):
+            raise ValueError(f"not a valid cron string: {v!r} (five fields, e.g. '*/15 * * * *')")
+        return v
+
+    @field_validator("start_position")
+    @classmethod
+    def _start(cls, v: str | int) -> str | int:
+        if isinstance(v, int) and v < -1:
+            raise ValueError(f"must be 'earliest', 'latest', an epoch-ms timestamp >= 0, or -1 (latest), got {v}")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -13,11 +13,12 @@ from confluent_kafka.admin import NewPartitions
 
 from s3_archive import layout
 from s3_archive.defs.archive.assets import build_archive_assets
-from s3_archive.defs.archive.checks import CONTIGUOUS, OBJECTS, RETENTION, build_archive_checks
+from s3_archive.defs.archive.checks import CONTIGUOUS, HEADROOM, OBJECTS, RETENTION, build_archive_checks
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import checks_job_name
 from s3_archive.defs.archive.sensors import (
-    CUT_TAG, RANGE_END, RANGE_START, build_archive_automation, build_offsets_sensor,
+    CUT_TAG, PARTITION_TAG, RANGE_END, RANGE_START, build_archive_automation, build_offsets_sensor,
+    cut_schedule_name,
 )
 from s3_archive.planning import DEFAULT_BYTES_PER_RECORD
 from s3_archive.settings import ArchiveConfig, FlushPolicy, Settings
@@ -321,5 +322,133 @@ def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_re
 
     evaluations = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
                    for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
-    assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True}
+    assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True, HEADROOM: True}
     assert result.get_asset_materialization_events() == []
+
+
+# --- cron mode, start position, retention headroom --------------------------------------------------------------
+
+
+def produce_at(kafka, topic: str, records: list[tuple[int, int]]) -> None:
+    """(partition, CreateTime in epoch ms) records, in order."""
+    producer = kafka.producer(**{"enable.idempotence": True})
+    for partition, ts in records:
+        producer.produce(topic, value=b"x", partition=partition, timestamp=ts)
+    assert producer.flush(60) == 0
+
+
+def test_the_cut_schedule_also_cuts_every_rest_up_to_the_last_stable_offset(kafka, services, spark_resource,
+                                                                            unique):
+    a = create_topic(kafka, f"cron-a-{unique}", partitions=2)
+    b = create_topic(kafka, f"cron-b-{unique}")
+    produce(kafka, a, [(0, None, b"x", [])] * 25 + [(1, None, b"y", [])] * 3)
+    cfg = config(services, [a, b], unique, count=10, interval_seconds=None).model_copy(
+        update={"schedule_cron": "*/10 * * * *", "windows_per_run": 1})
+    defs = dg.Definitions.merge(dg.Definitions(assets=build_archive_assets([cfg]),
+                                               resources=resources(services, kafka, spark_resource)),
+                                build_archive_automation(Settings(archives=[cfg])))
+    dg.Definitions.validate_loadable(defs)
+    schedule = defs.get_repository_def().get_schedule_def(cut_schedule_name(cfg))
+    assert schedule.cron_schedule == "*/10 * * * *" and schedule.execution_timezone == "UTC"
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+    def spans(data) -> list[tuple[str, int, int, int, str]]:
+        out = []
+        for r in data.run_requests:  # windows_per_run 1: one window per run, given by the partition tag
+            topic, w = r.asset_selection[0].path[-1], OffsetWindow.parse(r.tags[PARTITION_TAG])
+            assert r.run_key == f"{topic}/{w.key}" and r.partition_key is None and r.asset_check_keys == []
+            out.append((topic, w.partition, w.start, w.end, r.tags[CUT_TAG]))
+        return sorted(out)
+
+    with dg.instance_for_test() as instance:
+        def evaluate():
+            return schedule.evaluate_tick(dg.build_schedule_context(instance=instance, resources={"kafka": kafka},
+                                                                    repository_def=defs.get_repository_def()))
+
+        first = evaluate()
+        # Full windows as the sensor cuts them, and every rest up to the last stable offset, however young.
+        assert spans(first) == [(a, 0, 0, 10, "count"), (a, 0, 10, 20, "count"), (a, 0, 20, 25, "cron"),
+                                (a, 1, 0, 3, "cron")]
+        # The schedule added the windows itself (schedules cannot return partition requests).
+        assert windows_of(instance, a) == [OffsetWindow(0, 0, 10), OffsetWindow(0, 10, 20), OffsetWindow(0, 20, 25),
+                                           OffsetWindow(1, 0, 3)]
+        # Evaluated again (a retried tick): nothing new, so nothing is launched twice.
+        again = evaluate()
+        assert not again.run_requests and "every partition's windows reach" in again.skip_message
+
+        produce(kafka, a, [(0, None, b"x", [])] * 2)
+        produce(kafka, b, [(0, None, b"z", [])] * 1)
+        third = evaluate()
+        assert spans(third) == [(a, 0, 25, 27, "cron"), (b, 0, 0, 1, "cron")]
+        assert not {r.run_key for r in first.run_requests} & {r.run_key for r in third.run_requests}
+        assert check_contiguous(windows_of(instance, a)) == []
+
+
+def test_start_position_latest_skips_existing_records_and_archives_new_ones(kafka, services, unique):
+    topic = create_topic(kafka, f"latest-{unique}", partitions=2)
+    produce(kafka, topic, [(0, None, b"x", [])] * 12 + [(1, None, b"y", [])] * 4)
+    cfg = config(services, [topic], unique, count=5, interval_seconds=None).model_copy(
+        update={"start_position": "latest"})
+    instance = dg.DagsterInstance.ephemeral()
+
+    first = tick(cfg, kafka, instance)
+    assert cut(first) == [] and "no new windows" in first.skip_reason.skip_message
+
+    # Records produced after the first tick: archived from where the partition ended at that tick, not from where
+    # it ends at the tick that cuts (the start is remembered in the instance until the first window exists).
+    produce(kafka, topic, [(0, None, b"x", [])] * 3)
+    assert cut(tick(cfg, kafka, instance)) == []
+    produce(kafka, topic, [(0, None, b"x", [])] * 3 + [(1, None, b"y", [])] * 5)
+    second = tick(cfg, kafka, instance)
+    assert cut(second) == [(topic, 0, 12, 17), (topic, 1, 4, 9)]
+    apply(second, instance)
+    assert cut(tick(cfg, kafka, instance)) == []
+
+
+def test_start_position_timestamp_starts_at_the_first_record_at_or_after_it(kafka, services, unique):
+    topic = create_topic(kafka, f"since-{unique}", partitions=2)
+    now = int(time.time() * 1000)
+    produce_at(kafka, topic, [(0, now - 60_000), (0, now - 50_000), (0, now - 30_000), (0, now - 20_000),
+                              (0, now - 10_000), (1, now - 40_000), (1, now - 35_000)])
+    cfg = config(services, [topic], unique, count=2, interval_seconds=None).model_copy(
+        update={"start_position": now - 30_000})
+    instance = dg.DagsterInstance.ephemeral()
+    # Partition 0 from offset 2 (the first record at or after the timestamp); partition 1 has none: it starts at
+    # its end, and its next records are archived.
+    assert cut(tick(cfg, kafka, instance)) == [(topic, 0, 2, 4)]
+    produce_at(kafka, topic, [(1, now), (1, now + 1)])
+    assert cut(tick(cfg, kafka, instance)) == [(topic, 0, 2, 4), (topic, 1, 2, 4)]
+
+
+def test_retention_headroom_warns_when_the_oldest_unarchived_record_nears_retention(kafka, services, unique):
+    hour = 3_600_000
+    old = create_topic(kafka, f"old-{unique}", partitions=2, config={"retention.ms": str(hour)})
+    forever = create_topic(kafka, f"forever-{unique}", config={"retention.ms": "-1"})
+    fresh = create_topic(kafka, f"fresh-{unique}", config={"retention.ms": str(hour)})
+    now = int(time.time() * 1000)
+    fifty_minutes_ago = now - 50 * 60_000  # 0.83 of retention.ms: past 0.8
+    produce_at(kafka, old, [(0, fifty_minutes_ago)] * 3 + [(0, now)] * 2 + [(1, now)] * 2)
+    produce_at(kafka, forever, [(0, fifty_minutes_ago)] * 3)
+    produce_at(kafka, fresh, [(0, now)] * 3)
+    res = {"kafka": kafka}
+    instance = dg.DagsterInstance.ephemeral()
+
+    warn = run_check(config(services, [old], unique), old, HEADROOM, instance, res)
+    assert not warn.passed and warn.severity == dg.AssetCheckSeverity.WARN
+    assert f"topic '{old}' partition 0: the oldest unarchived record (offset 0) is 30" in warn.description
+    assert "s old, more than 0.8 of retention.ms 3600000 (3600 s)" in warn.description
+    assert "partition 1" not in warn.description and warn.metadata["problems"].value == 1
+    assert warn.metadata["retention_ms"].value == hour
+    ages = warn.metadata["oldest_unarchived_age_seconds"].value
+    assert set(ages) == {"0", "1"} and 2990 < ages["0"] < 3100 and ages["1"] < 60
+
+    # Once the old records are in a committed window, the oldest unarchived one is young.
+    w = OffsetWindow(0, 0, 3)
+    instance.add_dynamic_partitions(window_partitions(old).name, [w.key])
+    instance.report_runless_asset_event(dg.AssetMaterialization(archive_asset_key(old), partition=w.key))
+    ok = run_check(config(services, [old], unique), old, HEADROOM, instance, res)
+    assert ok.passed and ok.metadata["oldest_unarchived_age_seconds"].value["0"] < 60
+
+    for topic, retention in ((forever, -1), (fresh, hour)):
+        ok = run_check(config(services, [topic], unique), topic, HEADROOM, instance, res)
+        assert ok.passed and ok.metadata["retention_ms"].value == retention

@@ -15,6 +15,7 @@ from s3_archive.planning import (  # noqa: E402
     archive_progress,
     bytes_per_record,
     plan_windows,
+    retention_headroom,
     window_size,
 )
 from s3_archive.settings import FlushPolicy  # noqa: E402
@@ -256,3 +257,46 @@ def test_lost_offsets_are_exactly_those_deleted_and_in_no_committed_window(case)
     assert p.lag == sum(1 for o in range(first, end) if unarchived(o))
     assert p.first_unarchived == min([o for o in range(first, tail) if unarchived(o)] + [tail])
     assert all(a < b for a, b in p.lost) and all(x[1] < y[0] for x, y in zip(p.lost, p.lost[1:]))
+
+
+# --- cron mode and retention headroom ----------------------------------------------------------------------------
+
+
+def test_cut_rest_also_cuts_every_young_rest_up_to_the_end():
+    states = [st_(0, 0, 25, 10), st_(1, 5, 8, 10), st_(2, 4, 4, 10), st_(3, 0, 13, 10, aged=11)]
+    assert spans(plan_windows(states, cut_rest=True)) == [
+        ("t", 0, 0, 10, "count"), ("t", 1, 5, 8, "cron"), ("t", 3, 0, 10, "count"),
+        ("t", 0, 10, 20, "count"), ("t", 3, 10, 13, "age"), ("t", 0, 20, 25, "cron")]
+    # Without cut_rest the same states give only the full windows and the aged rest.
+    assert [c.reason for c in plan_windows(states)] == ["count", "count", "count", "age"]
+    # Kafka behind the windows, or nothing pending: still nothing.
+    assert plan_windows([st_(0, 30, 25, 5), st_(1, 7, 7, 5)], cut_rest=True) == []
+
+
+@given(existing_and_states(), st.integers(0, 150))
+@PROPS
+def test_cut_rest_leaves_nothing_below_the_end_and_a_repeat_cuts_nothing(data, limit):
+    _, states = data
+    cuts = plan_windows(states, limit, cut_rest=True)
+    ends = {(s.topic, s.partition): s.next_offset for s in states}
+    for c in cuts:
+        assert c.window.start == ends[(c.topic, c.window.partition)]
+        ends[(c.topic, c.window.partition)] = c.window.end
+    if len(cuts) < limit:  # below the limit, every partition is cut up to its end
+        assert set(plan_windows(states, limit)) <= set(cuts)  # the sensor's windows, and only rests added
+        assert all(c.reason == "cron" for c in set(cuts) - set(plan_windows(states, limit)))
+        assert all(ends[(s.topic, s.partition)] == max(s.end_offset, s.next_offset) for s in states)
+        after = [PartitionState(s.topic, s.partition, ends[(s.topic, s.partition)],
+                                max(s.end_offset, s.next_offset), s.window_size) for s in states]
+        assert plan_windows(after, limit, cut_rest=True) == []
+
+
+def test_retention_headroom_warns_past_the_fraction_and_never_with_infinite_retention():
+    now = 10_000_000
+    rooms = retention_headroom({1: now - 3_000_000, 0: now - 2_900_000, 2: now + 5}, 3_600_000, 0.8, now)
+    assert [(h.partition, h.age_ms, h.warn) for h in rooms] == [(0, 2_900_000, True), (1, 3_000_000, True),
+                                                                 (2, 0, False)]
+    assert not retention_headroom({0: now - 2_880_000}, 3_600_000, 0.8, now)[0].warn  # exactly 0.8: not past it
+    assert not any(h.warn for h in retention_headroom({0: 0}, -1, 0.8, now))
+    with pytest.raises(ValueError, match="fraction must be in"):
+        retention_headroom({}, 1000, 0, now)

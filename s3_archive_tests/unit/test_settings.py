@@ -405,3 +405,33 @@ def test_csv_fields_only_for_csv():
     [line] = error_lines(msg)
     assert line == "archives[0]: csv_fields applies to format 'csv' only; this archive's format is 'parquet'"
     assert parse_settings(config(format="csv", csv_fields=["value", "key"])).archives[0].csv_fields == ["value", "key"]
+
+
+# --- cron mode, retention headroom, start position --------------------------------------------------------------
+
+
+def test_schedule_cron_start_position_and_warn_fraction():
+    a = parse_settings(config()).archives[0]
+    assert (a.schedule_cron, a.start_position, a.retention_warn_fraction) == (None, "earliest", 0.8)
+    a = parse_settings(config(schedule_cron="*/15 * * * *", start_position="latest",
+                              retention_warn_fraction=1)).archives[0]
+    assert (a.schedule_cron, a.start_position, a.retention_warn_fraction) == ("*/15 * * * *", "latest", 1.0)
+    assert parse_settings(config(start_position=1_700_000_000_000)).archives[0].start_position == 1_700_000_000_000
+    assert parse_settings(config(start_position=-1)).archives[0].start_position == -1
+
+
+def test_bad_schedule_cron_names_the_value():
+    assert error_lines(error_of(config(schedule_cron="every hour"))) == [
+        "archives[0].schedule_cron: not a valid cron string: 'every hour' (five fields, e.g. '*/15 * * * *')"]
+
+
+@pytest.mark.parametrize("value", [0, -0.1, 1.5])
+def test_bad_retention_warn_fraction(value):
+    msg = error_of(config(retention_warn_fraction=value))
+    assert "archives[0].retention_warn_fraction: " in msg and f"got {value}" in msg
+
+
+@pytest.mark.parametrize("value", [-2, "middle", True])
+def test_bad_start_position(value):
+    msg = error_of(config(start_position=value))
+    assert "archives[0].start_position" in msg and (repr(value) in msg or str(value) in msg)

@@ -7,23 +7,28 @@ They scan every window of the topic, so the sensor's window runs leave them out;
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
 
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dagster as dg
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
 from dagster_aws.s3 import S3Resource
 
 from s3_archive import layout
 from s3_archive.commit import list_objects, read_manifest, verify_manifest
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.planning import archive_progress
-from s3_archive.resources import KafkaResource, UnknownTopic
+from s3_archive.planning import archive_progress, retention_headroom
+from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
 from s3_archive.settings import ArchiveConfig
 from s3_archive.windows import InvalidWindow, OffsetWindow, check_contiguous
 
 CONTIGUOUS = "windows_contiguous"
 OBJECTS = "objects_match_manifests"
 RETENTION = "nothing_lost_to_retention"
+HEADROOM = "retention_headroom"
 SHOWN = 20  # problems spelled out in a result; the count is always complete
 READERS = 8  # manifests fetched concurrently
 
@@ -131,6 +136,85 @@ def retention_result(instance: dg.DagsterInstance, kafka: KafkaResource, topic: 
     })
 
 
+def topic_retention_ms(kafka: KafkaResource, topic: str) -> int:
+    """The topic's `retention.ms` (broker default included); -1: infinite. One DescribeConfigs round trip."""
+    admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=kafka.timeout_s)[resource].result(
+            timeout=kafka.timeout_s + 5)
+    except (KafkaException, TimeoutError) as e:
+        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+        raise KafkaUnavailable(f"describing the configs of topic {topic!r} on {kafka.bootstrap_servers} failed: "
+                               f"{err.str() if err is not None else e}") from e
+    return int(entries["retention.ms"].value)
+
+
+def first_record_timestamps(kafka: KafkaResource, topic: str, offsets: dict[int, int],
+                            timeout_s: float = 10.0) -> dict[int, int]:
+    """Per partition, the timestamp (ms) of the first committed record at or after the given offset: one consumer,
+    assigned to every partition at once, reads one record each (read_committed). A partition whose record does
+    not arrive within `timeout_s` (e.g. only aborted records or markers left) is left out."""
+    if not offsets:
+        return {}
+    consumer = Consumer(kafka.client_config(**{
+        "group.id": f"s3-archive-headroom-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest", "enable.partition.eof": False,
+        "fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 1 << 20}))
+    try:
+        consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+        out: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(out) < len(offsets) and time.monotonic() < deadline:
+            msg = consumer.poll(min(1.0, max(0.0, deadline - time.monotonic())))
+            if msg is None or msg.error() is not None:
+                continue
+            if msg.partition() not in out:
+                out[msg.partition()] = msg.timestamp()[1]
+                # Stop fetching a partition once its record is read.
+                consumer.pause([TopicPartition(topic, msg.partition())])
+        return out
+    finally:
+        consumer.close()
+
+
+def headroom_result(instance: dg.DagsterInstance, kafka: KafkaResource, cfg: ArchiveConfig,
+                    topic: str) -> dg.AssetCheckResult:
+    """(4) WARN when the oldest unarchived record of a partition is older than retention_warn_fraction x the
+    topic's retention.ms: Kafka will soon delete records the archive does not have yet."""
+    try:
+        retention_ms = topic_retention_ms(kafka, topic)
+        log_start = kafka.offsets(topic, "earliest")
+        high = kafka.offsets(topic, "latest", sorted(log_start))
+    except UnknownTopic as e:
+        return _result([str(e)], "", {})
+    meta: dict[str, Any] = {"retention_ms": retention_ms, "retention_warn_fraction": cfg.retention_warn_fraction}
+    if retention_ms < 0:
+        return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
+                                   description=f"{topic!r} has infinite retention (retention.ms -1)",
+                                   metadata={**meta, "problems": 0, "details": dg.MetadataValue.text(""),
+                                             "oldest_unarchived_age_seconds": dg.MetadataValue.json({})})
+    windows, _ = read_windows(instance, topic)
+    materialized = instance.get_materialized_partitions(archive_asset_key(topic))
+    progress = archive_progress(windows, {w for w in windows if w.key in materialized}, log_start, high)
+    pending = {p.partition: max(p.first_unarchived, p.log_start) for p in progress
+               if max(p.first_unarchived, p.log_start) < p.end_offset}
+    now_ms = int(time.time() * 1000)
+    rooms = retention_headroom(first_record_timestamps(kafka, topic, pending), retention_ms,
+                               cfg.retention_warn_fraction, now_ms)
+    problems = [f"topic {topic!r} partition {h.partition}: the oldest unarchived record (offset "
+                f"{pending[h.partition]}) is {h.age_ms / 1000:.0f} s old, more than {cfg.retention_warn_fraction:g} of retention.ms "
+                f"{retention_ms} ({retention_ms / 1000:.0f} s)" for h in rooms if h.warn]
+    return dg.AssetCheckResult(
+        passed=not problems, severity=dg.AssetCheckSeverity.WARN,
+        description=_summary(problems) if problems else f"every unarchived record of {topic!r} is younger than "
+                                                        f"{cfg.retention_warn_fraction:g} of retention.ms",
+        metadata={**meta, "problems": len(problems), "details": dg.MetadataValue.text(_summary(problems)),
+                  "oldest_unarchived_age_seconds": dg.MetadataValue.json(
+                      {str(h.partition): round(h.age_ms / 1000, 3) for h in rooms})},
+    )
+
+
 def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksDefinition]:
     key = archive_asset_key(topic)
 
@@ -149,4 +233,10 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksD
     def _retention(context: dg.AssetCheckExecutionContext, kafka: KafkaResource) -> dg.AssetCheckResult:
         return retention_result(context.instance, kafka, topic)
 
-    return [_contiguous, _objects, _retention]
+    @dg.asset_check(asset=key, name=HEADROOM,
+                    description=f"WARN when a partition's oldest unarchived record is older than "
+                                f"{cfg.retention_warn_fraction:g} x the topic's retention.ms.")
+    def _headroom(context: dg.AssetCheckExecutionContext, kafka: KafkaResource) -> dg.AssetCheckResult:
+        return headroom_result(context.instance, kafka, cfg, topic)
+
+    return [_contiguous, _objects, _retention, _headroom]

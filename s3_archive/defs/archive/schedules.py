@@ -20,7 +20,7 @@ def build_checks_schedule(cfg: ArchiveConfig) -> tuple[dg.UnresolvedAssetJobDefi
     job = dg.define_asset_job(
         checks_job_name(cfg),
         selection=dg.AssetSelection.checks_for_assets(*[archive_asset_key(t) for t in cfg.topics]),
-        description=f"Asset checks of archive {cfg.name!r}: contiguity, S3 objects, retention.",
+        description=f"Asset checks of archive {cfg.name!r}: contiguity, S3 objects, retention, retention headroom.",
     )
     schedule = dg.ScheduleDefinition(name=f"{checks_job_name(cfg)}_daily", cron_schedule=CHECKS_CRON, job=job,
                                      execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import dagster as dg
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
+from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME
 
 from s3_archive import planning
 from s3_archive.defs.archive.checks import build_archive_checks, read_windows
@@ -84,16 +85,47 @@ class TopicScan:
     behind: list[str]  # partitions whose windows reach past what Kafka has: reported, never cut
 
 
+def start_anchor_key(topic: str, partition: int) -> str:
+    return f"s3_archive/start/{topic}/{partition}"
+
+
+def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: Sequence[int], end: dict[int, int],
+                  instance: dg.DagsterInstance | None) -> dict[int, int]:
+    """Where the first window of each partition in `parts` (partitions with no window yet) starts, per
+    `cfg.start_position`: the log start offset; the last stable offset when the partition was first seen
+    ("latest", kept in the instance's key-value store so that records produced before its first window are not
+    skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that new: the end)."""
+    if not parts:
+        return {}
+    pos = cfg.start_position
+    if pos == "earliest":
+        return list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts})
+    if isinstance(pos, int) and pos >= 0:
+        found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(pos) for p in parts})
+        return {p: end[p] if o < 0 else o for p, o in found.items()}
+    # "latest" (or -1): the end at the first tick that saw the partition, remembered until it has a window.
+    if instance is None:
+        raise ValueError("start_position 'latest' needs the Dagster instance to remember where partitions start")
+    keys = {p: start_anchor_key(topic, p) for p in parts}
+    stored = instance.run_storage.get_cursor_values(set(keys.values()))
+    out = {p: int(stored[k]) for p, k in keys.items() if k in stored}
+    new = {p: end[p] for p in parts if p not in out}
+    if new:
+        instance.run_storage.set_cursor_values({keys[p]: str(o) for p, o in new.items()})
+    return out | new
+
+
 def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, windows: Sequence[OffsetWindow],
-                     bytes_per_record: float | None, now_ms: int) -> TopicScan:
+                     bytes_per_record: float | None, now_ms: int,
+                     instance: dg.DagsterInstance | None = None) -> TopicScan:
     """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic."""
     parts = kafka.partitions(topic)
     # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
     # records a read_committed reader cannot see yet and would record as absent.
     end = list_offsets(kafka, topic, {p: OffsetSpec.latest() for p in parts})
     nxt = next_offsets(list(windows))
-    # A partition without windows (new topic, or partitions added to it) starts at its log start offset.
-    nxt |= list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts if p not in nxt})
+    # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
+    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, instance)
     size, reason = planning.window_size(cfg.flush, bytes_per_record)
     pending = [p for p in parts if end[p] > nxt[p]]
     aged: dict[int, int] = {}
@@ -135,16 +167,24 @@ def run_requests(topic: str, cuts: list[Cut], windows_per_run: int) -> list[dg.R
     return out
 
 
-def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: ArchiveConfig,
-             max_windows: int = planning.MAX_WINDOWS_PER_TICK) -> dg.SensorResult:
-    """One tick for one archive: the windows to add, and one run request per window."""
+NO_WINDOWS = ("no new windows: no partition has a full window of new records, nor a rest older than "
+              "flush.interval_seconds")
+NO_WINDOWS_REST = "no new windows: every partition's windows reach its last stable offset"
+
+
+def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext, kafka: KafkaResource,
+             cfg: ArchiveConfig, max_windows: int = planning.MAX_WINDOWS_PER_TICK,
+             cut_rest: bool = False) -> dg.SensorResult:
+    """One tick for one archive: the windows to add, and one run request per `windows_per_run` windows.
+
+    `cut_rest` (the cut schedule): also cut every partition's partial rest up to its last stable offset."""
     now_ms = int(time.time() * 1000)
     states: list[PartitionState] = []
     for topic in cfg.topics:
         try:
             bpr = recent_bytes_per_record(context.instance, topic) if cfg.flush.bytes is not None else None
             scan = partition_states(kafka, cfg, topic, existing_windows(context.instance, topic, context.log), bpr,
-                                    now_ms)
+                                    now_ms, context.instance)
         except UnknownTopic as e:
             # The other topics of the archive still get their windows; this one waits until it exists.
             context.log.warning(str(e))
@@ -152,10 +192,9 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
         for msg in scan.behind:
             context.log.warning(f"topic {topic!r} {msg} (was the topic deleted and recreated?); no window cut")
         states += scan.states
-    cuts = planning.plan_windows(states, max_windows)
+    cuts = planning.plan_windows(states, max_windows, cut_rest)
     if not cuts:
-        return dg.SensorResult(skip_reason="no new windows: no partition has a full window of new records, nor a "
-                                           "rest older than flush.interval_seconds")
+        return dg.SensorResult(skip_reason=NO_WINDOWS_REST if cut_rest else NO_WINDOWS)
     cuts_by_topic: dict[str, list[Cut]] = {}
     for c in cuts:
         cuts_by_topic.setdefault(c.topic, []).append(c)
@@ -184,11 +223,59 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = planning.MAX_WIN
     return _offsets_sensor
 
 
+def cut_schedule_name(cfg: ArchiveConfig) -> str:
+    return f"archive_{cfg.name}_cut"
+
+
+def build_cut_schedule(cfg: ArchiveConfig, max_windows: int = planning.MAX_WINDOWS_PER_TICK,
+                       ) -> dg.ScheduleDefinition:
+    """Cron mode (`schedule_cron`): on a fixed cadence, cut what the sensor cuts plus every partition's rest up to
+    its last stable offset ("cut at the high watermark").
+
+    Schedules cannot return partition requests: the tick adds its windows to the instance itself, then returns
+    the runs (the same run keys as the sensor's: unique per window range, so a re-evaluated tick launches nothing
+    twice). A run's window is given by tags (`dagster/partition`, or the range tags), not `partition_key`: the
+    schedule's job (the implicit asset job) spans every topic's asset, whose partitions definitions differ.
+    """
+    assert cfg.schedule_cron is not None
+
+    @dg.schedule(
+        name=cut_schedule_name(cfg),
+        cron_schedule=cfg.schedule_cron,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        # The repository's implicit asset job (what the sensor's asset-selection runs use): an asset job over the
+        # archive's topics cannot be built, their partitions definitions differ.
+        job_name=IMPLICIT_ASSET_JOB_NAME,
+        description=f"Cuts offset windows of {', '.join(cfg.topics)} at {cfg.schedule_cron!r} (UTC): full windows "
+                    f"(flush.count {cfg.flush.count}, flush.bytes {cfg.flush.bytes}) and every partition's rest up "
+                    f"to its last stable offset, {cfg.windows_per_run} windows per run, at most {max_windows} "
+                    f"windows per tick.",
+    )
+    def _cut_schedule(context: dg.ScheduleEvaluationContext, kafka: KafkaResource):
+        result = evaluate(context, kafka, cfg, max_windows, cut_rest=True)
+        if result.skip_reason is not None:
+            return result.skip_reason
+        for req in result.dynamic_partitions_requests or []:
+            context.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        return [r if r.partition_key is None else
+                r.with_replaced_attrs(partition_key=None, tags={**r.tags, PARTITION_TAG: r.partition_key})
+                for r in result.run_requests or []]
+
+    return _cut_schedule
+
+
+PARTITION_TAG = "dagster/partition"
+
+
 def build_archive_automation(settings: Settings) -> dg.Definitions:
-    """Sensors, asset checks, and the daily check schedule of every archive (needs the `kafka` and `s3` resources)."""
+    """Sensors, asset checks, and the daily check schedule of every archive (needs the `kafka` and `s3` resources);
+    the cut schedule of archives with `schedule_cron`."""
     sensors, checks, jobs, schedules = [], [], [], []
     for cfg in settings.archives:
         sensors.append(build_offsets_sensor(cfg))
+        if cfg.schedule_cron is not None:
+            schedules.append(build_cut_schedule(cfg))
         for topic in cfg.topics:
             checks += build_archive_checks(cfg, topic)
         job, schedule = build_checks_schedule(cfg)
