@@ -209,9 +209,11 @@ def test_each_topic_of_an_archive_gets_its_own_run_keys_and_a_missing_topic_wait
 
     # As the daemon evaluates it: run requests resolved against the repository's assets, checks and partitions
     # (a persistent instance: the partition keys are validated against it plus the tick's own requests).
-    with dg.instance_for_test() as instance:
-        data = sensor.evaluate_tick(dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
-                                                            resources={"kafka": kafka}))
+    # Contexts are closed with `with`: an open one leaves Dagster's current defs-state storage pointing at a
+    # disposed instance, which breaks later definitions loads in the same process.
+    with dg.instance_for_test() as instance, dg.build_sensor_context(
+            instance_ref=instance.get_ref(), definitions=defs, resources={"kafka": kafka}) as context:
+        data = sensor.evaluate_tick(context)
 
     assert sorted((r.asset_selection[0].path[-1], r.partition_key) for r in data.run_requests) == \
         [(a, OffsetWindow(0, 0, 5).key), (b, OffsetWindow(0, 0, 5).key)]
@@ -362,8 +364,9 @@ def test_the_cut_schedule_also_cuts_every_rest_up_to_the_last_stable_offset(kafk
 
     with dg.instance_for_test() as instance:
         def evaluate():
-            return schedule.evaluate_tick(dg.build_schedule_context(instance=instance, resources={"kafka": kafka},
-                                                                    repository_def=defs.get_repository_def()))
+            with dg.build_schedule_context(instance=instance, resources={"kafka": kafka},
+                                           repository_def=defs.get_repository_def()) as context:
+                return schedule.evaluate_tick(context)
 
         first = evaluate()
         # Full windows as the sensor cuts them, and every rest up to the last stable offset, however young.
