@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import dagster as dg
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
@@ -94,10 +94,19 @@ class KafkaResource(dg.ConfigurableResource):
         """Log start (`spec="earliest"`) or high watermark (`"latest"`) per partition, in one admin round trip."""
         parts = partitions if partitions is not None else self.partitions(topic)
         offset_spec = OffsetSpec.earliest() if spec == "earliest" else OffsetSpec.latest()
-        req = {TopicPartition(topic, p): offset_spec for p in parts}
+        return self.list_offsets(topic, {p: offset_spec for p in parts})
+
+    def list_offsets(self, topic: str, specs: dict[int, OffsetSpec], read_committed: bool = False,
+                     ) -> dict[int, int]:
+        """One admin round trip for any OffsetSpec per partition. With `read_committed`, `latest` is the last
+        stable offset. -1 (from `OffsetSpec.for_timestamp`: no record that new) is returned as is."""
+        if not specs:
+            return {}
         admin = self.admin()  # keep a reference: a collected client never resolves its futures
+        level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
         try:
-            futures = admin.list_offsets(req, request_timeout=self.timeout_s)
+            futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},
+                                         isolation_level=level, request_timeout=self.timeout_s)
             return {tp.partition: f.result(timeout=self.timeout_s + 5).offset for tp, f in futures.items()}
         except (KafkaException, TimeoutError) as e:
             raise self._unavailable(e) from e

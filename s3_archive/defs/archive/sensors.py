@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME
 
@@ -21,7 +20,7 @@ from s3_archive.defs.archive.checks import build_archive_checks, read_windows
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import build_checks_schedule
 from s3_archive.planning import Cut, PartitionState
-from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
+from s3_archive.resources import KafkaResource, UnknownTopic
 from s3_archive.settings import ArchiveConfig, Settings
 from s3_archive.windows import OffsetWindow, next_offsets
 
@@ -42,21 +41,8 @@ def run_key(topic: str, window: OffsetWindow) -> str:
 
 
 def list_offsets(kafka: KafkaResource, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
-    """One admin round trip; read_committed, so `latest` is the last stable offset (see `partition_states`).
-
-    An offset of -1 (from `OffsetSpec.for_timestamp`: no record that new) is returned as is.
-    """
-    if not specs:
-        return {}
-    admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
-    try:
-        futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},
-                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=kafka.timeout_s)
-        return {tp.partition: f.result(timeout=kafka.timeout_s + 5).offset for tp, f in futures.items()}
-    except (KafkaException, TimeoutError) as e:
-        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-        raise KafkaUnavailable(f"listing offsets of topic {topic!r} on {kafka.bootstrap_servers} failed: "
-                               f"{err.str() if err is not None else e}") from e
+    """read_committed, so `latest` is the last stable offset (see `partition_states`)."""
+    return kafka.list_offsets(topic, specs, read_committed=True)
 
 
 def existing_windows(instance: dg.DagsterInstance, topic: str, log: dg.DagsterLogManager) -> list[OffsetWindow]:
