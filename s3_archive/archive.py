@@ -22,7 +22,9 @@ from s3_archive.commit import (
 from s3_archive.formats import FORMATS
 from s3_archive.resources import KafkaResource
 from s3_archive.settings import ArchiveConfig
-from s3_archive.stage import StageStats, absent_ranges, absent_ranges_from_kafka, stage_window
+from s3_archive.stage import (
+    Output, StageStats, UndecodableValue, absent_ranges, absent_ranges_from_kafka, stage_window,
+)
 from s3_archive.windows import OffsetWindow
 
 MANIFEST_VERSION = 1
@@ -81,6 +83,7 @@ class WindowResult:
             "max_timestamp": m["max_timestamp"],
             "absent_offsets": m["absent_offset_count"],
             "lost_offsets": sum(b - a for a, b in m["lost_offsets"]),
+            "undecodable_records": m.get("undecodable_records", 0),
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
             "manifest": f"s3://{bucket}/{manifest_key}",
@@ -127,12 +130,19 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
         read_start = lost[0][1]
 
     fmt = FORMATS[cfg.format]
+    out = Output.of(cfg)
     attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     staging = layout.staging_prefix(cfg.prefix, topic, window, attempt)
     staging_uri = f"s3a://{cfg.bucket}/{staging}"
+    dead_attempt = f"{attempt}-dead-letter" if out.on_error == "dead_letter" else None
+    dead_uri = (f"s3a://{cfg.bucket}/{layout.staging_prefix(cfg.prefix, topic, window, dead_attempt)}"
+                if dead_attempt else None)
     if read_start < window.end:
-        stats = stage_window(spark, kafka.spark_options(), topic, window, read_start, fmt, cfg.codec, staging_uri,
-                             cfg.max_records_per_object, cfg.csv_fields)
+        try:
+            stats = stage_window(spark, kafka.spark_options(), topic, window, read_start, out, staging_uri, dead_uri)
+        except UndecodableValue:
+            clean_staging(s3, cfg.bucket, cfg.prefix, topic, window)
+            raise
     else:
         stats = StageStats(0, 0, None, None, None, None, "{}")
 
@@ -149,9 +159,9 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
     truncated = False
     expected = window.end - read_start
     if stats.records != expected and stats.records > 0:
-        if fmt.lossless:
+        if stats.offsets_in_output:
             absent, truncated = absent_ranges(spark, fmt, staging_uri, stats.schema_json, read_start, window.end)
-        else:  # csv/text may not carry offsets: re-read just the offsets from Kafka
+        else:  # the output lacks some offsets (no metadata, text formats, dead letters): re-read them from Kafka
             absent, truncated = absent_ranges_from_kafka(spark, kafka.spark_options(), topic, window.partition,
                                                          read_start, window.end)
     elif stats.records == 0 and expected > 0:
@@ -167,6 +177,10 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
         "window_key": window.key,
         "format": cfg.format,
         "compression": cfg.codec,
+        "envelope": list(out.columns),
+        "value_decoding": cfg.value_decoding.type,
+        "undecodable_records": stats.undecodable,
+        "restorable": cfg.restorable,
         "record_count": stats.records,
         "bytes_read": stats.bytes_read,
         "first_offset": stats.first_offset,
@@ -182,7 +196,13 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
         "schema": stats.schema_json,
         "committed_at": datetime.now(UTC).isoformat(),
     }
+    if stats.undecodable:
+        log.warning(f"window {window.key} of {topic!r}: {stats.undecodable} record(s) with an undecodable value "
+                    f"(first at offset {stats.first_undecodable_offset}) go to "
+                    f"s3://{cfg.bucket}/{layout.dead_letter_stem(cfg.prefix, topic, window)}…")
     result: CommitResult = commit_window(s3, cfg.bucket, cfg.prefix, topic, window, attempt,
-                                         fmt.object_suffix(cfg.codec), fields, stats.records > 0, fault)
+                                         fmt.object_suffix(cfg.codec), fields,
+                                         stats.records > stats.undecodable, fault, per_record=fmt.name == "bytes",
+                                         dead_letter_attempt=dead_attempt if stats.undecodable else None)
     outcome = "committed" if result.committed_by_us else "committed_by_concurrent_attempt"
     return WindowResult(window, result.manifest, outcome, time.monotonic() - t0)

@@ -18,6 +18,7 @@ leaves a committed window whose stale staging the next attempt (or the staging l
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,7 @@ def read_manifest(s3: Any, bucket: str, key: str) -> dict | None:
 def verify_manifest(s3: Any, bucket: str, manifest: dict) -> list[str]:
     """What is wrong with a committed window's objects in S3 (empty when all exist with their recorded sizes)."""
     problems = []
-    for obj in manifest["objects"]:
+    for obj in [*manifest["objects"], *manifest.get("dead_letter_objects", [])]:
         try:
             head = s3.head_object(Bucket=bucket, Key=obj["key"])
         except ClientError as e:
@@ -79,11 +80,49 @@ def verify_manifest(s3: Any, bucket: str, manifest: dict) -> list[str]:
     return problems
 
 
+_PART_DIR = re.compile(r"(?:^|/)_part=(\d+)/")
+
+
 def staged_parts(s3: Any, bucket: str, staging: str) -> list[dict]:
-    """Spark's output files under one attempt's staging prefix, in part order (task, then file counter)."""
+    """Spark's output files under one attempt's staging prefix, in part order: the `_part=<n>/` directory of a
+    rotated write (numerically), then task, then file counter."""
     parts = [o for o in list_objects(s3, bucket, staging)
              if not o["Key"].endswith("/") and o["Key"].rsplit("/", 1)[-1].startswith("part-")]
-    return sorted(parts, key=lambda o: o["Key"])
+
+    def order(o: dict) -> tuple[int, str]:
+        m = _PART_DIR.search(o["Key"][len(staging):])
+        return (int(m.group(1)) if m else 0, o["Key"])
+
+    return sorted(parts, key=order)
+
+
+def _copy(s3: Any, bucket: str, source: str, final: str) -> dict:
+    r = s3.copy_object(Bucket=bucket, Key=final, CopySource={"Bucket": bucket, "Key": source})
+    return {"key": final, "etag": r["CopyObjectResult"]["ETag"].strip('"')}
+
+
+def publish_records(s3: Any, bucket: str, parts: list[dict], key_for: Callable[[int], str],
+                    threads: int = 16) -> list[dict]:
+    """The `bytes` format: each staged record (parquet: offset, value) becomes one object holding its value,
+    at a key made from its offset. Streams the staged parts through a temp file, a row group at a time."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    def put(offset: int, value: bytes | None) -> dict:
+        body = value or b""
+        r = s3.put_object(Bucket=bucket, Key=key_for(offset), Body=body)
+        return {"key": key_for(offset), "size": len(body), "etag": r["ETag"].strip('"'), "offset": offset}
+
+    objects: list[dict] = []
+    with ThreadPoolExecutor(max_workers=threads) as pool, tempfile.TemporaryDirectory() as tmp:
+        for part in parts:
+            local = f"{tmp}/part.parquet"
+            s3.download_file(bucket, part["Key"], local)
+            for batch in pq.ParquetFile(local).iter_batches(batch_size=256, columns=["offset", "value"]):
+                objects += pool.map(put, batch.column("offset").to_pylist(), batch.column("value").to_pylist())
+    return sorted(objects, key=lambda o: o["offset"])
 
 
 def clean_staging(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow) -> int:
@@ -99,9 +138,14 @@ class CommitResult:
 
 
 def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow, attempt: str,
-                  suffix: str, manifest_fields: dict, has_records: bool, fault: Fault = no_fault) -> CommitResult:
+                  suffix: str, manifest_fields: dict, has_records: bool, fault: Fault = no_fault,
+                  per_record: bool = False, dead_letter_attempt: str | None = None) -> CommitResult:
+    """`per_record`: the `bytes` format (one object per record, see publish_records). `dead_letter_attempt`: the
+    staging attempt holding the window's undecodable records, published under the dead-letter prefix."""
     mkey = layout.manifest_key(prefix, topic, window)
     parts = staged_parts(s3, bucket, layout.staging_prefix(prefix, topic, window, attempt)) if has_records else []
+    dead = (staged_parts(s3, bucket, layout.staging_prefix(prefix, topic, window, dead_letter_attempt))
+            if dead_letter_attempt else [])
     fault("staged")
 
     def adopt() -> CommitResult | None:
@@ -110,27 +154,43 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
 
     if (won := adopt()) is not None:
         return won
-    objects = []
-    for i, part in enumerate(parts):
-        final = layout.object_key(prefix, topic, window, i, suffix)
-        try:
-            r = s3.copy_object(Bucket=bucket, Key=final, CopySource={"Bucket": bucket, "Key": part["Key"]})
-        except ClientError as e:
-            # A concurrent attempt that committed first may already have cleaned our staging.
-            if _code(e) in ("NoSuchKey", "404") and (won := adopt()) is not None:
-                return won
-            raise
-        objects.append({"key": final, "size": part["Size"], "etag": r["CopyObjectResult"]["ETag"].strip('"')})
-        fault(f"final:{i}")
+
+    def copy_all(staged: list[dict], final_key: Callable[[int], str]) -> list[dict] | CommitResult:
+        out = []
+        for i, part in enumerate(staged):
+            try:
+                obj = _copy(s3, bucket, part["Key"], final_key(i))
+            except ClientError as e:
+                # A concurrent attempt that committed first may already have cleaned our staging.
+                if _code(e) in ("NoSuchKey", "404") and (won := adopt()) is not None:
+                    return won
+                raise
+            out.append({"key": obj["key"], "size": part["Size"], "etag": obj["etag"]})
+            fault(f"final:{i}")
+        return out
+
+    if per_record:
+        objects: list[dict] | CommitResult = publish_records(
+            s3, bucket, parts, lambda offset: layout.record_object_key(prefix, topic, window, offset, suffix))
+    else:
+        objects = copy_all(parts, lambda i: layout.object_key(prefix, topic, window, i, suffix))
+    if isinstance(objects, CommitResult):
+        return objects
+    dead_objects = copy_all(dead, lambda i: layout.dead_letter_key(prefix, topic, window, i))
+    if isinstance(dead_objects, CommitResult):
+        return dead_objects
     fault("final_written")
 
-    ours = {o["key"] for o in objects}
-    stale = [o["Key"] for o in list_objects(s3, bucket, layout.window_object_stem(prefix, topic, window))
-             if o["Key"] not in ours]
+    ours = {o["key"] for o in objects} | {o["key"] for o in dead_objects}
+    stale = [o["Key"] for stem in (layout.window_object_stem(prefix, topic, window),
+                                   layout.dead_letter_stem(prefix, topic, window))
+             for o in list_objects(s3, bucket, stem) if o["Key"] not in ours]
     delete_keys(s3, bucket, stale)
 
     manifest = {**manifest_fields, "attempt": attempt, "objects": objects,
                 "bytes_written": sum(o["size"] for o in objects)}
+    if dead_objects:
+        manifest["dead_letter_objects"] = dead_objects
     try:
         s3.put_object(Bucket=bucket, Key=mkey, Body=json.dumps(manifest, indent=1, sort_keys=True).encode(),
                       ContentType="application/json", IfNoneMatch="*")

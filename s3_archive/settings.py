@@ -40,6 +40,51 @@ class FlushPolicy(_Strict):
                                                                           "record is this old")
 
 
+class Envelope(_Strict):
+    """Which parts of each record an archive stores (Lenses `store.envelope.fields.*`, Aiven `format.output.fields`).
+
+    metadata = topic, partition, offset, timestamp, timestamp_type. Restore needs all four parts."""
+
+    key: bool = True
+    value: bool = True
+    headers: bool = True
+    metadata: bool = True
+
+    def columns(self) -> list[str]:
+        from s3_archive.formats import envelope_columns
+
+        return envelope_columns(key=self.key, value=self.value, headers=self.headers, metadata=self.metadata)
+
+    @property
+    def complete(self) -> bool:
+        return self.key and self.value and self.headers and self.metadata
+
+
+class ValueDecoding(_Strict):
+    """How the record value is stored: raw bytes (lossless), UTF-8 text, or JSON whose top-level fields become
+    columns (next to the raw `value`, unless `envelope.value` is off)."""
+
+    type: Literal["bytes", "utf8", "json"] = "bytes"
+    json_schema: str | None = Field(
+        default=None, description="json only: the fields as a Spark DDL string, e.g. 'id BIGINT, name STRING'; "
+                                  "None: inferred per window from the window's values")
+    column_prefix: str = Field(default="", description="json only: prepended to each decoded field's column name")
+    on_error: Literal["fail", "dead_letter"] = Field(
+        default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object): "
+                                    "fail the window naming topic, partition and offset, or write the raw record "
+                                    "under <prefix>_dead_letter/ (committed with the window, never dropped)")
+
+    @model_validator(mode="after")
+    def _json_only(self) -> ValueDecoding:
+        if self.type != "json" and (self.json_schema is not None or self.column_prefix):
+            raise ValueError(f"json_schema and column_prefix apply to type 'json' only, not {self.type!r}")
+        if self.json_schema is not None:
+            from s3_archive.formats import parse_ddl_fields
+
+            parse_ddl_fields(self.json_schema)  # raises ValueError naming the problem
+        return self
+
+
 class ArchiveConfig(_Strict):
     name: str
     topics: list[str] = Field(default_factory=list)
@@ -48,14 +93,20 @@ class ArchiveConfig(_Strict):
                                   "load (see resolve_topic_patterns)")
     bucket: str
     prefix: str = ""
-    format: Literal["parquet", "avro", "jsonl", "csv", "text"] = "parquet"
+    format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes"] = "parquet"
     compression: str | None = Field(default=None, description="None: the format's default codec")
     csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
         default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
         description="csv only: the columns, in order (Aiven's format.output.fields)")
+    envelope: Envelope = Field(default=Envelope(), description="which record parts to store (parquet, avro, "
+                                                                "jsonl, json; csv uses csv_fields)")
+    value_decoding: ValueDecoding = ValueDecoding()
     flush: FlushPolicy = FlushPolicy()
     max_records_per_object: int | None = Field(default=None, ge=1, description="split a window's output into "
                                                                                "numbered parts")
+    max_bytes_per_object: int | None = Field(
+        default=None, ge=1024, description="split a window's output into numbered parts holding at most this many "
+                                           "bytes of record data (key + value + headers) each")
     on_data_loss: Literal["fail", "record_gap"] = Field(
         default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
                                     "lost range in the manifest and archive what is left")
@@ -143,7 +194,34 @@ class ArchiveConfig(_Strict):
         if self.compression is not None and self.compression not in spec.codecs:
             raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
                              f"supported: {', '.join(spec.codecs)}")
+        if "envelope" in self.model_fields_set and not spec.envelope:
+            raise ValueError(f"envelope applies to formats {', '.join(f for f, s in FORMATS.items() if s.envelope)}; "
+                             f"format {self.format!r} stores {spec.stores}")
+        dec = self.value_decoding
+        if dec.type != "bytes" and not spec.envelope:
+            raise ValueError(f"value_decoding.type {dec.type!r} needs a format with columns "
+                             f"({', '.join(f for f, s in FORMATS.items() if s.envelope)}); format {self.format!r} "
+                             f"stores {spec.stores}")
+        if not self.envelope.columns() and dec.type != "json":
+            raise ValueError("envelope: every part is off; keep at least one of key, value, headers, metadata")
+        if dec.type == "json" and dec.json_schema is not None:
+            from s3_archive.formats import parse_ddl_fields
+
+            clash = sorted({dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
+                           & set(self.envelope.columns()))
+            if clash:
+                raise ValueError(f"value_decoding: decoded field(s) {clash} clash with envelope columns; set "
+                                 "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
+        if self.format == "bytes" and (self.max_records_per_object or self.max_bytes_per_object):
+            raise ValueError("format 'bytes' writes one object per record; max_records_per_object and "
+                             "max_bytes_per_object do not apply")
         return self
+
+    @property
+    def restorable(self) -> bool:
+        """The archive keeps key, value, headers and coordinates byte for byte, so restore can replay it."""
+        return (FORMATS[self.format].lossless and self.envelope.complete
+                and self.value_decoding.type != "utf8")
 
     @property
     def codec(self) -> str:

@@ -8,27 +8,65 @@ runs over Spark Connect.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from s3_archive.formats import ENVELOPE_COLUMNS, FormatSpec
+from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec
 from s3_archive.windows import OffsetWindow
+
+if TYPE_CHECKING:
+    from s3_archive.settings import ArchiveConfig
 
 MAX_GAP_RANGES = 10_000
 
 
+class UndecodableValue(ValueError):
+    """A record value does not decode as configured (value_decoding.on_error: fail)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """How a window is written: everything stage_window needs from the archive config (see settings.py)."""
+
+    fmt: FormatSpec
+    codec: str
+    columns: tuple[str, ...]  # envelope columns kept, envelope order
+    csv_fields: tuple[str, ...] = ()
+    decoding: str = "bytes"  # bytes | utf8 | json
+    json_schema: str | None = None  # json: Spark DDL of the fields; None: inferred per window
+    column_prefix: str = ""
+    on_error: str = "fail"  # fail | dead_letter
+    max_records: int | None = None
+    max_bytes: int | None = None
+
+    @classmethod
+    def of(cls, cfg: ArchiveConfig) -> Output:
+        d = cfg.value_decoding
+        return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
+                   d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object)
+
+    @property
+    def rotates(self) -> bool:
+        return bool(self.max_records or self.max_bytes)
+
+
 @dataclass(frozen=True)
 class StageStats:
-    records: int
+    records: int  # every committed record read in the window (dead-lettered ones included)
     bytes_read: int  # key + value + header bytes
     first_offset: int | None
     last_offset: int | None
     min_timestamp_ms: int | None
     max_timestamp_ms: int | None
-    schema_json: str
+    schema_json: str  # of the written data
+    undecodable: int = 0
+    first_undecodable_offset: int | None = None
+    offsets_in_output: bool = True  # the written objects hold every archived record's offset (absent_ranges)
 
 
 def read_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, partition: int, start: int,
@@ -50,45 +88,175 @@ def read_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, 
     return df.select(*[F.col(src).alias(dst) for dst, src in ENVELOPE_COLUMNS])
 
 
-def to_output(df: DataFrame, fmt: FormatSpec, csv_fields: list[str]) -> DataFrame:
-    """The envelope as the format stores it (identity for the lossless, typed formats)."""
+_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+
+
+def record_bytes() -> Column:
+    """key + value + header bytes of a record (what the connectors' flush.size counts)."""
+    headers = F.aggregate(
+        F.coalesce(F.col("headers"), F.array().cast(_HEADERS_TYPE)), F.lit(0).cast("long"),
+        lambda acc, h: acc + F.coalesce(F.octet_length(h["key"]), F.lit(0)) + F.coalesce(F.octet_length(h["value"]),
+                                                                                          F.lit(0)),
+    )
+    return F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0)) + headers
+
+
+def _parsed_json() -> Column:
+    return F.try_parse_json(F.col("value").cast("string"))
+
+
+def decodable(decoding: str) -> Column:
+    """True for a record whose value decodes as configured; a null value (tombstone) always does."""
+    if decoding == "bytes":
+        return F.lit(True)
+    valid = F.col("value").isNull() | F.is_valid_utf8("value")
+    if decoding == "utf8":
+        return valid
+    return F.col("value").isNull() | (F.is_valid_utf8("value")
+                                      & F.coalesce(F.schema_of_variant(_parsed_json()).startswith("OBJECT<"),
+                                                   F.lit(False)))
+
+
+_VARIANT_LEAF = re.compile(r"(?<=[:<] )(VARIANT|VOID)(?=[,>])|(?<=<)(VARIANT|VOID)(?=[,>])")
+
+
+def variant_schema_to_ddl(schema: str) -> str:
+    """`schema_of_variant_agg`'s OBJECT<...> as a DDL struct for `try_variant_get`: objects become structs, and
+    fields whose type varies between records (VARIANT) or is always null (VOID) become JSON text (STRING)."""
+    ddl = schema.replace("OBJECT<", "STRUCT<")
+    return _VARIANT_LEAF.sub("STRING", ddl)
+
+
+def infer_json_ddl(df: DataFrame) -> str | None:
+    """The merged schema of the window's JSON-object values (a pass over the window), None if it has none."""
+    row = (df.where(F.col("value").isNotNull() & decodable("json"))
+           .select(F.schema_of_variant_agg(_parsed_json()).alias("s")).collect())
+    schema = row[0]["s"] if row else None
+    if not schema or not schema.startswith("OBJECT<"):
+        return None
+    return variant_schema_to_ddl(schema)
+
+
+def _decode(df: DataFrame, out: Output, json_ddl: str | None) -> DataFrame:
+    """The kept envelope columns plus the decoded value, for the good records."""
+    cols = [F.col(c) for c in out.columns]
+    if out.decoding == "utf8":
+        cols = [F.col(c).cast("string").alias(c) if c == "value" else F.col(c) for c in out.columns]
+    cols += [F.col("offset").alias("_offset"), F.col("_rec_bytes")]
+    decoded = df.select(*cols)
+    if out.decoding == "json" and json_ddl:
+        ddl = json_ddl if json_ddl.upper().startswith("STRUCT<") else f"STRUCT<{json_ddl}>"
+        decoded = df.select(*cols, F.try_variant_get(_parsed_json(), "$", ddl).alias("_decoded"))
+        fields = [f.name for f in decoded.schema["_decoded"].dataType.fields]
+        clash = sorted({out.column_prefix + f for f in fields} & set(out.columns))
+        if clash:
+            raise UndecodableValue(f"decoded value field(s) {clash} clash with envelope columns; set "
+                                   "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
+        decoded = decoded.select(*out.columns, "_offset", "_rec_bytes",
+                                 *[F.col("_decoded")[f].alias(out.column_prefix + f) for f in fields])
+    return decoded
+
+
+def _with_parts(df: DataFrame, out: Output) -> DataFrame:
+    """A `_part` column numbering the window's objects in offset order: a part ends after the record that brings
+    it to max_records records or to max_bytes bytes (like the connectors' flush.count / flush.size rotation)."""
+    if not out.rotates:
+        return df.withColumn("_part", F.lit(0).cast("long"))
+    w = Window.orderBy("_offset")
+    part = F.lit(0).cast("long")
+    if out.max_bytes:
+        before = F.sum("_rec_bytes").over(w.rowsBetween(Window.unboundedPreceding, -1))
+        df = df.withColumn("_bpart", F.floor(F.coalesce(before, F.lit(0)) / F.lit(out.max_bytes)).cast("long"))
+        part = F.col("_bpart") * F.lit(1 << 31)
+    if out.max_records:
+        by = Window.partitionBy("_bpart").orderBy("_offset") if out.max_bytes else w
+        part = part + F.floor((F.row_number().over(by) - 1) / F.lit(out.max_records)).cast("long")
+    return df.withColumn("_part", part)
+
+
+def _json_array_lines(df: DataFrame, value_cols: list[str]) -> DataFrame:
+    """One text line per record, `[rec` first in a part, `,rec` after, `]` closing the part's last line: each
+    object is one JSON array (Aiven's json format)."""
+    w = Window.partitionBy("_part").orderBy("_offset")
+    rec = F.to_json(F.struct(*value_cols), {"ignoreNullFields": "false",
+                                            "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
+    line = F.concat(F.when(F.row_number().over(w) == 1, F.lit("[")).otherwise(F.lit(",")), rec,
+                    F.when(F.lead("_offset").over(w).isNull(), F.lit("]")).otherwise(F.lit("")))
+    return df.select("_part", "_offset", line.alias("value"))
+
+
+def to_output(df: DataFrame, out: Output) -> DataFrame:
+    """The decoded records as the format stores them, plus `_part` (object number) and `_offset` (write order)."""
+    fmt = out.fmt
+    keys = [F.col("_part"), F.col("_offset")]
     if fmt.name == "text":
-        return df.select(F.coalesce(F.col("value").cast("string"), F.lit("")).alias("value"))
+        return df.select(*keys, F.coalesce(F.col("value").cast("string"), F.lit("")).alias("value"))
     if fmt.name == "csv":
         pairs = F.transform("headers", lambda h: F.concat(F.base64(F.encode(h["key"], "UTF-8")), F.lit(":"),
                                                           F.coalesce(F.base64(h["value"]), F.lit(""))))
         cols = {"key": F.base64("key"), "value": F.base64("value"), "offset": F.col("offset"),
                 "timestamp": F.unix_millis("timestamp"), "headers": F.concat_ws(";", pairs)}
-        return df.select(*[cols[f].alias(f) for f in csv_fields])
-    return df
+        return df.select(*keys, *[cols[f].alias(f) for f in out.csv_fields])
+    if fmt.name == "bytes":  # staged as parquet; commit.py publishes one object per record
+        return df.select(*keys, F.col("_offset").alias("offset"), "value")
+    data_cols = [c for c in df.columns if c not in ("_part", "_offset", "_rec_bytes", "_bpart")]
+    if fmt.name == "json":
+        return _json_array_lines(df, data_cols)
+    return df.select(*keys, *data_cols)
+
+
+def _write(df: DataFrame, out: Output, uri: str) -> None:
+    if out.rotates or out.fmt.name == "json":
+        # Window functions put the whole window in one task; keep each object's records in offset order (a
+        # partitioned write sorts by `_part` only, and a spilled sort does not keep ties in order).
+        df = df.sortWithinPartitions("_part", "_offset")
+    df = df.drop("_offset") if out.rotates else df.drop("_offset", "_part")
+    bytes_fmt = out.fmt.name == "bytes"
+    writer = (df.write.format("parquet" if bytes_fmt else out.fmt.spark_format)
+              .options(**({} if bytes_fmt else out.fmt.spark_options(out.codec))).mode("errorifexists"))
+    if out.rotates:
+        writer = writer.partitionBy("_part")
+    writer.save(uri)
 
 
 def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, window: OffsetWindow,
-                 read_start: int, fmt: FormatSpec, codec: str, staging_uri: str,
-                 max_records_per_object: int | None, csv_fields: list[str] | None = None) -> StageStats:
+                 read_start: int, out: Output, staging_uri: str, dead_letter_uri: str | None = None,
+                 ) -> StageStats:
+    """Write offsets [read_start, window.end) to `staging_uri` as configured; with on_error dead_letter, records
+    whose value does not decode go, as the full raw envelope in parquet, to `dead_letter_uri`."""
     obs = Observation(f"w_{topic}_{window.key}")
-    header_bytes = F.aggregate(
-        F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>")), F.lit(0).cast("long"),
-        lambda acc, h: acc + F.coalesce(F.octet_length(h["key"]), F.lit(0)) + F.coalesce(F.octet_length(h["value"]),
-                                                                                          F.lit(0)),
-    )
     df = read_window(spark, kafka_options, topic, window.partition, read_start, window.end)
-    observed = df.observe(
+    json_ddl = out.json_schema
+    if out.decoding == "json" and json_ddl is None:
+        json_ddl = infer_json_ddl(df)
+    good = decodable(out.decoding)
+    observed = df.withColumn("_rec_bytes", record_bytes()).observe(
         obs,
         F.count(F.lit(1)).alias("records"),
-        F.sum(F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
-              + header_bytes).alias("bytes"),
+        F.sum("_rec_bytes").alias("bytes"),
         F.min("offset").alias("first"),
         F.max("offset").alias("last"),
         F.min(F.unix_millis("timestamp")).alias("min_ts"),
         F.max(F.unix_millis("timestamp")).alias("max_ts"),
+        F.sum(F.when(good, 0).otherwise(1)).alias("bad"),
+        F.min(F.when(good, None).otherwise(F.col("offset"))).alias("first_bad"),
     )
-    out = to_output(observed, fmt, csv_fields or [])
-    writer = out.write.format(fmt.spark_format).options(**fmt.spark_options(codec)).mode("errorifexists")
-    if max_records_per_object:
-        writer = writer.option("maxRecordsPerFile", str(max_records_per_object))
-    writer.save(staging_uri)
+    decoded = _decode(observed.where(good), out, json_ddl)
+    staged = to_output(_with_parts(decoded, out), out)
+    _write(staged, out, staging_uri)
     m = obs.get
+    bad = int(m["bad"] or 0)
+    if bad and out.on_error == "fail":
+        raise UndecodableValue(
+            f"topic {topic!r} partition {window.partition}: {bad} record(s) in window {window.key} have a value "
+            f"that is not {'UTF-8' if out.decoding == 'utf8' else 'a UTF-8 JSON object'}, the first at offset "
+            f"{m['first_bad']}. Nothing was committed. To keep such records under the dead-letter prefix and "
+            "archive the rest, set value_decoding.on_error: dead_letter")
+    if bad and dead_letter_uri is not None:
+        (df.where(~good).write.format("parquet").options(compression="snappy").mode("errorifexists")
+         .save(dead_letter_uri))
+    written = [c for c in staged.columns if c not in ("_part", "_offset")]
+    text_like = out.fmt.name in ("json", "text", "bytes", "csv")
     return StageStats(
         records=int(m["records"]),
         bytes_read=int(m["bytes"] or 0),
@@ -96,7 +264,11 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
         last_offset=m["last"],
         min_timestamp_ms=m["min_ts"],
         max_timestamp_ms=m["max_ts"],
-        schema_json=df.schema.json(),
+        schema_json=(decoded.drop("_rec_bytes", "_offset").schema if out.fmt.name != "csv" else staged.drop("_part", "_offset")
+                     .schema).json(),
+        undecodable=bad,
+        first_undecodable_offset=m["first_bad"],
+        offsets_in_output=bad == 0 and "offset" in written and not text_like,
     )
 
 

@@ -12,7 +12,7 @@ ALL = [(name, codec) for name, spec in sorted(FORMATS.items()) for codec in spec
 
 
 def test_formats_known():
-    assert set(FORMATS) == {"parquet", "avro", "jsonl", "csv", "text"}
+    assert set(FORMATS) == {"parquet", "avro", "jsonl", "json", "csv", "text", "bytes"}
 
 
 def test_settings_offer_exactly_the_known_formats():
@@ -29,7 +29,8 @@ def test_spec_is_consistent(name):
     assert "none" in spec.codecs  # every format can be written uncompressed
     assert set(spec.codec_suffix) <= set(spec.codecs)
     assert spec.extension.startswith(".")
-    assert spec.extension == (".txt" if name == "text" else f".{name}")
+    assert spec.extension == {"text": ".txt", "bytes": ".bin"}.get(name, f".{name}")
+    assert spec.lossless <= spec.envelope  # a lossless format stores the envelope
 
 
 def test_defaults():

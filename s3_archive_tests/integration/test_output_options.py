@@ -1,0 +1,158 @@
+"""Envelope selection, value decoding with the dead-letter prefix, and rotation by records and bytes, through
+the real broker, Spark and moto."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from s3_archive import layout
+from s3_archive.archive import archive_window
+from s3_archive.commit import list_objects
+from s3_archive.stage import UndecodableValue
+from s3_archive.windows import OffsetWindow
+from s3_archive_tests.integration.archive_helpers import (
+    archive_config, final_objects, log, manifest, staging_objects,
+)
+from s3_archive_tests.kafka_helpers import create_topic, parquet_records, produce
+
+pytestmark = pytest.mark.integration
+
+VALUES = [
+    b'{"id": 1, "name": "a", "tags": ["x"]}',
+    b"\xff\xfe not utf-8",
+    b'{"id": 2, "extra": {"deep": true}}',
+    b"[1, 2, 3]",                      # JSON, but not an object
+    None,                              # tombstone: decodes (to nulls)
+    b"not json at all",
+    b'{"id": "three", "name": null}',  # id's type varies between records: kept as text
+]
+
+
+def _table(s3, bucket, key):
+    return pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+
+
+@pytest.fixture(scope="module")
+def json_topic(kafka):
+    topic = create_topic(kafka, "decode")
+    return topic, produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(VALUES)])
+
+
+def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(json_topic, kafka, s3, services, spark):
+    topic, produced = json_topic
+    cfg = archive_config(services.bucket, topic, "opts/json-dlq/",
+                         value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"})
+    window = OffsetWindow(0, 0, len(VALUES))
+    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    m = result.manifest
+    assert m["record_count"] == len(VALUES) and m["undecodable_records"] == 3
+    assert m["absent_offsets"] == [] and m["absent_offset_count"] == 0  # dead letters are not gaps
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    assert t.column("offset").to_pylist() == [0, 2, 4, 6]
+    assert t.column("value").to_pylist() == [VALUES[0], VALUES[2], None, VALUES[6]]  # raw value kept
+    assert t.column("v_id").to_pylist() == ["1", "2", None, "three"]  # mixed types: as text
+    assert t.column("v_name").to_pylist() == ["a", None, None, None]
+    assert t.column("v_extra").to_pylist()[1] == {"deep": True}
+    [dead] = [o["key"] for o in m["dead_letter_objects"]]
+    assert dead.startswith(f"{cfg.prefix}{layout.DEAD_LETTER}/{topic}/kafka_partition=0/")
+    assert parquet_records(s3.get_object(Bucket=cfg.bucket, Key=dead)["Body"].read()) == [produced[i] for i in (1, 3, 5)]
+    assert staging_objects(s3, cfg, topic) == []
+
+
+def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, spark):
+    topic, _ = json_topic
+    cfg = archive_config(services.bucket, topic, "opts/json-schema/", envelope={"value": False, "headers": False},
+                         value_decoding={"type": "json", "json_schema": "id BIGINT, name STRING",
+                                         "on_error": "dead_letter"})
+    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    assert t.column_names == ["key", "topic", "partition", "offset", "timestamp", "timestamp_type", "id", "name"]
+    assert t.column("id").to_pylist() == [1, 2, None, None]  # "three" is no BIGINT: null, raw value not kept
+    assert str(t.schema.field("id").type) == "int64"
+
+
+def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json_topic, kafka, s3, services, spark):
+    topic, _ = json_topic
+    cfg = archive_config(services.bucket, topic, "opts/json-fail/", value_decoding={"type": "utf8"})
+    window = OffsetWindow(0, 0, len(VALUES))
+    with pytest.raises(UndecodableValue, match=rf"topic '{topic}' partition 0: 1 record\(s\).*offset 1\b.*dead_letter"):
+        archive_window(spark, kafka, s3, cfg, topic, window, log)
+    assert manifest(s3, cfg, topic, window) is None
+    assert final_objects(s3, cfg, topic) == {} and staging_objects(s3, cfg, topic) == []
+    ok = archive_config(services.bucket, topic, "opts/utf8/", value_decoding={"type": "utf8"})
+    archive_window(spark, kafka, s3, ok, topic, OffsetWindow(0, 2, 3), log)
+    [key] = final_objects(s3, ok, topic)
+    assert _table(s3, ok.bucket, key).column("value").to_pylist() == [VALUES[2].decode()]
+
+
+def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, services, spark):
+    topic = create_topic(kafka, "env", config={"cleanup.policy": "compact"})
+    produce(kafka, topic, [(0, b"k", b"v", [])])
+    cfg = archive_config(services.bucket, topic, "opts/env/", envelope={"metadata": False, "headers": False})
+    # offsets [0, 1) exist; ask for exactly that and check the columns
+    result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log)
+    [key] = final_objects(s3, cfg, topic)
+    assert _table(s3, cfg.bucket, key).column_names == ["key", "value"]
+    assert result.manifest["envelope"] == ["key", "value"] and not result.manifest["restorable"]
+
+
+@pytest.fixture(scope="module")
+def sized_topic(kafka):
+    topic = create_topic(kafka, "rotate")
+    # 40 records, values of 100..4000 bytes: uneven sizes exercise the byte cap
+    return topic, produce(kafka, topic, [(0, None, bytes([65 + i % 26]) * (100 * (i + 1)), []) for i in range(40)])
+
+
+def _parts(s3, cfg, topic):
+    return [(k, _table(s3, cfg.bucket, k)) for k in sorted(final_objects(s3, cfg, topic))]
+
+
+def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, services, spark):
+    topic, produced = sized_topic
+    cap = 10_000
+    cfg = archive_config(services.bucket, topic, "opts/bytes-cap/", max_bytes_per_object=cap)
+    window = OffsetWindow(0, 0, 40)
+    archive_window(spark, kafka, s3, cfg, topic, window, log)
+    parts = _parts(s3, cfg, topic)
+    assert [k for k, _ in parts] == [layout.object_key(cfg.prefix, topic, window, i, ".parquet")
+                                     for i in range(len(parts))]
+    offsets = [o for _, t in parts for o in t.column("offset").to_pylist()]
+    assert offsets == list(range(40))  # every record once, in order across parts
+    # Record i goes to part floor(bytes before i / cap): a part ends with the record that crosses the next
+    # multiple of the cap (flush.size-like rotation, computable per record, so the same on every run).
+    expected: list[list[int]] = []
+    before = 0
+    for r in produced:
+        k = before // cap
+        while len(expected) <= k:
+            expected.append([])
+        expected[k].append(r.offset)
+        before += len(r.value)
+    expected = [p for p in expected if p]
+    assert all(sum(len(produced[o].value) for o in p[:-1]) < cap for p in expected)
+    assert [t.column("offset").to_pylist() for _, t in parts] == expected
+    # the same window archived again elsewhere gives the same parts
+    cfg2 = archive_config(services.bucket, topic, "opts/bytes-cap-2/", max_bytes_per_object=cap)
+    archive_window(spark, kafka, s3, cfg2, topic, window, log)
+    assert [t.column("offset").to_pylist() for _, t in _parts(s3, cfg2, topic)] == expected
+
+
+def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic, kafka, s3, services, spark):
+    topic, _ = sized_topic
+    cfg = archive_config(services.bucket, topic, "opts/json-cap/", format="json", compression="gzip",
+                         max_records_per_object=15, max_bytes_per_object=60_000)
+    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 40), log)
+    import gzip
+
+    docs = [json.loads(gzip.decompress(s3.get_object(Bucket=cfg.bucket, Key=k)["Body"].read()))
+            for k in sorted(final_objects(s3, cfg, topic))]
+    assert all(isinstance(d, list) and 0 < len(d) <= 15 for d in docs)
+    assert [r["offset"] for d in docs for r in d] == list(range(40))
+    assert len(docs) > 3  # the byte cap split some parts before 15 records
+    assert not [o for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{layout.STAGING}/")]

@@ -1,0 +1,116 @@
+"""Envelope selection, value decoding and rotation options: config validation and the pure helpers."""
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from s3_archive.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields  # noqa: E402
+from s3_archive.settings import InvalidConfig, parse_settings  # noqa: E402
+from s3_archive.stage import Output, variant_schema_to_ddl  # noqa: E402
+
+
+def cfg(**kw):
+    return parse_settings({"archives": [{"name": "a", "topics": ["t"], "bucket": "b-1", **kw}]}).archives[0]
+
+
+def err(**kw) -> str:
+    with pytest.raises(InvalidConfig) as e:
+        cfg(**kw)
+    return str(e.value)
+
+
+@given(st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_envelope_columns_keep_envelope_order(k, v, h, m):
+    cols = envelope_columns(key=k, value=v, headers=h, metadata=m)
+    order = [c for c, _ in ENVELOPE_COLUMNS]
+    assert cols == [c for c in order if c in cols]
+    assert ("key" in cols) == k and ("value" in cols) == v and ("headers" in cols) == h
+    assert all((c in cols) == m for c in ("topic", "partition", "offset", "timestamp", "timestamp_type"))
+
+
+def test_default_is_the_whole_envelope_and_restorable():
+    c = cfg()
+    assert c.envelope.columns() == [c for c, _ in ENVELOPE_COLUMNS]
+    assert c.restorable
+    assert Output.of(c).columns == tuple(c.envelope.columns())
+
+
+def test_partial_envelope_is_not_restorable():
+    c = cfg(envelope={"headers": False})
+    assert "headers" not in c.envelope.columns() and not c.restorable
+
+
+def test_utf8_value_is_not_restorable_but_json_keeps_the_raw_value():
+    assert not cfg(value_decoding={"type": "utf8"}).restorable
+    assert cfg(value_decoding={"type": "json"}).restorable
+    assert not cfg(value_decoding={"type": "json"}, envelope={"value": False}).restorable
+
+
+def test_empty_envelope_rejected():
+    msg = err(envelope={"key": False, "value": False, "headers": False, "metadata": False})
+    assert "every part is off" in msg
+
+
+def test_envelope_only_for_envelope_formats():
+    msg = err(format="csv", envelope={"key": False})
+    assert "envelope applies to formats" in msg and "'csv'" in msg and "csv_fields" in msg
+
+
+def test_decoding_needs_a_column_format():
+    msg = err(format="text", value_decoding={"type": "json"})
+    assert "value_decoding.type 'json'" in msg and "parquet" in msg
+
+
+def test_json_schema_only_for_json():
+    assert "apply to type 'json' only" in err(value_decoding={"type": "utf8", "json_schema": "a INT"})
+
+
+def test_json_schema_clash_with_envelope_names_the_fields():
+    msg = err(value_decoding={"type": "json", "json_schema": "key STRING, offset BIGINT, x INT"})
+    assert "['key', 'offset']" in msg and "column_prefix" in msg
+    c = cfg(value_decoding={"type": "json", "json_schema": "key STRING, x INT", "column_prefix": "v_"})
+    assert c.value_decoding.column_prefix == "v_"
+
+
+def test_json_schema_shape_checked_at_load():
+    assert "needs a name and a type" in err(value_decoding={"type": "json", "json_schema": "id"})
+    assert "unbalanced" in err(value_decoding={"type": "json", "json_schema": "s STRUCT<a: INT"})
+    assert "named twice" in err(value_decoding={"type": "json", "json_schema": "a INT, a STRING"})
+
+
+def test_unknown_decoding_and_policy_name_allowed_values():
+    msg = err(value_decoding={"type": "avro"})
+    assert "'bytes'" in msg and "'utf8'" in msg and "'json'" in msg and "'avro'" in msg
+    assert "'dead_letter'" in err(value_decoding={"on_error": "skip"})
+
+
+def test_bytes_format_has_no_rotation():
+    assert "one object per record" in err(format="bytes", max_records_per_object=10)
+
+
+def test_byte_cap_minimum():
+    assert "max_bytes_per_object" in err(max_bytes_per_object=10)
+    assert cfg(max_bytes_per_object=1 << 20).max_bytes_per_object == 1 << 20
+
+
+@pytest.mark.parametrize("ddl,names", [
+    ("id BIGINT", ["id"]),
+    ("id BIGINT, name STRING", ["id", "name"]),
+    ("s STRUCT<a: INT, b: ARRAY<STRING>>, m MAP<STRING, INT>, d DECIMAL(10, 2)", ["s", "m", "d"]),
+    ("`a b` STRING, `x,y` INT", ["a b", "x,y"]),
+    ("a: INT", ["a"]),
+])
+def test_parse_ddl_fields(ddl, names):
+    assert parse_ddl_fields(ddl) == names
+
+
+@pytest.mark.parametrize("schema,ddl", [
+    ("OBJECT<a: BIGINT, b: STRING>", "STRUCT<a: BIGINT, b: STRING>"),
+    ("OBJECT<a: VARIANT, e: VOID, c: OBJECT<d: ARRAY<VARIANT>>>", "STRUCT<a: STRING, e: STRING, c: STRUCT<d: ARRAY<STRING>>>"),
+    ("OBJECT<`VARIANT`: BIGINT>", "STRUCT<`VARIANT`: BIGINT>"),
+])
+def test_variant_schema_to_ddl(schema, ddl):
+    assert variant_schema_to_ddl(schema) == ddl
