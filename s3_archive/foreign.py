@@ -291,6 +291,9 @@ class ForeignSource(BaseModel):
         if len(set(self.fields)) != len(self.fields):
             raise ValueError(f"fields lists a field twice: {self.fields}")
         if self.layout == "confluent":
+            if "format" not in self.model_fields_set:
+                raise ValueError(f"layout 'confluent' needs format: one of {', '.join(CONFLUENT_FORMATS)} (the "
+                                 "sink's format.class)")
             if self.format not in CONFLUENT_FORMATS:
                 raise ValueError(f"format {self.format!r} is not a Confluent S3 sink format; allowed: "
                                  f"{', '.join(CONFLUENT_FORMATS)}")
@@ -605,9 +608,9 @@ class Decoder:
 
     def _csv(self, data: bytes) -> Iterator[Decoded]:
         fields, raw = self.fields, self.source.value_encoding == "none"
+        # Aiven separates records with "\n" and ends the object without one, so every line is a record, an empty
+        # one too (a null or empty value alone).
         for line in data.split(b"\n"):
-            if line == b"":
-                continue
             cols = line.split(b",", len(fields) - 1) if raw else line.split(b",")
             if len(cols) != len(fields):
                 raise InvalidForeignObject(f"csv line has {len(cols)} fields, expected {len(fields)} "
