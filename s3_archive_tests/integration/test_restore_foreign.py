@@ -18,7 +18,7 @@ import pytest
 
 from s3_archive.defs.restore.foreign_assets import ForeignRestoreConfig, build_foreign_restore_asset
 from s3_archive.foreign import ForeignSource
-from s3_archive.foreign_restore import ColdObjectsPending, ColdReport, restore_foreign
+from s3_archive.foreign_restore import ColdReport, restore_foreign
 from s3_archive.restore import RestoreRequest
 from s3_archive_tests.integration.archive_helpers import resources
 from s3_archive_tests.integration.test_restore import consume_all

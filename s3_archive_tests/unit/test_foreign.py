@@ -24,7 +24,7 @@ from s3_archive.foreign import (
     decompress, numbered, parse_template, plan,
 )
 from s3_archive.restore import ArchivedRecord
-from s3_archive.windows import MAX_OFFSET, OffsetWindow
+from s3_archive.windows import MAX_OFFSET
 
 pytestmark = pytest.mark.unit
 
