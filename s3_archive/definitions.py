@@ -80,7 +80,7 @@ def build_defs(settings: Settings, env: str = "local") -> dg.Definitions:
         warnings.warn(f"archives with no topics yet: {', '.join(idle)}", stacklevel=2)
         if len(idle) == len(settings.archives):
             return dg.Definitions(resources=build_resources(env))
-        settings = Settings(archives=[a for a in settings.archives if a.topics])
+        settings = settings.model_copy(update={"archives": [a for a in settings.archives if a.topics]})
     return dg.Definitions.merge(
         dg.Definitions(assets=build_archive_assets(settings.archives), resources=build_resources(env)),
         build_archive_automation(settings),

@@ -726,6 +726,21 @@ def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict])
     return out
 
 
+@dataclass(frozen=True)
+class WindowSource:
+    """One window to restore and how to read it: our archives (a manifest) and archives written by others
+    (`s3_archive.foreign_restore`) both come in as these, so the exactly-once machinery is one."""
+
+    window: OffsetWindow
+    records: Callable[[], Iterator[ArchivedRecord]]  # in offset order
+    record_count: int | None = None  # None: unknown until read (counted while reading)
+    min_timestamp_ms: int | None = None
+    max_timestamp_ms: int | None = None
+    # The window's end is not known (the last object of a foreign partition): records at or past `window.end`
+    # never come, and the ledger records the window as done up to its last record read, not up to `window.end`.
+    open_end: bool = False
+
+
 def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
                     windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault) -> Iterator[WindowReport]:
     """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
@@ -734,9 +749,23 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
     `produced:<n>` (n-th record of the run handed to the producer) or `committed:<n>` (n-th transaction)."""
     ws = sorted(set(windows))
     manifests = read_manifests(s3, bucket, prefix, request.source_topic, ws)
+
+    def source(w: OffsetWindow, m: dict) -> WindowSource:
+        return WindowSource(w, lambda: window_records(s3, bucket, w, m), m["record_count"], m.get("min_timestamp_ms"),
+                            m.get("max_timestamp_ms"))
+
+    yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)
+
+
+def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Any,
+                    fault: Fault = no_fault) -> Iterator[WindowReport]:
+    """The restore itself, for windows from any archive: one transactional producer, the ledger, windows in
+    (partition, start) order."""
+    srcs = sorted(sources, key=lambda s: s.window)
     num_target = target_partition_count(kafka, request.target_topic)
-    request.mapping.check({w.partition for w in ws}, num_target, request.target_topic)
-    for warning in target_warnings(kafka, request.target_topic, manifests.values()):
+    request.mapping.check({s.window.partition for s in srcs}, num_target, request.target_topic)
+    for warning in target_warnings(kafka, request.target_topic,
+                                   [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs]):
         log.warning(warning)
     run = _Run(kafka, request, num_target, fault)
     try:
@@ -750,12 +779,12 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
                             f"ledger of this restore exists (consumer group {request.ledger_id!r}). If they came "
                             "from an earlier run of this restore whose ledger expired (offsets.retention.minutes), "
                             "this run restores them again")
-        log.info(f"restore {request.ledger_id}: {len(ws)} windows into {request.target_topic!r} ({num_target} "
+        log.info(f"restore {request.ledger_id}: {len(srcs)} windows into {request.target_topic!r} ({num_target} "
                  f"partitions, mapping {request.mapping.mode}); the ledger already covers "
                  f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
                  + (" [dry run]" if request.dry_run else ""))
-        for w in ws:
-            yield run.window(s3, bucket, w, manifests[w])
+        for src in srcs:
+            yield run.window(src)
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
@@ -797,23 +826,25 @@ class _Run:
         rep.transactions += 1
         self.fault(f"committed:{self.committed}")
 
-    def window(self, s3: Any, bucket: str, w: OffsetWindow, manifest: dict) -> WindowReport:
+    def window(self, src: WindowSource) -> WindowReport:
         t0 = time.monotonic()
-        request, filters, producer = self.request, self.request.filters, self.producer
-        rep = WindowReport(w, request.dry_run, archived=manifest["record_count"])
+        request, filters, producer, w = self.request, self.request.filters, self.producer, src.window
+        rep = WindowReport(w, request.dry_run, archived=src.record_count or 0)
         scope = filters.offset_scope(w)
-        if scope is None or not filters.time_may_match(manifest.get("min_timestamp_ms"),
-                                                       manifest.get("max_timestamp_ms")):
+        if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
             rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
             rep.seconds = time.monotonic() - t0
             return rep
         sp = w.partition
         done = self.ledger.get(sp, RangeSet())
-        seg_start, in_txn, txn_t0 = scope[0], 0, 0.0
+        seg_start, in_txn, txn_t0, last = scope[0], 0, 0.0, -1
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
-        for r in window_records(s3, bucket, w, manifest):
+        for r in src.records():
+            last = r.offset
+            if src.record_count is None:
+                rep.archived += 1
             if not scope[0] <= r.offset < scope[1]:
-                rep.filtered += 1
+                rep.filtered += 1  # also records past a foreign window's end: the next object holds them too
                 continue
             if r.offset in done:
                 rep.skipped += 1
@@ -847,10 +878,12 @@ class _Run:
                 self._commit(sp, seg_start, r.offset + 1, rep)
                 seg_start, in_txn = r.offset + 1, 0
         if producer is not None:
-            # The rest of the scope (incl. offsets with no record) is done once the window's records are in.
+            # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
+            # open-ended window only up to its last record (later records may still be written by the sink).
+            end = min(scope[1], last + 1) if src.open_end else scope[1]
             if producer.in_txn:
-                self._commit(sp, seg_start, scope[1], rep)
-            else:
-                self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, scope[1])
+                self._commit(sp, seg_start, max(end, seg_start), rep)
+            elif end > seg_start:
+                self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, end)
         rep.seconds = time.monotonic() - t0
         return rep

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from s3_archive.catalog import CatalogOptions
+from s3_archive.foreign import ForeignSource
 from s3_archive.formats import FORMATS
 from s3_archive.lifecycle import LifecyclePolicy
 
@@ -230,6 +231,8 @@ class ArchiveConfig(_Strict):
 
 class Settings(_Strict):
     archives: list[ArchiveConfig] = Field(min_length=1)
+    # Archives written by Kafka Connect S3 sinks, restorable like ours (docs/restore.md)
+    foreign_sources: list[ForeignSource] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> Settings:
@@ -246,6 +249,12 @@ class Settings(_Strict):
                     raise ValueError(f"archives[{i}].topics: topic {t!r} is already in archives[{topics[t]}] "
                                      f"({self.archives[topics[t]].name!r}); a topic belongs to one archive")
                 topics[t] = i
+        seen: dict[str, int] = {}
+        for i, f in enumerate(self.foreign_sources):
+            if f.name in seen:
+                raise ValueError(f"foreign_sources[{i}].name: {f.name!r} is already the name of "
+                                 f"foreign_sources[{seen[f.name]}]; names must be unique")
+            seen[f.name] = i
         return self
 
     def archive_for(self, topic: str) -> ArchiveConfig:
@@ -304,4 +313,4 @@ def resolve_topic_patterns(settings: Settings, cluster_topics: list[str]) -> Set
                            if not t.startswith("__") and t not in taken and pattern.fullmatch(t))
             taken |= set(extra)
         archives.append(a.model_copy(update={"topics": [*a.topics, *extra]}))
-    return Settings(archives=archives)
+    return settings.model_copy(update={"archives": archives})

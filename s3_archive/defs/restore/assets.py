@@ -118,5 +118,8 @@ def build_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
 
 
 def build_restore_defs(settings: Settings) -> dg.Definitions:
-    """The restore assets; they use the `kafka` and `s3` resources of the main definitions."""
-    return dg.Definitions(assets=build_restore_assets(settings))
+    """The restore assets (ours and `foreign_sources`); they use the `kafka` and `s3` resources of the main
+    definitions."""
+    from s3_archive.defs.restore.foreign_assets import build_foreign_restore_assets
+
+    return dg.Definitions(assets=[*build_restore_assets(settings), *build_foreign_restore_assets(settings)])

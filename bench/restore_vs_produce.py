@@ -1,0 +1,172 @@
+"""Restore throughput next to a bare confluent-kafka producer on the same machine.
+
+    PYTHONPATH=. .venv/bin/python bench/restore_vs_produce.py --records 200000 --repeats 3
+
+Both send the same records (keys, ~500-byte values, two headers) with the same producer settings (acks=all,
+idempotent, linger.ms=20); the restore reads them from a Parquet archive in S3 (moto) through `restore_windows`
+(transactions, ledger, parsing, routing included). `run()` returns the figures as a dict (for `make bench`).
+Starts its own broker and moto server unless given `bootstrap_servers` and `s3_endpoint_url`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka.admin import NewTopic
+
+from s3_archive import layout
+from s3_archive.local.stack import LOCAL_AWS, create_bucket
+from s3_archive.resources import KafkaResource
+from s3_archive.restore import RestoreRequest, restore_windows
+from s3_archive.windows import OffsetWindow
+
+TOPIC = "bench.source"
+BASE_TS = 1_700_000_000_000
+WINDOW = 10_000  # records per archived window (flush.count); keeps objects under moto's 16 MiB read limit here
+
+
+def _records(n: int, value_bytes: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+    return [(f"key-{i}".encode(), os.urandom(value_bytes // 2).hex().encode(),
+             [("trace", f"{i:016x}".encode()), ("source", b"bench")]) for i in range(n)]
+
+
+def _write_archive(s3: Any, bucket: str, prefix: str, recs: list) -> list[OffsetWindow]:
+    """A Parquet archive in our layout (what the archive asset writes), written directly with pyarrow."""
+    windows = []
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    for start in range(0, len(recs), WINDOW):
+        chunk = recs[start:start + WINDOW]
+        w = OffsetWindow(0, start, start + len(chunk))
+        table = pa.table({
+            "key": pa.array([k for k, _, _ in chunk], pa.binary()),
+            "value": pa.array([v for _, v, _ in chunk], pa.binary()),
+            "headers": pa.array([[{"key": a, "value": b} for a, b in hs] for _, _, hs in chunk], header_type),
+            "topic": pa.array([TOPIC] * len(chunk)),
+            "partition": pa.array([0] * len(chunk), pa.int32()),
+            "offset": pa.array(range(start, start + len(chunk)), pa.int64()),
+            "timestamp": pa.array([(BASE_TS + start + i) * 1000 for i in range(len(chunk))], pa.timestamp("us")),
+        })
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="snappy")
+        key = layout.object_key(prefix, TOPIC, w, 0, ".parquet")
+        s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue())
+        manifest = {"topic": TOPIC, "window_key": w.key, "format": "parquet", "record_count": len(chunk),
+                    "objects": [{"key": key, "size": buf.tell()}], "min_timestamp_ms": BASE_TS + start,
+                    "max_timestamp_ms": BASE_TS + start + len(chunk) - 1}
+        s3.put_object(Bucket=bucket, Key=layout.manifest_key(prefix, TOPIC, w), Body=json.dumps(manifest))
+        windows.append(w)
+    return windows
+
+
+def _produce_bare(kafka: KafkaResource, topic: str, recs: list) -> None:
+    p = kafka.producer(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20,
+                          "queue.buffering.max.messages": 200_000, "delivery.report.only.error": True})
+    for i, (k, v, hs) in enumerate(recs):
+        while True:
+            try:
+                p.produce(topic, key=k, value=v, headers=hs, partition=0, timestamp=BASE_TS + i)
+                break
+            except BufferError:
+                p.poll(0.05)
+    remaining = p.flush(120)
+    assert remaining == 0, f"{remaining} records not delivered"
+
+
+def _stats(seconds: list[float], n: int, nbytes: int) -> dict[str, Any]:
+    rps = sorted(n / s for s in seconds)
+    return {"seconds": [round(s, 3) for s in seconds],
+            "records_per_s": {"min": round(rps[0]), "median": round(statistics.median(rps)), "max": round(rps[-1])},
+            "mb_per_s": {"min": round(nbytes / (n / rps[0]) / 1e6, 2),
+                         "median": round(nbytes * statistics.median(rps) / n / 1e6, 2),
+                         "max": round(nbytes * rps[-1] / n / 1e6, 2)}}
+
+
+def run(records: int = 200_000, repeats: int = 3, value_bytes: int = 500, bootstrap_servers: str | None = None,
+        s3_endpoint_url: str | None = None, bucket: str = "bench", profile: Path | None = None) -> dict[str, Any]:
+    """Produce `records` with a bare producer and restore as many from S3, `repeats` times each (a new topic per
+    run); figures per side and the median ratio restore / producer. `profile`: write a cProfile of one restore."""
+    with ExitStack() as stack:
+        if bootstrap_servers is None or s3_endpoint_url is None:
+            from s3_archive.local.kafka_broker import KafkaBroker
+            from s3_archive.local.moto_server import MotoServer
+
+            root = Path(tempfile.mkdtemp(prefix="s3a-bench-restore-"))
+            broker, moto = KafkaBroker(root / "kafka", heap="1g"), MotoServer(root / "moto")
+            broker.start()
+            stack.callback(broker.stop)
+            moto.start()
+            stack.callback(moto.stop)
+            bootstrap_servers, s3_endpoint_url = broker.bootstrap_servers, moto.endpoint_url
+            create_bucket(s3_endpoint_url, bucket)
+        kafka = KafkaResource(bootstrap_servers=bootstrap_servers)
+        s3 = boto3.client("s3", endpoint_url=s3_endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
+                          aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+        recs = _records(records, value_bytes)
+        nbytes = sum(len(k) + len(v) + sum(len(a) + len(b) for a, b in hs) for k, v, hs in recs)
+        run_id = uuid.uuid4().hex[:8]
+        windows = _write_archive(s3, bucket, f"bench-{run_id}/", recs)
+        admin = kafka.admin()
+        log = logging.getLogger("bench")
+        produce_s, restore_s = [], []
+        for r in range(repeats):
+            topics = [f"bench-bare-{run_id}-{r}", f"bench-restore-{run_id}-{r}"]
+            for f in admin.create_topics([NewTopic(t, 1, 1, config={"retention.ms": "-1"}) for t in topics]).values():
+                f.result(30)
+            t = time.monotonic()
+            _produce_bare(kafka, topics[0], recs)
+            produce_s.append(time.monotonic() - t)
+            request = RestoreRequest(TOPIC, topics[1])
+            t = time.monotonic()
+            if profile is not None and r == 0:
+                import cProfile
+
+                with cProfile.Profile() as prof:
+                    reps = list(restore_windows(kafka, s3, bucket, f"bench-{run_id}/", request, windows, log))
+                prof.dump_stats(str(profile))
+            else:
+                reps = list(restore_windows(kafka, s3, bucket, f"bench-{run_id}/", request, windows, log))
+            restore_s.append(time.monotonic() - t)
+            assert sum(x.restored for x in reps) == records
+            end = kafka.offsets(topics[1], "latest")[0]
+            assert end >= records, f"restore target holds {end} offsets, expected >= {records}"
+            admin.delete_topics(topics)
+        producer, restore = _stats(produce_s, records, nbytes), _stats(restore_s, records, nbytes)
+        return {"records": records, "value_bytes": value_bytes, "record_bytes": nbytes, "repeats": repeats,
+                "producer": producer, "restore": restore,
+                "ratio_median": round(restore["records_per_s"]["median"] / producer["records_per_s"]["median"], 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--value-bytes", type=int, default=500)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", type=Path, help="write a cProfile of the first restore here")
+    args = ap.parse_args()
+    out = run(args.records, args.repeats, args.value_bytes, profile=args.profile)
+    for side in ("producer", "restore"):
+        s = out[side]
+        print(f"{side:8s}: records/s min/median/max {s['records_per_s']['min']:,}/{s['records_per_s']['median']:,}/"
+              f"{s['records_per_s']['max']:,}  MB/s {s['mb_per_s']['min']}/{s['mb_per_s']['median']}/"
+              f"{s['mb_per_s']['max']}")
+    print(f"restore / producer (median records/s): {out['ratio_median']}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Restore assets for archives written by Kafka Connect S3 sinks (`foreign_sources:` in the archive YAML).
+
+One unpartitioned asset per source. A sink keeps adding objects, so the windows are discovered when the run
+starts (listing the prefix) instead of being Dagster partitions; the restore ledger makes every run incremental:
+a re-run restores only what earlier runs did not (and a crashed run's leftovers exactly once).
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+from pydantic import Field
+
+from s3_archive.archive import S3Unavailable, check_bucket
+from s3_archive.commit import ArchiveIntegrityError
+from s3_archive.defs.restore.assets import RestoreConfig
+from s3_archive.foreign import ForeignSource, InvalidForeignObject
+from s3_archive.foreign_restore import ColdObjectsPending, ColdReport, restore_foreign
+from s3_archive.resources import KafkaResource, KafkaUnavailable
+from s3_archive.restore import InvalidRestore, RestoreFailed
+from s3_archive.settings import Settings
+
+FOREIGN_PREFIX = "kafka_restore_foreign"
+
+
+def foreign_asset_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([FOREIGN_PREFIX, name])
+
+
+class ForeignRestoreConfig(RestoreConfig):
+    """RestoreConfig, plus what to do with objects in GLACIER / DEEP_ARCHIVE."""
+
+    wait_for_cold_seconds: int = Field(
+        default=0, ge=0, description="0: request RestoreObject for cold objects, then fail with the count still "
+                                     "pending; > 0: request, then poll until they are readable, at most this long")
+
+
+_CLEAR_ERRORS = (InvalidRestore, RestoreFailed, ArchiveIntegrityError, InvalidForeignObject, ColdObjectsPending,
+                 S3Unavailable, KafkaUnavailable)
+
+
+def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
+    where = f"s3://{source.bucket}/{source.key_prefix}"
+
+    @dg.asset(
+        key=foreign_asset_key(source.name),
+        group_name="restore_foreign",
+        kinds={"kafka", "s3"},
+        output_required=False,
+        metadata={"source_topic": source.topic, "bucket": source.bucket, "prefix": source.key_prefix,
+                  "layout": source.layout, "format": source.format},
+        description=f"Records of `{source.topic}` archived by the {source.layout} S3 sink under {where}, produced "
+                    "into a Kafka topic chosen at launch, exactly once (transactions + a restore ledger); each run "
+                    "restores what earlier runs did not.",
+    )
+    def _restore(context: dg.AssetExecutionContext, config: ForeignRestoreConfig, kafka: KafkaResource,
+                 s3: S3Resource) -> Iterator[dg.AssetObservation | dg.MaterializeResult]:
+        try:
+            request = config.request(source.topic)
+            client = s3.get_client()
+            check_bucket(client, source.bucket, source.key_prefix)
+            totals: dict[str, int] = {"windows": 0, "records_restored": 0, "records_skipped_already_present": 0,
+                                      "records_filtered": 0, "bytes": 0, "transactions": 0,
+                                      "timestamps_replaced": 0}
+            per_partition: dict[int, list[int]] = {}
+            cold = ColdReport()
+            for rep in restore_foreign(kafka, client, source, request, context.log, config.wait_for_cold_seconds):
+                if isinstance(rep, ColdReport):
+                    cold = rep
+                    continue
+                totals["windows"] += 1
+                totals["records_restored"] += rep.restored
+                totals["records_skipped_already_present"] += rep.skipped
+                totals["records_filtered"] += rep.filtered
+                totals["bytes"] += rep.bytes
+                totals["transactions"] += rep.transactions
+                totals["timestamps_replaced"] += rep.timestamps_replaced
+                for p, c in rep.partitions.items():
+                    t = per_partition.setdefault(p, [0, 0])
+                    t[0], t[1] = t[0] + c.records, t[1] + c.bytes
+            meta = {"target_topic": request.target_topic, "dry_run": request.dry_run, **totals,
+                    "cold_objects": cold.cold, "cold_restores_requested": cold.requested,
+                    "per_target_partition": {str(p): {"records": r, "bytes": b}
+                                             for p, (r, b) in sorted(per_partition.items())}}
+            context.log.info(f"{'would restore' if request.dry_run else 'restored'} {totals['records_restored']} "
+                             f"records of {totals['windows']} objects into {request.target_topic!r} "
+                             f"({totals['records_skipped_already_present']} already present)")
+            if request.dry_run:
+                yield dg.AssetObservation(asset_key=context.asset_key, metadata=meta)
+            else:
+                yield dg.MaterializeResult(metadata=meta)
+        except _CLEAR_ERRORS as e:
+            raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
+
+    return _restore
+
+
+def build_foreign_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    return [build_foreign_restore_asset(s) for s in settings.foreign_sources]

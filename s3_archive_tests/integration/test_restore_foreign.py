@@ -1,0 +1,181 @@
+"""Restore from objects laid out as Kafka Connect S3 sinks write them (Aiven, Confluent), written here with
+boto3/fastavro to the moto server, into the real broker; cold storage (GLACIER) against moto."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import logging
+import time
+import urllib.request
+from datetime import UTC, datetime
+
+import dagster as dg
+import fastavro
+import pytest
+
+from s3_archive.defs.restore.foreign_assets import ForeignRestoreConfig, build_foreign_restore_asset
+from s3_archive.foreign import ForeignSource
+from s3_archive.foreign_restore import ColdReport, restore_foreign
+from s3_archive.restore import RestoreRequest
+from s3_archive_tests.integration.archive_helpers import resources
+from s3_archive_tests.integration.test_restore import consume_all
+from s3_archive_tests.kafka_helpers import create_topic
+
+pytestmark = pytest.mark.integration
+log = logging.getLogger("s3_archive_tests")
+TS = 1_700_000_000_000
+
+
+def b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def aiven_jsonl(recs: list[tuple]) -> bytes:
+    """Aiven's jsonl writer: key/value/header values base64 (ByteArrayConverter), timestamp ISO_INSTANT."""
+    return "\n".join(json.dumps({"key": b64(k), "value": b64(v), "offset": o, "timestamp": iso(ts),
+                                 "headers": [{"key": n, "value": b64(x)} for n, x in hs]})
+                     for o, k, v, hs, ts in recs).encode() + b"\n"
+
+
+def reports(gen) -> tuple[ColdReport, list]:
+    out = list(gen)
+    return out[0], out[1:]
+
+
+def test_aiven_objects_restore_exactly_once_and_pick_up_new_objects(kafka, s3, services, unique):
+    source = ForeignSource(name="aiven_jsonl", layout="aiven", bucket=services.bucket, prefix=f"aiven/{unique}/",
+                           topic="orders", format="jsonl", compression="gzip",
+                           template="{{topic}}-{{partition:padding=true}}-{{start_offset:padding=true}}",
+                           fields=["key", "value", "offset", "timestamp", "headers"])
+    # Partition 0: two objects (offsets with a gap, as after compaction or transaction markers); partition 1: one.
+    objects = {
+        (0, 0): [(0, b"\x00k", b"\xff\x00v", [("dup", b"1"), ("dup", b"2")], TS), (1, None, b"no key", [], TS + 1),
+                 (3, b"tomb", None, [("e", b"")], TS + 2)],
+        (0, 4): [(4, b"", b"", [], TS + 3), (5, "ключ".encode(), "значение".encode(), [("ü", b"\x01")], TS + 4)],
+        (1, 10): [(10, b"p1", b"v10", [], TS + 5), (11, b"p1", b"v11", [], TS + 6)],
+    }
+
+    def put(p: int, start: int) -> None:
+        key = f"{source.key_prefix}orders-{p:010d}-{start:020d}.gz"
+        s3.put_object(Bucket=services.bucket, Key=key, Body=gzip.compress(aiven_jsonl(objects[(p, start)])))
+
+    for p, start in objects:
+        put(p, start)
+    s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}other-0000000000-00000000000000000000.gz",
+                  Body=b"another topic: ignored")
+    target = create_topic(kafka, f"faiven-{unique}", partitions=2, config={"retention.ms": "-1"})
+    request = RestoreRequest("orders", target, provenance_headers=True)
+
+    cold, first = reports(restore_foreign(kafka, s3, source, request, log))
+
+    assert cold.cold == 0 and sum(r.restored for r in first) == 7
+    got = consume_all(kafka, target)
+    for p in (0, 1):
+        want = [(k, v, tuple(hs), ts, str(o).encode()) for (sp, _), recs in sorted(objects.items()) if sp == p
+                for o, k, v, hs, ts in recs]
+        assert [(g.key, g.value, g.headers[:-3], g.timestamp_ms, g.header("s3archive.source.offset")) for g in got[p]] \
+            == want
+
+    # A re-run restores nothing; the sink then adds an object and the next run restores only that one.
+    _, again = reports(restore_foreign(kafka, s3, source, request, log))
+    assert sum(r.restored for r in again) == 0 and sum(r.skipped for r in again) == 7
+    objects[(0, 6)] = [(6, b"new", b"v6", [], TS + 7)]
+    put(0, 6)
+    _, third = reports(restore_foreign(kafka, s3, source, request, log))
+    assert sum(r.restored for r in third) == 1
+    assert [g.value for g in consume_all(kafka, target)[0]][-2:] == ["значение".encode(), b"v6"]
+
+
+def test_confluent_avro_values_with_keys_sibling_restore(kafka, s3, services, unique):
+    source = ForeignSource(name="confluent_avro", layout="confluent", bucket=services.bucket,
+                           prefix=f"confluent/{unique}/topics", topic="clicks", format="avro")
+    base = f"{source.key_prefix}clicks/partition=0/clicks+0+"
+
+    def avro(values: list) -> bytes:  # the AvroFormat of ByteArrayConverter data: a container of bytes
+        buf = io.BytesIO()
+        fastavro.writer(buf, fastavro.parse_schema(["null", "bytes"]), values)
+        return buf.getvalue()
+
+    s3.put_object(Bucket=services.bucket, Key=base + "0000000000.avro", Body=avro([b"c0", b"c1", None]))
+    s3.put_object(Bucket=services.bucket, Key=base + "0000000000.keys.avro", Body=avro([b"k0", None, b"k2"]))
+    s3.put_object(Bucket=services.bucket, Key=base + "0000000003.avro", Body=avro([b"c3"]))
+    target = create_topic(kafka, f"fconfluent-{unique}")
+
+    before = time.time() * 1000
+    _, reps = reports(restore_foreign(kafka, s3, source, RestoreRequest("clicks", target, provenance_headers=True),
+                                      log))
+
+    got = consume_all(kafka, target)[0]
+    assert [(g.key, g.value, g.header("s3archive.source.offset")) for g in got] == [
+        (b"k0", b"c0", b"0"), (None, b"c1", b"1"), (b"k2", None, b"2"), (None, b"c3", b"3")]
+    # The layout carries no timestamps: the producer stamps the records (counted, documented).
+    assert all(g.timestamp_ms >= before - 1000 for g in got) and sum(r.timestamps_replaced for r in reps) == 4
+
+
+def _moto_transition(services, body: dict | None) -> None:
+    path = "set-transition" if body else "unset-transition"
+    data = json.dumps(body or {"model_name": "s3::keyrestore"}).encode()
+    req = urllib.request.Request(f"{services.s3_endpoint_url}/moto-api/state-manager/{path}", data=data,
+                                 method="POST")
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def test_cold_objects_are_restored_first_then_fail_or_wait(kafka, s3, services, unique):
+    source = ForeignSource(name="cold", layout="aiven", bucket=services.bucket, prefix=f"cold/{unique}/",
+                           topic="t", format="csv", fields=["value", "offset"], cold_restore_tier="Bulk")
+    for start, cls in [(0, "GLACIER"), (2, "DEEP_ARCHIVE"), (4, "GLACIER_IR")]:
+        body = f"{b64(b'v%d' % start)},{start}\n{b64(b'v%d' % (start + 1))},{start + 1}".encode()
+        s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}t-0-{start}", Body=body, StorageClass=cls)
+    target = create_topic(kafka, f"fcold-{unique}")
+    res = {k: v for k, v in resources(services, kafka, None).items() if k != "spark"}
+    asset = build_foreign_restore_asset(source)
+
+    def run(**cfg) -> dg.ExecuteInJobResult:
+        return dg.materialize([asset], resources=res, raise_on_error=False,
+                              run_config=dg.RunConfig(ops={asset.op.name: ForeignRestoreConfig(target_topic=target,
+                                                                                                **cfg)}))
+
+    try:
+        # Restores that stay in progress: moto moves a key's restore one step per status read after `seconds`.
+        _moto_transition(services, {"model_name": "s3::keyrestore",
+                                    "transition": {"progression": "time", "seconds": 0}})
+        for start in (0, 2):
+            key = f"{source.key_prefix}t-0-{start}"
+            s3.restore_object(Bucket=services.bucket, Key=key, RestoreRequest={"Days": 1})
+            assert 'ongoing-request="true"' in s3.head_object(Bucket=services.bucket, Key=key)["Restore"]
+        _moto_transition(services, {"model_name": "s3::keyrestore",
+                                    "transition": {"progression": "time", "seconds": 3600}})
+        failed = run()
+        assert not failed.success
+        message = failed.failure_data_for_node(asset.op.name).user_failure_data.description
+        assert "ColdObjectsPending: 2 of 2 objects" in message and "Nothing was produced" in message
+        assert consume_all(kafka, target)[0] == []
+
+        # Waiting: the restores finish (2 s later here) while the run polls.
+        _moto_transition(services, {"model_name": "s3::keyrestore",
+                                    "transition": {"progression": "time", "seconds": 2}})
+        done = run(wait_for_cold_seconds=60)
+        assert done.success
+        meta = {k: v.value for k, v in done.get_asset_materialization_events()[0].materialization.metadata.items()}
+        assert meta["cold_objects"] == 2 and meta["cold_restores_requested"] == 0
+        assert meta["records_restored"] == 6
+        assert [g.value for g in consume_all(kafka, target)[0]] == [b"v%d" % i for i in range(6)]
+    finally:
+        _moto_transition(services, None)
+
+    # Never requested: the run requests the restore itself (moto completes it at once by default).
+    key = f"{source.key_prefix}t-0-6"
+    s3.put_object(Bucket=services.bucket, Key=key, Body=f"{b64(b'v6')},6".encode(), StorageClass="DEEP_ARCHIVE")
+    assert "Restore" not in s3.head_object(Bucket=services.bucket, Key=key)
+    third = run()
+    assert third.success
+    assert "Restore" in s3.head_object(Bucket=services.bucket, Key=key)
+    meta = {k: v.value for k, v in third.get_asset_materialization_events()[0].materialization.metadata.items()}
+    assert meta["cold_restores_requested"] == 1 and meta["records_restored"] == 1

@@ -1,0 +1,358 @@
+"""Archives written by Kafka Connect S3 sinks: template parsing, planning windows, decoding objects (pure)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import re
+import struct
+from datetime import UTC, datetime
+
+import cramjam
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from s3_archive.foreign import (
+    Decoder, ForeignSource, InvalidForeignObject, InvalidTemplate, KeyTemplate, ListedObject, Var, cold_state,
+    decompress, numbered, parse_template, plan,
+)
+from s3_archive.restore import ArchivedRecord
+from s3_archive.windows import MAX_OFFSET
+
+pytestmark = pytest.mark.unit
+
+
+def all_parses(t: KeyTemplate, name: str) -> list[tuple[str, ...]]:
+    """Every way to split `name` by the template (exhaustive; the reference for the static ambiguity check)."""
+    out: list[tuple[str, ...]] = []
+
+    def go(i: int, pos: int, acc: tuple[str, ...]) -> None:
+        lit = t.literals[i]
+        if not name.startswith(lit, pos):
+            return
+        pos += len(lit)
+        if i == len(t.variables):
+            if pos == len(name):
+                out.append(acc)
+            return
+        rx = re.compile(t.variables[i].regex, re.DOTALL)
+        for end in range(pos, len(name) + 1):
+            if rx.fullmatch(name, pos, end):
+                go(i + 1, end, acc + (name[pos:end],))
+
+    go(0, 0, ())
+    return out
+
+
+VARS = [Var("topic"), Var("key"), Var("partition"), Var("partition", "padding", "true"), Var("start_offset"),
+        Var("start_offset", "padding", "true"), Var("timestamp", "unit", "yyyy"), Var("timestamp", "unit", "MM"),
+        Var("timestamp", "unit", "dd"), Var("timestamp", "unit", "HH")]
+literals = st.text(alphabet="-_/.+=a0", max_size=3)
+
+
+@st.composite
+def templates(draw) -> str:
+    chosen = draw(st.lists(st.sampled_from(VARS), min_size=1, max_size=4, unique_by=lambda v: (v.name, v.arg)))
+    # at most one of each variable name (timestamp units excepted), as parse_template requires
+    names = [v.name for v in chosen if v.name != "timestamp"]
+    assume(len(names) == len(set(names)))
+    parts = [draw(literals)]
+    for v in chosen:
+        parts += [v.text, draw(literals)]
+    return "".join(parts)
+
+
+topics = st.text(alphabet="ab-._1", min_size=1, max_size=6)
+keys = st.text(alphabet="ab-/_1+", max_size=5)
+moments = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9999, 12, 31)).map(
+    lambda d: d.replace(tzinfo=UTC))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(templates(), topics, st.integers(0, 10**5 - 1), st.integers(0, 2**63 - 1), moments, keys)
+def test_accepted_templates_round_trip_and_have_exactly_one_parse(text, topic, partition, offset, ts, key):
+    try:
+        t = parse_template(text)
+    except InvalidTemplate:
+        return
+    name = t.render(topic, partition, offset, ts, key)
+    assert len(all_parses(t, name)) == 1, (text, name, all_parses(t, name))
+    got = t.parse(name)
+    want = {"topic": topic, "partition": partition, "start_offset": offset, "key": key}
+    for v in t.variables:
+        if v.name == "timestamp":
+            assert got["timestamp"][v.arg] == {"yyyy": ts.year, "MM": ts.month, "dd": ts.day, "HH": ts.hour}[v.arg]
+        else:
+            assert got[v.name] == want[v.name]
+
+
+@pytest.mark.parametrize("text, name", [
+    ("{{partition}}{{start_offset}}", "1234"),
+    ("{{topic}}{{partition}}-{{start_offset}}", "t12-3"),
+    ("{{topic}}-{{key}}", "a-b-c"),
+    ("{{key}}-{{topic}}", "a-b-c"),
+    ("{{topic}}-{{partition}}-{{start_offset}}-{{key}}", "a-1-2-3-4"),
+    ("{{topic}}{{start_offset:padding=false}}", "t123"),
+])
+def test_ambiguous_templates_are_refused_and_really_are_ambiguous(text, name):
+    with pytest.raises(InvalidTemplate, match="ambiguous"):
+        parse_template(text)
+    # The same template without the check: the name splits in more than one way.
+    lits, vs = [], []
+    pos = 0
+    for m in re.finditer(r"\{\{(\w+)(?::(\w+)=(\w+))?\}\}", text):
+        lits.append(text[pos:m.start()])
+        vs.append(Var(m[1], m[2], m[3]))
+        pos = m.end()
+    lits.append(text[pos:])
+    assert len(all_parses(KeyTemplate(text, tuple(lits), tuple(vs)), name)) > 1
+
+
+@pytest.mark.parametrize("text", [
+    "{{topic}}-{{partition}}-{{start_offset}}",  # Aiven's default: the topic may contain '-'
+    "{{topic}}/{{partition}}/{{start_offset}}",
+    "topic/{{topic}}/partition/{{partition}}/startOffset/{{start_offset}}",
+    "{{topic}}-{{partition:padding=true}}{{start_offset:padding=true}}",
+    "{{timestamp:unit=yyyy}}/{{timestamp:unit=MM}}/{{timestamp:unit=dd}}/{{topic}}-{{partition}}-{{start_offset}}",
+    "{{key}}",
+    "{{topic}}/{{key}}",
+])
+def test_usual_templates_are_accepted(text):
+    parse_template(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{{topik}}-{{partition}}", "unknown variable {{topik}}"),
+    ("{{timestamp}}", "needs unit="),
+    ("{{timestamp:unit=mm}}", "unit must be one of yyyy, MM, dd, HH"),
+    ("{{partition:padding=yes}}", "padding must be one of true, false"),
+    ("{{topic:padding=true}}", "has no parameter 'padding'"),
+    ("{{topic}}-{{topic}}", "appears twice"),
+    ("{{topic}-{{partition}}", "malformed variable"),
+])
+def test_malformed_templates_name_the_problem(text, message):
+    with pytest.raises(InvalidTemplate, match=re.escape(message)):
+        parse_template(text)
+
+
+def test_aiven_examples_parse_like_the_source_connector_docs():
+    t = parse_template("{{topic}}-{{partition}}-{{start_offset}}")
+    assert t.parse("customer-topic-1-1734445664111") == {"topic": "customer-topic", "partition": 1,
+                                                         "start_offset": 1734445664111}
+    padded = parse_template("{{topic}}-{{partition:padding=true}}-{{start_offset:padding=true}}")
+    assert padded.render("t", 7, 42) == "t-0000000007-00000000000000000042"
+    assert t.parse("t-01-5") is None  # no leading zeros without padding (Java's Long.toString)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Config
+
+
+def src(**kw) -> ForeignSource:
+    return ForeignSource(**{"name": "s", "layout": "aiven", "bucket": "b", "topic": "orders", **kw})
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"template": "{{partition}}{{start_offset}}"}, "ambiguous"),
+    ({"template": "{{topic}}/{{key}}"}, "needs {{partition}} and {{start_offset}}"),
+    ({"template": "{{topic}}/{{partition}}/{{start_offset}}/{{key}}"}, "groups records by key"),
+    ({"fields": ["key", "offset"]}, "have no value"),
+    ({"fields": ["value", "value"]}, "twice"),
+    ({"format": "csv", "value_encoding": "none", "fields": ["value", "key"]}, "value must be the last field"),
+    ({"layout": "confluent", "format": "csv"}, "not a Confluent S3 sink format"),
+    ({"layout": "confluent"}, "layout 'confluent' needs format"),
+    ({"layout": "confluent", "format": "json", "template": "{{topic}}"}, "template applies to layout 'aiven' only"),
+    ({"layout": "confluent", "format": "avro", "compression": "gzip"}, "compresses only json and bytes"),
+    ({"envelope": False, "fields": ["key", "value"]}, "exactly one field"),
+    ({"name": "Bad"}, "must match"),
+])
+def test_bad_sources_are_refused_with_the_reason(kw, message):
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        src(**kw)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Planning
+
+
+def test_plan_orders_windows_and_leaves_the_last_one_open():
+    s = src(prefix="sink/", compression="gzip")
+    listing = [ListedObject(k, 10) for k in [
+        "sink/orders-1-0.gz", "sink/orders-0-100.gz", "sink/orders-0-0.gz", "sink/orders-0-250.gz",
+        "sink/other-0-0.gz",  # another topic
+        "sink/orders-0-300",  # no compression suffix
+        "sink/orders-x-1.gz", "elsewhere/orders-0-0.gz",
+    ]]
+    p = plan(s, listing)
+    assert [(fw.window.partition, fw.window.start, fw.window.end, fw.open_end) for fw in p.windows] == [
+        (0, 0, 100, False), (0, 100, 250, False), (0, 250, MAX_OFFSET, True), (1, 0, MAX_OFFSET, True)]
+    assert sorted(p.ignored) == ["elsewhere/orders-0-0.gz", "sink/orders-0-300", "sink/orders-x-1.gz",
+                                 "sink/other-0-0.gz"]
+
+
+def test_plan_refuses_two_objects_for_one_start_offset():
+    s = src(template="{{topic}}-{{partition}}-{{start_offset}}-{{timestamp:unit=HH}}")
+    with pytest.raises(InvalidForeignObject, match="both claim partition 0 start offset 5"):
+        plan(s, [ListedObject("orders-0-5-01", 1), ListedObject("orders-0-5-02", 1)])
+
+
+def test_confluent_plan_pairs_keys_files_and_skips_headers_files():
+    s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="avro")
+    base = "topics/orders/partition=2/orders+2+"
+    listing = [ListedObject(base + k, 1) for k in [
+        "0000000000.avro", "0000000000.keys.avro", "0000000000.headers.avro", "0000000010.avro",
+        "0000000020.json"]] + [ListedObject("topics/orders/partition=3/orders+2+0000000000.avro", 1),
+                               ListedObject("topics/orders/year=2024/orders+0+0000000000.avro", 1)]
+    p = plan(s, listing)
+    assert [(fw.window.start, fw.window.end, fw.keys_obj is not None) for fw in p.windows] == [
+        (0, 10, True), (10, MAX_OFFSET, False)]
+    assert len(p.ignored) == 4
+
+
+@pytest.mark.parametrize("storage, header, state", [
+    ("STANDARD", None, "ready"), ("GLACIER_IR", None, "ready"), ("GLACIER", None, "request"),
+    ("DEEP_ARCHIVE", 'ongoing-request="true"', "pending"),
+    ("GLACIER", 'ongoing-request="false", expiry-date="Fri, 21 Dec 2012 00:00:00 GMT"', "ready"),
+])
+def test_cold_state(storage, header, state):
+    assert cold_state(storage, header) == state
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Decoding: objects written here in the sinks' documented formats
+
+RECS = [  # offset, key, value, headers, timestamp
+    (5, b"\x00k1", b"\xffv1", [("h", b"1"), ("h", b"2")], 1_700_000_000_123),
+    (7, None, b"", [], 1_700_000_000_124),
+    (8, b"k3", None, [("e", b"")], 1_700_000_000_125),
+]
+
+
+def b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def aiven_csv(fields: list[str]) -> bytes:
+    lines = []
+    for off, k, v, hs, ts in RECS:
+        col = {"key": b64(k) or "", "value": b64(v) or "", "offset": str(off), "timestamp": str(ts),
+               "headers": "".join(f"{b64(n.encode())}:{b64(x)};" for n, x in hs)}
+        lines.append(",".join(col[f] for f in fields))
+    return "\n".join(lines).encode()  # no newline after the last record, like the sink
+
+
+def aiven_json_rows() -> list[dict]:
+    return [{"key": b64(k), "value": b64(v), "offset": off,
+             "timestamp": datetime.fromtimestamp(ts / 1000, UTC).isoformat(timespec="milliseconds").replace(
+                 "+00:00", "Z"), "headers": [{"key": n, "value": b64(x)} for n, x in hs]}
+            for off, k, v, hs, ts in RECS]
+
+
+def decode(source: ForeignSource, data: bytes, start: int = 5) -> list[ArchivedRecord]:
+    fw = plan(source, [ListedObject(source.key_prefix + source.key_template.render("orders", 0, start)
+                                    + {"none": "", "gzip": ".gz", "snappy": ".snappy", "zstd": ".zst"}[
+                                        source.compression], len(data))]).windows[0] \
+        if source.layout == "aiven" else None
+    return list(numbered(Decoder(source).decode(decompress(data, source.compression), "obj"), fw, "obj",
+                         ArchivedRecord))
+
+
+FULL = ["key", "value", "offset", "timestamp", "headers"]
+
+
+def expected(csv: bool = False) -> list[ArchivedRecord]:
+    # csv writes a null and an empty value alike (nothing): both come back null
+    return [ArchivedRecord(0, off, k, (v or None) if csv else v, hs, ts) for off, k, v, hs, ts in RECS]
+
+
+def xerial_snappy(data: bytes) -> bytes:
+    block = bytes(cramjam.snappy.compress_raw(data))
+    return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+
+
+@pytest.mark.parametrize("compression, pack", [
+    ("none", lambda b: b), ("gzip", gzip.compress), ("zstd", lambda b: bytes(cramjam.zstd.compress(b))),
+    ("snappy", xerial_snappy), ("snappy", lambda b: bytes(cramjam.snappy.compress(b))),
+])
+def test_aiven_csv_all_fields_and_every_compression(compression, pack):
+    s = src(format="csv", fields=["timestamp", "key", "headers", "offset", "value"], compression=compression)
+    assert decode(s, pack(aiven_csv(s.fields))) == expected(csv=True)
+
+
+def test_aiven_csv_value_only_derives_offsets_and_maps_empty_to_null():
+    s = src(format="csv", fields=["value"])
+    got = decode(s, aiven_csv(["value"]))
+    assert [(r.offset, r.value, r.key, r.timestamp_ms) for r in got] == [(5, b"\xffv1", None, -1), (6, None, None, -1),
+                                                                         (7, None, None, -1)]
+
+
+def test_aiven_jsonl_and_json():
+    rows = aiven_json_rows()
+    s = src(format="jsonl", fields=FULL)
+    assert decode(s, "\n".join(json.dumps(r) for r in rows).encode() + b"\n") == expected()
+    s = src(format="json", fields=FULL)
+    assert decode(s, ("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]").encode()) == expected()
+
+
+def test_aiven_jsonl_value_not_base64():
+    s = src(format="jsonl", fields=["value", "offset"], value_encoding="none")
+    data = b'{"value": {"a": [1, 2]}, "offset": 3}\n{"value": "text", "offset": 4}\n'
+    assert [(r.offset, r.value) for r in decode(s, data, start=3)] == [(3, b'{"a":[1,2]}'), (4, b"text")]
+
+
+def test_aiven_avro_and_parquet_envelopes():
+    schema = {"type": "record", "name": "connector_records", "fields": [
+        {"name": "key", "type": ["null", "bytes"]}, {"name": "offset", "type": "long"},
+        {"name": "timestamp", "type": "long"},
+        {"name": "headers", "type": {"type": "map", "values": "bytes"}},
+        {"name": "value", "type": ["null", "bytes"]}]}
+    rows = [{"key": k, "offset": off, "timestamp": ts, "headers": dict(hs), "value": v} for off, k, v, hs, ts in RECS]
+    buf = io.BytesIO()
+    fastavro.writer(buf, schema, rows)
+    # An avro/parquet map keeps one value per header name: duplicates collapse (documented).
+    want = [r._replace(headers=list(dict(r.headers).items())) for r in expected()]
+    assert decode(src(format="avro", fields=FULL), buf.getvalue()) == want
+    table = pa.table({"key": [r["key"] for r in rows], "offset": [r["offset"] for r in rows],
+                      "timestamp": [r["timestamp"] for r in rows],
+                      "headers": pa.array([list(r["headers"].items()) for r in rows],
+                                          pa.map_(pa.string(), pa.binary())),
+                      "value": [r["value"] for r in rows]})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    assert decode(src(format="parquet", fields=FULL), out.getvalue()) == want
+
+
+def test_aiven_bytes_object_is_one_value():
+    assert [(r.offset, r.value) for r in decode(src(format="bytes"), b"a\nb")] == [(5, b"a\nb")]
+
+
+def test_offsets_must_increase_inside_an_object():
+    s = src(format="csv", fields=["value", "offset"])
+    with pytest.raises(InvalidForeignObject, match="offset 6, not above 7"):
+        decode(s, b"YQ==,7\nYg==,6\n")
+    with pytest.raises(InvalidForeignObject, match="offset 4, not above 4"):
+        decode(s, b"YQ==,4\n", start=5)
+
+
+def test_garbage_is_reported_with_the_object():
+    with pytest.raises(InvalidForeignObject, match="obj is not a aiven jsonl object"):
+        decode(src(format="jsonl", fields=FULL), b"{not json\n")
+    with pytest.raises(InvalidForeignObject, match="csv line has 1 fields, expected 2"):
+        decode(src(format="csv", fields=["key", "value"]), b"YQ==\n")
+
+
+def test_confluent_json_and_bytes_values():
+    fw = plan(ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json"),
+              [ListedObject("topics/orders/partition=0/orders+0+0000000010.json", 1)]).windows[0]
+    s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json")
+    got = list(numbered(Decoder(s).decode(b'{"a": 1}\n"x"\n', "o"), fw, "o", ArchivedRecord))
+    assert [(r.offset, r.value, r.timestamp_ms) for r in got] == [(10, b'{"a": 1}', -1), (11, b'"x"', -1)]
+    s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="bytes", line_separator="|")
+    assert [v for _, _, v, _, _ in Decoder(s).decode(b"a|b||c|", "o")] == [b"a", b"b", b"", b"c"]
