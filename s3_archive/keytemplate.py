@@ -64,6 +64,8 @@ class Padding(BaseModel):
     @model_validator(mode="after")
     def _char(self) -> Padding:
         c = self.char
+        if self.type == "none":
+            return self
         if c not in TOPIC_CHARS:
             raise ValueError(f"padding.char must be one of a-z A-Z 0-9 . _ -, got {c!r}")
         if c in DIGITS and not (c == "0" and self.type == "left"):
@@ -263,7 +265,7 @@ def _check_delimited(t: KeyTemplate) -> None:
         if _fixed(t, p) is not None:
             return True
         nxt = parts[i + 1] if i + 1 < n else None
-        return isinstance(nxt, str) and nxt[0] not in _last_chars(t, p)
+        return isinstance(nxt, str) and nxt[0] not in _chars(t, p)
 
     def starts_cleanly(i: int) -> bool:  # placeholder i's start is found scanning from the right
         p = parts[i]
@@ -271,7 +273,7 @@ def _check_delimited(t: KeyTemplate) -> None:
         if _fixed(t, p) is not None:
             return True
         prv = parts[i - 1] if i > 0 else None
-        return isinstance(prv, str) and prv[-1] not in _first_chars(t, p)
+        return isinstance(prv, str) and prv[-1] not in _chars(t, p)
 
     holes = [i for i, p in enumerate(parts) if isinstance(p, Placeholder)]
     left = 0
@@ -281,21 +283,12 @@ def _check_delimited(t: KeyTemplate) -> None:
     while right > left and starts_cleanly(holes[right - 1]):
         right -= 1
     if right - left > 1:
-        a, b = parts[holes[left]], parts[holes[left + 1]]
-        between = "".join(str(x) for x in parts[holes[left] + 1:holes[left + 1]])
+        a, b = parts[holes[left]], parts[holes[right - 1]]
         raise InvalidTemplate(
-            f"the key template {t.text!r} is ambiguous: {a} and {b} are separated by "
-            + (f"{between!r}, which can also occur inside them" if between else "nothing")
-            + "; separate them with a character neither can contain (e.g. '/' or '+'; a topic may contain "
-              "'.', '_' and '-'), or pad the numbers to a fixed width")
-
-
-def _last_chars(t: KeyTemplate, p: Placeholder) -> frozenset[str]:
-    return PATH_SEGMENT_CHARS if p.name == "partition_by" else _chars(t, p)
-
-
-def _first_chars(t: KeyTemplate, p: Placeholder) -> frozenset[str]:
-    return PATH_SEGMENT_CHARS if p.name == "partition_by" else _chars(t, p)
+            f"the key template {t.text!r} is ambiguous: the end of {a} and the start of {b} cannot be found (a "
+            "separator next to them can also occur inside them, or two placeholders touch); separate them with a "
+            "character they cannot contain (e.g. '/' or '+'; a topic may contain '.', '_' and '-', a key '.', '_', "
+            "'-', '%', '(' and ')'), or pad the numbers to a fixed width")
 
 
 # --- render and parse ----------------------------------------------------------------------------------------

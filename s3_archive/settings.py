@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from s3_archive.catalog import CatalogOptions
 from s3_archive.formats import FORMATS
+from s3_archive.keytemplate import InvalidTemplate
 from s3_archive.lifecycle import LifecyclePolicy
+from s3_archive.partitioners import OutputLayout
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -56,6 +58,9 @@ class ArchiveConfig(_Strict):
     flush: FlushPolicy = FlushPolicy()
     max_records_per_object: int | None = Field(default=None, ge=1, description="split a window's output into "
                                                                                "numbered parts")
+    layout: OutputLayout | None = Field(
+        default=None, description="object key template and partition_by; None: the default layout "
+                                  "(docs/layout.md)")
     on_data_loss: Literal["fail", "record_gap"] = Field(
         default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
                                     "lost range in the manifest and archive what is left")
@@ -143,6 +148,13 @@ class ArchiveConfig(_Strict):
         if self.compression is not None and self.compression not in spec.codecs:
             raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
                              f"supported: {', '.join(spec.codecs)}")
+        if self.layout is not None:
+            # A split window (rotation) needs {{part}} in the key; max_bytes_per_object is the coming byte cap.
+            rotation = self.max_records_per_object is not None or getattr(self, "max_bytes_per_object", None) is not None
+            try:
+                self.layout.check(rotation=rotation)
+            except InvalidTemplate as e:
+                raise ValueError(f"layout.template: {e}") from None
         return self
 
     @property
