@@ -1,4 +1,4 @@
-"""Object key templates (Aiven `file.name.template` placeholders, Lenses padding). Pure: parse, check, render, parse back.
+"""Object key templates (Aiven `file.name.template` placeholders, Lenses padding). Pure: check, render, parse back.
 
     {{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}   (the default)
 

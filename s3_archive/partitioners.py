@@ -496,9 +496,10 @@ def parse_object_key(layout: OutputLayout, prefix: str, key: str, suffix: str) -
 
 
 def window_scan_prefix(layout: OutputLayout, prefix: str, topic: str, window: OffsetWindow) -> str:
-    """The longest key prefix shared by every object of this window (the template's text up to its first
-    placeholder that is not fixed by the window): list under it, then keep keys whose parse_object_key gives
-    this window, to find stale objects of earlier attempts."""
+    """The longest key prefix shared by every object of this window: the template rendered up to its first
+    value that is not fixed by the window (leading kafka_partition dimensions of {{partition_by}} are). List under
+    it and keep keys whose parse_object_key gives this window to find stale objects of earlier attempts. With
+    the default layout it is layout.window_object_stem."""
     values = {"topic": topic, "partition": window.partition, "start_offset": window.start, "end_offset": window.end}
     out = []
     for p in layout.key_template.parts:
@@ -506,6 +507,16 @@ def window_scan_prefix(layout: OutputLayout, prefix: str, topic: str, window: Of
             out.append(p)
         elif p.slot in values:
             out.append(kt.render_key(kt.KeyTemplate("", (p,), layout.key_template.padding), values))
+        elif p.name == "partition_by":
+            fixed = []
+            for d in layout.partition_by:
+                if not isinstance(d, KafkaPartition):
+                    break
+                fixed.append(f"kafka_partition={window.partition}" if d.hive else str(window.partition))
+            if len(fixed) < len(layout.partition_by):
+                out.append("".join(f + "/" for f in fixed))
+                break
+            out.append("/".join(fixed))
         else:
             break
     return prefix + "".join(out)

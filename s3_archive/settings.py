@@ -150,7 +150,8 @@ class ArchiveConfig(_Strict):
                              f"supported: {', '.join(spec.codecs)}")
         if self.layout is not None:
             # A split window (rotation) needs {{part}} in the key; max_bytes_per_object is the coming byte cap.
-            rotation = self.max_records_per_object is not None or getattr(self, "max_bytes_per_object", None) is not None
+            rotation = (self.max_records_per_object is not None
+                        or getattr(self, "max_bytes_per_object", None) is not None)
             try:
                 self.layout.check(rotation=rotation)
             except InvalidTemplate as e:

@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from s3_archive import keytemplate as kt  # noqa: E402
-from s3_archive.keytemplate import InvalidTemplate, Padding, check_template, parse_key, parse_template, render_key  # noqa: E402,E501
+from s3_archive.keytemplate import (  # noqa: E402
+    InvalidTemplate, Padding, check_template, parse_key, parse_template, render_key,
+)
 from s3_archive.windows import MAX_OFFSET, MAX_PARTITION  # noqa: E402
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])

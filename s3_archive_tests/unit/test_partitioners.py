@@ -263,7 +263,14 @@ def test_default_layout_equals_layout_object_key(prefix, topic, p, start, part, 
     assert P.parse_object_key(lay, prefix, key, suffix) == {
         "topic": topic, "partition_by": [p], "partition": p, "start_offset": w.start, "end_offset": w.end,
         "part": part}
-    assert key.startswith(P.window_scan_prefix(lay, prefix, topic, w))
+    assert P.window_scan_prefix(lay, prefix, topic, w) == layout.window_object_stem(prefix, topic, w)
+
+
+def test_window_scan_prefix_stops_at_the_first_record_level_value():
+    w = OffsetWindow(3, 10, 20)
+    assert P.window_scan_prefix(RICH, "pre/", "orders", w) == "pre/orders/kafka_partition=3/"
+    lay = make(template="{{topic}}/{{partition}}/{{start_offset}}/{{key}}/{{end_offset}}")
+    assert P.window_scan_prefix(lay, "", "t", w) == "t/3/0000000000000000010/"
 
 
 json_scalars = st.one_of(st.none(), texts, st.integers(-10**12, 10**12), st.booleans())
