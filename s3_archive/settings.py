@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from s3_archive.catalog import CatalogOptions
 from s3_archive.foreign import ForeignSource
 from s3_archive.formats import FORMATS
+from s3_archive.keytemplate import InvalidTemplate
 from s3_archive.lifecycle import LifecyclePolicy
+from s3_archive.partitioners import OutputLayout
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -108,6 +110,9 @@ class ArchiveConfig(_Strict):
     max_bytes_per_object: int | None = Field(
         default=None, ge=1024, description="split a window's output into numbered parts holding at most this many "
                                            "bytes of record data (key + value + headers) each")
+    layout: OutputLayout | None = Field(
+        default=None, description="object key template and partition_by; None: the default layout "
+                                  "(docs/layout.md)")
     on_data_loss: Literal["fail", "record_gap"] = Field(
         default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
                                     "lost range in the manifest and archive what is left")
@@ -216,6 +221,14 @@ class ArchiveConfig(_Strict):
         if self.format == "bytes" and (self.max_records_per_object or self.max_bytes_per_object):
             raise ValueError("format 'bytes' writes one object per record; max_records_per_object and "
                              "max_bytes_per_object do not apply")
+        if self.layout is not None:
+            # A split window (rotation) needs {{part}} in the key.
+            rotation = (self.max_records_per_object is not None
+                        or getattr(self, "max_bytes_per_object", None) is not None)
+            try:
+                self.layout.check(rotation=rotation)
+            except InvalidTemplate as e:
+                raise ValueError(f"layout.template: {e}") from None
         return self
 
     @property

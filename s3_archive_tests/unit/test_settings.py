@@ -435,3 +435,43 @@ def test_bad_retention_warn_fraction(value):
 def test_bad_start_position(value):
     msg = error_of(config(start_position=value))
     assert "archives[0].start_position" in msg and (repr(value) in msg or str(value) in msg)
+
+
+# --- layout: key template and partition_by ------------------------------------------------------------------------
+
+
+def test_layout_defaults_to_none_and_an_empty_layout_is_todays():
+    assert parse_settings(config()).archives[0].layout is None
+    lay = parse_settings(config(layout={})).archives[0].layout
+    assert lay.template == "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}"
+    assert [d.kind for d in lay.partition_by] == ["kafka_partition"]
+    assert lay.timezone == "UTC"
+
+
+def test_layout_full_config_kept():
+    lay = parse_settings(config(layout={
+        "template": "{{topic}}/{{partition_by}}/{{topic}}-{{partition}}-{{start_offset}}-{{part}}",
+        "partition_by": [{"kind": "time", "path_format": "'dt'=yyyy-MM-dd", "timezone": "Europe/Berlin"},
+                         {"kind": "value", "field": "order.region", "name": "region"},
+                         {"kind": "header", "header": "src", "hive": False}],
+        "padding": {"type": "left", "char": "0", "partition": 3, "offset": 12, "part": 4},
+        "timezone": "America/New_York"}, max_records_per_object=10)).archives[0].layout
+    assert [d.kind for d in lay.partition_by] == ["time", "value", "header"]
+    assert lay.padding.offset == 12 and lay.timezone == "America/New_York"
+
+
+def test_rotation_requires_part_in_the_template():
+    lines = error_lines(error_of(config(layout={"template": "{{topic}}/{{partition}}/{{start_offset}}"},
+                                        max_records_per_object=100)))
+    assert lines == ["archives[0]: layout.template: the key template '{{topic}}/{{partition}}/{{start_offset}}' "
+                     "must contain {{part}}: rotation (max_records_per_object / max_bytes_per_object) splits a "
+                     "window into parts, and without it two parts would get the same key"]
+    # without rotation the same template is fine
+    assert parse_settings(config(layout={"template": "{{topic}}/{{partition}}/{{start_offset}}"})).archives[0].layout
+
+
+def test_layout_errors_name_the_key_path():
+    msg = error_of(config(layout={"partition_by": [{"kind": "time", "timezone": "Nowhere/Land"}]}))
+    assert "archives[0].layout.partition_by[0].time.timezone: not an IANA time zone: 'Nowhere/Land'" in msg
+    msg = error_of(config(layout={"template": "{{topic}}{{partition}}/{{start_offset}}"}))
+    assert "archives[0].layout: the key template '{{topic}}{{partition}}/{{start_offset}}' is ambiguous" in msg
