@@ -203,6 +203,7 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
     result: CommitResult = commit_window(s3, cfg.bucket, cfg.prefix, topic, window, attempt,
                                          fmt.object_suffix(cfg.codec), fields,
                                          stats.records > stats.undecodable, fault, per_record=fmt.name == "bytes",
-                                         dead_letter_attempt=dead_attempt if stats.undecodable else None)
+                                         dead_letter_attempt=dead_attempt if stats.undecodable else None,
+                                         out_layout=cfg.layout)
     outcome = "committed" if result.committed_by_us else "committed_by_concurrent_attempt"
     return WindowResult(window, result.manifest, outcome, time.monotonic() - t0)

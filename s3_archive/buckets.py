@@ -13,8 +13,10 @@ from pyspark.sql import functions as F
 
 from s3_archive import keytemplate as kt
 from s3_archive import partitioners as P
+from s3_archive.partitioners import BUCKET_COLUMN
 
-BUCKET_COLUMN = "_bucket"
+__all__ = ["BUCKET_COLUMN", "bucket_column"]
+
 
 
 def encode_value(s: Column) -> Column:

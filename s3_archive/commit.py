@@ -25,7 +25,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from s3_archive import layout
+from s3_archive import layout, partitioners
+from s3_archive.partitioners import BUCKET_COLUMN, NO_BUCKETS, OutputLayout, bucket_from_staging_dir
 from s3_archive.windows import OffsetWindow
 
 Fault = Callable[[str], None]
@@ -84,16 +85,34 @@ _PART_DIR = re.compile(r"(?:^|/)_part=(\d+)/")
 
 
 def staged_parts(s3: Any, bucket: str, staging: str) -> list[dict]:
-    """Spark's output files under one attempt's staging prefix, in part order: the `_part=<n>/` directory of a
-    rotated write (numerically), then task, then file counter."""
+    """Spark's output files under one attempt's staging prefix, in part order: the bucket directory of a
+    layout with partition_by, the `_part=<n>/` directory of a rotated write (numerically), then task, then file
+    counter. Each gets `bucket`: the record bucket it holds (None without a bucket directory)."""
     parts = [o for o in list_objects(s3, bucket, staging)
              if not o["Key"].endswith("/") and o["Key"].rsplit("/", 1)[-1].startswith("part-")]
+    for o in parts:
+        rel = o["Key"][len(staging):]
+        first = rel.split("/", 1)[0]
+        o["bucket"] = (bucket_from_staging_dir(first, BUCKET_COLUMN) if first.startswith(BUCKET_COLUMN + "=")
+                       else None)
+        m = _PART_DIR.search(rel)
+        o["part_dir"] = int(m.group(1)) if m else 0
 
-    def order(o: dict) -> tuple[int, str]:
-        m = _PART_DIR.search(o["Key"][len(staging):])
-        return (int(m.group(1)) if m else 0, o["Key"])
+    return sorted(parts, key=lambda o: (o["bucket"] or "", o["part_dir"], o["Key"]))
 
-    return sorted(parts, key=order)
+
+def final_keys(parts: list[dict], key_for: Callable[[str | None, int], str]) -> list[str]:
+    """The final key of each staged part: parts are numbered 0.. within each bucket, in staged_parts order."""
+    counters: dict[str | None, int] = {}
+    keys = []
+    for p in parts:
+        n = counters.get(p["bucket"], 0)
+        counters[p["bucket"]] = n + 1
+        keys.append(key_for(p["bucket"], n))
+    if len(set(keys)) != len(keys):  # e.g. a template without {{part}} and a bucket Spark wrote as two files
+        raise ArchiveIntegrityError(f"staged parts would share final keys: {sorted(k for k in keys if keys.count(k) > 1)[:3]}; "
+                                    "add {{part}} to the layout template")
+    return keys
 
 
 def _copy(s3: Any, bucket: str, source: str, final: str) -> dict:
@@ -125,6 +144,23 @@ def publish_records(s3: Any, bucket: str, parts: list[dict], key_for: Callable[[
     return sorted(objects, key=lambda o: o["offset"])
 
 
+def window_data_keys(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow, suffix: str,
+                     out_layout: OutputLayout | None) -> list[str]:
+    """Every data object in the bucket that belongs to this window (by its key), whatever attempt wrote it."""
+    if out_layout is None:
+        return [o["Key"] for o in list_objects(s3, bucket, layout.window_object_stem(prefix, topic, window))]
+    keys = []
+    for o in list_objects(s3, bucket, partitioners.window_scan_prefix(out_layout, prefix, topic, window)):
+        try:
+            v = partitioners.parse_object_key(out_layout, prefix, o["Key"], suffix)
+        except ValueError:
+            continue  # not an object of this layout (another window's name that only shares the prefix)
+        if (v.get("topic", topic), v.get("partition"), v.get("start_offset"), v.get("end_offset", window.end)) == (
+                topic, window.partition, window.start, window.end):
+            keys.append(o["Key"])
+    return keys
+
+
 def clean_staging(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow) -> int:
     keys = [o["Key"] for o in list_objects(s3, bucket, layout.staging_prefix(prefix, topic, window))]
     delete_keys(s3, bucket, keys)
@@ -139,9 +175,11 @@ class CommitResult:
 
 def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow, attempt: str,
                   suffix: str, manifest_fields: dict, has_records: bool, fault: Fault = no_fault,
-                  per_record: bool = False, dead_letter_attempt: str | None = None) -> CommitResult:
+                  per_record: bool = False, dead_letter_attempt: str | None = None,
+                  out_layout: OutputLayout | None = None) -> CommitResult:
     """`per_record`: the `bytes` format (one object per record, see publish_records). `dead_letter_attempt`: the
-    staging attempt holding the window's undecodable records, published under the dead-letter prefix."""
+    staging attempt holding the window's undecodable records, published under the dead-letter prefix.
+    `out_layout`: the archive's key template and partition_by (None: the default layout of layout.py)."""
     mkey = layout.manifest_key(prefix, topic, window)
     parts = staged_parts(s3, bucket, layout.staging_prefix(prefix, topic, window, attempt)) if has_records else []
     dead = (staged_parts(s3, bucket, layout.staging_prefix(prefix, topic, window, dead_letter_attempt))
@@ -155,11 +193,11 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
     if (won := adopt()) is not None:
         return won
 
-    def copy_all(staged: list[dict], final_key: Callable[[int], str]) -> list[dict] | CommitResult:
+    def copy_all(staged: list[dict], key_for: Callable[[str | None, int], str]) -> list[dict] | CommitResult:
         out = []
-        for i, part in enumerate(staged):
+        for i, (part, final) in enumerate(zip(staged, final_keys(staged, key_for), strict=True)):
             try:
-                obj = _copy(s3, bucket, part["Key"], final_key(i))
+                obj = _copy(s3, bucket, part["Key"], final)
             except ClientError as e:
                 # A concurrent attempt that committed first may already have cleaned our staging.
                 if _code(e) in ("NoSuchKey", "404") and (won := adopt()) is not None:
@@ -172,19 +210,22 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
     if per_record:
         objects: list[dict] | CommitResult = publish_records(
             s3, bucket, parts, lambda offset: layout.record_object_key(prefix, topic, window, offset, suffix))
+    elif out_layout is not None:
+        objects = copy_all(parts, lambda b, i: partitioners.object_key(out_layout, prefix, topic, window,
+                                                                       b if b is not None else NO_BUCKETS, i, suffix))
     else:
-        objects = copy_all(parts, lambda i: layout.object_key(prefix, topic, window, i, suffix))
+        objects = copy_all(parts, lambda b, i: layout.object_key(prefix, topic, window, i, suffix))
     if isinstance(objects, CommitResult):
         return objects
-    dead_objects = copy_all(dead, lambda i: layout.dead_letter_key(prefix, topic, window, i))
+    dead_objects = copy_all(dead, lambda b, i: layout.dead_letter_key(prefix, topic, window, i))
     if isinstance(dead_objects, CommitResult):
         return dead_objects
     fault("final_written")
 
     ours = {o["key"] for o in objects} | {o["key"] for o in dead_objects}
-    stale = [o["Key"] for stem in (layout.window_object_stem(prefix, topic, window),
-                                   layout.dead_letter_stem(prefix, topic, window))
-             for o in list_objects(s3, bucket, stem) if o["Key"] not in ours]
+    stale = [o["Key"] for o in list_objects(s3, bucket, layout.dead_letter_stem(prefix, topic, window))
+             if o["Key"] not in ours]
+    stale += [k for k in window_data_keys(s3, bucket, prefix, topic, window, suffix, out_layout) if k not in ours]
     delete_keys(s3, bucket, stale)
 
     manifest = {**manifest_fields, "attempt": attempt, "objects": objects,

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from s3_archive import keytemplate as kt
 from s3_archive.windows import OffsetWindow
 
+BUCKET_COLUMN = "_bucket"  # the staging directory column holding a record's bucket (buckets.bucket_column)
 NULL = "(null)"
 EMPTY = "(empty)"
 HEX = "(hex)"  # a binary value that is not UTF-8: (hex) and its bytes in upper-case hex

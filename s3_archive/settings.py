@@ -221,6 +221,8 @@ class ArchiveConfig(_Strict):
         if self.format == "bytes" and (self.max_records_per_object or self.max_bytes_per_object):
             raise ValueError("format 'bytes' writes one object per record; max_records_per_object and "
                              "max_bytes_per_object do not apply")
+        if self.layout is not None and self.format == "bytes":
+            raise ValueError("layout applies to formats other than 'bytes' (its objects are named by offset)")
         if self.layout is not None:
             # A split window (rotation) needs {{part}} in the key.
             rotation = (self.max_records_per_object is not None

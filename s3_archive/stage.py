@@ -16,7 +16,9 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from s3_archive.buckets import BUCKET_COLUMN, bucket_column
 from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec
+from s3_archive.partitioners import OutputLayout
 from s3_archive.windows import OffsetWindow
 
 if TYPE_CHECKING:
@@ -43,12 +45,19 @@ class Output:
     on_error: str = "fail"  # fail | dead_letter
     max_records: int | None = None
     max_bytes: int | None = None
+    layout: OutputLayout | None = None  # None: the default layout, no bucket column
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
         d = cfg.value_decoding
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
-                   d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object)
+                   d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
+                   cfg.layout)
+
+    @property
+    def split_cols(self) -> list[str]:
+        """The staging directories a window's output is split into: bucket (layout), then part (rotation)."""
+        return ([BUCKET_COLUMN] if self.layout else []) + (["_part"] if self.rotates else [])
 
     @property
     def rotates(self) -> bool:
@@ -143,6 +152,8 @@ def _decode(df: DataFrame, out: Output, json_ddl: str | None) -> DataFrame:
     if out.decoding == "utf8":
         cols = [F.col(c).cast("string").alias(c) if c == "value" else F.col(c) for c in out.columns]
     cols += [F.col("offset").alias("_offset"), F.col("_rec_bytes")]
+    if out.layout:
+        cols.append(F.col(BUCKET_COLUMN))
     decoded = df.select(*cols)
     if out.decoding == "json" and json_ddl:
         ddl = json_ddl if json_ddl.upper().startswith("STRUCT<") else f"STRUCT<{json_ddl}>"
@@ -152,7 +163,7 @@ def _decode(df: DataFrame, out: Output, json_ddl: str | None) -> DataFrame:
         if clash:
             raise UndecodableValue(f"decoded value field(s) {clash} clash with envelope columns; set "
                                    "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
-        decoded = decoded.select(*out.columns, "_offset", "_rec_bytes",
+        decoded = decoded.select(*out.columns, "_offset", "_rec_bytes", *([BUCKET_COLUMN] if out.layout else []),
                                  *[F.col("_decoded")[f].alias(out.column_prefix + f) for f in fields])
     return decoded
 
@@ -162,33 +173,34 @@ def _with_parts(df: DataFrame, out: Output) -> DataFrame:
     it to max_records records or to max_bytes bytes (like the connectors' flush.count / flush.size rotation)."""
     if not out.rotates:
         return df.withColumn("_part", F.lit(0).cast("long"))
-    w = Window.orderBy("_offset")
+    bucket = [BUCKET_COLUMN] if out.layout else []
+    w = Window.partitionBy(*bucket).orderBy("_offset")  # parts count within a bucket
     part = F.lit(0).cast("long")
     if out.max_bytes:
         before = F.sum("_rec_bytes").over(w.rowsBetween(Window.unboundedPreceding, -1))
         df = df.withColumn("_bpart", F.floor(F.coalesce(before, F.lit(0)) / F.lit(out.max_bytes)).cast("long"))
         part = F.col("_bpart") * F.lit(1 << 31)
     if out.max_records:
-        by = Window.partitionBy("_bpart").orderBy("_offset") if out.max_bytes else w
+        by = Window.partitionBy(*bucket, "_bpart").orderBy("_offset") if out.max_bytes else w
         part = part + F.floor((F.row_number().over(by) - 1) / F.lit(out.max_records)).cast("long")
     return df.withColumn("_part", part)
 
 
-def _json_array_lines(df: DataFrame, value_cols: list[str]) -> DataFrame:
+def _json_array_lines(df: DataFrame, value_cols: list[str], keys: list[Column]) -> DataFrame:
     """One text line per record, `[rec` first in a part, `,rec` after, `]` closing the part's last line: each
     object is one JSON array (Aiven's json format)."""
-    w = Window.partitionBy("_part").orderBy("_offset")
+    w = Window.partitionBy(*[c for c in (BUCKET_COLUMN, "_part") if c in df.columns]).orderBy("_offset")
     rec = F.to_json(F.struct(*value_cols), {"ignoreNullFields": "false",
                                             "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
     line = F.concat(F.when(F.row_number().over(w) == 1, F.lit("[")).otherwise(F.lit(",")), rec,
                     F.when(F.lead("_offset").over(w).isNull(), F.lit("]")).otherwise(F.lit("")))
-    return df.select("_part", "_offset", line.alias("value"))
+    return df.select(*keys, line.alias("value"))
 
 
 def to_output(df: DataFrame, out: Output) -> DataFrame:
     """The decoded records as the format stores them, plus `_part` (object number) and `_offset` (write order)."""
     fmt = out.fmt
-    keys = [F.col("_part"), F.col("_offset")]
+    keys = [F.col(c) for c in ([BUCKET_COLUMN] if out.layout else []) + ["_part", "_offset"]]
     if fmt.name == "text":
         return df.select(*keys, F.coalesce(F.col("value").cast("string"), F.lit("")).alias("value"))
     if fmt.name == "csv":
@@ -199,23 +211,23 @@ def to_output(df: DataFrame, out: Output) -> DataFrame:
         return df.select(*keys, *[cols[f].alias(f) for f in out.csv_fields])
     if fmt.name == "bytes":  # staged as parquet; commit.py publishes one object per record
         return df.select(*keys, F.col("_offset").alias("offset"), "value")
-    data_cols = [c for c in df.columns if c not in ("_part", "_offset", "_rec_bytes", "_bpart")]
+    data_cols = [c for c in df.columns if c not in ("_part", "_offset", "_rec_bytes", "_bpart", BUCKET_COLUMN)]
     if fmt.name == "json":
-        return _json_array_lines(df, data_cols)
+        return _json_array_lines(df, data_cols, keys)
     return df.select(*keys, *data_cols)
 
 
 def _write(df: DataFrame, out: Output, uri: str) -> None:
-    if out.rotates or out.fmt.name == "json":
-        # Window functions put the whole window in one task; keep each object's records in offset order (a
-        # partitioned write sorts by `_part` only, and a spilled sort does not keep ties in order).
-        df = df.sortWithinPartitions("_part", "_offset")
-    df = df.drop("_offset") if out.rotates else df.drop("_offset", "_part")
+    if out.split_cols or out.fmt.name == "json":
+        # Keep each object's records in offset order: a partitioned write sorts by its directory columns only,
+        # and a spilled sort does not keep ties in order. (Window functions put the window in one task.)
+        df = df.sortWithinPartitions(*out.split_cols, "_offset")
+    df = df.drop(*[c for c in ("_offset", BUCKET_COLUMN, "_part") if c not in out.split_cols])
     bytes_fmt = out.fmt.name == "bytes"
     writer = (df.write.format("parquet" if bytes_fmt else out.fmt.spark_format)
               .options(**({} if bytes_fmt else out.fmt.spark_options(out.codec))).mode("errorifexists"))
-    if out.rotates:
-        writer = writer.partitionBy("_part")
+    if out.split_cols:
+        writer = writer.partitionBy(*out.split_cols)
     writer.save(uri)
 
 
@@ -230,6 +242,8 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
     if out.decoding == "json" and json_ddl is None:
         json_ddl = infer_json_ddl(df)
     good = decodable(out.decoding)
+    if out.layout:
+        df = df.withColumn(BUCKET_COLUMN, bucket_column(out.layout))
     observed = df.withColumn("_rec_bytes", record_bytes()).observe(
         obs,
         F.count(F.lit(1)).alias("records"),
@@ -253,9 +267,9 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
             f"{m['first_bad']}. Nothing was committed. To keep such records under the dead-letter prefix and "
             "archive the rest, set value_decoding.on_error: dead_letter")
     if bad and dead_letter_uri is not None:
-        (df.where(~good).write.format("parquet").options(compression="snappy").mode("errorifexists")
+        (df.where(~good).drop(BUCKET_COLUMN).write.format("parquet").options(compression="snappy").mode("errorifexists")
          .save(dead_letter_uri))
-    written = [c for c in staged.columns if c not in ("_part", "_offset")]
+    written = [c for c in staged.columns if c not in ("_part", "_offset", BUCKET_COLUMN)]
     text_like = out.fmt.name in ("json", "text", "bytes", "csv")
     return StageStats(
         records=int(m["records"]),
@@ -264,8 +278,8 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
         last_offset=m["last"],
         min_timestamp_ms=m["min_ts"],
         max_timestamp_ms=m["max_ts"],
-        schema_json=(decoded.drop("_rec_bytes", "_offset").schema if out.fmt.name != "csv" else staged.drop("_part", "_offset")
-                     .schema).json(),
+        schema_json=(decoded.drop("_rec_bytes", "_offset", BUCKET_COLUMN).schema if out.fmt.name != "csv"
+                     else staged.drop("_part", "_offset", BUCKET_COLUMN).schema).json(),
         undecodable=bad,
         first_undecodable_offset=m["first_bad"],
         offsets_in_output=bad == 0 and "offset" in written and not text_like,

@@ -47,8 +47,9 @@ def create_topic(kafka: KafkaResource, name: str, partitions: int = 1, config: d
 
 
 def produce(kafka: KafkaResource, topic: str, records: list[tuple[int, bytes | None, bytes | None, Headers]],
-            **conf) -> list[Rec]:
-    """Produce (partition, key, value, headers) in order; returns what the broker stored, with offsets."""
+            timestamps: list[int] | None = None, **conf) -> list[Rec]:
+    """Produce (partition, key, value, headers) in order, with the given CreateTime timestamps (epoch ms) or
+    the producer's clock; returns what the broker stored, with offsets."""
     producer = kafka.producer(**{"enable.idempotence": True, "linger.ms": 5, "message.max.bytes": 8 << 20, **conf})
     out: list[Rec] = []
     errors: list[str] = []
@@ -63,9 +64,9 @@ def produce(kafka: KafkaResource, topic: str, records: list[tuple[int, bytes | N
                            msg.timestamp()[1]))
         return report
 
-    for partition, key, value, headers in records:
+    for i, (partition, key, value, headers) in enumerate(records):
         producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
-                         on_delivery=done(headers))
+                         on_delivery=done(headers), timestamp=timestamps[i] if timestamps else 0)
         producer.poll(0)
     producer.flush(60)
     assert not errors, errors

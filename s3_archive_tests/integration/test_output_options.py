@@ -156,3 +156,45 @@ def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic
     assert [r["offset"] for d in docs for r in d] == list(range(40))
     assert len(docs) > 3  # the byte cap split some parts before 15 records
     assert not [o for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{layout.STAGING}/")]
+
+
+LAYOUT = {
+    "template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}",
+    "partition_by": [{"kind": "time", "path_format": "'day'=yyyy-MM-dd", "timezone": "Europe/Berlin",
+                      "duration_seconds": 86400},
+                     {"kind": "value", "field": "region"}],
+}
+# 2024-03-30T23:30Z is already 03-31 in Berlin; regions include characters that need encoding, and a missing one
+TIMED = [(1711841400000, "eu/west"), (1711841400000, "us"), (1711756800000, "eu/west"), (1711841401000, "a b=c"),
+         (1711756800001, None), (1711841402000, "eu/west")]
+
+
+def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, spark):
+    from s3_archive import partitioners as P
+    from s3_archive.settings import ArchiveConfig
+
+    topic = create_topic(kafka, "layout")
+    values = [json.dumps({"region": r} if r is not None else {}).encode() for _, r in TIMED]
+    produced = produce(kafka, topic, [(0, b"k", v, []) for v in values], timestamps=[t for t, _ in TIMED])
+    cfg = archive_config(services.bucket, topic, "opts/layout/", layout=LAYOUT, max_records_per_object=1)
+    assert isinstance(cfg, ArchiveConfig) and cfg.layout is not None
+    window = OffsetWindow(0, 0, len(TIMED))
+    # an object a crashed earlier attempt left in a bucket this attempt will not write: must be removed
+    bucket = P.join_bucket([P.encode_value("day=2024-01-01"), P.encode_value("gone")])
+    stale = P.object_key(cfg.layout, cfg.prefix, topic, window, bucket, 0, ".parquet")
+    s3.put_object(Bucket=cfg.bucket, Key=stale, Body=b"stale")
+    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    keys = sorted(final_objects(s3, cfg, topic))
+    assert stale not in keys and len(keys) == len(TIMED)  # one record per part
+    by_key = {k: _table(s3, cfg.bucket, k).column("offset").to_pylist() for k in keys}
+    assert sorted(o for offs in by_key.values() for o in offs) == list(range(len(TIMED)))
+    for k, offs in by_key.items():
+        v = P.parse_object_key(cfg.layout, cfg.prefix, k, ".parquet")
+        assert (v["topic"], v["partition"], v["start_offset"]) == (topic, 0, 0)
+        [o] = offs
+        ts, region = TIMED[o]
+        day = "2024-03-31" if ts >= 1711839600000 else "2024-03-30"  # Berlin midnight = 2024-03-30T23:00Z
+        assert v["partition_by"] == [f"day={day}", region]
+    assert f"{cfg.prefix}{topic}/day=2024-03-31/region=eu%2Fwest/" in "".join(keys)
+    assert sorted(o["key"] for o in result.manifest["objects"]) == keys
+    assert produced  # the records above are the produced ones
