@@ -4,10 +4,14 @@ idempotent and never touches rules it does not own."""
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 from typing import Any
 
 import boto3
 import dagster as dg
+import fastavro
 import pytest
 from botocore.exceptions import ClientError
 
@@ -19,7 +23,7 @@ from s3_archive.lifecycle import LifecyclePolicy, Transition
 from s3_archive.settings import ArchiveConfig, Settings
 from s3_archive.windows import OffsetWindow as W
 from s3_archive_tests.credentials import TEST_AWS
-from s3_archive_tests.integration.archive_helpers import archive_config, materialize, resources
+from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -138,7 +142,7 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
 
     # Schema evolution: a column added to the table keeps the registered partitions and the older files readable.
     evolved = catalog.build_table_input(cfg, topic, options, 2, columns=[
-        *catalog.envelope_columns("jsonl"), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
+        *catalog.table_columns(cfg), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
     assert catalog.ensure_table(glue, options.database, evolved) == ("updated", ["StorageDescriptor.Columns"])
     assert catalog.registered_partitions(glue, options.database, table_input["Name"]) == {0, 1}
     table = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
@@ -152,6 +156,71 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
                      f"unix_millis(timestamp) AS ts FROM {view}").collect()
     assert sorted((r.kafka_partition, r.offset, bytes(r.k), bytes(r.v), r.leader_epoch, r.ts) for r in rows) == [
         (p.partition, p.offset, p.key, p.value, None, p.timestamp_ms) for p in produced]
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(kafka, services, res, spark, s3,
+                                                                               unique):
+    """One topic archived in each of the three formats; each format's Glue table (created in moto) read by Spark
+    with exactly the columns, partition key and SerDe settings the table declares."""
+    topic = create_topic(kafka, f"cat-fmt-{unique}", partitions=2)
+    produced = produce(kafka, topic, [
+        (i % 2, None if i == 3 else f"k{i}".encode(),
+         None if i == 4 else b"" if i == 5 else f'v{i}, "q"'.encode(), [("i", str(i).encode()), ("n", None)])
+        for i in range(12)])
+    expected_counts = [(0, 6), (1, 6)]
+    windows = [W(0, 0, 6), W(1, 0, 6)]
+    glue = client(services, "glue")
+    tables: dict[str, dict] = {}
+    for fmt, codec in [("avro", "snappy"), ("csv", "gzip"), ("text", "bzip2")]:
+        options = CatalogOptions(database=f"catfmt_{unique}", table_prefix=f"{fmt}_")
+        cfg = archive_config(services.bucket, topic, f"catfmt/{unique}/{fmt}/", format=fmt, compression=codec)
+        materialize(cfg, topic, windows, res)
+        table_input = catalog.build_table_input(cfg, topic, options, 2)
+        assert catalog.sync_catalog(glue, s3, cfg, topic, options, table_input).table_action == "created"
+        tables[fmt] = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
+        tables[fmt]["_cfg"] = cfg
+
+    def view(fmt: str, reader) -> str:
+        table = tables[fmt]
+        name = f"catfmt_{fmt}_{unique}"
+        reader.schema(catalog.spark_schema_ddl(table)) \
+            .load(table["StorageDescriptor"]["Location"].replace("s3://", "s3a://")).createOrReplaceTempView(name)
+        counts = spark.sql(f"SELECT kafka_partition, count(*) FROM {name} GROUP BY 1 ORDER BY 1").collect()
+        assert [tuple(r) for r in counts] == expected_counts, fmt
+        return name
+
+    # avro: the schema literal is the writer schema in the archived objects' header, and reads them.
+    avro = tables["avro"]
+    literal = avro["StorageDescriptor"]["SerdeInfo"]["Parameters"]["avro.schema.literal"]
+    cfg = avro["_cfg"]
+    first = sorted(final_objects(s3, cfg, topic))[0]
+    header = fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=first)["Body"].read()))
+    assert json.loads(header.metadata["avro.schema"]) == json.loads(literal) == catalog.avro_writer_schema()
+    name = view("avro", spark.read.format("avro").option("avroSchema", literal))
+    rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, timestamp FROM {name}").collect()
+    assert sorted((r.kafka_partition, r.offset, r.key and bytes(r.key), r.value if r.value is None else bytes(r.value),
+                   tuple((h.key, h.value and bytes(h.value)) for h in r.headers), r.timestamp) for r in rows) == [
+        (p.partition, p.offset, p.key, p.value, p.headers, p.timestamp_ms * 1000) for p in produced]
+
+    # csv: the columns of csv_fields, read with the table's separator and quote characters. The file tells a null
+    # (empty field) from an empty value (`""`); Spark sees that once its nullValue is not "" (OpenCSVSerde, which has
+    # no null, reads both as '').
+    serde = tables["csv"]["StorageDescriptor"]["SerdeInfo"]["Parameters"]
+    name = view("csv", spark.read.format("csv").options(sep=serde["separatorChar"], quote=serde["quoteChar"],
+                                                         escape=serde["quoteChar"], nullValue="\u0000"))
+    rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, timestamp FROM {name}").collect()
+    assert sorted(tuple(r) for r in rows) == [
+        (p.partition, p.offset, _b64(p.key), _b64(p.value),
+         ";".join(f"{_b64(k.encode())}:{_b64(v) or ''}" for k, v in p.headers), p.timestamp_ms) for p in produced]
+
+    # text: one value column, the partition key from the directory.
+    name = view("text", spark.read.format("text"))
+    rows = spark.sql(f"SELECT kafka_partition, value FROM {name}").collect()
+    assert sorted(tuple(r) for r in rows) == sorted((p.partition, (p.value or b"").decode()) for p in produced)
 
 
 def test_a_table_not_created_for_the_topic_is_never_taken_over(services, unique):
