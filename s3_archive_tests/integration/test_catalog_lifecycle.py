@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -15,8 +16,10 @@ import fastavro
 import pytest
 from botocore.exceptions import ClientError
 
-from s3_archive import catalog, lifecycle
+from s3_archive import catalog, layout, lifecycle
 from s3_archive.catalog import CatalogOptions
+from s3_archive.defs.archive.checks import objects_result
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.catalog.assets import build_catalog_defs
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs
 from s3_archive.lifecycle import LifecyclePolicy, Transition
@@ -344,3 +347,71 @@ def test_a_writer_racing_the_reconcile_is_detected_and_our_rules_restored(servic
     with pytest.raises(RuntimeError, match=f"lifecycle rules of bucket '{bucket}' under 's3-archive:race:' changed "
                                            "again after each of 3 writes"):
         lifecycle.reconcile_lifecycle(s3, bucket, desired, owner)
+
+
+# --- lifecycle expiry vs the objects check -----------------------------------------------------------------------
+
+
+def test_windows_expired_by_the_lifecycle_are_not_reported_missing(services, unique):
+    """Windows written directly to moto with chosen commit times; the check run at chosen 'now's."""
+    s3 = client(services, "s3")
+    topic = f"exp-{unique}"
+    expiring = ArchiveConfig(name="exp", topics=[topic], bucket=services.bucket, prefix=f"exp/{unique}/",
+                             lifecycle=LifecyclePolicy(expiration_days=30))
+    now = datetime.now(UTC)
+    w_old_gone, w_young_gone, w_old_resized, w_unmanifested, w_old_intact = [W(0, i * 10, i * 10 + 10)
+                                                                            for i in range(5)]
+
+    def commit(w: W, committed: datetime, data: bool = True) -> str:
+        key = layout.object_key(expiring.prefix, topic, w, 0, ".parquet")
+        if data:
+            s3.put_object(Bucket=expiring.bucket, Key=key, Body=b"12345")
+        manifest = {"window_key": w.key, "committed_at": committed.isoformat(),
+                    "objects": [{"key": key, "size": 5, "etag": "x"}]}
+        s3.put_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w),
+                      Body=json.dumps(manifest).encode())
+        return key
+
+    commit(w_old_gone, now - timedelta(days=40), data=False)
+    commit(w_young_gone, now - timedelta(days=10), data=False)
+    resized = commit(w_old_resized, now - timedelta(days=40))
+    s3.put_object(Bucket=expiring.bucket, Key=resized, Body=b"1234")
+    commit(w_old_intact, now - timedelta(days=40))
+    instance = dg.DagsterInstance.ephemeral()
+    windows = [w_old_gone, w_young_gone, w_old_resized, w_unmanifested, w_old_intact]
+    instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    for w in windows:  # materialized now (the unmanifested one never got its manifest)
+        instance.report_runless_asset_event(dg.AssetMaterialization(archive_asset_key(topic), partition=w.key))
+
+    def run(cfg: ArchiveConfig, at: datetime) -> tuple[dg.AssetCheckResult, list[str]]:
+        r = objects_result(instance, s3, cfg, topic, now=at)
+        return r, sorted(r.metadata["expired"].value.split("\n")) if r.metadata["expired_windows"].value else []
+
+    today, expired = run(expiring, now)
+    assert not today.passed and today.metadata["problems"].value == 3
+    assert expired == [w_old_gone.key] and today.metadata["expiration_days"].value == 30
+    assert f"window {w_young_gone.key} (" in today.description and "missing: " in today.description
+    assert f"window {w_old_resized.key} (" in today.description and "is 4 bytes, manifest says 5" in today.description
+    assert f"window {w_unmanifested.key} of '{topic}' is materialized but has no manifest" in today.description
+
+    # A month later the young window and the unmanifested one (materialized today) are expiring too; a changed
+    # size never is an expiry.
+    later, expired = run(expiring, now + timedelta(days=31))
+    assert expired == sorted([w_old_gone.key, w_young_gone.key, w_unmanifested.key])
+    assert later.metadata["problems"].value == 1 and w_old_resized.key in later.description
+
+    # Without an expiration every absence is a problem, however old.
+    keep = expiring.model_copy(update={"lifecycle": LifecyclePolicy()})
+    forever, expired = run(keep, now + timedelta(days=400))
+    assert expired == [] and forever.metadata["problems"].value == 4
+    assert forever.metadata["expiration_days"].value == 0
+
+    # Once S3 has expired a whole window (its objects and, by the manifests rule, its manifest), only the
+    # materialized partition is left: expired, not missing.
+    s3.delete_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w_old_gone))
+    s3.delete_object(Bucket=expiring.bucket, Key=resized)
+    s3.delete_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w_old_resized))
+    gone, expired = run(expiring, now + timedelta(days=31))
+    assert gone.passed and gone.metadata["expired_windows"].value == 4
+    assert "4 older windows expired by the lifecycle policy (expiration_days 30)" in gone.description
+    assert gone.metadata["manifests"].value == 2  # the young window's and the intact one's
