@@ -82,8 +82,8 @@ _AVRO = {
 }
 # csv: Aiven's fields, in the configured order, as stage.to_output writes them.
 CSV_COLUMNS: dict[str, tuple[str, str]] = {
-    "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); empty when null"),
-    "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); empty when null"),
+    "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); a null key is an empty field"),
+    "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); a null value is an empty field"),
     "offset": ("bigint", "Kafka offset"),
     "timestamp": ("bigint", "record timestamp, epoch milliseconds UTC (in Athena from_unixtime(timestamp / 1e3))"),
     "headers": ("string", "record headers in order as base64(name):base64(value) joined by ';' (a null value is "
@@ -133,9 +133,9 @@ def _avro_type(hive_type: str, name: str, namespace: str) -> Any:
         base = {"type": "array", "items": _avro_type(hive_type[6:-1], name, namespace)}
     elif hive_type.startswith("struct<") and hive_type.endswith(">"):
         full = f"{namespace}.{name}" if namespace else name
+        fields = [f.split(":", 1) for f in _split_top(hive_type[7:-1])]
         base = {"type": "record", "name": name, **({"namespace": namespace} if namespace else {}),
-                "fields": [{"name": f.split(":", 1)[0], "type": _avro_type(f.split(":", 1)[1], f.split(":", 1)[0], full)}
-                           for f in _split_top(hive_type[7:-1])]}
+                "fields": [{"name": n, "type": _avro_type(t, n, full)} for n, t in fields]}
     else:
         raise ValueError(f"no Avro type for Hive type {hive_type!r}")
     return [base, "null"]
