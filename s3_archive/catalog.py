@@ -12,14 +12,17 @@ Two partition modes:
 - `explicit`: one Glue partition per `kafka_partition=<p>/` directory that exists (engines that ignore projection:
   Spark and Trino through the Glue metastore, Redshift Spectrum).
 
-In `jsonl` the binary fields are base64 text (docs/layout.md), and a JSON SerDe has no base64 decoding, so key,
-value and header values are `string` columns there (`from_base64(key)` in Athena gives the bytes back).
+Every archive format has a mapping (MAPPINGS, one entry per format): parquet (ParquetHiveSerDe), avro (AvroSerDe with
+Spark's writer schema as `avro.schema.literal`), jsonl (OpenX JsonSerDe), csv (OpenCSVSerde over the configured
+`csv_fields`) and text (LazySimpleSerDe, one `value` column). Where a format stores bytes as base64 text (jsonl,
+csv) the columns are `string` (`from_base64(key)` in Athena gives the bytes back).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,9 +34,6 @@ from s3_archive.formats import ENVELOPE_COLUMNS
 if TYPE_CHECKING:  # settings.py imports this module for its config fields: no import cycle at run time
     from s3_archive.settings import ArchiveConfig
 
-# Formats with a table mapping. Others (avro needs an `avro.schema.literal` matching Spark's writer schema; csv and
-# text are lossy text layouts) get no catalog asset yet.
-CATALOG_FORMATS = ("parquet", "jsonl")
 PARTITION_KEY = "kafka_partition"
 DEFAULT_DATABASE = "s3_archive"
 _GLUE_NAME = re.compile(r"[a-z0-9_]{1,255}")
@@ -43,23 +43,151 @@ BATCH = 100  # BatchCreatePartition's limit per call
 PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
 PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
 PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
+AVRO_SERDE = "org.apache.hadoop.hive.serde2.avro.AvroSerDe"
+AVRO_INPUT = "org.apache.hadoop.hive.ql.io.avro.AvroContainerInputFormat"
+AVRO_OUTPUT = "org.apache.hadoop.hive.ql.io.avro.AvroContainerOutputFormat"
 JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
+CSV_SERDE = "org.apache.hadoop.hive.serde2.OpenCSVSerde"
+LAZY_SERDE = "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe"
 TEXT_INPUT = "org.apache.hadoop.mapred.TextInputFormat"
 TEXT_OUTPUT = "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat"
 
-# (column, parquet type, jsonl type, comment), in the order of formats.ENVELOPE_COLUMNS (a unit test keeps them equal).
-ENVELOPE: tuple[tuple[str, str, str, str], ...] = (
-    ("key", "binary", "string", "record key bytes (jsonl: base64); null when the record had no key"),
-    ("value", "binary", "string", "record value bytes (jsonl: base64); null for a tombstone"),
-    ("headers", "array<struct<key:string,value:binary>>", "array<struct<key:string,value:string>>",
-     "record headers in order, duplicates and null values kept (jsonl: values base64)"),
-    ("topic", "string", "string", "Kafka topic"),
-    ("partition", "int", "int", "Kafka partition (equal to kafka_partition)"),
-    ("offset", "bigint", "bigint", "Kafka offset"),
-    ("timestamp", "timestamp", "timestamp", "record timestamp, UTC, exact to the Kafka millisecond"),
-    ("timestamp_type", "int", "int", "0 = CreateTime, 1 = LogAppendTime"),
+# The archived envelope as Hive types (parquet stores exactly these), in the order of formats.ENVELOPE_COLUMNS
+# (a unit test keeps them equal): (column, type, comment).
+ENVELOPE: tuple[tuple[str, str, str], ...] = (
+    ("key", "binary", "record key bytes; null when the record had no key"),
+    ("value", "binary", "record value bytes; null for a tombstone"),
+    ("headers", "array<struct<key:string,value:binary>>", "record headers in order, duplicates and null values kept"),
+    ("topic", "string", "Kafka topic"),
+    ("partition", "int", "Kafka partition (equal to kafka_partition)"),
+    ("offset", "bigint", "Kafka offset"),
+    ("timestamp", "timestamp", "record timestamp, UTC, exact to the Kafka millisecond"),
+    ("timestamp_type", "int", "0 = CreateTime, 1 = LogAppendTime"),
 )
 assert tuple(c[0] for c in ENVELOPE) == tuple(c for c, _ in ENVELOPE_COLUMNS)
+
+# Per format, the envelope columns whose type or comment differs from parquet's.
+# jsonl: binary fields are base64 text, and a JSON SerDe has no base64 decoding.
+_JSONL = {
+    "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); null when the record had no key"),
+    "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); null for a tombstone"),
+    "headers": ("array<struct<key:string,value:string>>",
+                "record headers in order, duplicates and null values kept; values base64"),
+}
+# avro: Spark writes the timestamp as Avro `timestamp-micros`. Hive's AvroSerDe and Athena (Trino) map only
+# `timestamp-millis` to `timestamp`; a `timestamp-micros` long is a `bigint` for them, so the table says bigint.
+_AVRO = {
+    "timestamp": ("bigint", "record timestamp, epoch microseconds UTC (avro timestamp-micros; in Athena "
+                            "from_unixtime(timestamp / 1e6))"),
+}
+# csv: Aiven's fields, in the configured order, as stage.to_output writes them.
+CSV_COLUMNS: dict[str, tuple[str, str]] = {
+    "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); a null key is an empty field"),
+    "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); a null value is an empty field"),
+    "offset": ("bigint", "Kafka offset"),
+    "timestamp": ("bigint", "record timestamp, epoch milliseconds UTC (in Athena from_unixtime(timestamp / 1e3))"),
+    "headers": ("string", "record headers in order as base64(name):base64(value) joined by ';' (a null value is "
+                          "empty)"),
+}
+# The writer's csv options (formats.FormatSpec.spark_options): ',' separated, '"' quoted only where needed (in
+# practice only the empty string, `""`: base64, digits, ':' and ';' never need quoting). OpenCSV refuses an escape
+# character equal to the quote character and reads a doubled quote inside quotes as one quote anyway, so the
+# escape is its default backslash, which no field can contain.
+CSV_SERDE_PARAMETERS = {"separatorChar": ",", "quoteChar": '"', "escapeChar": "\\"}
+
+
+def _columns(spec: Iterable[tuple[str, str, str]]) -> list[dict[str, str]]:
+    return [{"Name": n, "Type": t, "Comment": c} for n, t, c in spec]
+
+
+def _envelope(overrides: Mapping[str, tuple[str, str]]) -> list[dict[str, str]]:
+    return _columns((n, *overrides.get(n, (t, c))) for n, t, c in ENVELOPE)
+
+
+# --- avro: the writer schema of Spark's avro data source, derived from the envelope --------------------------------
+
+_AVRO_PRIMITIVES = {"binary": "bytes", "string": "string", "int": "int", "bigint": "long",
+                    "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}
+
+
+def _split_top(text: str) -> list[str]:
+    """`a:int,b:array<x>` -> ['a:int', 'b:array<x>'] (commas inside <> stay)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur]
+
+
+def _avro_type(hive_type: str, name: str, namespace: str) -> Any:
+    """A nullable Avro type for a Hive type, named as Spark's SchemaConverters.toAvroType names nested records
+    (record name = field name, namespace = the enclosing record's full name). Every envelope field is nullable
+    in Spark's Kafka source, and Spark writes a nullable field as the union [type, "null"]."""
+    if hive_type in _AVRO_PRIMITIVES:
+        base: Any = _AVRO_PRIMITIVES[hive_type]
+    elif hive_type.startswith("array<") and hive_type.endswith(">"):
+        base = {"type": "array", "items": _avro_type(hive_type[6:-1], name, namespace)}
+    elif hive_type.startswith("struct<") and hive_type.endswith(">"):
+        full = f"{namespace}.{name}" if namespace else name
+        fields = [f.split(":", 1) for f in _split_top(hive_type[7:-1])]
+        base = {"type": "record", "name": name, **({"namespace": namespace} if namespace else {}),
+                "fields": [{"name": n, "type": _avro_type(t, n, full)} for n, t in fields]}
+    else:
+        raise ValueError(f"no Avro type for Hive type {hive_type!r}")
+    return [base, "null"]
+
+
+def avro_writer_schema() -> dict[str, Any]:
+    """The schema Spark's avro writer puts in every archived `.avro` object's header (record `topLevelRecord`)."""
+    return {"type": "record", "name": "topLevelRecord",
+            "fields": [{"name": n, "type": _avro_type(t, n, "topLevelRecord")} for n, t, _ in ENVELOPE]}
+
+
+def avro_schema_literal() -> str:
+    """`avro.schema.literal` for the AvroSerDe: the writer schema itself, so Hive/Athena resolve nothing."""
+    return json.dumps(avro_writer_schema(), separators=(",", ":"))
+
+
+# --- the table mapping of each format -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormatMapping:
+    """How a Glue/Athena table reads one archive format. Adding a format is one entry in MAPPINGS."""
+
+    serde: str
+    input_format: str
+    output_format: str
+    classification: str
+    columns: Callable[[ArchiveConfig], list[dict[str, str]]]
+    serde_parameters: Callable[[ArchiveConfig], dict[str, str]] = lambda cfg: {}
+    # Whole-object compression read by the input format from the object's extension (.gz, .bz2); a parquet or
+    # avro codec is inside the file, which Hive does not call compressed.
+    whole_file_compression: bool = False
+
+
+MAPPINGS: dict[str, FormatMapping] = {
+    "parquet": FormatMapping(PARQUET_SERDE, PARQUET_INPUT, PARQUET_OUTPUT, "parquet", lambda cfg: _envelope({}),
+                             lambda cfg: {"serialization.format": "1"}),
+    "avro": FormatMapping(AVRO_SERDE, AVRO_INPUT, AVRO_OUTPUT, "avro", lambda cfg: _envelope(_AVRO),
+                          lambda cfg: {"avro.schema.literal": avro_schema_literal()}),
+    # A malformed line is an error to see, not a row to drop silently.
+    "jsonl": FormatMapping(JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT, "json", lambda cfg: _envelope(_JSONL),
+                           lambda cfg: {"ignore.malformed.json": "false"}, whole_file_compression=True),
+    "csv": FormatMapping(CSV_SERDE, TEXT_INPUT, TEXT_OUTPUT, "csv",
+                         lambda cfg: _columns((f, *CSV_COLUMNS[f]) for f in cfg.csv_fields),
+                         lambda cfg: dict(CSV_SERDE_PARAMETERS), whole_file_compression=True),
+    # One line per record: the whole line is the one column (LazySimpleSerDe's field delimiter \x01 would cut a
+    # value containing that byte; Hive reads the text `\N` as NULL).
+    "text": FormatMapping(LAZY_SERDE, TEXT_INPUT, TEXT_OUTPUT, "text",
+                          lambda cfg: _columns([("value", "string", "record value decoded as UTF-8; empty when "
+                                                                    "null")]),
+                          lambda cfg: {"serialization.format": "1"}, whole_file_compression=True),
+}
 
 # Table parameters this module writes. Any other parameter on the table (Athena's, a person's) is kept on update.
 _MANAGED = ("EXTERNAL", "classification", "storage.location.template")
@@ -70,10 +198,12 @@ class UnsupportedFormat(ValueError):
     """The archive's format has no Glue table mapping."""
 
 
-def check_format(cfg: ArchiveConfig) -> None:
-    if cfg.format not in CATALOG_FORMATS:
+def mapping(cfg: ArchiveConfig) -> FormatMapping:
+    try:
+        return MAPPINGS[cfg.format]
+    except KeyError:
         raise UnsupportedFormat(f"archive {cfg.name!r}: format {cfg.format!r} has no Glue table mapping; "
-                                f"catalogued formats: {', '.join(CATALOG_FORMATS)}")
+                                f"catalogued formats: {', '.join(MAPPINGS)}") from None
 
 
 class CatalogOptions(BaseModel):
@@ -127,29 +257,19 @@ def location(cfg: ArchiveConfig, topic: str) -> str:
     return f"s3://{cfg.bucket}/{cfg.prefix}{topic}/"
 
 
-def envelope_columns(fmt: str) -> list[dict[str, str]]:
-    if fmt not in CATALOG_FORMATS:
-        raise UnsupportedFormat(f"format {fmt!r} has no Glue table mapping; catalogued formats: "
-                                f"{', '.join(CATALOG_FORMATS)}")
-    i = 1 if fmt == "parquet" else 2
-    return [{"Name": c[0], "Type": c[i], "Comment": c[3]} for c in ENVELOPE]
+def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
+    """The columns of the archive's objects as its format stores them (the table's columns before evolution)."""
+    return mapping(cfg).columns(cfg)
 
 
 def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
                       columns: Sequence[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Glue `TableInput` for the topic; `columns` defaults to the envelope of the archive's format."""
-    check_format(cfg)
+    """Glue `TableInput` for the topic; `columns` defaults to the columns of the archive's format."""
+    fm = mapping(cfg)
     if partition_count < 1:
         raise ValueError(f"topic {topic!r}: partition_count must be >= 1, got {partition_count}")
     loc = location(cfg, topic)
-    if cfg.format == "parquet":
-        serde = {"SerializationLibrary": PARQUET_SERDE, "Parameters": {"serialization.format": "1"}}
-        io, classification = (PARQUET_INPUT, PARQUET_OUTPUT), "parquet"
-    else:
-        # A malformed line is an error to see, not a row to drop silently.
-        serde = {"SerializationLibrary": JSON_SERDE, "Parameters": {"ignore.malformed.json": "false"}}
-        io, classification = (TEXT_INPUT, TEXT_OUTPUT), "json"
-    params = {"EXTERNAL": "TRUE", "classification": classification, "s3_archive.archive": cfg.name,
+    params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
     if options.partitions == "projection":
         params |= {"projection.enabled": "true",
@@ -165,13 +285,12 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
         "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "int", "Comment": "Kafka partition (the layout directory "
                                                                            f"{PARTITION_KEY}=<p>)"}],
         "StorageDescriptor": {
-            "Columns": [dict(c) for c in (columns if columns is not None else envelope_columns(cfg.format))],
+            "Columns": [dict(c) for c in (columns if columns is not None else fm.columns(cfg))],
             "Location": loc,
-            "InputFormat": io[0],
-            "OutputFormat": io[1],
-            # Whole-file compression (text); a parquet codec is inside the file, which Hive does not call compressed.
-            "Compressed": cfg.format == "jsonl" and cfg.codec != "none",
-            "SerdeInfo": serde,
+            "InputFormat": fm.input_format,
+            "OutputFormat": fm.output_format,
+            "Compressed": fm.whole_file_compression and cfg.codec != "none",
+            "SerdeInfo": {"SerializationLibrary": fm.serde, "Parameters": fm.serde_parameters(cfg)},
         },
     }
 

@@ -72,9 +72,7 @@ def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
     databases: set[str] = set()
     tables: set[str] = set()
     if include_catalog:
-        for a in settings.archives:
-            if a.format not in catalog.CATALOG_FORMATS:  # no catalog asset for it (see defs/catalog/assets.py)
-                continue
+        for a in settings.archives:  # every archive format has a catalog table (catalog.MAPPINGS)
             opts = catalog.options_for(a, catalog_options)
             databases.add(opts.database)
             tables |= {f"{opts.database}/{catalog.table_name(t, opts)}" for t in a.topics}

@@ -4,22 +4,29 @@ idempotent and never touches rules it does not own."""
 
 from __future__ import annotations
 
+import base64
+import io
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import dagster as dg
+import fastavro
 import pytest
 from botocore.exceptions import ClientError
 
-from s3_archive import catalog, lifecycle
+from s3_archive import catalog, layout, lifecycle
 from s3_archive.catalog import CatalogOptions
+from s3_archive.defs.archive.checks import objects_result
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.catalog.assets import build_catalog_defs
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs
 from s3_archive.lifecycle import LifecyclePolicy, Transition
 from s3_archive.settings import ArchiveConfig, Settings
 from s3_archive.windows import OffsetWindow as W
 from s3_archive_tests.credentials import TEST_AWS
-from s3_archive_tests.integration.archive_helpers import archive_config, materialize, resources
+from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -138,7 +145,7 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
 
     # Schema evolution: a column added to the table keeps the registered partitions and the older files readable.
     evolved = catalog.build_table_input(cfg, topic, options, 2, columns=[
-        *catalog.envelope_columns("jsonl"), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
+        *catalog.table_columns(cfg), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
     assert catalog.ensure_table(glue, options.database, evolved) == ("updated", ["StorageDescriptor.Columns"])
     assert catalog.registered_partitions(glue, options.database, table_input["Name"]) == {0, 1}
     table = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
@@ -152,6 +159,71 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
                      f"unix_millis(timestamp) AS ts FROM {view}").collect()
     assert sorted((r.kafka_partition, r.offset, bytes(r.k), bytes(r.v), r.leader_epoch, r.ts) for r in rows) == [
         (p.partition, p.offset, p.key, p.value, None, p.timestamp_ms) for p in produced]
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(kafka, services, res, spark, s3,
+                                                                               unique):
+    """One topic archived in each of the three formats; each format's Glue table (created in moto) read by Spark
+    with exactly the columns, partition key and SerDe settings the table declares."""
+    topic = create_topic(kafka, f"cat-fmt-{unique}", partitions=2)
+    produced = produce(kafka, topic, [
+        (i % 2, None if i == 3 else f"k{i}".encode(),
+         None if i == 4 else b"" if i == 5 else f'v{i}, "q"'.encode(), [("i", str(i).encode()), ("n", None)])
+        for i in range(12)])
+    expected_counts = [(0, 6), (1, 6)]
+    windows = [W(0, 0, 6), W(1, 0, 6)]
+    glue = client(services, "glue")
+    tables: dict[str, dict] = {}
+    for fmt, codec in [("avro", "snappy"), ("csv", "gzip"), ("text", "bzip2")]:
+        options = CatalogOptions(database=f"catfmt_{unique}", table_prefix=f"{fmt}_")
+        cfg = archive_config(services.bucket, topic, f"catfmt/{unique}/{fmt}/", format=fmt, compression=codec)
+        materialize(cfg, topic, windows, res)
+        table_input = catalog.build_table_input(cfg, topic, options, 2)
+        assert catalog.sync_catalog(glue, s3, cfg, topic, options, table_input).table_action == "created"
+        tables[fmt] = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
+        tables[fmt]["_cfg"] = cfg
+
+    def view(fmt: str, reader) -> str:
+        table = tables[fmt]
+        name = f"catfmt_{fmt}_{unique}"
+        reader.schema(catalog.spark_schema_ddl(table)) \
+            .load(table["StorageDescriptor"]["Location"].replace("s3://", "s3a://")).createOrReplaceTempView(name)
+        counts = spark.sql(f"SELECT kafka_partition, count(*) FROM {name} GROUP BY 1 ORDER BY 1").collect()
+        assert [tuple(r) for r in counts] == expected_counts, fmt
+        return name
+
+    # avro: the schema literal is the writer schema in the archived objects' header, and reads them.
+    avro = tables["avro"]
+    literal = avro["StorageDescriptor"]["SerdeInfo"]["Parameters"]["avro.schema.literal"]
+    cfg = avro["_cfg"]
+    first = sorted(final_objects(s3, cfg, topic))[0]
+    header = fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=first)["Body"].read()))
+    assert json.loads(header.metadata["avro.schema"]) == json.loads(literal) == catalog.avro_writer_schema()
+    name = view("avro", spark.read.format("avro").option("avroSchema", literal))
+    rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, timestamp FROM {name}").collect()
+    assert sorted((r.kafka_partition, r.offset, r.key and bytes(r.key), r.value if r.value is None else bytes(r.value),
+                   tuple((h.key, h.value and bytes(h.value)) for h in r.headers), r.timestamp) for r in rows) == [
+        (p.partition, p.offset, p.key, p.value, p.headers, p.timestamp_ms * 1000) for p in produced]
+
+    # csv: the columns of csv_fields, read with the table's separator and quote characters. The file tells a null
+    # (empty field) from an empty value (`""`); Spark sees that once its nullValue is not "" (OpenCSVSerde, which has
+    # no null, reads both as '').
+    serde = tables["csv"]["StorageDescriptor"]["SerdeInfo"]["Parameters"]
+    name = view("csv", spark.read.format("csv").options(sep=serde["separatorChar"], quote=serde["quoteChar"],
+                                                         escape=serde["quoteChar"], nullValue="\u0000"))
+    rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, timestamp FROM {name}").collect()
+    assert sorted(tuple(r) for r in rows) == [
+        (p.partition, p.offset, _b64(p.key), _b64(p.value),
+         ";".join(f"{_b64(k.encode())}:{_b64(v) or ''}" for k, v in p.headers), p.timestamp_ms) for p in produced]
+
+    # text: one value column, the partition key from the directory.
+    name = view("text", spark.read.format("text"))
+    rows = spark.sql(f"SELECT kafka_partition, value FROM {name}").collect()
+    assert sorted(tuple(r) for r in rows) == sorted((p.partition, (p.value or b"").decode()) for p in produced)
 
 
 def test_a_table_not_created_for_the_topic_is_never_taken_over(services, unique):
@@ -275,3 +347,71 @@ def test_a_writer_racing_the_reconcile_is_detected_and_our_rules_restored(servic
     with pytest.raises(RuntimeError, match=f"lifecycle rules of bucket '{bucket}' under 's3-archive:race:' changed "
                                            "again after each of 3 writes"):
         lifecycle.reconcile_lifecycle(s3, bucket, desired, owner)
+
+
+# --- lifecycle expiry vs the objects check -----------------------------------------------------------------------
+
+
+def test_windows_expired_by_the_lifecycle_are_not_reported_missing(services, unique):
+    """Windows written directly to moto with chosen commit times; the check run at chosen 'now's."""
+    s3 = client(services, "s3")
+    topic = f"exp-{unique}"
+    expiring = ArchiveConfig(name="exp", topics=[topic], bucket=services.bucket, prefix=f"exp/{unique}/",
+                             lifecycle=LifecyclePolicy(expiration_days=30))
+    now = datetime.now(UTC)
+    w_old_gone, w_young_gone, w_old_resized, w_unmanifested, w_old_intact = [W(0, i * 10, i * 10 + 10)
+                                                                            for i in range(5)]
+
+    def commit(w: W, committed: datetime, data: bool = True) -> str:
+        key = layout.object_key(expiring.prefix, topic, w, 0, ".parquet")
+        if data:
+            s3.put_object(Bucket=expiring.bucket, Key=key, Body=b"12345")
+        manifest = {"window_key": w.key, "committed_at": committed.isoformat(),
+                    "objects": [{"key": key, "size": 5, "etag": "x"}]}
+        s3.put_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w),
+                      Body=json.dumps(manifest).encode())
+        return key
+
+    commit(w_old_gone, now - timedelta(days=40), data=False)
+    commit(w_young_gone, now - timedelta(days=10), data=False)
+    resized = commit(w_old_resized, now - timedelta(days=40))
+    s3.put_object(Bucket=expiring.bucket, Key=resized, Body=b"1234")
+    commit(w_old_intact, now - timedelta(days=40))
+    instance = dg.DagsterInstance.ephemeral()
+    windows = [w_old_gone, w_young_gone, w_old_resized, w_unmanifested, w_old_intact]
+    instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    for w in windows:  # materialized now (the unmanifested one never got its manifest)
+        instance.report_runless_asset_event(dg.AssetMaterialization(archive_asset_key(topic), partition=w.key))
+
+    def run(cfg: ArchiveConfig, at: datetime) -> tuple[dg.AssetCheckResult, list[str]]:
+        r = objects_result(instance, s3, cfg, topic, now=at)
+        return r, sorted(r.metadata["expired"].value.split("\n")) if r.metadata["expired_windows"].value else []
+
+    today, expired = run(expiring, now)
+    assert not today.passed and today.metadata["problems"].value == 3
+    assert expired == [w_old_gone.key] and today.metadata["expiration_days"].value == 30
+    assert f"window {w_young_gone.key} (" in today.description and "missing: " in today.description
+    assert f"window {w_old_resized.key} (" in today.description and "is 4 bytes, manifest says 5" in today.description
+    assert f"window {w_unmanifested.key} of '{topic}' is materialized but has no manifest" in today.description
+
+    # A month later the young window and the unmanifested one (materialized today) are expiring too; a changed
+    # size never is an expiry.
+    later, expired = run(expiring, now + timedelta(days=31))
+    assert expired == sorted([w_old_gone.key, w_young_gone.key, w_unmanifested.key])
+    assert later.metadata["problems"].value == 1 and w_old_resized.key in later.description
+
+    # Without an expiration every absence is a problem, however old.
+    keep = expiring.model_copy(update={"lifecycle": LifecyclePolicy()})
+    forever, expired = run(keep, now + timedelta(days=400))
+    assert expired == [] and forever.metadata["problems"].value == 4
+    assert forever.metadata["expiration_days"].value == 0
+
+    # Once S3 has expired a whole window (its objects and, by the manifests rule, its manifest), only the
+    # materialized partition is left: expired, not missing.
+    s3.delete_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w_old_gone))
+    s3.delete_object(Bucket=expiring.bucket, Key=resized)
+    s3.delete_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w_old_resized))
+    gone, expired = run(expiring, now + timedelta(days=31))
+    assert gone.passed and gone.metadata["expired_windows"].value == 4
+    assert "4 older windows expired by the lifecycle policy (expiration_days 30)" in gone.description
+    assert gone.metadata["manifests"].value == 2  # the young window's and the intact one's

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from s3_archive.catalog import CATALOG_FORMATS, CatalogOptions
+from s3_archive.catalog import CatalogOptions
 from s3_archive.formats import FORMATS
 from s3_archive.iam import ancestors, iam_policy
 from s3_archive.settings import ArchiveConfig, Settings
@@ -89,9 +89,9 @@ def test_sections_can_be_left_out():
     assert "LifecycleRules" not in st and "GlueCatalog" not in st and "ArchiveObjects" in st
 
 
-def test_no_glue_statement_without_a_catalogued_archive():
-    uncatalogued = [f for f in FORMATS if f not in CATALOG_FORMATS]
-    if not uncatalogued:
-        pytest.skip("every archive format has a table mapping")
-    only = Settings(archives=[ArchiveConfig(name="a", topics=["t"], bucket="bkt-one", format=uncatalogued[0])])
-    assert "GlueCatalog" not in statements(iam_policy(only))
+def test_every_format_gets_its_table_in_the_glue_statement():
+    per_format = Settings(archives=[ArchiveConfig(name=f, topics=[f"t_{f}"], bucket="bkt-one", prefix=f"{f}/",
+                                                  format=f) for f in FORMATS])
+    s = statements(iam_policy(per_format))["GlueCatalog"]
+    assert {r for r in s["Resource"] if ":table/" in r} == {f"arn:aws:glue:*:*:table/s3_archive/t_{f}"
+                                                            for f in FORMATS}

@@ -256,3 +256,30 @@ def test_policy_precedence():
     assert lifecycle.policy_for(cfg, {"a": mine}) is mine
     assert lifecycle.policy_for(cfg, None) == LifecyclePolicy()
     assert Transition(days=1, storage_class="GLACIER").days == 1
+
+
+# --- expiry as the objects check sees it -----------------------------------------------------------------------
+
+T0 = datetime.datetime(2026, 3, 1, 23, 59, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize("age,days,due", [
+    (datetime.timedelta(days=28, hours=23), 30, False),  # more than a day before expiry: still must be there
+    (datetime.timedelta(days=29), 30, True),  # the day of slack before expiry starts
+    (datetime.timedelta(days=400), 30, True),
+    (datetime.timedelta(days=400), None, False),  # nothing expires without expiration_days
+    (datetime.timedelta(0), 1, True),  # 1-day expiry: due from the start (slack is a whole day)
+])
+def test_expiry_due(age, days, due):
+    assert lifecycle.expiry_due(T0, days, T0 + age) is due
+
+
+def test_expiry_of_an_unknown_time_is_never_due():
+    assert lifecycle.expiry_due(None, 1, T0) is False
+
+
+def test_manifests_expire_with_their_data():
+    rules = {r["ID"]: r for r in build_rules("a", "k/", ["t"], LifecyclePolicy(expiration_days=30))}
+    assert rules["s3-archive:a:manifests:t"]["Expiration"] == rules["s3-archive:a:data:t"]["Expiration"] == {
+        "Days": 30}
+    assert rules["s3-archive:a:manifests:t"]["Filter"] == {"Prefix": "k/_manifests/t/"}

@@ -10,6 +10,7 @@ They scan every window of the topic, so the sensor's window runs leave them out;
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -17,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 from dagster_aws.s3 import S3Resource
 
-from s3_archive import layout
+from s3_archive import layout, lifecycle
 from s3_archive.commit import list_objects, read_manifest, verify_manifest
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.planning import archive_progress, retention_headroom
@@ -73,12 +74,48 @@ def contiguity_result(instance: dg.DagsterInstance, topic: str) -> dg.AssetCheck
     })
 
 
-def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topic: str) -> dg.AssetCheckResult:
+def _committed_at(manifest: dict) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(str(manifest.get("committed_at")))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def materialization_times(instance: dg.DagsterInstance, topic: str, keys: list[str]) -> dict[str, datetime]:
+    """When each window (partition key) was last materialized: the newest, so a window is never taken for older
+    than its objects may be."""
+    out: dict[str, datetime] = {}
+    for i in range(0, len(keys), 500):
+        chunk = keys[i:i + 500]
+        cursor = None
+        while True:
+            page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=archive_asset_key(topic),
+                                                                         asset_partitions=chunk),
+                                                   limit=1000, cursor=cursor)
+            for r in page.records:  # newest first
+                if r.partition_key is not None and r.partition_key not in out:
+                    out[r.partition_key] = datetime.fromtimestamp(r.timestamp, UTC)
+            if not page.has_more:
+                break
+            cursor = page.cursor
+    return out
+
+
+def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topic: str,
+                   now: datetime | None = None) -> dg.AssetCheckResult:
     """(2) Every committed manifest's objects exist with their recorded sizes; every materialized window has one.
 
     Two listings instead of a HEAD per object; only a manifest that the listings disagree with is checked object by
     object (commit.verify_manifest), so a listing quirk cannot raise a false alarm.
+
+    With a lifecycle `expiration_days`, S3 deletes a window's objects and its manifest once they are that old (the
+    lifecycle rules expire `_manifests/` at the same age). A window old enough to be expiring (lifecycle.expiry_due:
+    by its manifest's `committed_at`, or its latest materialization when the manifest is gone) whose objects or
+    manifest are absent is counted as expired in the metadata, not as a problem. A changed size is always a problem.
     """
+    now = now or datetime.now(UTC)
+    days = lifecycle.policy_for(cfg).expiration_days
     # Manifests first, data second: a window's objects are written before its manifest, so every object of a
     # listed manifest is in the later data listing unless it was really deleted.
     manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, layout.manifest_prefix(cfg.prefix, topic))
@@ -88,6 +125,7 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
         manifests = list(pool.map(lambda k: read_manifest(s3, cfg.bucket, k), manifest_keys))
 
     problems: list[str] = []
+    expired: list[str] = []
     objects = size = 0
     committed: set[str] = set()
     for mkey, m in zip(manifest_keys, manifests):
@@ -96,20 +134,35 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
         committed.add(str(m.get("window_key", "")))
         objects += len(m["objects"])
         size += sum(o["size"] for o in m["objects"])
-        if any(sizes.get(o["key"]) != o["size"] for o in m["objects"]):
-            problems += [f"window {m.get('window_key')} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
+        if all(sizes.get(o["key"]) == o["size"] for o in m["objects"]):
+            continue
+        absent_only = all(o["key"] not in sizes or sizes[o["key"]] == o["size"] for o in m["objects"])
+        if absent_only and lifecycle.expiry_due(_committed_at(m), days, now):
+            expired.append(str(m.get("window_key")))
+            continue
+        problems += [f"window {m.get('window_key')} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
 
     windows, _ = read_windows(instance, topic)
     materialized = instance.get_materialized_partitions(archive_asset_key(topic))
-    for w in sorted(windows):
-        if w.key in materialized and w.key not in committed:
-            problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
-                            f"s3://{cfg.bucket}/{layout.manifest_key(cfg.prefix, topic, w)}")
-    return _result(problems, f"{len(committed)} committed windows of {topic!r}: all objects present", {
+    unmanifested = [w for w in sorted(windows) if w.key in materialized and w.key not in committed]
+    when = materialization_times(instance, topic, [w.key for w in unmanifested]) if days and unmanifested else {}
+    for w in unmanifested:
+        if lifecycle.expiry_due(when.get(w.key), days, now):
+            expired.append(w.key)
+            continue
+        problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
+                        f"s3://{cfg.bucket}/{layout.manifest_key(cfg.prefix, topic, w)}")
+    ok = f"{len(committed)} committed windows of {topic!r}: all objects present"
+    if expired:
+        ok += f"; {len(expired)} older windows expired by the lifecycle policy (expiration_days {days})"
+    return _result(problems, ok, {
         "manifests": len(committed),
         "objects": objects,
         "bytes": size,
         "manifest_prefix": f"s3://{cfg.bucket}/{layout.manifest_prefix(cfg.prefix, topic)}",
+        "expiration_days": days if days is not None else 0,
+        "expired_windows": len(expired),
+        "expired": dg.MetadataValue.text(_summary(sorted(expired))),
     })
 
 
@@ -224,8 +277,10 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksD
         return contiguity_result(context.instance, topic)
 
     @dg.asset_check(asset=key, name=OBJECTS,
-                    description="Every committed window's objects exist in S3 with the sizes in its manifest.")
+                    description="Every committed window's objects exist in S3 with the sizes in its manifest; windows "
+                                "old enough for the lifecycle's expiration_days may be gone (counted as expired).")
     def _objects(context: dg.AssetCheckExecutionContext, s3: S3Resource) -> dg.AssetCheckResult:
+        # Windows S3 expired under the archive's lifecycle expiration_days are reported as expired, not missing.
         return objects_result(context.instance, s3.get_client(), cfg, topic)
 
     @dg.asset_check(asset=key, name=RETENTION,

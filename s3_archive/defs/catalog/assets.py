@@ -9,7 +9,6 @@ stack's moto server answers S3 and Glue on one endpoint; on AWS both use the def
 
 import hashlib
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +25,6 @@ from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
 from s3_archive.settings import ArchiveConfig, Settings
 
 CATALOG_PREFIX = "kafka_catalog"
-log = logging.getLogger(__name__)
 
 # `eager()` without its "no dependency partition missing or in progress" gates: the archive asset has one
 # partition per window, and a window that is cut but not archived yet (or failed, e.g. on data loss) would hold
@@ -123,13 +121,7 @@ def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOption
     if unknown:
         raise ValueError(f"catalog options for unknown archives {unknown}; archives: "
                          f"{[a.name for a in settings.archives]}")
-    for a in settings.archives:
-        if a.format not in catalog.CATALOG_FORMATS:
-            # Loading must not fail for an archive the catalog cannot describe yet; say so where it loads.
-            log.warning(f"archive {a.name!r} (format {a.format!r}) gets no catalog table: catalogued formats are "
-                        f"{', '.join(catalog.CATALOG_FORMATS)}")
-    chosen = [(a, t, catalog.options_for(a, options)) for a in settings.archives for t in a.topics
-              if a.format in catalog.CATALOG_FORMATS]
+    chosen = [(a, t, catalog.options_for(a, options)) for a in settings.archives for t in a.topics]
     catalog.check_table_names((o.database, catalog.table_name(t, o), t) for _, t, o in chosen)
     return [build_catalog_asset(a, t, o) for a, t, o in chosen]
 
