@@ -81,8 +81,8 @@ def other_work() -> str:
                 counts[k] += 1
     busy = {k: v for k, v in counts.items() if v}
     if not busy:
-        return "no other test processes were seen running at the start"
-    return ("other work was running on the machine at the start (processes not started by this benchmark: "
+        return "no other test processes were seen running"
+    return ("other work was running on the machine (processes not started by this benchmark: "
             + ", ".join(f"{v} × {k}" for k, v in busy.items()) + "); figures are noisier for it")
 
 
@@ -98,7 +98,7 @@ def machine() -> dict[str, Any]:
     import pyspark
 
     return {"cpu": cpu, "nproc": int(nproc or 0), "mem_gb": mem_kb / 1024 / 1024,
-            "kernel": f"Linux {platform.release()}", "load_start": _read("/proc/loadavg").split()[:3],
+            "kernel": f"Linux {platform.release()}", "load_start": " ".join(_read("/proc/loadavg").split()[:3]),
             "other_work": other_work(),
             "software": f"Python {platform.python_version()}, {java}, pyspark {pyspark.__version__} (local[*]), "
                         f"dagster {dagster.__version__}, confluent-kafka {confluent_kafka.version()[0]} "
@@ -227,7 +227,7 @@ def windows_for(ends: dict[int, int], window_records: int) -> list[OffsetWindow]
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     mach = machine()
-    say(f"machine: {mach['cpu']}, nproc {mach['nproc']}, load {' '.join(mach['load_start'])}; {mach['other_work']}")
+    say(f"machine: {mach['cpu']}, nproc {mach['nproc']}, load {mach['load_start']}; {mach['other_work']}")
     root = Path(tempfile.mkdtemp(prefix="s3a-bench-"))
     logs = root / "logs"
     logs.mkdir()
@@ -372,7 +372,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         say(f"sensor tick with {tick['windows']:,} windows: {Summary.of(tick['tick_s']).fmt(2)}s "
             f"(adding them took {tick['add_partitions_s']:.1f}s)")
 
-        mach["load_end"] = _read("/proc/loadavg").split()[:3]
+        mach["load_end"] = " ".join(_read("/proc/loadavg").split()[:3])
+        mach["other_work_end"] = other_work()
         return {"started": started, "machine": mach, "measures": m, "profile": profile, "overhead": overhead,
                 "memory": memory, "memory_base": base, "catchup": catchup, "tick": tick, "n": n, "payload": payload,
                 "produce_s": produce_s, "windows": windows, "window_records": window_records,
@@ -437,7 +438,9 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[st
             f"prefix took {stage.fmt(1)} s, the commit (server-side copies to the final keys, manifest, staging "
             f"cleanup) {commit.fmt(1)} s, per run of {len(x['windows'])} windows; the run's wall time was "
             f"{Summary.of(m['archive'].seconds).fmt(1)} s. The Spark job is the slowest stage. "
-            + PROFILE_NOTE)},
+            + f"Per window the Spark job took {stage.median / len(x['windows']):.1f} s on average "
+              f"({x['window_records']:,} records); a run's fixed cost with a warm session (the warm one-record "
+              f"window below) is {warm.median:.1f} s, paid once per run. " + PROFILE_NOTE)},
         {"title": "Experiment: one window on both cores (minPartitions)", "body": (
             f"One window of {x['per_partition']:,} records (all of partition 0) in the warm session, once each: as "
             f"today, {x['experiment']['today']['seconds']:.2f} s ({x['experiment']['today']['objects']} object); "
@@ -487,7 +490,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[st
             "contender alike.")},
     ]
     x["workload"] = {
-        "records": x["n"], "bytes": x["payload"], "mb": args.mb, "value_bytes": wl.VALUE_BYTES,
+        "records": x["n"], "bytes": x["payload"], "mb": f"{args.mb:g}", "value_bytes": wl.VALUE_BYTES,
         "produce_s": x["produce_s"],
         "size_note": (f"The default `--mb {DEFAULT_MB}` (not 1 GB) is what lets the whole `make bench` finish within "
                       "30 minutes on this 2-core machine with 3 repeats of every contender; `--mb 1000` runs the "
@@ -518,7 +521,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[st
             "targets": targets, "sections": sections, "json": json_out}
 
 
-DEFAULT_MB = 400
+DEFAULT_MB = 200
 PROFILE_NOTE = ""
 
 

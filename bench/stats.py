@@ -104,8 +104,9 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"- started {r['started']}, took {r['wall_s'] / 60:.1f} min",
         f"- CPU: {r['machine']['cpu']} — `nproc` = {r['machine']['nproc']}; memory {r['machine']['mem_gb']:.1f} GB; "
         f"{r['machine']['kernel']}",
-        f"- load average at start / end: {r['machine']['load_start']} / {r['machine']['load_end']}",
-        f"- {r['machine']['other_work']}",
+        f"- load average (1, 5, 15 min) at start / end: {r['machine']['load_start']} / {r['machine']['load_end']}",
+        f"- at the start, {r['machine']['other_work']}"
+        + (f"; at the end, {r['machine']['other_work_end']}" if r["machine"].get("other_work_end") else ""),
         f"- software: {r['machine']['software']}",
         "",
         "## Workload",
