@@ -66,16 +66,31 @@ def _read(path: str) -> str:
         return ""
 
 
+def _ppid(pid: str) -> int:
+    stat = _read(f"/proc/{pid}/stat")
+    return int(stat.rsplit(")", 1)[1].split()[1]) if stat else 0
+
+
 def other_work() -> str:
     """Processes that this benchmark did not start and that compete for the 2 cores (other workers' tests)."""
     me = os.getpid()
-    counts = {"pytest": 0, "kafka.Kafka": 0, "org.apache.spark": 0, "moto.server": 0}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == me:
+    procs = [d.name for d in Path("/proc").iterdir() if d.name.isdigit()]
+    parent = {int(p): _ppid(p) for p in procs}
+
+    def ours(pid: int) -> bool:
+        for _ in range(64):
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+            pid = parent.get(pid, 0)
+        return False
+
+    counts = {"pytest": 0, "kafka.Kafka": 0, "org.apache.spark": 0, "moto.server": 0, "bench/": 0}
+    for p in procs:
+        if ours(int(p)):
             continue
-        cmd = _read(f"/proc/{d.name}/cmdline").replace("\0", " ")
-        if "bench." in cmd or "s3a-bench-" in cmd:
-            continue
+        cmd = _read(f"/proc/{p}/cmdline").replace("\0", " ")
         for k in counts:
             if k in cmd:
                 counts[k] += 1
