@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Both set everything up first.
-.PHONY: setup demo test test-unit test-integration test-e2e down
+.PHONY: setup demo test test-unit test-integration test-e2e down bench
 
 setup:
 	@scripts/setup
@@ -21,3 +21,7 @@ test-e2e: setup
 
 down:
 	.venv/bin/s3-archive local down
+
+# Benchmarks (docs/benchmarks.md): starts its own broker and moto; e.g. `make bench BENCH_ARGS="--mb 50 --repeats 1"`.
+bench: setup
+	BENCH_FROM_MAKE=1 .venv/bin/python -m bench.run $(BENCH_ARGS)

@@ -433,7 +433,9 @@ def object_records(s3: Any, bucket: str, obj: dict, fmt: str) -> Iterator[Archiv
     key = obj["key"]
     with tempfile.TemporaryFile(prefix="s3-archive-restore-") as f:
         s3.download_fileobj(bucket, key, f)
-        size = f.tell()
+        # Not f.tell(): a multipart download (objects over 8 MB) writes its ranges out of order, so the position
+        # after the last write need not be the end.
+        size = f.seek(0, 2)
         if size != obj["size"]:
             raise ArchiveIntegrityError(f"s3://{bucket}/{key} is {size} bytes, its manifest says {obj['size']}; "
                                         "the archive was changed after it was committed")

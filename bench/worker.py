@@ -1,0 +1,247 @@
+"""The benchmark's Spark side, in its own process so that its JVM's memory is its own and a fresh process can be
+timed: `python -m bench.worker STACK_JSON` serves JSON commands read line by line from stdin (a warm session kept
+across commands), `python -m bench.worker STACK_JSON --once COMMAND_JSON` runs one command in a fresh process.
+Each answer is one stdout line `@@RESULT <json>`.
+
+Every archive goes through Dagster (`dg.materialize` of the archive asset), commit included.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+import s3_archive.archive as archive_mod
+import s3_archive.stage as stage_mod
+from s3_archive.defs.archive.assets import build_archive_asset
+from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.archive.sensors import build_offsets_sensor
+from s3_archive.local.stack import LOCAL_AWS
+from s3_archive.resources import KafkaResource, SparkResource
+from s3_archive.settings import ArchiveConfig, FlushPolicy
+from s3_archive.windows import OffsetWindow
+
+RESULT = "@@RESULT "
+log = logging.getLogger("bench.worker")
+
+
+def status_kb(pid: int | str, field: str) -> int:
+    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM = peak resident set size); 0 if the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def jvm_pid() -> int | None:
+    """The PID of the Py4J gateway JVM (driver and, in local mode, the executors too)."""
+    from pyspark import SparkContext
+
+    gw = SparkContext._gateway
+    proc = getattr(gw, "proc", None) if gw is not None else None
+    return proc.pid if proc is not None else None
+
+
+class RssSampler:
+    """Samples the JVM's resident set every 0.2 s (VmHWM is the lifetime peak; the sampled max is this span's)."""
+
+    def __init__(self) -> None:
+        self.max_kb = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pid = jvm_pid()
+            if pid:
+                self.max_kb = max(self.max_kb, status_kb(pid, "VmRSS"))
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> RssSampler:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+class StageProfile:
+    """Wraps the two heavy steps of `archive_window` (the Spark job; the commit's S3 copies and manifest) to time
+    them per window. Instrumentation of the benchmark only: the code under test is not changed."""
+
+    def __init__(self) -> None:
+        self.stage_s = 0.0
+        self.commit_s = 0.0
+        self.lock = threading.Lock()
+        self._orig = (archive_mod.stage_window, archive_mod.commit_window)
+
+    def _timed(self, fn, attr: str):
+        def wrapper(*a, **kw):
+            t = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                with self.lock:
+                    setattr(self, attr, getattr(self, attr) + time.monotonic() - t)
+        return wrapper
+
+    def __enter__(self) -> StageProfile:
+        archive_mod.stage_window = self._timed(self._orig[0], "stage_s")
+        archive_mod.commit_window = self._timed(self._orig[1], "commit_s")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        archive_mod.stage_window, archive_mod.commit_window = self._orig
+
+
+class Worker:
+    def __init__(self, stack: dict[str, str]) -> None:
+        self.stack = stack
+        self.kafka = KafkaResource(bootstrap_servers=stack["bootstrap_servers"])
+
+    def spark(self) -> SparkResource:
+        return SparkResource(s3_endpoint_url=self.stack["s3_endpoint_url"],
+                             s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+                             s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True,
+                             extra_conf=self.stack.get("spark_conf", {}))
+
+    def resources(self) -> dict[str, Any]:
+        return {"kafka": self.kafka, "spark": self.spark(),
+                "s3": S3Resource(endpoint_url=self.stack["s3_endpoint_url"], region_name=LOCAL_AWS["AWS_REGION"],
+                                 aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+                                 aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])}
+
+    def config(self, topic: str, prefix: str, **kw) -> ArchiveConfig:
+        return ArchiveConfig(name="bench", topics=[topic], bucket=self.stack["bucket"], prefix=prefix, **kw)
+
+    def materialize(self, cfg: ArchiveConfig, topic: str, windows: list[OffsetWindow],
+                    instance: dg.DagsterInstance | None = None, tags: dict[str, str] | None = None,
+                    partition_key: str | None = None) -> dict[str, Any]:
+        """One run over `windows` (a partition range, as a UI backfill or the sensor's batched run does)."""
+        instance = instance or dg.DagsterInstance.ephemeral()
+        if windows:
+            instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in sorted(windows)])
+            keys = sorted(w.key for w in windows)
+            if len(keys) == 1:
+                partition_key = keys[0]
+            else:
+                tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+        t = time.monotonic()
+        res = dg.materialize([build_archive_asset(cfg, topic)], instance=instance, resources=self.resources(),
+                             partition_key=partition_key, tags=tags)
+        dt = time.monotonic() - t
+        metas = [{k: v.value for k, v in e.materialization.metadata.items()}
+                 for e in res.get_asset_materialization_events()]
+        return {"seconds": dt, "windows": len(metas), "records": sum(m["records"] for m in metas),
+                "bytes_read": sum(m["bytes_read"] for m in metas),
+                "bytes_written": sum(m["bytes_written"] for m in metas), "objects": sum(m["objects"] for m in metas)}
+
+    # --- commands ---
+
+    def cmd_archive(self, topic: str, prefix: str, windows: list[list[int]], min_partitions: int | None = None,
+                    ) -> dict[str, Any]:
+        """`min_partitions`: an experiment, Spark's Kafka source option `minPartitions` added to the window's read
+        (splits one window into several Spark tasks); patched in for this call only."""
+        ws = [OffsetWindow(*w) for w in windows]
+        orig = stage_mod.read_window
+        if min_partitions:
+            def read_window(spark, kafka_options, *a):
+                return orig(spark, {**kafka_options, "minPartitions": str(min_partitions)}, *a)
+            stage_mod.read_window = read_window
+        try:
+            with StageProfile() as prof, RssSampler() as rss:
+                out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws))), topic, ws)
+        finally:
+            stage_mod.read_window = orig
+        pid = jvm_pid()
+        return out | {"stage_s": prof.stage_s, "commit_s": prof.commit_s, "jvm_rss_max_mb": rss.max_kb / 1024,
+                      "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
+                      "python_peak_mb": status_kb("self", "VmHWM") / 1024}
+
+    def cmd_fresh(self, one_topic: str, prefix: str, topic: str, partition: int, records: int) -> dict[str, Any]:
+        """In this fresh process: a one-record window with the Spark session starting inside the run (as in a
+        deployed run: one process per run), a second one-record window with the session warm (the run overhead),
+        then one window of `records` records: the JVM's peak resident set (driver = executors in local mode) and
+        the Python driver's."""
+        cold = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 0, 1)])
+        warm = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 1, 2)])
+        assert cold["records"] == warm["records"] == 1, (cold, warm)
+        pid = jvm_pid()
+        before = status_kb(pid, "VmHWM") / 1024 if pid else 0.0
+        with RssSampler() as rss:
+            out = self.materialize(self.config(topic, prefix), topic, [OffsetWindow(partition, 0, records)])
+        return out | {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "jvm_peak_before_mb": before,
+                      "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
+                      "jvm_rss_max_mb": rss.max_kb / 1024, "python_peak_mb": status_kb("self", "VmHWM") / 1024}
+
+    def cmd_catchup(self, topic: str, prefix: str, window_records: int) -> dict[str, Any]:
+        """100 windows behind: one tick of the offsets sensor cuts them and requests runs of windows_per_run
+        windows; each run is executed like the daemon would (its own Spark session: the session is stopped after
+        every run, so each run starts one — in the JVM this process already has, which is cheaper than the fresh
+        process a deployed run gets)."""
+        from pyspark.sql import SparkSession
+
+        cfg = self.config(topic, prefix, flush=FlushPolicy(count=window_records))
+        instance = dg.DagsterInstance.ephemeral()
+        t0 = time.monotonic()
+        with dg.build_sensor_context(instance=instance, resources={"kafka": self.kafka}) as ctx:
+            result = build_offsets_sensor(cfg)(ctx)
+        for req in result.dynamic_partitions_requests or []:
+            instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+        tick_s = time.monotonic() - t0
+        apps: list[str] = []
+        records = windows = 0
+        for req in result.run_requests or []:
+            out = self.materialize(cfg, topic, [], instance=instance, tags=dict(req.tags) if req.tags else None,
+                                   partition_key=req.partition_key)
+            records += out["records"]
+            windows += out["windows"]
+            session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+            if session is not None:
+                apps.append(session.sparkContext.applicationId)
+                session.stop()
+        return {"seconds": time.monotonic() - t0, "tick_s": tick_s, "runs": len(result.run_requests or []),
+                "spark_sessions": len(set(apps)), "windows": windows, "records": records,
+                "windows_per_run": cfg.windows_per_run}
+
+    def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        name = cmd.pop("cmd")
+        return getattr(self, f"cmd_{name}")(**cmd)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    stack = json.loads(sys.argv[1])
+    worker = Worker(stack)
+    if len(sys.argv) > 3 and sys.argv[2] == "--once":
+        commands = [sys.argv[3]]
+    else:
+        commands = iter(sys.stdin.readline, "")
+    for line in commands:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "stop":
+            break
+        try:
+            out = {"ok": True, **worker.handle(cmd)}
+        except Exception as e:  # reported to the orchestrator, which stops the benchmark with it
+            out = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        print(RESULT + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
