@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from s3_archive.formats import ENVELOPE_COLUMNS
+from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS
 
 if TYPE_CHECKING:  # settings.py imports this module for its config fields: no import cycle at run time
     from s3_archive.settings import ArchiveConfig
@@ -141,15 +141,23 @@ def _avro_type(hive_type: str, name: str, namespace: str) -> Any:
     return [base, "null"]
 
 
-def avro_writer_schema() -> dict[str, Any]:
-    """The schema Spark's avro writer puts in every archived `.avro` object's header (record `topLevelRecord`)."""
+def avro_writer_schema(columns: Sequence[str] | None = None, utf8_value: bool = False) -> dict[str, Any]:
+    """The schema Spark's avro writer puts in every archived `.avro` object's header (record `topLevelRecord`):
+    the envelope `columns` kept (all by default), the value as a string when decoded as UTF-8."""
+    keep = set(columns) if columns is not None else {n for n, _, _ in ENVELOPE}
     return {"type": "record", "name": "topLevelRecord",
-            "fields": [{"name": n, "type": _avro_type(t, n, "topLevelRecord")} for n, t, _ in ENVELOPE]}
+            "fields": [{"name": n, "type": _avro_type("string" if n == "value" and utf8_value else t, n,
+                                                      "topLevelRecord")}
+                       for n, t, _ in ENVELOPE if n in keep]}
 
 
-def avro_schema_literal() -> str:
+def avro_schema_literal(cfg: ArchiveConfig | None = None) -> str:
     """`avro.schema.literal` for the AvroSerDe: the writer schema itself, so Hive/Athena resolve nothing."""
-    return json.dumps(avro_writer_schema(), separators=(",", ":"))
+    if cfg is None:
+        schema = avro_writer_schema()
+    else:
+        schema = avro_writer_schema(cfg.envelope.columns(), cfg.value_decoding.type == "utf8")
+    return json.dumps(schema, separators=(",", ":"))
 
 
 # --- the table mapping of each format -------------------------------------------------------------------------------
@@ -174,7 +182,7 @@ MAPPINGS: dict[str, FormatMapping] = {
     "parquet": FormatMapping(PARQUET_SERDE, PARQUET_INPUT, PARQUET_OUTPUT, "parquet", lambda cfg: _envelope({}),
                              lambda cfg: {"serialization.format": "1"}),
     "avro": FormatMapping(AVRO_SERDE, AVRO_INPUT, AVRO_OUTPUT, "avro", lambda cfg: _envelope(_AVRO),
-                          lambda cfg: {"avro.schema.literal": avro_schema_literal()}),
+                          lambda cfg: {"avro.schema.literal": avro_schema_literal(cfg)}),
     # A malformed line is an error to see, not a row to drop silently.
     "jsonl": FormatMapping(JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT, "json", lambda cfg: _envelope(_JSONL),
                            lambda cfg: {"ignore.malformed.json": "false"}, whole_file_compression=True),
@@ -194,16 +202,39 @@ _MANAGED = ("EXTERNAL", "classification", "storage.location.template")
 _MANAGED_PREFIXES = ("projection.", "s3_archive.")
 
 
+# Formats no Hive SerDe reads, with the reason (shown when definitions load, and in docs).
+NO_TABLE: dict[str, str] = {
+    "json": "each object is one JSON array, and Hive/Athena JSON SerDes read one JSON object per line "
+            "(use jsonl for a table)",
+    "bytes": "each object is one raw record value, which is not a table (use parquet or avro for a table)",
+}
+
+
 class UnsupportedFormat(ValueError):
-    """The archive's format has no Glue table mapping."""
+    """The archive's format (or options) have no Glue table mapping."""
+
+
+def no_table_reason(cfg: ArchiveConfig) -> str | None:
+    """Why an archive gets no Glue table, or None when it gets one."""
+    if cfg.format in NO_TABLE:
+        return f"format {cfg.format!r}: {NO_TABLE[cfg.format]}"
+    if cfg.format not in MAPPINGS:
+        return f"format {cfg.format!r} has no Glue table mapping; catalogued formats: {', '.join(MAPPINGS)}"
+    if getattr(cfg, "layout", None) is not None:
+        return ("a custom `layout` (key template / partition_by) is not catalogued yet: its partition keys and "
+                "paths differ from the kafka_partition=<p>/ directories the table declares")
+    decoding = getattr(cfg, "value_decoding", None)
+    if cfg.format == "avro" and decoding is not None and decoding.type == "json":
+        return ("avro with value_decoding json: the avro.schema.literal would have to follow every window's "
+                "inferred fields (use parquet or jsonl for a table of decoded fields)")
+    return None
 
 
 def mapping(cfg: ArchiveConfig) -> FormatMapping:
-    try:
-        return MAPPINGS[cfg.format]
-    except KeyError:
-        raise UnsupportedFormat(f"archive {cfg.name!r}: format {cfg.format!r} has no Glue table mapping; "
-                                f"catalogued formats: {', '.join(MAPPINGS)}") from None
+    reason = no_table_reason(cfg)
+    if reason is not None:
+        raise UnsupportedFormat(f"archive {cfg.name!r}: no Glue table: {reason}")
+    return MAPPINGS[cfg.format]
 
 
 class CatalogOptions(BaseModel):
@@ -258,8 +289,81 @@ def location(cfg: ArchiveConfig, topic: str) -> str:
 
 
 def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
-    """The columns of the archive's objects as its format stores them (the table's columns before evolution)."""
-    return mapping(cfg).columns(cfg)
+    """The columns of the archive's objects as its format stores them (the table's columns before evolution):
+    the kept envelope parts (`envelope`), the value as a string when decoded as UTF-8. Decoded JSON fields are
+    added from the archived windows' schemas (decoded_columns)."""
+    cols = mapping(cfg).columns(cfg)
+    envelope = getattr(cfg, "envelope", None)
+    if envelope is None or not FORMATS[cfg.format].envelope:
+        return cols
+    kept = set(envelope.columns())
+    cols = [c for c in cols if c["Name"] in kept]
+    if cfg.value_decoding.type == "utf8":
+        cols = [{**c, "Type": "string", "Comment": "record value as UTF-8 text; null for a tombstone"}
+                if c["Name"] == "value" else c for c in cols]
+    return cols
+
+
+def hive_type(spark_type: Any) -> str:
+    """A Spark schema JSON type (as in a manifest's `schema`) as a Hive/Glue column type."""
+    simple = {"string": "string", "long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint",
+              "boolean": "boolean", "double": "double", "float": "float", "binary": "binary", "date": "date",
+              "timestamp": "timestamp", "timestamp_ntz": "timestamp"}
+    if isinstance(spark_type, str):
+        if spark_type.startswith("decimal"):
+            return spark_type.replace(" ", "")
+        return simple.get(spark_type, "string")  # variant, void, intervals: JSON text
+    kind = spark_type.get("type")
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f['name']}:{hive_type(f['type'])}" for f in spark_type["fields"]) + ">"
+    if kind == "array":
+        return f"array<{hive_type(spark_type['elementType'])}>"
+    if kind == "map":
+        return f"map<{hive_type(spark_type['keyType'])},{hive_type(spark_type['valueType'])}>"
+    return "string"
+
+
+def decoded_columns(cfg: ArchiveConfig, schemas: Iterable[str]) -> list[dict[str, str]]:
+    """Columns of decoded value fields found in archived windows' schemas (manifest `schema`, Spark JSON), in
+    order of first appearance; envelope columns are not repeated. A field whose type differs between windows
+    keeps its first type (Glue has one type per column)."""
+    envelope = {c for c, _ in ENVELOPE_COLUMNS}
+    out: dict[str, dict[str, str]] = {}
+    for text in schemas:
+        try:
+            fields = json.loads(text).get("fields", []) if text else []
+        except ValueError:
+            continue
+        for f in fields:
+            if f["name"] not in envelope and f["name"] not in out:
+                out[f["name"]] = {"Name": f["name"], "Type": hive_type(f["type"]),
+                                  "Comment": "decoded from the record value (value_decoding: json)"}
+    return list(out.values())
+
+
+def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str) -> list[str]:
+    """The `schema` of the newest committed window of each Kafka partition (one GET per partition)."""
+    from s3_archive import layout
+    from s3_archive.commit import list_objects, read_manifest
+
+    newest: dict[str, str] = {}
+    for o in list_objects(s3, bucket, layout.manifest_prefix(prefix, topic)):
+        directory = o["Key"].rsplit("/", 1)[0]
+        newest[directory] = max(newest.get(directory, ""), o["Key"])  # window keys sort by start offset
+    schemas = []
+    for key in sorted(newest.values()):
+        m = read_manifest(s3, bucket, key)
+        if m and m.get("schema"):
+            schemas.append(m["schema"])
+    return schemas
+
+
+def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Schema evolution: the desired columns, then every column the table already has and they lack, so a field
+    only older windows carry stays queryable."""
+    names = {c["Name"] for c in desired}
+    return [dict(c) for c in desired] + [{k: c[k] for k in ("Name", "Type", "Comment") if k in c}
+                                         for c in existing if c["Name"] not in names]
 
 
 def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
@@ -271,6 +375,9 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
     loc = location(cfg, topic)
     params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
+    decoding = getattr(cfg, "value_decoding", None)
+    if decoding is not None and decoding.type == "json":
+        params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
     if options.partitions == "projection":
         params |= {"projection.enabled": "true",
                    f"projection.{PARTITION_KEY}.type": "integer",
@@ -285,7 +392,7 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
         "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "int", "Comment": "Kafka partition (the layout directory "
                                                                            f"{PARTITION_KEY}=<p>)"}],
         "StorageDescriptor": {
-            "Columns": [dict(c) for c in (columns if columns is not None else fm.columns(cfg))],
+            "Columns": [dict(c) for c in (columns if columns is not None else table_columns(cfg))],
             "Location": loc,
             "InputFormat": fm.input_format,
             "OutputFormat": fm.output_format,
@@ -429,6 +536,11 @@ def ensure_table(glue: Any, database: str, table_input: dict[str, Any]) -> tuple
         what = "was not created by s3-archive" if owner is None else f"catalogues topic {owner!r}"
         raise TableConflict(f"table {database}.{name} {what}, not topic {wanted!r}; drop or rename it, or set a "
                             "different catalog table_prefix or database")
+    if (table_input["Parameters"] or {}).get("s3_archive.evolve") == "true":
+        sd = table_input["StorageDescriptor"]
+        table_input = {**table_input, "StorageDescriptor": {
+            **sd, "Columns": merge_columns(sd["Columns"], (existing.get("StorageDescriptor") or {}).get("Columns")
+                                           or [])}}
     changes = table_changes(existing, table_input)
     if not changes:
         return "unchanged", []

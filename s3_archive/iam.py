@@ -72,7 +72,9 @@ def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
     databases: set[str] = set()
     tables: set[str] = set()
     if include_catalog:
-        for a in settings.archives:  # every archive format has a catalog table (catalog.MAPPINGS)
+        for a in settings.archives:
+            if catalog.no_table_reason(a) is not None:
+                continue
             opts = catalog.options_for(a, catalog_options)
             databases.add(opts.database)
             tables |= {f"{opts.database}/{catalog.table_name(t, opts)}" for t in a.topics}

@@ -415,3 +415,28 @@ def test_windows_expired_by_the_lifecycle_are_not_reported_missing(services, uni
     assert gone.passed and gone.metadata["expired_windows"].value == 4
     assert "4 older windows expired by the lifecycle policy (expiration_days 30)" in gone.description
     assert gone.metadata["manifests"].value == 2  # the young window's and the intact one's
+
+
+def test_decoded_json_fields_become_table_columns_and_older_fields_stay(kafka, services, res, spark, unique):
+    topic = create_topic(kafka, f"cat-json-{unique}")
+    first = [json.dumps({"id": i, "old": "x"}).encode() for i in range(3)]
+    produce(kafka, topic, [(0, None, v, []) for v in first])
+    cfg = archive_config(services.bucket, topic, f"cat/{unique}/", envelope={"headers": False},
+                         value_decoding={"type": "json", "column_prefix": "v_"})
+    materialize(cfg, topic, [W(0, 0, 3)], res)
+    [asset] = build_catalog_defs(Settings(archives=[cfg]),
+                                 {"test": CatalogOptions(database=f"cat_{unique}")}).assets
+    assert run_asset(asset, res)["table_action"] == "created"
+    # A later window's values lose `old` and gain a nested field: the table gains a column and keeps `v_old`.
+    produce(kafka, topic, [(0, None, json.dumps({"id": 9, "n": {"a": 1.5}}).encode(), [])])
+    materialize(cfg, topic, [W(0, 3, 4)], res)
+    assert run_asset(asset, res)["table_action"] == "updated"
+    table = client(services, "glue").get_table(DatabaseName=f"cat_{unique}", Name=catalog.table_name(topic))["Table"]
+    cols = [(c["Name"], c["Type"]) for c in table["StorageDescriptor"]["Columns"]]
+    assert cols[:7] == [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+                        ("offset", "bigint"), ("timestamp", "timestamp"), ("timestamp_type", "int")]
+    assert cols[7:] == [("v_id", "bigint"), ("v_n", "struct<a:decimal(2,1)>"), ("v_old", "string")]
+    location = f"s3a://{services.bucket}/{cfg.prefix}{topic}/"
+    rows = (spark.read.schema(catalog.spark_schema_ddl(table)).parquet(location)
+            .orderBy("offset").select("offset", "v_id", "v_old").collect())
+    assert [tuple(r) for r in rows] == [(0, 0, "x"), (1, 1, "x"), (2, 2, "x"), (3, 9, None)]

@@ -176,16 +176,63 @@ def test_text_table_has_one_value_column():
     assert uncompressed["StorageDescriptor"]["Compressed"] is False
 
 
-def test_every_archive_format_has_a_table_mapping_and_a_catalog_asset():
-    assert set(catalog.MAPPINGS) == set(FORMATS)
+def test_every_archive_format_has_a_table_mapping_or_a_reason_and_only_mapped_ones_get_an_asset():
+    assert set(catalog.MAPPINGS) | set(catalog.NO_TABLE) == set(FORMATS)
+    assert not set(catalog.MAPPINGS) & set(catalog.NO_TABLE)
     settings = Settings(archives=[cfg(f, topics=(f"t_{f}",), name=f, prefix=f"{f}/") for f in FORMATS])
-    assert {a.key for a in build_catalog_defs(settings).assets} == {catalog_asset_key(f"t_{f}") for f in FORMATS}
+    assert {a.key for a in build_catalog_defs(settings).assets} == {catalog_asset_key(f"t_{f}")
+                                                                    for f in catalog.MAPPINGS}
+    for f in catalog.NO_TABLE:
+        with pytest.raises(catalog.UnsupportedFormat, match=f"format '{f}'"):
+            build_table_input(cfg(f), "t", CatalogOptions(), 1)
+
+
+def test_envelope_selection_and_utf8_value_shape_the_columns():
+    c = cfg("parquet", envelope={"headers": False, "metadata": False}, value_decoding={"type": "utf8"})
+    cols = build_table_input(c, "t", CatalogOptions(), 1)["StorageDescriptor"]["Columns"]
+    assert [(x["Name"], x["Type"]) for x in cols] == [("key", "binary"), ("value", "string")]
+    a = cfg("avro", envelope={"headers": False})
+    literal = json.loads(build_table_input(a, "t", CatalogOptions(), 1)["StorageDescriptor"]["SerdeInfo"]
+                         ["Parameters"]["avro.schema.literal"])
+    assert [f["name"] for f in literal["fields"]] == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                                      "timestamp_type"]
+
+
+def test_custom_layout_and_avro_json_decoding_get_no_table_with_a_reason():
+    assert "layout" in catalog.no_table_reason(cfg("parquet", layout={"partition_by": [{"kind": "kafka_partition"}]}))
+    assert "avro.schema.literal" in catalog.no_table_reason(cfg("avro", value_decoding={"type": "json"}))
+    assert catalog.no_table_reason(cfg("parquet", value_decoding={"type": "json"})) is None
+
+
+def test_decoded_columns_from_window_schemas():
+    s1 = json.dumps({"type": "struct", "fields": [
+        {"name": "key", "type": "binary", "nullable": True, "metadata": {}},
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": True},
+         "nullable": True, "metadata": {}}]})
+    s2 = json.dumps({"type": "struct", "fields": [
+        {"name": "id", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "o", "type": {"type": "struct", "fields": [
+            {"name": "d", "type": "decimal(10,2)", "nullable": True, "metadata": {}},
+            {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "integer",
+                                   "valueContainsNull": True}, "nullable": True, "metadata": {}}]},
+         "nullable": True, "metadata": {}}]})
+    cols = catalog.decoded_columns(cfg("parquet", value_decoding={"type": "json"}), [s1, s2, "", "not json"])
+    assert [(c["Name"], c["Type"]) for c in cols] == [
+        ("id", "bigint"), ("tags", "array<string>"), ("o", "struct<d:decimal(10,2),m:map<string,int>>")]
+
+
+def test_merge_columns_keeps_what_older_windows_have():
+    desired = [{"Name": "key", "Type": "binary", "Comment": ""}, {"Name": "b", "Type": "int", "Comment": ""}]
+    existing = [{"Name": "key", "Type": "binary"}, {"Name": "a", "Type": "string", "Comment": "old"}]
+    assert [c["Name"] for c in catalog.merge_columns(desired, existing)] == ["key", "b", "a"]
 
 
 def test_a_format_without_a_mapping_is_named():
-    unknown = cfg().model_copy(update={"format": "bytes"})  # a format added to the archive but not to MAPPINGS
-    with pytest.raises(catalog.UnsupportedFormat, match="archive 'demo': format 'bytes' has no Glue table mapping; "
-                                                        "catalogued formats: parquet, avro, jsonl, csv, text"):
+    unknown = cfg().model_copy(update={"format": "orc"})  # a format added to the archive but not to MAPPINGS
+    with pytest.raises(catalog.UnsupportedFormat, match="archive 'demo': no Glue table: format 'orc' has no Glue "
+                                                        "table mapping; catalogued formats: parquet, avro, jsonl, "
+                                                        "csv, text"):
         build_table_input(unknown, "demo.orders", CatalogOptions(), 1)
 
 

@@ -9,10 +9,12 @@ stack's moto server answers S3 and Glue on one endpoint; on AWS both use the def
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import boto3
+
 import dagster as dg
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -35,6 +37,8 @@ CATALOG_AUTOMATION = (
      | dg.AutomationCondition.code_version_changed()).since_last_handled()
     & ~dg.AutomationCondition.in_progress()
 ).with_label("refresh when windows land")
+
+log = logging.getLogger(__name__)
 
 
 def catalog_asset_key(topic: str) -> dg.AssetKey:
@@ -85,7 +89,11 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             partitions = kafka.partitions(topic)
         except (UnknownTopic, KafkaUnavailable) as e:
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
-        table_input = catalog.build_table_input(cfg, topic, options, max(partitions) + 1)
+        columns = None
+        if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
+            columns = catalog.table_columns(cfg) + catalog.decoded_columns(
+                cfg, catalog.latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic))
+        table_input = catalog.build_table_input(cfg, topic, options, max(partitions) + 1, columns)
         try:
             result = catalog.sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
         except ClientError as e:
@@ -121,7 +129,12 @@ def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOption
     if unknown:
         raise ValueError(f"catalog options for unknown archives {unknown}; archives: "
                          f"{[a.name for a in settings.archives]}")
-    chosen = [(a, t, catalog.options_for(a, options)) for a in settings.archives for t in a.topics]
+    for a in settings.archives:
+        reason = catalog.no_table_reason(a)
+        if reason is not None and a.topics:
+            log.warning(f"archive {a.name!r} gets no Glue table: {reason}")
+    chosen = [(a, t, catalog.options_for(a, options)) for a in settings.archives for t in a.topics
+              if catalog.no_table_reason(a) is None]
     catalog.check_table_names((o.database, catalog.table_name(t, o), t) for _, t, o in chosen)
     return [build_catalog_asset(a, t, o) for a, t, o in chosen]
 
