@@ -204,6 +204,6 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
                                          fmt.object_suffix(cfg.codec), fields,
                                          stats.records > stats.undecodable, fault, per_record=fmt.name == "bytes",
                                          dead_letter_attempt=dead_attempt if stats.undecodable else None,
-                                         out_layout=cfg.layout)
+                                         out_layout=cfg.layout, publish_codec=fmt.publish_codec(cfg.codec))
     outcome = "committed" if result.committed_by_us else "committed_by_concurrent_attempt"
     return WindowResult(window, result.manifest, outcome, time.monotonic() - t0)

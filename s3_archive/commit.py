@@ -120,6 +120,28 @@ def _copy(s3: Any, bucket: str, source: str, final: str) -> dict:
     return {"key": final, "etag": r["CopyObjectResult"]["ETag"].strip('"')}
 
 
+def publish_compressed(s3: Any, bucket: str, source: str, final: str, codec: str) -> dict:
+    """A staged (uncompressed) part, compressed with `codec` on its way to its final key: streamed through temp
+    files, so memory stays flat whatever the part's size. Returns the final object's key, size and ETag."""
+    import shutil
+    import tempfile
+
+    from backports import zstd
+
+    if codec != "zstd":
+        raise ValueError(f"no publish-time codec {codec!r}; supported: zstd")
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, packed = f"{tmp}/raw", f"{tmp}/packed"
+        s3.download_file(bucket, source, raw)
+        with open(raw, "rb") as src, zstd.open(packed, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        with open(packed, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            r = s3.put_object(Bucket=bucket, Key=final, Body=f)
+    return {"key": final, "etag": r["ETag"].strip('"'), "size": size}
+
+
 def publish_records(s3: Any, bucket: str, parts: list[dict], key_for: Callable[[int], str],
                     threads: int = 16) -> list[dict]:
     """The `bytes` format: each staged record (parquet: offset, value) becomes one object holding its value,
@@ -176,10 +198,11 @@ class CommitResult:
 def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow, attempt: str,
                   suffix: str, manifest_fields: dict, has_records: bool, fault: Fault = no_fault,
                   per_record: bool = False, dead_letter_attempt: str | None = None,
-                  out_layout: OutputLayout | None = None) -> CommitResult:
+                  out_layout: OutputLayout | None = None, publish_codec: str | None = None) -> CommitResult:
     """`per_record`: the `bytes` format (one object per record, see publish_records). `dead_letter_attempt`: the
     staging attempt holding the window's undecodable records, published under the dead-letter prefix.
-    `out_layout`: the archive's key template and partition_by (None: the default layout of layout.py)."""
+    `out_layout`: the archive's key template and partition_by (None: the default layout of layout.py).
+    `publish_codec`: compress each data part while publishing it (text formats' zstd, see formats.py)."""
     mkey = layout.manifest_key(prefix, topic, window)
     parts = staged_parts(s3, bucket, layout.staging_prefix(prefix, topic, window, attempt)) if has_records else []
     dead = (staged_parts(s3, bucket, layout.staging_prefix(prefix, topic, window, dead_letter_attempt))
@@ -193,17 +216,19 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
     if (won := adopt()) is not None:
         return won
 
-    def copy_all(staged: list[dict], key_for: Callable[[str | None, int], str]) -> list[dict] | CommitResult:
+    def copy_all(staged: list[dict], key_for: Callable[[str | None, int], str], codec: str | None = None,
+                 ) -> list[dict] | CommitResult:
         out = []
         for i, (part, final) in enumerate(zip(staged, final_keys(staged, key_for), strict=True)):
             try:
-                obj = _copy(s3, bucket, part["Key"], final)
+                obj = (publish_compressed(s3, bucket, part["Key"], final, codec) if codec
+                       else {**_copy(s3, bucket, part["Key"], final), "size": part["Size"]})
             except ClientError as e:
                 # A concurrent attempt that committed first may already have cleaned our staging.
                 if _code(e) in ("NoSuchKey", "404") and (won := adopt()) is not None:
                     return won
                 raise
-            out.append({"key": obj["key"], "size": part["Size"], "etag": obj["etag"]})
+            out.append({"key": obj["key"], "size": obj["size"], "etag": obj["etag"]})
             fault(f"final:{i}")
         return out
 
@@ -212,9 +237,10 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
             s3, bucket, parts, lambda offset: layout.record_object_key(prefix, topic, window, offset, suffix))
     elif out_layout is not None:
         objects = copy_all(parts, lambda b, i: partitioners.object_key(out_layout, prefix, topic, window,
-                                                                       b if b is not None else NO_BUCKETS, i, suffix))
+                                                                       b if b is not None else NO_BUCKETS, i, suffix),
+                           publish_codec)
     else:
-        objects = copy_all(parts, lambda b, i: layout.object_key(prefix, topic, window, i, suffix))
+        objects = copy_all(parts, lambda b, i: layout.object_key(prefix, topic, window, i, suffix), publish_codec)
     if isinstance(objects, CommitResult):
         return objects
     dead_objects = copy_all(dead, lambda b, i: layout.dead_letter_key(prefix, topic, window, i))

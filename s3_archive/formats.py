@@ -79,10 +79,11 @@ def parse_ddl_fields(ddl: str) -> list[str]:
 
 # Fields a csv archive can carry (Aiven's format.output.fields), in the order given by the config.
 CSV_FIELDS = ("key", "value", "offset", "timestamp", "headers")
-# Spark 4.0's text writers (json, csv, text) have no zstd without Hadoop's native library, so text formats
-# offer gzip and bzip2; use parquet or avro for zstd.
-_TEXT_CODECS = ("none", "gzip", "bzip2")
-_TEXT_SUFFIX = {"gzip": ".gz", "bzip2": ".bz2"}
+# Spark 4.0's text writers (json, csv, text) have no zstd without Hadoop's native library, so for zstd Spark
+# writes the text uncompressed and the commit compresses each part while publishing it (PUBLISH_CODECS).
+_TEXT_CODECS = ("none", "gzip", "bzip2", "zstd")
+_TEXT_SUFFIX = {"gzip": ".gz", "bzip2": ".bz2", "zstd": ".zst"}
+PUBLISH_CODECS = frozenset({"zstd"})
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,13 @@ class FormatSpec:
     envelope: bool = True  # stores the envelope's columns (selectable with `envelope`, decoded value fields)
     stores: str = "the envelope"  # what an object holds, for error messages and docs
 
+    def publish_codec(self, codec: str) -> str | None:
+        """The codec the commit applies while publishing a staged part (Spark cannot write it), or None."""
+        return codec if self.codec_suffix and codec in PUBLISH_CODECS else None
+
     def spark_options(self, codec: str) -> dict[str, str]:
-        opts = {"compression": self.spark_codec.get(codec, codec)}
+        spark_codec = "none" if self.publish_codec(codec) else self.spark_codec.get(codec, codec)
+        opts = {"compression": spark_codec}
         if self.spark_format == "json":
             # Nulls stay explicit ("key": null) so a reader can tell a null key from a missing field.
             opts |= {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}

@@ -35,6 +35,10 @@ def _decompress(data: bytes, key: str) -> bytes:
         return gzip.decompress(data)
     if key.endswith(".bz2"):
         return bz2.decompress(data)
+    if key.endswith(".zst"):
+        from backports import zstd
+
+        return zstd.decompress(data)
     return data
 
 
