@@ -267,8 +267,8 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
             f"{m['first_bad']}. Nothing was committed. To keep such records under the dead-letter prefix and "
             "archive the rest, set value_decoding.on_error: dead_letter")
     if bad and dead_letter_uri is not None:
-        (df.where(~good).drop(BUCKET_COLUMN).write.format("parquet").options(compression="snappy").mode("errorifexists")
-         .save(dead_letter_uri))
+        (df.where(~good).drop(BUCKET_COLUMN).write.format("parquet").options(compression="snappy")
+         .mode("errorifexists").save(dead_letter_uri))
     written = [c for c in staged.columns if c not in ("_part", "_offset", BUCKET_COLUMN)]
     text_like = out.fmt.name in ("json", "text", "bytes", "csv")
     return StageStats(
