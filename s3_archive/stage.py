@@ -231,11 +231,28 @@ def _write(df: DataFrame, out: Output, uri: str) -> None:
     writer.save(uri)
 
 
+# Adaptive execution replaces a plan whose shuffle turns out empty with an empty relation, dropping the
+# CollectMetrics node with it: the observation is then never delivered and Observation.get waits forever. That is
+# a window with no committed record (all aborted, compacted or deleted) written through a window function
+# (rotation, json, layout). Keeping the rule out costs nothing for non-empty windows.
+_AQE_RULES = "spark.sql.adaptive.optimizer.excludedRules"
+_EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+
+
+def keep_observations(spark: SparkSession) -> None:
+    """Exclude AQEPropagateEmptyRelation from the session's adaptive rules (keeping any other exclusions)."""
+    current = spark.conf.get(_AQE_RULES, "") or ""
+    rules = [r for r in current.split(",") if r.strip()]
+    if _EMPTY_RELATION_RULE not in rules:
+        spark.conf.set(_AQE_RULES, ",".join([*rules, _EMPTY_RELATION_RULE]))
+
+
 def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, window: OffsetWindow,
                  read_start: int, out: Output, staging_uri: str, dead_letter_uri: str | None = None,
                  ) -> StageStats:
     """Write offsets [read_start, window.end) to `staging_uri` as configured; with on_error dead_letter, records
     whose value does not decode go, as the full raw envelope in parquet, to `dead_letter_uri`."""
+    keep_observations(spark)
     obs = Observation(f"w_{topic}_{window.key}")
     df = read_window(spark, kafka_options, topic, window.partition, read_start, window.end)
     json_ddl = out.json_schema

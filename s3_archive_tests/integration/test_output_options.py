@@ -173,7 +173,7 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     from s3_archive import partitioners as P
     from s3_archive.settings import ArchiveConfig
 
-    topic = create_topic(kafka, "layout")
+    topic = create_topic(kafka, "layout", config={"retention.ms": "-1"})  # the timestamps are from 2024
     values = [json.dumps({"region": r} if r is not None else {}).encode() for _, r in TIMED]
     produced = produce(kafka, topic, [(0, b"k", v, []) for v in values], timestamps=[t for t, _ in TIMED])
     cfg = archive_config(services.bucket, topic, "opts/layout/", layout=LAYOUT, max_records_per_object=1)
@@ -198,3 +198,25 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     assert f"{cfg.prefix}{topic}/day=2024-03-31/region=eu%2Fwest/" in "".join(keys)
     assert sorted(o["key"] for o in result.manifest["objects"]) == keys
     assert produced  # the records above are the produced ones
+
+
+def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka, s3, services, spark, unique):
+    """All records aborted: an empty read through a window function must not lose the window's statistics
+    (adaptive execution used to drop them, and the run waited forever)."""
+    from confluent_kafka import Producer
+
+    topic = create_topic(kafka, "aborted")
+    producer = Producer(kafka.client_config(**{"transactional.id": f"aborted-{unique}"}))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=b"x", partition=0)
+    producer.flush(30)  # abort purges what is still queued: get the records into the log first
+    producer.abort_transaction(30)
+    end = kafka.offsets(topic, "latest")[0]
+    assert end == 4  # 3 aborted records + the abort marker
+    for fmt, extra in (("parquet", {"max_records_per_object": 2}), ("json", {})):
+        cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra)
+        result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, end), log)
+        assert result.manifest["record_count"] == 0 and result.manifest["objects"] == []
+        assert result.manifest["absent_offsets"] == [[0, end]]
