@@ -23,6 +23,7 @@ import bz2
 import gzip
 import heapq
 import io
+import itertools
 import operator
 import json
 import tempfile
@@ -62,7 +63,7 @@ RESTORABLE_FORMATS = tuple(name for name, spec in FORMATS.items() if spec.lossle
 DEFAULT_TRANSACTION_RECORDS = 50_000
 # Commit at least this often (besides every `transaction_records`); the producer's transaction.timeout.ms is 5 min.
 TRANSACTION_SECONDS = 20.0
-_OFFSET = operator.attrgetter("offset")
+_OFFSET = operator.itemgetter(1)  # a record's offset
 _MASK32 = 0xFFFFFFFF
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -435,16 +436,29 @@ def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, byte
     return headers, total.to_pylist()
 
 
-def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
-    """Records of one Parquet object, in file order, a batch at a time. Columns other than the envelope's
-    (decoded value fields) are not read."""
+def parquet_batches(f: Any) -> Iterator[list[tuple]]:
+    """Records of one Parquet object, in file order, as lists of plain tuples in ArchivedRecord's field order
+    (one list per Parquet batch; built column-wise). Columns other than the envelope's (decoded value fields)
+    are not read."""
     pf = pq.ParquetFile(f)
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH,
                                  columns=["key", "value", "headers", "partition", "offset", "timestamp"]):
         headers, sizes = _headers_and_sizes(batch)
-        yield from map(ArchivedRecord, batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
+        yield list(zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
                        batch.column("key").to_pylist(), batch.column("value").to_pylist(), headers,
-                       _ms(batch.column("timestamp")), sizes)
+                       _ms(batch.column("timestamp")), sizes))
+
+
+def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
+    """Records of one Parquet object, in file order."""
+    for rows in parquet_batches(f):
+        yield from map(ArchivedRecord._make, rows)
+
+
+def _batched(records: Iterable[tuple], n: int = PARQUET_BATCH) -> Iterator[list[tuple]]:
+    it = iter(records)
+    while batch := list(itertools.islice(it, n)):
+        yield batch
 
 
 def avro_records(f: Any) -> Iterator[ArchivedRecord]:
@@ -534,8 +548,9 @@ def _text_stream(f: Any, key: str, codec: str | None) -> Any:
     return io.BufferedReader(f)
 
 
-def object_records(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None) -> Iterator[ArchivedRecord]:
-    """One archived object's records. It is spooled to a temporary file (not memory), then read in batches."""
+def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None) -> Iterator[list[tuple]]:
+    """One archived object's records in file order, in lists (ArchivedRecords, or plain tuples in its field
+    order). The object is spooled to a temporary file (not memory), then read a batch at a time."""
     key = obj["key"]
     if fmt not in FORMATS:
         raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
@@ -552,25 +567,32 @@ def object_records(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None 
                                         "the archive was changed after it was committed")
         f.seek(0)
         if fmt == "parquet":
-            yield from parquet_records(f)
+            yield from parquet_batches(f)
         elif fmt == "avro":
-            yield from avro_records(f)
+            yield from _batched(avro_records(f))
         else:
             with _text_stream(f, key, codec) as stream:
                 if fmt == "jsonl":
-                    yield from jsonl_records(stream)
+                    yield from _batched(jsonl_records(stream))
                 else:
-                    yield from json_array_records(stream, f"s3://{bucket}/{key}")
+                    yield from _batched(json_array_records(stream, f"s3://{bucket}/{key}"))
 
 
-def _chain(s3: Any, bucket: str, objects: list[dict], fmt: str, codec: str | None) -> Iterator[ArchivedRecord]:
+def object_records(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None) -> Iterator[ArchivedRecord]:
+    """One archived object's records, in file order."""
+    for batch in object_batches(s3, bucket, obj, fmt, codec):
+        yield from map(ArchivedRecord._make, batch)
+
+
+def _batches(s3: Any, bucket: str, objects: list[dict], fmt: str, codec: str | None) -> Iterator[list[tuple]]:
     for obj in objects:
-        yield from object_records(s3, bucket, obj, fmt, codec)
+        yield from object_batches(s3, bucket, obj, fmt, codec)
 
 
 def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
-                   interleaved: bool = False) -> Iterator[ArchivedRecord]:
-    """A committed window's records in offset order; checks they belong to the window.
+                   interleaved: bool = False) -> Iterator[tuple]:
+    """A committed window's records in offset order (tuples in ArchivedRecord's field order); checks they
+    belong to the window.
 
     A window's objects follow each other in offset order (rotation parts), unless `interleaved`: a layout whose
     `partition_by` or record-level template values split the window into buckets, each bucket's objects in
@@ -579,21 +601,26 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
     object is open at once, one batch of each in memory)."""
     fmt, codec = manifest["format"], manifest.get("compression")
     main = manifest["objects"]
-    streams = ([_chain(s3, bucket, [o], fmt, codec) for o in main] if interleaved
-               else [_chain(s3, bucket, main, fmt, codec)])
-    streams += [_chain(s3, bucket, [o], "parquet", None) for o in manifest.get("dead_letter_objects", ())]
-    records = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_OFFSET)
-    last = -1
-    for r in records:
-        if r.partition != window.partition or not window.start <= r.offset < window.end or r.offset <= last:
-            hint = ("; or its objects interleave (a layout whose partition_by splits windows), which a restore "
-                    "called without interleaved objects cannot tell") if not interleaved and len(main) > 1 else ""
-            raise ArchiveIntegrityError(
-                f"window {window.key} (s3://{bucket}/, objects {[o['key'] for o in main][:3]}…): record at "
-                f"partition {r.partition} offset {r.offset} does not follow offset {last} inside the window; the "
-                f"archive is corrupt{hint}")
-        last = r.offset
-        yield r
+    streams = ([_batches(s3, bucket, [o], fmt, codec) for o in main] if interleaved
+               else [_batches(s3, bucket, main, fmt, codec)])
+    streams += [_batches(s3, bucket, [o], "parquet", None) for o in manifest.get("dead_letter_objects", ())]
+    if len(streams) == 1:
+        batches: Iterator[list[tuple]] = streams[0]
+    else:
+        batches = _batched(heapq.merge(*[itertools.chain.from_iterable(b) for b in streams], key=_OFFSET))
+    last, p, start, end = -1, window.partition, window.start, window.end
+    for batch in batches:
+        for r in batch:
+            if r[0] != p or r[1] <= last or not start <= r[1] < end:
+                hint = ("; or its objects interleave (a layout whose partition_by splits windows), which a "
+                        "restore called without interleaved objects cannot tell") \
+                    if not interleaved and len(main) > 1 else ""
+                raise ArchiveIntegrityError(
+                    f"window {window.key} (s3://{bucket}/, objects {[o['key'] for o in main][:3]}…): record at "
+                    f"partition {r[0]} offset {r[1]} does not follow offset {last} inside the window; the archive "
+                    f"is corrupt{hint}")
+            last = r[1]
+        yield from batch
 
 
 _ENVELOPE = [c for c, _ in ENVELOPE_COLUMNS]
@@ -899,7 +926,7 @@ class WindowSource:
     (`s3_archive.foreign_restore`) both come in as these, so the exactly-once machinery is one."""
 
     window: OffsetWindow
-    records: Callable[[], Iterator[ArchivedRecord]]  # in offset order
+    records: Callable[[], Iterator[tuple]]  # ArchivedRecords (or plain tuples in its field order), offset order
     record_count: int | None = None  # None: unknown until read (counted while reading)
     min_timestamp_ms: int | None = None
     max_timestamp_ms: int | None = None
@@ -1053,14 +1080,18 @@ class _Run:
         done = self.ledger.get(sp, RangeSet())
         check_done = any(a < scope[1] and scope[0] < b for a, b in done.ranges())  # else no record is in it
         has_time = filters.has_time
-        route, counts = self.route, rep.partitions
+        # `same` routes everything to sp: counted once at the end instead of per record
+        route = None if request.mapping.mode == "same" else self.route
+        counts = rep.partitions
         topic, max_txn, provenance_headers = request.target_topic, request.transaction_records, \
             request.provenance_headers
         lo, hi = scope
-        seg_start, last = lo, -1
+        seg_start, last, tp = lo, -1, sp
         archived = restored = skipped = filtered = nbytes = replaced = 0
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
         kproduce = producer.producer.produce if producer is not None else None
+        faulty = self.fault is not no_fault
+        n_txn = self.txn_records  # records in the open transaction (kept in a local: this loop is per record)
         for _p, offset, key, value, headers, ts, size in src.records():
             last = offset
             archived += 1
@@ -1073,14 +1104,15 @@ class _Run:
             if has_time and not filters.time_ok(ts):
                 filtered += 1
                 continue
-            tp = route(sp, key)
             if size is None:
                 size = _record_bytes(key, value, headers)
-            c = counts.get(tp)
-            if c is None:
-                c = counts[tp] = PartitionCount()
-            c.records += 1
-            c.bytes += size
+            if route is not None:
+                tp = route(sp, key)
+                c = counts.get(tp)
+                if c is None:
+                    c = counts[tp] = PartitionCount()
+                c.records += 1
+                c.bytes += size
             restored += 1
             nbytes += size
             if ts <= 0:
@@ -1089,7 +1121,7 @@ class _Run:
                 continue
             if provenance_headers:
                 headers = headers + provenance + [(PROVENANCE_OFFSET, str(offset).encode())]
-            if self.txn_records == 0:
+            if n_txn == 0:
                 producer.begin()
                 self.txn_sp, self.txn_t0 = sp, time.monotonic()
             try:
@@ -1099,15 +1131,22 @@ class _Run:
                 producer.produce(tp, key, value, headers, ts)
             except KafkaException as e:
                 raise producer.failed("producing to", e) from None
-            self.produced += 1
-            self.txn_records += 1
-            if self.fault is not no_fault:  # skip building the step name per record in real runs
+            n_txn += 1
+            if faulty:  # skip building the step name per record in real runs
+                self.produced += 1
                 self.fault(f"produced:{self.produced}")
-            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
-            if self.txn_records >= max_txn or time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS:
+            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms (the clock
+            # is read every 256 records).
+            if n_txn >= max_txn or ((n_txn & 255) == 0 and time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS):
                 self.txn_ranges.add(seg_start, offset + 1)
+                self.txn_records = n_txn
                 ready += self._commit(rep)
-                seg_start = offset + 1
+                seg_start, n_txn = offset + 1, 0
+        self.txn_records = n_txn
+        if not faulty:
+            self.produced += restored if kproduce is not None else 0
+        if route is None and restored:
+            counts[sp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
             filtered, skipped, restored, nbytes, replaced
         if src.record_count is None:
