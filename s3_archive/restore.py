@@ -3,7 +3,8 @@ partition keys to `restore_windows`.
 
 Pure parts: partition mapping (Kafka's murmur2), filters, the restore ledger's range sets and their encoding.
 I/O parts: reading a window's manifest and objects from S3 (boto3 + pyarrow, one object at a time, streamed in
-batches), and producing with a transactional confluent-kafka producer.
+batches built column-wise; objects whose offsets interleave — dead letters, layouts that split windows — merged
+by offset), and producing with a transactional confluent-kafka producer.
 
 Exactly once. Every transaction carries, besides its records, the restore *ledger*: per source partition the
 offset ranges already restored, written with `send_offsets_to_transaction` as committed-offset metadata of a
@@ -24,8 +25,8 @@ import gzip
 import heapq
 import io
 import itertools
-import operator
 import json
+import operator
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -548,16 +549,12 @@ def _text_stream(f: Any, key: str, codec: str | None) -> Any:
     return io.BufferedReader(f)
 
 
-def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None) -> Iterator[list[tuple]]:
-    """One archived object's records in file order, in lists (ArchivedRecords, or plain tuples in its field
-    order). The object is spooled to a temporary file (not memory), then read a batch at a time."""
+def spool(s3: Any, bucket: str, obj: dict) -> Any:
+    """The object downloaded to a temporary file (not memory), its size checked against the manifest's; the
+    caller closes it."""
     key = obj["key"]
-    if fmt not in FORMATS:
-        raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
-    if fmt not in RESTORABLE_FORMATS:
-        raise InvalidRestore(f"s3://{bucket}/{key}: format {fmt!r} does not keep key, value and headers byte for "
-                             f"byte, so it cannot be restored; restorable formats: {', '.join(RESTORABLE_FORMATS)}")
-    with tempfile.TemporaryFile(prefix="s3-archive-restore-") as f:
+    f = tempfile.TemporaryFile(prefix="s3-archive-restore-")
+    try:
         s3.download_fileobj(bucket, key, f)
         # Not f.tell(): a multipart download (objects over 8 MB) writes its ranges out of order, so the position
         # after the last write need not be the end.
@@ -566,6 +563,67 @@ def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None 
             raise ArchiveIntegrityError(f"s3://{bucket}/{key} is {size} bytes, its manifest says {obj['size']}; "
                                         "the archive was changed after it was committed")
         f.seek(0)
+        return f
+    except BaseException:
+        f.close()
+        raise
+
+
+Opener = Callable[[dict], Any]  # manifest object -> spooled file (see spool, Prefetch)
+
+
+class Prefetch:
+    """Downloads the next object of a run while the current one is read (one object ahead, in a thread): the
+    restore reads the objects in a known order (windows in order, each window's objects, then its dead letters),
+    and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
+    downloaded on the spot."""
+
+    def __init__(self, s3: Any, bucket: str, objects: list[dict]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="s3-archive-restore-prefetch")
+        self.pending: tuple[str, Any] | None = None
+        self._next()
+
+    def _next(self) -> None:
+        self.pending = None
+        if self.pos < len(self.order):
+            obj = self.order[self.pos]
+            self.pos += 1
+            self.pending = (obj["key"], self.pool.submit(spool, self.s3, self.bucket, obj))
+
+    def __call__(self, obj: dict) -> Any:
+        if self.pending is not None and self.pending[0] == obj["key"]:
+            fut = self.pending[1]
+            self._next()
+            return fut.result()
+        return spool(self.s3, self.bucket, obj)
+
+    def close(self) -> None:
+        if self.pending is not None:
+            fut, self.pending = self.pending[1], None
+            fut.cancel()
+            if not fut.cancelled():
+                try:
+                    fut.result().close()
+                except Exception:  # noqa: BLE001 - an object nobody reads any more
+                    pass
+        self.pool.shutdown(wait=True)
+
+
+def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None,
+                   opener: Opener | None = None) -> Iterator[list[tuple]]:
+    """One archived object's records in file order, in lists (ArchivedRecords, or plain tuples in its field
+    order). The object is spooled to a temporary file (not memory; `opener`, default `spool`), then read a batch
+    at a time."""
+    key = obj["key"]
+    if fmt not in FORMATS:
+        raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
+    if fmt not in RESTORABLE_FORMATS:
+        raise InvalidRestore(f"s3://{bucket}/{key}: format {fmt!r} does not keep key, value and headers byte for "
+                             f"byte, so it cannot be restored; restorable formats: {', '.join(RESTORABLE_FORMATS)}")
+    with (opener(obj) if opener is not None else spool(s3, bucket, obj)) as f:
         if fmt == "parquet":
             yield from parquet_batches(f)
         elif fmt == "avro":
@@ -584,13 +642,19 @@ def object_records(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None 
         yield from map(ArchivedRecord._make, batch)
 
 
-def _batches(s3: Any, bucket: str, objects: list[dict], fmt: str, codec: str | None) -> Iterator[list[tuple]]:
+def _batches(s3: Any, bucket: str, objects: list[dict], fmt: str, codec: str | None,
+             opener: Opener | None) -> Iterator[list[tuple]]:
     for obj in objects:
-        yield from object_batches(s3, bucket, obj, fmt, codec)
+        yield from object_batches(s3, bucket, obj, fmt, codec, opener)
+
+
+def window_objects(manifest: dict) -> list[dict]:
+    """A window's objects in the order `window_records` opens them: its objects, then its dead letters."""
+    return [*manifest["objects"], *manifest.get("dead_letter_objects", ())]
 
 
 def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
-                   interleaved: bool = False) -> Iterator[tuple]:
+                   interleaved: bool = False, opener: Opener | None = None) -> Iterator[tuple]:
     """A committed window's records in offset order (tuples in ArchivedRecord's field order); checks they
     belong to the window.
 
@@ -601,9 +665,10 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
     object is open at once, one batch of each in memory)."""
     fmt, codec = manifest["format"], manifest.get("compression")
     main = manifest["objects"]
-    streams = ([_batches(s3, bucket, [o], fmt, codec) for o in main] if interleaved
-               else [_batches(s3, bucket, main, fmt, codec)])
-    streams += [_batches(s3, bucket, [o], "parquet", None) for o in manifest.get("dead_letter_objects", ())]
+    streams = ([_batches(s3, bucket, [o], fmt, codec, opener) for o in main] if interleaved
+               else [_batches(s3, bucket, main, fmt, codec, opener)])
+    streams += [_batches(s3, bucket, [o], "parquet", None, opener)
+                for o in manifest.get("dead_letter_objects", ())]
     if len(streams) == 1:
         batches: Iterator[list[tuple]] = streams[0]
     else:
@@ -951,20 +1016,24 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
     topic = request.source_topic
     manifests = read_manifests(s3, bucket, prefix, topic, ws)
     check_restorable(topic, manifests)
+    f = request.filters
+    to_read = [manifests[w] for w in ws if f.offset_scope(w) is not None
+               and f.time_may_match(manifests[w].get("min_timestamp_ms"), manifests[w].get("max_timestamp_ms"))]
     if cold is not None:
         target_partition_count(kafka, request.target_topic)  # a wrong target fails before any RestoreObject
-        f = request.filters
-        to_read = [m for w, m in manifests.items() if f.offset_scope(w) is not None
-                   and f.time_may_match(m.get("min_timestamp_ms"), m.get("max_timestamp_ms"))]
-        objects = head_storage_classes(s3, bucket, [o for m in to_read
-                                                    for o in [*m["objects"], *m.get("dead_letter_objects", ())]])
+        objects = head_storage_classes(s3, bucket, [o for m in to_read for o in window_objects(m)])
         prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", log)
 
+    prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
+
     def source(w: OffsetWindow, m: dict) -> WindowSource:
-        return WindowSource(w, lambda: window_records(s3, bucket, w, m, interleaved), m["record_count"],
+        return WindowSource(w, lambda: window_records(s3, bucket, w, m, interleaved, prefetch), m["record_count"],
                             m.get("min_timestamp_ms"), m.get("max_timestamp_ms"))
 
-    yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)
+    try:
+        yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)
+    finally:
+        prefetch.close()
 
 
 def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Any,
