@@ -42,6 +42,7 @@ from confluent_kafka.admin import ConfigResource
 
 from s3_archive import layout
 from s3_archive.cold import ColdOptions, head_storage_classes, prepare_cold
+from s3_archive.foreign import COLD_CLASSES
 from s3_archive.commit import ArchiveIntegrityError, read_manifest
 from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS
 from s3_archive.resources import KafkaResource, UnknownTopic
@@ -1020,9 +1021,10 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
     to_read = [manifests[w] for w in ws if f.offset_scope(w) is not None
                and f.time_may_match(manifests[w].get("min_timestamp_ms"), manifests[w].get("max_timestamp_ms"))]
     if cold is not None:
-        target_partition_count(kafka, request.target_topic)  # a wrong target fails before any RestoreObject
         objects = head_storage_classes(s3, bucket, [o for m in to_read for o in window_objects(m)])
-        prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", log)
+        if any(o.storage_class in COLD_CLASSES for o in objects):
+            target_partition_count(kafka, request.target_topic)  # a wrong target fails before any RestoreObject
+            prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", log)
 
     prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
