@@ -8,25 +8,22 @@ a re-run restore each record exactly once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
+from s3_archive import cold
+from s3_archive.cold import ColdObjectsPending, ColdOptions, ColdReport
 from s3_archive.foreign import (
-    COLD_CLASSES, Decoder, ForeignSource, ForeignWindow, InvalidForeignObject, ListedObject, Plan, cold_state,
-    decompress, numbered, plan, with_keys,
+    Decoder, ForeignSource, ForeignWindow, InvalidForeignObject, ListedObject, Plan, decompress, numbered, plan,
+    with_keys,
 )
 from s3_archive.resources import KafkaResource
 from s3_archive.restore import (
     ArchivedRecord, Fault, InvalidRestore, RestoreRequest, WindowReport, WindowSource, no_fault, restore_sources,
 )
 
-
-class ColdObjectsPending(RuntimeError):
-    """Objects in GLACIER / DEEP_ARCHIVE are not readable yet; their restore was requested."""
+__all__ = ["ColdObjectsPending", "ColdReport", "discover", "list_source", "prepare_cold", "restore_foreign",
+           "window_source"]
 
 
 def list_source(s3: Any, source: ForeignSource) -> list[ListedObject]:
@@ -37,55 +34,14 @@ def list_source(s3: Any, source: ForeignSource) -> list[ListedObject]:
     return out
 
 
-@dataclass
-class ColdReport:
-    cold: int = 0  # objects in GLACIER / DEEP_ARCHIVE among those to read
-    requested: int = 0  # RestoreObject sent by this run
-    pending: int = 0  # still being restored when the run gave up or went on
-
-
 def prepare_cold(s3: Any, source: ForeignSource, windows: list[ForeignWindow], wait_seconds: float, log: Any,
-                 poll_seconds: float = 10.0) -> ColdReport:
-    """Before anything is produced: request a restore of every cold object not yet requested, then fail with the
-    count of objects still being restored (`wait_seconds` 0), or poll until they are readable, for at most
-    `wait_seconds`."""
-    cold = [o for fw in windows for o in fw.objects if o.storage_class in COLD_CLASSES]
-    rep = ColdReport(cold=len(cold))
-    if not cold:
-        return rep
-
-    for o in cold:
-        if _cold_state(s3, source, o) == "request":
-            try:
-                s3.restore_object(Bucket=source.bucket, Key=o.key,
-                                  RestoreRequest={"Days": source.cold_restore_days,
-                                                  "GlacierJobParameters": {"Tier": source.cold_restore_tier}})
-            except ClientError as e:
-                if e.response.get("Error", {}).get("Code") != "RestoreAlreadyInProgress":
-                    raise
-            rep.requested += 1
-    log.info(f"{source.name}: {len(cold)} objects are in GLACIER/DEEP_ARCHIVE; restore requested now for "
-             f"{rep.requested} ({source.cold_restore_tier} tier, {source.cold_restore_days} days)")
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        pending = [o.key for o in cold if _cold_state(s3, source, o) != "ready"]
-        rep.pending = len(pending)
-        if not pending:
-            return rep
-        if time.monotonic() >= deadline:
-            waited = f" after waiting {wait_seconds:g} s" if wait_seconds > 0 else ""
-            raise ColdObjectsPending(
-                f"{len(pending)} of {len(cold)} objects of {source.name!r} in s3://{source.bucket}/"
-                f"{source.key_prefix} are still being restored from GLACIER/DEEP_ARCHIVE{waited} (restore "
-                f"requested by this run: {rep.requested}; e.g. {pending[0]}). Nothing was produced. Run again once "
-                "they are restored (Standard tier: hours; DEEP_ARCHIVE: up to 48 h), or launch with "
-                "wait_for_cold_seconds")
-        log.info(f"{source.name}: waiting for {len(pending)} objects to be restored from cold storage")
-        time.sleep(max(0.0, min(poll_seconds, deadline - time.monotonic())))
-
-
-def _cold_state(s3: Any, source: ForeignSource, o: ListedObject) -> str:
-    return cold_state(o.storage_class, s3.head_object(Bucket=source.bucket, Key=o.key).get("Restore"))
+                 poll_seconds: float = 10.0, days: int | None = None, tier: str | None = None) -> ColdReport:
+    """`cold.prepare_cold` for the objects of `windows` (storage classes from the listing); `days` and `tier`
+    override the source's `cold_restore_days` / `cold_restore_tier`."""
+    opts = ColdOptions(wait_seconds, days or source.cold_restore_days, tier or source.cold_restore_tier,
+                       poll_seconds)
+    return cold.prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
+                             f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
 
 
 def _get(s3: Any, bucket: str, o: ListedObject) -> bytes:
@@ -118,7 +74,8 @@ def discover(s3: Any, source: ForeignSource) -> Plan:
 
 def restore_foreign(kafka: KafkaResource, s3: Any, source: ForeignSource, request: RestoreRequest, log: Any,
                     wait_for_cold_seconds: float = 0.0, fault: Fault = no_fault,
-                    cold_poll_seconds: float = 10.0) -> Iterator[WindowReport | ColdReport]:
+                    cold_poll_seconds: float = 10.0, cold_restore_days: int | None = None,
+                    cold_restore_tier: str | None = None) -> Iterator[WindowReport | ColdReport]:
     """Restore every object of `source` (those the offset filter can match), in (partition, offset) order.
     Yields the cold-storage report first, then each window's report."""
     if request.source_topic != source.topic:
@@ -139,5 +96,6 @@ def restore_foreign(kafka: KafkaResource, s3: Any, source: ForeignSource, reques
         log.info(f"{source.name}: ignoring {len(p.ignored)} objects under the prefix that are not objects of "
                  f"topic {source.topic!r} in this layout, e.g. {p.ignored[:3]}")
     wanted = [fw for fw in p.windows if request.filters.offset_scope(fw.window) is not None]
-    yield prepare_cold(s3, source, wanted, wait_for_cold_seconds, log, cold_poll_seconds)
+    yield prepare_cold(s3, source, wanted, wait_for_cold_seconds, log, cold_poll_seconds, cold_restore_days,
+                       cold_restore_tier)
     yield from restore_sources(kafka, request, [window_source(s3, source, fw) for fw in wanted], log, fault)

@@ -3,7 +3,8 @@ partition keys to `restore_windows`.
 
 Pure parts: partition mapping (Kafka's murmur2), filters, the restore ledger's range sets and their encoding.
 I/O parts: reading a window's manifest and objects from S3 (boto3 + pyarrow, one object at a time, streamed in
-batches), and producing with a transactional confluent-kafka producer.
+batches built column-wise; objects whose offsets interleave — dead letters, layouts that split windows — merged
+by offset), and producing with a transactional confluent-kafka producer.
 
 Exactly once. Every transaction carries, besides its records, the restore *ledger*: per source partition the
 offset ranges already restored, written with `send_offsets_to_transaction` as committed-offset metadata of a
@@ -21,8 +22,11 @@ import base64
 import bisect
 import bz2
 import gzip
+import heapq
 import io
+import itertools
 import json
+import operator
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -31,12 +35,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
 
 from s3_archive import layout
+from s3_archive.cold import ColdOptions, head_storage_classes, prepare_cold
+from s3_archive.foreign import COLD_CLASSES
 from s3_archive.commit import ArchiveIntegrityError, read_manifest
+from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS
 from s3_archive.resources import KafkaResource, UnknownTopic
 from s3_archive.windows import OffsetWindow
 
@@ -50,8 +58,14 @@ MAPPINGS = ("same", "murmur2", "map")
 # Kafka's default offset.metadata.max.bytes is 4096; one ledger entry must fit.
 MAX_LEDGER_ENTRY_BYTES = 4000
 PARQUET_BATCH = 2048
+# Formats whose objects keep key, value, headers and coordinates byte for byte (FormatSpec.lossless).
+RESTORABLE_FORMATS = tuple(name for name, spec in FORMATS.items() if spec.lossless)
+# Records per transaction unless configured: each commit costs ~0.1-0.15 s (send_offsets_to_transaction +
+# commit_transaction, draining the producer); a crash redoes at most this many records.
+DEFAULT_TRANSACTION_RECORDS = 50_000
 # Commit at least this often (besides every `transaction_records`); the producer's transaction.timeout.ms is 5 min.
 TRANSACTION_SECONDS = 20.0
+_OFFSET = operator.itemgetter(1)  # a record's offset
 _MASK32 = 0xFFFFFFFF
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -341,6 +355,7 @@ class ArchivedRecord(NamedTuple):
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     timestamp_ms: int
+    size: int | None = None  # key + value + header bytes when the reader computed them (else: _record_bytes)
 
 
 def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
@@ -377,19 +392,75 @@ def _ts_divisor(t: pa.DataType) -> int:
     return {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit] if pa.types.is_timestamp(t) else 1
 
 
-def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
-    """Records of one Parquet object, in file order, a batch at a time."""
+def _ms(col: pa.Array) -> list[int]:
+    """A timestamp (or integer epoch-ms) column as epoch milliseconds, floored like Python's //."""
+    t = col.type
+    div = _ts_divisor(t)
+    ints = col.cast(pa.int64())
+    if pa.types.is_timestamp(t) and t.unit == "s":
+        return pc.multiply(ints, 1000).to_pylist()
+    if div == 1:
+        return ints.to_pylist()
+    if ints.null_count == 0 and len(ints) and pc.min(ints).as_py() >= 0:
+        return pc.divide(ints, div).to_pylist()  # truncation = floor for values >= 0
+    return [None if v is None else v // div for v in ints.to_pylist()]
+
+
+def _lengths(col: pa.Array) -> pa.Array:
+    """Byte length of each binary/string value, 0 for null, as int64."""
+    return pc.fill_null(pc.binary_length(col), 0).cast(pa.int64())
+
+
+def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, bytes | None]]], list[int]]:
+    """Per row: the headers as (name, value) pairs, and key + value + header bytes. Column-wise: one
+    to_pylist per column of the batch, not per row."""
+    col = batch.column("headers")
+    n = len(col)
+    offsets = col.offsets  # absolute positions in col.values (the list array's slice offset included)
+    lo, hi = offsets[0].as_py(), offsets[-1].as_py()
+    names, values = col.values.flatten()  # the struct's fields, its own offset applied
+    pairs = list(zip(names.slice(lo, hi - lo).to_pylist(), values.slice(lo, hi - lo).to_pylist()))
+    rel = [o - lo for o in offsets.to_pylist()]
+    valid = col.is_valid().to_pylist() if col.null_count else None
+    if valid is None:
+        headers = [pairs[rel[i]:rel[i + 1]] for i in range(n)]
+    else:
+        headers = [pairs[rel[i]:rel[i + 1]] if valid[i] else [] for i in range(n)]
+    # Header bytes per row: differences of the running sum of name + value lengths at the list offsets.
+    each = pc.add(_lengths(names), _lengths(values))
+    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)]) if len(each) else \
+        pa.array([0], pa.int64())
+    at = pc.take(running, offsets)
+    per_row = pc.subtract(at.slice(1), at.slice(0, n))
+    if valid is not None:
+        per_row = pc.if_else(col.is_valid(), per_row, 0)
+    total = pc.add(pc.add(_lengths(batch.column("key")), _lengths(batch.column("value"))), per_row)
+    return headers, total.to_pylist()
+
+
+def parquet_batches(f: Any) -> Iterator[list[tuple]]:
+    """Records of one Parquet object, in file order, as lists of plain tuples in ArchivedRecord's field order
+    (one list per Parquet batch; built column-wise). Columns other than the envelope's (decoded value fields)
+    are not read."""
     pf = pq.ParquetFile(f)
-    ts_type = pf.schema_arrow.field("timestamp").type
-    div, mul = _ts_divisor(ts_type), (1000 if pa.types.is_timestamp(ts_type) and ts_type.unit == "s" else 1)
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH,
                                  columns=["key", "value", "headers", "partition", "offset", "timestamp"]):
-        cols = {n: batch.column(n) for n in batch.schema.names}
-        ts = cols["timestamp"].cast(pa.int64()).to_pylist()
-        headers = cols["headers"].to_pylist()
-        for p, o, k, v, hs, t in zip(cols["partition"].to_pylist(), cols["offset"].to_pylist(),
-                                     cols["key"].to_pylist(), cols["value"].to_pylist(), headers, ts):
-            yield ArchivedRecord(p, o, k, v, [(h["key"], h["value"]) for h in hs or ()], t * mul // div)
+        headers, sizes = _headers_and_sizes(batch)
+        yield list(zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
+                       batch.column("key").to_pylist(), batch.column("value").to_pylist(), headers,
+                       _ms(batch.column("timestamp")), sizes))
+
+
+def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
+    """Records of one Parquet object, in file order."""
+    for rows in parquet_batches(f):
+        yield from map(ArchivedRecord._make, rows)
+
+
+def _batched(records: Iterable[tuple], n: int = PARQUET_BATCH) -> Iterator[list[tuple]]:
+    it = iter(records)
+    while batch := list(itertools.islice(it, n)):
+        yield batch
 
 
 def avro_records(f: Any) -> Iterator[ArchivedRecord]:
@@ -417,21 +488,74 @@ def _lines(stream: Any, chunk: int = 1 << 20) -> Iterator[bytes]:
         yield rest
 
 
+def _json_record(r: dict) -> ArchivedRecord:
+    return ArchivedRecord(r["partition"], r["offset"], _b64(r.get("key")), _b64(r.get("value")),
+                          [(h["key"], _b64(h.get("value"))) for h in r.get("headers") or ()], _iso_ms(r["timestamp"]))
+
+
 def jsonl_records(stream: Any) -> Iterator[ArchivedRecord]:
-    """Records of one (decompressed) JSON-lines stream: binary fields are base64, timestamps ISO-8601."""
+    """Records of one (decompressed) JSON-lines stream: binary fields are base64, timestamps ISO-8601. Fields
+    other than the envelope's (decoded value fields) are ignored."""
     for line in _lines(stream):
         if not line.strip():
             continue
-        r = json.loads(line)
-        yield ArchivedRecord(r["partition"], r["offset"], _b64(r.get("key")), _b64(r.get("value")),
-                             [(h["key"], _b64(h.get("value"))) for h in r.get("headers") or ()],
-                             _iso_ms(r["timestamp"]))
+        yield _json_record(json.loads(line))
 
 
-def object_records(s3: Any, bucket: str, obj: dict, fmt: str) -> Iterator[ArchivedRecord]:
-    """One archived object's records. It is spooled to a temporary file (not memory), then read in batches."""
+def json_array_records(stream: Any, what: str) -> Iterator[ArchivedRecord]:
+    """Records of one (decompressed) `json` object: a JSON array of jsonl's records, as stage.py writes it, one
+    record per line: `[rec`, `,rec`, ..., `,rec]` (also `[rec]` and `[]`)."""
+    state = "start"  # start -> open (after '[') -> closed (after ']')
+    first = True  # no record read yet: the next one has no leading ','
+    for raw in _lines(stream):
+        line = raw.strip()
+        if not line:
+            continue
+        if state == "closed":
+            raise ArchiveIntegrityError(f"{what}: text after the closing ']' of the JSON array")
+        if state == "start":
+            if line[:1] != b"[":
+                raise ArchiveIntegrityError(f"{what}: a json object must be a JSON array; it starts with "
+                                            f"{raw[:20]!r}")
+            line, state = line[1:].lstrip(), "open"
+        elif line[:1] == b"," and not first:
+            line = line[1:].lstrip()
+        elif line != b"]" and not first:
+            raise ArchiveIntegrityError(f"{what}: not a JSON array of records written one per line (a line "
+                                        f"starts with {raw[:20]!r})")
+        if line.endswith(b"]"):  # a record is a JSON object: it ends with '}', so ']' closes the array
+            line, state = line[:-1].rstrip(), "closed"
+        if line:
+            yield _json_record(json.loads(line))
+            first = False
+    if state != "closed":
+        raise ArchiveIntegrityError(f"{what}: the JSON array is not closed (a truncated object?)")
+
+
+_DECOMPRESS_BY_CODEC = {"gzip": ".gz", "bzip2": ".bz2"}
+
+
+def _text_stream(f: Any, key: str, codec: str | None) -> Any:
+    """The decompressed stream of a text object: by the manifest's codec, else by the key's suffix (objects of
+    other writers, e.g. `.zst`)."""
+    suffix = _DECOMPRESS_BY_CODEC.get(codec or "", "")
+    if not suffix and (codec in (None, "none") or codec not in _DECOMPRESS_BY_CODEC):
+        suffix = next((s for s in (".gz", ".bz2", ".zst") if key.endswith(s)), "")
+    if suffix == ".gz":
+        return gzip.GzipFile(fileobj=f)
+    if suffix == ".bz2":
+        return bz2.BZ2File(f)
+    if suffix == ".zst":
+        return pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
+    return io.BufferedReader(f)
+
+
+def spool(s3: Any, bucket: str, obj: dict) -> Any:
+    """The object downloaded to a temporary file (not memory), its size checked against the manifest's; the
+    caller closes it."""
     key = obj["key"]
-    with tempfile.TemporaryFile(prefix="s3-archive-restore-") as f:
+    f = tempfile.TemporaryFile(prefix="s3-archive-restore-")
+    try:
         s3.download_fileobj(bucket, key, f)
         # Not f.tell(): a multipart download (objects over 8 MB) writes its ranges out of order, so the position
         # after the last write need not be the end.
@@ -440,39 +564,162 @@ def object_records(s3: Any, bucket: str, obj: dict, fmt: str) -> Iterator[Archiv
             raise ArchiveIntegrityError(f"s3://{bucket}/{key} is {size} bytes, its manifest says {obj['size']}; "
                                         "the archive was changed after it was committed")
         f.seek(0)
+        return f
+    except BaseException:
+        f.close()
+        raise
+
+
+Opener = Callable[[dict], Any]  # manifest object -> spooled file (see spool, Prefetch)
+
+
+class Prefetch:
+    """Downloads the next object of a run while the current one is read (one object ahead, in a thread): the
+    restore reads the objects in a known order (windows in order, each window's objects, then its dead letters),
+    and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
+    downloaded on the spot."""
+
+    def __init__(self, s3: Any, bucket: str, objects: list[dict]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="s3-archive-restore-prefetch")
+        self.pending: tuple[str, Any] | None = None
+        self._next()
+
+    def _next(self) -> None:
+        self.pending = None
+        if self.pos < len(self.order):
+            obj = self.order[self.pos]
+            self.pos += 1
+            self.pending = (obj["key"], self.pool.submit(spool, self.s3, self.bucket, obj))
+
+    def __call__(self, obj: dict) -> Any:
+        if self.pending is not None and self.pending[0] == obj["key"]:
+            fut = self.pending[1]
+            self._next()
+            return fut.result()
+        return spool(self.s3, self.bucket, obj)
+
+    def close(self) -> None:
+        if self.pending is not None:
+            fut, self.pending = self.pending[1], None
+            fut.cancel()
+            if not fut.cancelled():
+                try:
+                    fut.result().close()
+                except Exception:  # noqa: BLE001 - an object nobody reads any more
+                    pass
+        self.pool.shutdown(wait=True)
+
+
+def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None,
+                   opener: Opener | None = None) -> Iterator[list[tuple]]:
+    """One archived object's records in file order, in lists (ArchivedRecords, or plain tuples in its field
+    order). The object is spooled to a temporary file (not memory; `opener`, default `spool`), then read a batch
+    at a time."""
+    key = obj["key"]
+    if fmt not in FORMATS:
+        raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
+    if fmt not in RESTORABLE_FORMATS:
+        raise InvalidRestore(f"s3://{bucket}/{key}: format {fmt!r} does not keep key, value and headers byte for "
+                             f"byte, so it cannot be restored; restorable formats: {', '.join(RESTORABLE_FORMATS)}")
+    with (opener(obj) if opener is not None else spool(s3, bucket, obj)) as f:
         if fmt == "parquet":
-            yield from parquet_records(f)
+            yield from parquet_batches(f)
         elif fmt == "avro":
-            yield from avro_records(f)
-        elif fmt == "jsonl":
-            if key.endswith(".gz"):
-                with gzip.GzipFile(fileobj=f) as g:
-                    yield from jsonl_records(g)
-            elif key.endswith(".bz2"):
-                with bz2.BZ2File(f) as b:
-                    yield from jsonl_records(b)
-            elif key.endswith(".zst"):
-                yield from jsonl_records(pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd"))
-            else:
-                yield from jsonl_records(io.BufferedReader(f))
-        elif fmt in ("csv", "text"):
-            raise ValueError(f"s3://{bucket}/{key}: format {fmt!r} does not keep key, value and headers byte for "
-                             "byte, so it cannot be restored faithfully; restorable formats: parquet, avro, jsonl")
+            yield from _batched(avro_records(f))
         else:
-            raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
+            with _text_stream(f, key, codec) as stream:
+                if fmt == "jsonl":
+                    yield from _batched(jsonl_records(stream))
+                else:
+                    yield from _batched(json_array_records(stream, f"s3://{bucket}/{key}"))
 
 
-def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict) -> Iterator[ArchivedRecord]:
-    """A committed window's records in offset order, object by object; checks they belong to the window."""
-    last = -1
-    for obj in manifest["objects"]:
-        for r in object_records(s3, bucket, obj, manifest["format"]):
-            if r.partition != window.partition or not window.start <= r.offset < window.end or r.offset <= last:
+def object_records(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None) -> Iterator[ArchivedRecord]:
+    """One archived object's records, in file order."""
+    for batch in object_batches(s3, bucket, obj, fmt, codec):
+        yield from map(ArchivedRecord._make, batch)
+
+
+def _batches(s3: Any, bucket: str, objects: list[dict], fmt: str, codec: str | None,
+             opener: Opener | None) -> Iterator[list[tuple]]:
+    for obj in objects:
+        yield from object_batches(s3, bucket, obj, fmt, codec, opener)
+
+
+def window_objects(manifest: dict) -> list[dict]:
+    """A window's objects in the order `window_records` opens them: its objects, then its dead letters."""
+    return [*manifest["objects"], *manifest.get("dead_letter_objects", ())]
+
+
+def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
+                   interleaved: bool = False, opener: Opener | None = None) -> Iterator[tuple]:
+    """A committed window's records in offset order (tuples in ArchivedRecord's field order); checks they
+    belong to the window.
+
+    A window's objects follow each other in offset order (rotation parts), unless `interleaved`: a layout whose
+    `partition_by` or record-level template values split the window into buckets, each bucket's objects in
+    offset order. Dead letters (records whose value did not decode, kept apart as raw-envelope Parquet) are
+    such a bucket too. Everything that does not simply follow is merged by offset (a k-way merge: every merged
+    object is open at once, one batch of each in memory)."""
+    fmt, codec = manifest["format"], manifest.get("compression")
+    main = manifest["objects"]
+    streams = ([_batches(s3, bucket, [o], fmt, codec, opener) for o in main] if interleaved
+               else [_batches(s3, bucket, main, fmt, codec, opener)])
+    streams += [_batches(s3, bucket, [o], "parquet", None, opener)
+                for o in manifest.get("dead_letter_objects", ())]
+    if len(streams) == 1:
+        batches: Iterator[list[tuple]] = streams[0]
+    else:
+        batches = _batched(heapq.merge(*[itertools.chain.from_iterable(b) for b in streams], key=_OFFSET))
+    last, p, start, end = -1, window.partition, window.start, window.end
+    for batch in batches:
+        for r in batch:
+            if r[0] != p or r[1] <= last or not start <= r[1] < end:
+                hint = ("; or its objects interleave (a layout whose partition_by splits windows), which a "
+                        "restore called without interleaved objects cannot tell") \
+                    if not interleaved and len(main) > 1 else ""
                 raise ArchiveIntegrityError(
-                    f"s3://{bucket}/{obj['key']}: record at partition {r.partition} offset {r.offset} does not "
-                    f"follow offset {last} inside window {window.key}; the archive is corrupt")
-            last = r.offset
-            yield r
+                    f"window {window.key} (s3://{bucket}/, objects {[o['key'] for o in main][:3]}…): record at "
+                    f"partition {r[0]} offset {r[1]} does not follow offset {last} inside the window; the archive "
+                    f"is corrupt{hint}")
+            last = r[1]
+        yield from batch
+
+
+_ENVELOPE = [c for c, _ in ENVELOPE_COLUMNS]
+
+
+def unrestorable_reason(manifest: dict) -> str | None:
+    """Why a committed window cannot be restored byte for byte; None when it can. Manifests from before
+    `restorable` existed are judged by their format (they always kept the whole envelope as bytes)."""
+    fmt = manifest.get("format")
+    reasons = []
+    if fmt not in RESTORABLE_FORMATS:
+        reasons.append(f"format {fmt!r} does not keep key, value and headers byte for byte (restorable formats: "
+                       f"{', '.join(RESTORABLE_FORMATS)})")
+    env = manifest.get("envelope")
+    missing = [c for c in _ENVELOPE if c not in env] if isinstance(env, list) else []
+    if missing and fmt in RESTORABLE_FORMATS:
+        reasons.append(f"its envelope lacks {', '.join(missing)} (a restore needs every part: key, value, headers, "
+                       "metadata)")
+    if manifest.get("value_decoding") == "utf8":
+        reasons.append("its values were stored as UTF-8 text (value_decoding utf8), not as their bytes")
+    if not reasons and manifest.get("restorable") is False:
+        reasons.append("its manifest says restorable: false")
+    return "; ".join(reasons) or None
+
+
+def check_restorable(topic: str, manifests: dict[OffsetWindow, dict]) -> None:
+    """Refuse, before anything is produced, windows whose archive cannot be replayed (naming each, and why)."""
+    bad = [(w, why) for w, m in sorted(manifests.items()) if (why := unrestorable_reason(m)) is not None]
+    if bad:
+        shown = "; ".join(f"window {w.key}: {why}" for w, why in bad[:5])
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        raise InvalidRestore(f"{len(bad)} of {len(manifests)} selected windows of topic {topic!r} are not "
+                             f"restorable: {shown}{more}. Nothing was produced")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -488,7 +735,7 @@ class RestoreRequest:
     provenance_headers: bool = False
     dry_run: bool = False
     allow_source_topic: bool = False
-    transaction_records: int = 5000
+    transaction_records: int = DEFAULT_TRANSACTION_RECORDS
 
     def __post_init__(self) -> None:
         if not self.target_topic:
@@ -543,9 +790,9 @@ class WindowReport:
         }
 
 
-def _record_bytes(r: ArchivedRecord) -> int:
-    n = len(r.key or b"") + len(r.value or b"")
-    for k, v in r.headers:
+def _record_bytes(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+    n = len(key or b"") + len(value or b"")
+    for k, v in headers:
         n += len(k.encode()) + len(v or b"")
     return n
 
@@ -574,6 +821,7 @@ class _Ledger:
     def read(self) -> dict[int, RangeSet]:
         tps = [TopicPartition(self.request.target_topic, b) for b in range(self.num_target)]
         deadline = time.monotonic() + max(60.0, self.timeout * 4)
+        delay = 0.05
         while True:
             try:
                 got = self.consumer.committed(tps, timeout=self.timeout)
@@ -584,7 +832,8 @@ class _Ledger:
                 # transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
                 if err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY) \
                         and time.monotonic() < deadline:
-                    time.sleep(0.5)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
                     continue
                 raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
                                     f"failed: {e}") from None
@@ -633,7 +882,7 @@ class _Producer:
             raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
                                 "Does the target cluster allow transactions (transaction.state.log.*)?") from None
 
-    def _failed(self, what: str, e: KafkaException) -> RestoreFailed:
+    def failed(self, what: str, e: KafkaException) -> RestoreFailed:
         err = _kafka_error(e)
         code = err.code() if err is not None else None
         if code == KafkaError._FATAL:
@@ -649,21 +898,30 @@ class _Producer:
                                  f"stopped, and its open transaction is aborted. Kafka said: {e}")
         return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
 
-    def produce(self, partition: int, r: ArchivedRecord, headers: list[tuple[str, bytes | None]]) -> None:
-        try:
-            if not self.in_txn:
+    def begin(self) -> None:
+        if not self.in_txn:
+            try:
                 self.producer.begin_transaction()
-                self.in_txn = True
+            except KafkaException as e:
+                raise self.failed("producing to", e) from None
+            self.in_txn = True
+
+    def produce(self, partition: int, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]], timestamp_ms: int) -> None:
+        """The slow path of `_Run.window`'s produce call (which calls the client directly): waits while the
+        local queue is full."""
+        self.begin()
+        try:
             while True:
                 try:
                     # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (the caller counts them)
-                    self.producer.produce(self.request.target_topic, value=r.value, key=r.key, partition=partition,
-                                          headers=headers or None, timestamp=max(r.timestamp_ms, 0))
+                    self.producer.produce(self.request.target_topic, value=value, key=key, partition=partition,
+                                          headers=headers or None, timestamp=max(timestamp_ms, 0))
                     return
                 except BufferError:  # the local queue is full: let it drain
                     self.producer.poll(0.05)
         except KafkaException as e:
-            raise self._failed("producing to", e) from None
+            raise self.failed("producing to", e) from None
 
     def commit(self, offsets: list, group_metadata: Any) -> None:
         try:
@@ -682,7 +940,7 @@ class _Producer:
             err = _kafka_error(e)
             if err is not None and err.txn_requires_abort():
                 self.abort()
-            raise self._failed("committing a restore transaction to", e) from None
+            raise self.failed("committing a restore transaction to", e) from None
         self.in_txn = False
 
     def abort(self) -> None:
@@ -734,7 +992,7 @@ class WindowSource:
     (`s3_archive.foreign_restore`) both come in as these, so the exactly-once machinery is one."""
 
     window: OffsetWindow
-    records: Callable[[], Iterator[ArchivedRecord]]  # in offset order
+    records: Callable[[], Iterator[tuple]]  # ArchivedRecords (or plain tuples in its field order), offset order
     record_count: int | None = None  # None: unknown until read (counted while reading)
     min_timestamp_ms: int | None = None
     max_timestamp_ms: int | None = None
@@ -744,19 +1002,40 @@ class WindowSource:
 
 
 def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
-                    windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault) -> Iterator[WindowReport]:
+                    windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault,
+                    cold: ColdOptions | None = ColdOptions(), interleaved: bool = False) -> Iterator[WindowReport]:
     """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
     its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
     of a source partition reach the target in offset order. `fault(step)` lets tests crash after
-    `produced:<n>` (n-th record of the run handed to the producer) or `committed:<n>` (n-th transaction)."""
+    `produced:<n>` (n-th record of the run handed to the producer) or `committed:<n>` (n-th transaction).
+
+    Before producing: every window must be archived and restorable, and the objects to read must be readable
+    (`cold`: objects in GLACIER / DEEP_ARCHIVE get a RestoreObject request, then the run fails with their count
+    or waits; None skips the check). `interleaved`: the archive's layout splits windows into buckets (see
+    `window_records`)."""
     ws = sorted(set(windows))
-    manifests = read_manifests(s3, bucket, prefix, request.source_topic, ws)
+    topic = request.source_topic
+    manifests = read_manifests(s3, bucket, prefix, topic, ws)
+    check_restorable(topic, manifests)
+    f = request.filters
+    to_read = [manifests[w] for w in ws if f.offset_scope(w) is not None
+               and f.time_may_match(manifests[w].get("min_timestamp_ms"), manifests[w].get("max_timestamp_ms"))]
+    if cold is not None:
+        objects = head_storage_classes(s3, bucket, [o for m in to_read for o in window_objects(m)])
+        if any(o.storage_class in COLD_CLASSES for o in objects):
+            target_partition_count(kafka, request.target_topic)  # a wrong target fails before any RestoreObject
+            prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", log)
+
+    prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
     def source(w: OffsetWindow, m: dict) -> WindowSource:
-        return WindowSource(w, lambda: window_records(s3, bucket, w, m), m["record_count"], m.get("min_timestamp_ms"),
-                            m.get("max_timestamp_ms"))
+        return WindowSource(w, lambda: window_records(s3, bucket, w, m, interleaved, prefetch), m["record_count"],
+                            m.get("min_timestamp_ms"), m.get("max_timestamp_ms"))
 
-    yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)
+    try:
+        yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)
+    finally:
+        prefetch.close()
 
 
 def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Any,
@@ -786,7 +1065,8 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
                  f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
                  + (" [dry run]" if request.dry_run else ""))
         for src in srcs:
-            yield run.window(src)
+            yield from run.window(src)
+        yield from run.finish()
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
@@ -802,7 +1082,12 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
 
 
 class _Run:
-    """State of one restore run: the producer, the ledger as last committed, and what is done but unrecorded."""
+    """State of one restore run: the producer, the ledger as last committed, and what is done but unrecorded.
+
+    A transaction may span consecutive windows of one source partition (their records follow each other in the
+    target anyway): it is committed every `transaction_records` records, every TRANSACTION_SECONDS, when the next
+    window is of another source partition, and at the end of the run. A window's report is yielded once the
+    transaction holding its last records is committed."""
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, fault: Fault) -> None:
         self.request, self.fault = request, fault
@@ -815,77 +1100,139 @@ class _Run:
         self.unrecorded: dict[int, RangeSet] = {}
         self.committed = 0  # transactions committed by this run
         self.produced = 0  # records produced by this run
+        # The open transaction: its source partition, the source offsets it covers so far (records produced,
+        # plus skipped, filtered and absent offsets of windows done), its record count and start time.
+        self.txn_sp: int | None = None
+        self.txn_ranges = RangeSet()
+        self.txn_records = 0
+        self.txn_t0 = 0.0
+        self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
 
-    def _commit(self, sp: int, start: int, upto: int, rep: WindowReport) -> None:
+    def _commit(self, rep: WindowReport) -> list[WindowReport]:
+        """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
+        it completes. `rep` is the window counted as committing it."""
+        sp = self.txn_sp
+        assert sp is not None
         new = {p: rs.copy() for p, rs in self.ledger.items()}
         rs = new.setdefault(sp, RangeSet())
-        rs.add(start, upto)
-        for a, b in self.unrecorded.pop(sp, RangeSet()).ranges():
+        for a, b in self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges():
             rs.add(a, b)
         self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
         self.ledger = new
         self.committed += 1
         rep.transactions += 1
+        self.txn_sp, self.txn_ranges, self.txn_records = None, RangeSet(), 0
+        done, self.waiting = self.waiting, []
         self.fault(f"committed:{self.committed}")
+        return done
 
-    def window(self, src: WindowSource) -> WindowReport:
+    def finish(self) -> list[WindowReport]:
+        """Commit what is still open; the last reports."""
+        if self.producer is not None and self.producer.in_txn:
+            return self._commit(self.waiting[-1])
+        done, self.waiting = self.waiting, []
+        return done
+
+    def window(self, src: WindowSource) -> list[WindowReport]:
+        """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
         t0 = time.monotonic()
         request, filters, producer, w = self.request, self.request.filters, self.producer, src.window
         rep = WindowReport(w, request.dry_run, archived=src.record_count or 0)
+        ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
         if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
             rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
             rep.seconds = time.monotonic() - t0
-            return rep
+            (self.waiting if self.waiting else ready).append(rep)
+            return ready
         sp = w.partition
+        if producer is not None and producer.in_txn and self.txn_sp != sp:
+            ready += self._commit(self.waiting[-1])  # a transaction's ledger entry is one source partition's
         done = self.ledger.get(sp, RangeSet())
-        seg_start, in_txn, txn_t0, last = scope[0], 0, 0.0, -1
+        check_done = any(a < scope[1] and scope[0] < b for a, b in done.ranges())  # else no record is in it
+        has_time = filters.has_time
+        # `same` routes everything to sp: counted once at the end instead of per record
+        route = None if request.mapping.mode == "same" else self.route
+        counts = rep.partitions
+        topic, max_txn, provenance_headers = request.target_topic, request.transaction_records, \
+            request.provenance_headers
+        lo, hi = scope
+        seg_start, last, tp = lo, -1, sp
+        archived = restored = skipped = filtered = nbytes = replaced = 0
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
-        for r in src.records():
-            last = r.offset
-            if src.record_count is None:
-                rep.archived += 1
-            if not scope[0] <= r.offset < scope[1]:
-                rep.filtered += 1  # also records past a foreign window's end: the next object holds them too
+        kproduce = producer.producer.produce if producer is not None else None
+        faulty = self.fault is not no_fault
+        n_txn = self.txn_records  # records in the open transaction (kept in a local: this loop is per record)
+        for _p, offset, key, value, headers, ts, size in src.records():
+            last = offset
+            archived += 1
+            if not lo <= offset < hi:
+                filtered += 1  # also records past a foreign window's end: the next object holds them too
                 continue
-            if r.offset in done:
-                rep.skipped += 1
+            if check_done and offset in done:
+                skipped += 1
                 continue
-            if not filters.time_ok(r.timestamp_ms):
-                rep.filtered += 1
+            if has_time and not filters.time_ok(ts):
+                filtered += 1
                 continue
-            tp = self.route(sp, r.key)
-            size = _record_bytes(r)
-            c = rep.partitions.setdefault(tp, PartitionCount())
-            c.records += 1
-            c.bytes += size
-            rep.restored += 1
-            rep.bytes += size
-            if r.timestamp_ms <= 0:
-                rep.timestamps_replaced += 1
-            if producer is None:
+            if size is None:
+                size = _record_bytes(key, value, headers)
+            if route is not None:
+                tp = route(sp, key)
+                c = counts.get(tp)
+                if c is None:
+                    c = counts[tp] = PartitionCount()
+                c.records += 1
+                c.bytes += size
+            restored += 1
+            nbytes += size
+            if ts <= 0:
+                replaced += 1
+            if kproduce is None:
                 continue
-            headers = r.headers
-            if request.provenance_headers:
-                headers = headers + provenance + [(PROVENANCE_OFFSET, str(r.offset).encode())]
-            if in_txn == 0:
-                txn_t0 = time.monotonic()
-            producer.produce(tp, r, headers)
-            self.produced += 1
-            in_txn += 1
-            if self.fault is not no_fault:  # skip building the step name per record in real runs
+            if provenance_headers:
+                headers = headers + provenance + [(PROVENANCE_OFFSET, str(offset).encode())]
+            if n_txn == 0:
+                producer.begin()
+                self.txn_sp, self.txn_t0 = sp, time.monotonic()
+            try:
+                # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (counted above)
+                kproduce(topic, value, key, partition=tp, headers=headers or None, timestamp=ts if ts > 0 else 0)
+            except BufferError:  # the local queue is full: the slow path lets it drain
+                producer.produce(tp, key, value, headers, ts)
+            except KafkaException as e:
+                raise producer.failed("producing to", e) from None
+            n_txn += 1
+            if faulty:  # skip building the step name per record in real runs
+                self.produced += 1
                 self.fault(f"produced:{self.produced}")
-            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
-            if in_txn >= request.transaction_records or time.monotonic() - txn_t0 > TRANSACTION_SECONDS:
-                self._commit(sp, seg_start, r.offset + 1, rep)
-                seg_start, in_txn = r.offset + 1, 0
+            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms (the clock
+            # is read every 256 records).
+            if n_txn >= max_txn or ((n_txn & 255) == 0 and time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS):
+                self.txn_ranges.add(seg_start, offset + 1)
+                self.txn_records = n_txn
+                ready += self._commit(rep)
+                seg_start, n_txn = offset + 1, 0
+        self.txn_records = n_txn
+        if not faulty:
+            self.produced += restored if kproduce is not None else 0
+        if route is None and restored:
+            counts[sp] = PartitionCount(restored, nbytes)
+        rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
+            filtered, skipped, restored, nbytes, replaced
+        if src.record_count is None:
+            rep.archived = archived
         if producer is not None:
             # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
             # open-ended window only up to its last record (later records may still be written by the sink).
-            end = min(scope[1], last + 1) if src.open_end else scope[1]
-            if producer.in_txn:
-                self._commit(sp, seg_start, max(end, seg_start), rep)
-            elif end > seg_start:
+            end = min(hi, last + 1) if src.open_end else hi
+            if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
+                self.txn_ranges.add(seg_start, max(end, seg_start))
+                rep.seconds = time.monotonic() - t0
+                self.waiting.append(rep)
+                return ready
+            if end > seg_start:
                 self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, end)
         rep.seconds = time.monotonic() - t0
-        return rep
+        ready.append(rep)
+        return ready

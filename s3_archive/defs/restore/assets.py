@@ -14,10 +14,11 @@ from pydantic import Field
 from s3_archive.archive import S3Unavailable, check_bucket
 from s3_archive.commit import ArchiveIntegrityError
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.formats import FORMATS
+from s3_archive.cold import ColdObjectsPending, ColdOptions
 from s3_archive.resources import KafkaResource, KafkaUnavailable
 from s3_archive.restore import (
-    Filters, InvalidRestore, PartitionMapping, RestoreFailed, RestoreRequest, WindowNotArchived, restore_windows,
+    DEFAULT_TRANSACTION_RECORDS, Filters, InvalidRestore, PartitionMapping, RestoreFailed, RestoreRequest,
+    WindowNotArchived, restore_windows,
 )
 from s3_archive.settings import ArchiveConfig, Settings
 from s3_archive.windows import InvalidWindow, OffsetWindow
@@ -47,7 +48,18 @@ class RestoreConfig(dg.Config):
     to_offset: int | None = Field(default=None, description="only source offsets < this")
     dry_run: bool = Field(default=False, description="count records and bytes per target partition; produce "
                                                      "nothing")
-    transaction_records: int = Field(default=5000, description="records per Kafka transaction")
+    transaction_records: int = Field(default=DEFAULT_TRANSACTION_RECORDS,
+                                     description="records per Kafka transaction (at most; also committed every "
+                                                 "20 s and when the next window is of another source partition)")
+    wait_for_cold_seconds: int = Field(
+        default=0, ge=0, description="objects in GLACIER / DEEP_ARCHIVE: 0 = request RestoreObject, then fail "
+                                     "with the count still pending; > 0 = request, then poll until they are "
+                                     "readable, at most this long")
+    cold_restore_days: int | None = Field(default=None, ge=1, description="RestoreObject Days (default 7; a "
+                                                                          "foreign source's own setting)")
+    cold_restore_tier: str | None = Field(default=None, description="RestoreObject tier: Standard | Bulk | "
+                                                                    "Expedited (default Standard; a foreign "
+                                                                    "source's own setting)")
 
     def request(self, source_topic: str) -> RestoreRequest:
         return RestoreRequest(
@@ -61,10 +73,22 @@ class RestoreConfig(dg.Config):
             transaction_records=self.transaction_records,
         )
 
+    def cold(self) -> ColdOptions:
+        try:
+            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or 7,
+                               self.cold_restore_tier or "Standard")
+        except ValueError as e:
+            raise InvalidRestore(str(e)) from None
+
 
 # Errors whose message says everything: shown as the run's failure without a stack trace.
 _CLEAR_ERRORS = (InvalidRestore, WindowNotArchived, RestoreFailed, ArchiveIntegrityError, InvalidWindow,
-                 S3Unavailable, KafkaUnavailable)
+                 S3Unavailable, KafkaUnavailable, ColdObjectsPending)
+
+
+def splits_windows(cfg: ArchiveConfig) -> bool:
+    """Whether the archive's layout splits a window's records into buckets (objects whose offsets interleave)."""
+    return cfg.layout is not None and bool(cfg.layout.partition_by or cfg.layout.template_slots)
 
 
 def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
@@ -85,12 +109,13 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
     def _restore(context: dg.AssetExecutionContext, config: RestoreConfig, kafka: KafkaResource,
                  s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
         try:
-            request = config.request(topic)
+            request, cold = config.request(topic), config.cold()
             windows = [OffsetWindow.parse(k) for k in context.partition_keys]
             client = s3.get_client()
             check_bucket(client, cfg.bucket, cfg.prefix)
             totals: dict[int, list[int]] = {}
-            for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log):
+            for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log,
+                                       cold=cold, interleaved=splits_windows(cfg)):
                 for p, c in rep.partitions.items():
                     t = totals.setdefault(p, [0, 0])
                     t[0], t[1] = t[0] + c.records, t[1] + c.bytes
@@ -113,8 +138,9 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
 
 
 def build_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    """Only for formats that keep key, value and headers byte for byte (csv and text do not: no restore asset)."""
-    return [build_restore_asset(a, t) for a in settings.archives if FORMATS[a.format].lossless for t in a.topics]
+    """Only for restorable archives (`ArchiveConfig.restorable`: a lossless format, the whole envelope, values
+    not decoded to text); windows archived under another config are refused when a run reads their manifest."""
+    return [build_restore_asset(a, t) for a in settings.archives if a.restorable for t in a.topics]
 
 
 def build_restore_defs(settings: Settings) -> dg.Definitions:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
-from pydantic import Field
 
 from s3_archive.archive import S3Unavailable, check_bucket
 from s3_archive.commit import ArchiveIntegrityError
@@ -28,11 +27,7 @@ def foreign_asset_key(name: str) -> dg.AssetKey:
 
 
 class ForeignRestoreConfig(RestoreConfig):
-    """RestoreConfig, plus what to do with objects in GLACIER / DEEP_ARCHIVE."""
-
-    wait_for_cold_seconds: int = Field(
-        default=0, ge=0, description="0: request RestoreObject for cold objects, then fail with the count still "
-                                     "pending; > 0: request, then poll until they are readable, at most this long")
+    """RestoreConfig (with its cold-storage keys; cold_restore_days/tier default to the source's settings)."""
 
 
 _CLEAR_ERRORS = (InvalidRestore, RestoreFailed, ArchiveIntegrityError, InvalidForeignObject, ColdObjectsPending,
@@ -57,6 +52,7 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                  s3: S3Resource) -> Iterator[dg.AssetObservation | dg.MaterializeResult]:
         try:
             request = config.request(source.topic)
+            config.cold()  # checks the tier and days
             client = s3.get_client()
             check_bucket(client, source.bucket, source.key_prefix)
             totals: dict[str, int] = {"windows": 0, "records_restored": 0, "records_skipped_already_present": 0,
@@ -64,7 +60,9 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                                       "timestamps_replaced": 0}
             per_partition: dict[int, list[int]] = {}
             cold = ColdReport()
-            for rep in restore_foreign(kafka, client, source, request, context.log, config.wait_for_cold_seconds):
+            for rep in restore_foreign(kafka, client, source, request, context.log, config.wait_for_cold_seconds,
+                                       cold_restore_days=config.cold_restore_days,
+                                       cold_restore_tier=config.cold_restore_tier):
                 if isinstance(rep, ColdReport):
                     cold = rep
                     continue
