@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from s3_archive.catalog import CatalogOptions
     from s3_archive.settings import Settings
 
+# s3:RestoreObject: a restore run asks S3 to bring GLACIER / DEEP_ARCHIVE objects back (s3_archive/cold.py).
 OBJECT_ACTIONS = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListMultipartUploadParts",
-                  "s3:PutObject")
+                  "s3:PutObject", "s3:RestoreObject")
 BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucketMultipartUploads")
 LIFECYCLE_ACTIONS = ("s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration")  # Put covers DeleteBucketLifecycle
 GLUE_ACTIONS = ("glue:BatchCreatePartition", "glue:CreateDatabase", "glue:CreateTable", "glue:GetDatabase",

@@ -110,8 +110,9 @@ class LifecyclePolicy(_Strict):
     def warnings(self) -> list[str]:
         """Valid but costly: a class left (or deleted) before its minimum storage duration is billed anyway, and
         GLACIER / DEEP_ARCHIVE objects need a RestoreObject before a restore run, Spark or Athena can read them."""
-        out = [f"{t.storage_class} objects are not readable until restored (RestoreObject): restore runs and "
-               f"queries fail on windows older than {t.days} days" for t in self.ordered_transitions()
+        out = [f"{t.storage_class} objects are not readable until restored (RestoreObject): windows older than "
+               f"{t.days} days are unreadable to queries, and a restore run first requests them back (hours) and "
+               "fails or waits (launch config wait_for_cold_seconds)" for t in self.ordered_transitions()
                if t.storage_class in ("GLACIER", "DEEP_ARCHIVE")]
         steps = [(t.storage_class, t.days) for t in self.ordered_transitions()]
         ends = [d for _, d in steps[1:]] + [self.expiration_days]

@@ -38,7 +38,7 @@ def test_policy_document_shape():
 def test_objects_only_under_each_archive_prefix():
     s = statements(iam_policy(SETTINGS))["ArchiveObjects"]
     assert sorted(s["Action"]) == ["s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject",
-                                   "s3:ListMultipartUploadParts", "s3:PutObject"]
+                                   "s3:ListMultipartUploadParts", "s3:PutObject", "s3:RestoreObject"]
     assert s["Resource"] == ["arn:aws:s3:::bkt-one/kafka/*", "arn:aws:s3:::bkt-one/web/raw/*", "arn:aws:s3:::bkt-two/*"]
 
 

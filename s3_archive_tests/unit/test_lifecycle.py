@@ -97,8 +97,9 @@ def test_bad_values_are_named(kw, needle):
 def test_billed_minimum_storage_durations_are_warnings_not_errors():
     p = policy(transitions=[T(0, "GLACIER_IR"), T(30, "DEEP_ARCHIVE")], expiration_days=100)
     assert p.warnings() == [
-        "DEEP_ARCHIVE objects are not readable until restored (RestoreObject): restore runs and queries fail on "
-        "windows older than 30 days",
+        "DEEP_ARCHIVE objects are not readable until restored (RestoreObject): windows older than 30 days are "
+        "unreadable to queries, and a restore run first requests them back (hours) and fails or waits (launch "
+        "config wait_for_cold_seconds)",
         "GLACIER_IR from day 0 is left at day 30, before its 90-day minimum storage duration: S3 bills the "
         "remaining 60 days",
         "DEEP_ARCHIVE from day 30 is left at day 100, before its 180-day minimum storage duration: S3 bills the "
