@@ -141,7 +141,8 @@ class SparkResource(dg.ConfigurableResource):
 
     Built on dagster-pyspark's `LazyPySparkResource`: the session starts on first use, not when a run starts.
     `local[*]` by default; any master URL, or a Spark Connect endpoint through `remote` (`sc://host:15002`).
-    The defaults of the tuning fields are what docs/benchmarks.md measured (see "Tuning" there).
+    The tuning fields (committer, Parquet row group, minPartitions, UI) are explained in docs/deployment.md,
+    "Spark tuning", and measured by docs/benchmarks.md and bench/tuning.py.
     """
 
     master: str = "local[*]"
@@ -158,8 +159,9 @@ class SparkResource(dg.ConfigurableResource):
                               "are renamed into staging: a server-side copy and a delete each); magic: the S3A magic "
                               "committer (uploaded once, no copy; needs the spark-hadoop-cloud jar, which "
                               "scripts/fetch-jars fetches)")
-    parquet_block_size_mb: int = Field(default=32, ge=1, description="Parquet row group size: the writer holds a "
-                                       "row group in memory per open file, so this bounds a task's memory")
+    parquet_block_size_mb: int = Field(default=128, ge=1, description="Parquet row group size (Parquet's default): "
+                                       "the writer buffers up to one row group per open file, so this caps a "
+                                       "task's buffer for windows larger than it")
     kafka_min_partitions: int | None = Field(
         default=None, ge=1, description="Spark's Kafka source minPartitions: split a window's offset range into at "
         "least this many Spark tasks (and as many staged files, hence objects); None: one task per window")

@@ -22,11 +22,11 @@ def jar_home(tmp_path, monkeypatch):
     return d
 
 
-def test_defaults_bound_row_groups_and_turn_the_ui_off(jar_home):
+def test_defaults_keep_parquets_row_group_and_turn_the_ui_off(jar_home):
     conf = SparkResource().spark_conf()
     assert not set(MAGIC_COMMITTER_CONF) & set(conf)  # FileOutputCommitter v2, Spark's own commit protocol
     assert conf["spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version"] == "2"
-    assert conf["spark.hadoop.parquet.block.size"] == str(32 * 1024 * 1024)
+    assert conf["spark.hadoop.parquet.block.size"] == str(128 * 1024 * 1024)
     assert conf["spark.ui.enabled"] == "false"
     assert KAFKA_MIN_PARTITIONS_CONF not in conf
 
