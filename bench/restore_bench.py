@@ -1,8 +1,11 @@
 """Restore throughput: a thin call of `s3_archive.restore.restore_windows`.
 
-Kept apart on purpose: the restore worker's `bench/restore_vs_produce.py` (branch restore-foreign) is to provide the
-importable restore-vs-produce figure; once it lands, `restore_throughput` is the one function to replace with a
-call of it (bench/run.py only needs seconds, records and bytes back).
+Not replaced by `bench.restore_vs_produce.run` (now on main), because that measures something else: it writes its own
+synthetic archive with pyarrow (one partition, 10,000-record windows, random hex values) and produces its own
+records, repeating internally. `make bench`'s restore row restores what the s3-archive contender itself archived
+in round 1 (4 partitions, windows of up to 100,000 records, the workload's JSON values), next to a bare produce of
+the same workload records, one pair per interleaved round. Both stay: `restore_vs_produce` for the restore's own
+profiling (`--profile`), this one for the end-to-end row.
 """
 
 from __future__ import annotations

@@ -21,16 +21,17 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 import s3_archive.archive as archive_mod
-import s3_archive.stage as stage_mod
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor
 from s3_archive.local.stack import LOCAL_AWS
-from s3_archive.resources import KafkaResource, SparkResource
+from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, KafkaResource, SparkResource
 from s3_archive.settings import ArchiveConfig, FlushPolicy
 from s3_archive.windows import OffsetWindow
 
 RESULT = "@@RESULT "
+# SparkResource.s3_committer = "magic" as settings of a running session (Hadoop keys without "spark.hadoop.")
+MAGIC_RUNTIME_CONF = {k.removeprefix("spark.hadoop."): v for k, v in MAGIC_COMMITTER_CONF.items()}
 log = logging.getLogger("bench.worker")
 
 
@@ -152,20 +153,28 @@ class Worker:
     # --- commands ---
 
     def cmd_archive(self, topic: str, prefix: str, windows: list[list[int]], min_partitions: int | None = None,
-                    ) -> dict[str, Any]:
-        """`min_partitions`: an experiment, Spark's Kafka source option `minPartitions` added to the window's read
-        (splits one window into several Spark tasks); patched in for this call only."""
+                    committer: str | None = None) -> dict[str, Any]:
+        """`min_partitions`: SparkResource.kafka_min_partitions for this call only (Spark's Kafka source option
+        `minPartitions`: one window read by several Spark tasks), set on the warm session's conf. `committer`
+        "magic": SparkResource.s3_committer = "magic" (the S3A magic committer) for this call, set likewise."""
         ws = [OffsetWindow(*w) for w in windows]
-        orig = stage_mod.read_window
+        session = self.spark().session()
         if min_partitions:
-            def read_window(spark, kafka_options, *a):
-                return orig(spark, {**kafka_options, "minPartitions": str(min_partitions)}, *a)
-            stage_mod.read_window = read_window
+            session.conf.set(KAFKA_MIN_PARTITIONS_CONF, str(min_partitions))
+        saved = {k: session.conf.get(k, None) for k in MAGIC_RUNTIME_CONF}
+        if committer == "magic":
+            for k, v in MAGIC_RUNTIME_CONF.items():
+                session.conf.set(k, v)
         try:
             with StageProfile() as prof, RssSampler() as rss:
                 out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws))), topic, ws)
         finally:
-            stage_mod.read_window = orig
+            session.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
+            for k, v in saved.items():  # back to the session's own (unset would fall back to Spark's defaults)
+                if v is None:
+                    session.conf.unset(k)
+                else:
+                    session.conf.set(k, v)
         pid = jvm_pid()
         return out | {"stage_s": prof.stage_s, "commit_s": prof.commit_s, "jvm_rss_max_mb": rss.max_kb / 1024,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,

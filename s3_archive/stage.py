@@ -80,10 +80,17 @@ class StageStats:
 
 def read_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, partition: int, start: int,
                 end: int) -> DataFrame:
-    """Exactly offsets [start, end) of one topic-partition, committed records only, as the envelope."""
+    """Exactly offsets [start, end) of one topic-partition, committed records only, as the envelope.
+
+    With `SparkResource.kafka_min_partitions` (a Spark conf) the range is split into that many Spark tasks, in
+    offset order: task i (staged file part-0000i) holds offsets below task i+1's."""
+    from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF
+
+    min_partitions = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
     df = (
         spark.read.format("kafka")
         .options(**kafka_options)
+        .options(**({"minPartitions": min_partitions} if min_partitions else {}))
         .option("assign", json.dumps({topic: [partition]}))
         .option("startingOffsets", json.dumps({topic: {str(partition): start}}))
         .option("endingOffsets", json.dumps({topic: {str(partition): end}}))

@@ -15,13 +15,14 @@ from s3_archive import layout
 from s3_archive.archive import DataLoss, archive_window
 from s3_archive.archive import S3Unavailable, check_bucket
 from s3_archive.local.moto_server import MotoServer
+from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
     archive_config, archived_records, final_objects, log, manifest, materialize, resources, staging_objects,
     window_metadata,
 )
-from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
+from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, parquet_records, produce
 
 pytestmark = pytest.mark.integration
 
@@ -157,6 +158,53 @@ def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, u
     assert all(m["records"] == 20 and m["outcome"] == "committed" for m in meta.values())
     assert all(m["records_per_second"] > 0 and m["seconds"] > 0 for m in meta.values())
     assert archived_records(s3, cfg, topic) == produced
+
+
+def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka, s3, services, spark, unique):
+    """SparkResource.kafka_min_partitions: one window read by several Spark tasks, one staged file each; the
+    commit numbers them by task index, which follows the Kafka source's offset split, so the window's objects
+    hold ascending, adjacent offset ranges."""
+    topic = create_topic(kafka, f"minparts-{unique}")
+    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(60)])
+    window = OffsetWindow(0, 0, 60)
+    spark.conf.set(KAFKA_MIN_PARTITIONS_CONF, "3")
+    try:
+        for fmt in ("parquet", "jsonl"):
+            cfg = archive_config(services.bucket, topic, f"minparts/{unique}/{fmt}/", format=fmt)
+            committed = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+            objs = committed["objects"]
+            assert len(objs) == 3, objs
+            bodies = [(o["key"], s3.get_object(Bucket=cfg.bucket, Key=o["key"])["Body"].read()) for o in objs]
+            per_object = [[r.offset for r in (parquet_records(b) if fmt == "parquet"
+                                               else jsonl_records(b, gzipped=k.endswith(".gz")))] for k, b in bodies]
+            assert [o[0] for o in per_object] == [0, 20, 40]
+            assert [off for o in per_object for off in o] == list(range(60))
+            assert archived_records(s3, cfg, topic) == produced
+    finally:
+        spark.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
+
+
+def test_the_s3a_magic_committer_stages_what_the_commit_publishes(kafka, s3, services, spark, unique):
+    """SparkResource.s3_committer = "magic" (set here on the running session): Spark's files reach staging as
+    completed multipart uploads, the window commits as usual, and nothing of the committer's is left behind."""
+    topic = create_topic(kafka, f"magic-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")]) for i in range(40)])
+    cfg = archive_config(services.bucket, topic, f"magic/{unique}/")
+    runtime = {k.removeprefix("spark.hadoop."): v for k, v in MAGIC_COMMITTER_CONF.items()}
+    saved = {k: spark.conf.get(k, None) for k in runtime}
+    for k, v in runtime.items():
+        spark.conf.set(k, v)
+    try:
+        manifests = [archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(p, 0, 20), log).manifest
+                     for p in (0, 1)]
+    finally:
+        for k, v in saved.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    assert [len(m["objects"]) for m in manifests] == [1, 1]
+    assert archived_records(s3, cfg, topic) == produced
+    assert staging_objects(s3, cfg, topic) == []
+    everything = [o["Key"] for o in s3.list_objects_v2(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Contents", [])]
+    assert not [k for k in everything if "__magic" in k or "_SUCCESS" in k or ".pending" in k], everything
 
 
 def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka, s3, services, res, unique):
