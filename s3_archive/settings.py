@@ -225,8 +225,7 @@ class ArchiveConfig(_Strict):
             raise ValueError("layout applies to formats other than 'bytes' (its objects are named by offset)")
         if self.layout is not None:
             # A split window (rotation) needs {{part}} in the key.
-            rotation = (self.max_records_per_object is not None
-                        or getattr(self, "max_bytes_per_object", None) is not None)
+            rotation = self.max_records_per_object is not None or self.max_bytes_per_object is not None
             try:
                 self.layout.check(rotation=rotation)
             except InvalidTemplate as e:
