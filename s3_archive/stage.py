@@ -254,6 +254,35 @@ def keep_observations(spark: SparkSession) -> None:
         spark.conf.set(_AQE_RULES, ",".join([*rules, _EMPTY_RELATION_RULE]))
 
 
+OBSERVATION_TIMEOUT_S = 300.0
+
+
+def observed_metrics(obs: Observation, topic: str, window: OffsetWindow,
+                     timeout_s: float = OBSERVATION_TIMEOUT_S) -> dict:
+    """The window's statistics, which Spark delivers when the write's query finishes. `Observation.get` waits
+    without a limit; if Spark never delivers (a plan rewrite that drops the observation, see keep_observations),
+    fail the window with a clear error after `timeout_s` instead of hanging the run. Nothing is committed then."""
+    import threading
+
+    box: dict[str, object] = {}
+
+    def wait() -> None:
+        try:
+            box["metrics"] = obs.get
+        except BaseException as e:  # delivered to the caller below
+            box["error"] = e
+
+    t = threading.Thread(target=wait, name=f"observe-{window.key}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    if "metrics" not in box:
+        raise RuntimeError(f"topic {topic!r} window {window.key}: Spark wrote the window but did not deliver its "
+                           f"statistics within {timeout_s:.0f} s; nothing was committed, re-run the window")
+    return box["metrics"]  # type: ignore[return-value]
+
+
 def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str, window: OffsetWindow,
                  read_start: int, out: Output, staging_uri: str, dead_letter_uri: str | None = None,
                  ) -> StageStats:
@@ -282,7 +311,7 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
     decoded = _decode(observed.where(good), out, json_ddl)
     staged = to_output(_with_parts(decoded, out), out)
     _write(staged, out, staging_uri)
-    m = obs.get
+    m = observed_metrics(obs, topic, window)
     bad = int(m["bad"] or 0)
     if bad and out.on_error == "fail":
         raise UndecodableValue(
