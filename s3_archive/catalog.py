@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from s3_archive import partitioners as P
 from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS
 
 if TYPE_CHECKING:  # settings.py imports this module for its config fields: no import cycle at run time
@@ -220,9 +221,9 @@ def no_table_reason(cfg: ArchiveConfig) -> str | None:
         return f"format {cfg.format!r}: {NO_TABLE[cfg.format]}"
     if cfg.format not in MAPPINGS:
         return f"format {cfg.format!r} has no Glue table mapping; catalogued formats: {', '.join(MAPPINGS)}"
-    if getattr(cfg, "layout", None) is not None:
-        return ("a custom `layout` (key template / partition_by) is not catalogued yet: its partition keys and "
-                "paths differ from the kafka_partition=<p>/ directories the table declares")
+    layout = getattr(cfg, "layout", None)
+    if layout is not None and (why := layout_reason(layout)) is not None:
+        return f"layout: {why}"
     decoding = getattr(cfg, "value_decoding", None)
     if cfg.format == "avro" and decoding is not None and decoding.type == "json":
         return ("avro with value_decoding json: the avro.schema.literal would have to follow every window's "
@@ -262,8 +263,17 @@ class CatalogOptions(BaseModel):
 
 
 def options_for(cfg: ArchiveConfig, options: Mapping[str, CatalogOptions] | None = None) -> CatalogOptions:
-    """Explicit mapping first, then `ArchiveConfig.catalog` once settings.py has it, then the defaults."""
-    return (options or {}).get(cfg.name) or getattr(cfg, "catalog", None) or CatalogOptions()
+    """Explicit mapping first, then `ArchiveConfig.catalog` once settings.py has it, then the defaults.
+
+    A custom layout that projection cannot describe (anything but `kafka_partition=<p>/` directories) defaults to
+    `explicit`; asking for `projection` there is a ValueError."""
+    chosen = (options or {}).get(cfg.name) or getattr(cfg, "catalog", None) or CatalogOptions()
+    layout = getattr(cfg, "layout", None)
+    if chosen.partitions == "explicit" or layout is None or projectable(layout):
+        return chosen
+    if "partitions" in chosen.model_fields_set:
+        raise ValueError(_projection_refused(cfg.name, layout))
+    return chosen.model_copy(update={"partitions": "explicit"})
 
 
 def table_name(topic: str, options: CatalogOptions = CatalogOptions()) -> str:
@@ -378,6 +388,9 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
     decoding = getattr(cfg, "value_decoding", None)
     if decoding is not None and decoding.type == "json":
         params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
+    layout = getattr(cfg, "layout", None)
+    if options.partitions == "projection" and layout is not None and not projectable(layout):
+        raise ValueError(_projection_refused(cfg.name, layout))
     if options.partitions == "projection":
         params |= {"projection.enabled": "true",
                    f"projection.{PARTITION_KEY}.type": "integer",
@@ -389,8 +402,7 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
                        f"one row per record",
         "TableType": "EXTERNAL_TABLE",
         "Parameters": params,
-        "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "int", "Comment": "Kafka partition (the layout directory "
-                                                                           f"{PARTITION_KEY}=<p>)"}],
+        "PartitionKeys": partition_keys(cfg),
         "StorageDescriptor": {
             "Columns": [dict(c) for c in (columns if columns is not None else table_columns(cfg))],
             "Location": loc,
@@ -438,6 +450,128 @@ def spark_schema_ddl(table_input: dict[str, Any]) -> str:
     """The table's columns and partition key as a Spark DDL schema: read the location as the catalog declares it."""
     cols = [*table_input["StorageDescriptor"]["Columns"], *table_input["PartitionKeys"]]
     return ", ".join(f"`{c['Name']}` {c['Type']}" for c in cols)
+
+
+# --- custom layouts (pure) ----------------------------------------------------------------------------------------
+
+_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # the partition value Hive, Spark and Athena read as NULL
+_DEFAULT_KEYS = [{"Name": PARTITION_KEY, "Type": "int",
+                  "Comment": f"Kafka partition (the layout directory {PARTITION_KEY}=<p>)"}]
+
+
+def layout_reason(layout: P.OutputLayout) -> str | None:
+    """Why a Hive table cannot describe this layout, or None. A table can when every object lies in
+    `<topic>/<partition_by path>/<file name>`, the path made only of Hive-style `name=value` segments."""
+    parts = layout.key_template.parts
+    head = [p if isinstance(p, str) else p.name for p in parts[:3]]
+    rest = parts[3:]
+    if (not layout.partition_by or head != ["topic", "/", "partition_by"] or not rest
+            or not isinstance(rest[0], str) or not rest[0].startswith("/")):
+        return (f"template {layout.template!r} does not start with '{{{{topic}}}}/{{{{partition_by}}}}/' (a table "
+                "needs its partitions as the directories under <prefix><topic>/)")
+    name = [rest[0][1:], *rest[1:]]
+    if any("/" in p for p in name if isinstance(p, str)) or any(
+            not isinstance(p, str) and p.name == "partition_by" for p in name):
+        return (f"template {layout.template!r}: the file name after '{{{{partition_by}}}}/' makes more directories "
+                "(a '/' or a second {{partition_by}}), which are not partitions a table declares")
+    if name[0] and name[0][0] in "._":
+        return (f"template {layout.template!r}: file names starting with {name[0][0]!r} are hidden files to "
+                "Hive, Spark and Athena, which would read no data")
+    for i, d in enumerate(layout.partition_by):
+        if isinstance(d, P.RecordTime):
+            names = d.hive_names()
+            if len(names) != d.segments or not all(_COLUMN.fullmatch(n) for n in names):
+                return (f"partition_by[{i}] (time): path_format {d.path_format!r} is not name=value segments with "
+                        "column names (e.g. 'year'=yyyy/'month'=MM)")
+        elif not d.hive:
+            return (f"partition_by[{i}] ({d.kind}) has hive: false; a table needs name=value directories "
+                    "(hive: true)")
+    return None
+
+
+def projectable(layout: P.OutputLayout) -> bool:
+    """Partition projection describes only `kafka_partition=<p>/` (an integer range); other keys would need every
+    value enumerated or `injected` (a WHERE on each key in every query), so they are registered explicitly."""
+    return [type(d) for d in layout.partition_by] == [P.KafkaPartition]
+
+
+def _projection_refused(archive: str, layout: P.OutputLayout) -> str:
+    keys = ", ".join(k["Name"] for k in _layout_keys(layout))
+    return (f"archive {archive!r}: catalog partitions 'projection' cannot describe the layout's partition keys "
+            f"({keys}); only kafka_partition alone can be projected. Set `catalog: {{partitions: explicit}}` (the "
+            "default for such layouts)")
+
+
+def _layout_keys(layout: P.OutputLayout) -> list[dict[str, str]]:
+    keys: list[dict[str, str]] = []
+    for d in layout.partition_by:
+        if isinstance(d, P.KafkaPartition):
+            keys.append(_DEFAULT_KEYS[0])
+        elif isinstance(d, P.RecordTime):
+            source = d.source if d.field is None else f"{d.source} {d.field!r}"
+            keys += [{"Name": n, "Type": "string",
+                      "Comment": f"record time ({source}), path_format {d.path_format}, "
+                                 f"{layout.time_zone(d)}"} for n in d.hive_names()]
+        else:
+            what = {"value": lambda: f"value field {d.field!r}",  # type: ignore[union-attr]
+                    "key": lambda: "record key" if d.field is None else f"key field {d.field!r}",  # type: ignore[union-attr]
+                    "header": lambda: f"header {d.header!r}"}[d.kind]()  # type: ignore[union-attr]
+            keys.append({"Name": d.column, "Type": "string",  # type: ignore[union-attr]
+                         "Comment": f"{what} as text; null when absent"})
+    return keys
+
+
+def partition_keys(cfg: ArchiveConfig) -> list[dict[str, str]]:
+    """The table's partition keys: `kafka_partition int`, or the layout's Hive names in order (time keys and
+    field values `string`)."""
+    layout = getattr(cfg, "layout", None)
+    return [dict(k) for k in (_DEFAULT_KEYS if layout is None else _layout_keys(layout))]
+
+
+def partition_values(layout: P.OutputLayout, path: str) -> list[str]:
+    """The Glue partition values of one partition_by path (`day=2024-03-31/region=eu%2Fwest` -> ['2024-03-31',
+    'eu/west']): decoded, as Spark's and Hive's partition discovery give them; null is HIVE_NULL, a binary value
+    that is not UTF-8 keeps its `(hex)…` text. ValueError for a path the layout does not write."""
+    out: list[str] = []
+    for d, v in zip(layout.partition_by, P.parse_path(layout, path), strict=True):
+        if isinstance(d, P.RecordTime):
+            names = d.hive_names()
+            out += [HIVE_NULL] * len(names) if v is None else [s.split("=", 1)[1] for s in str(v).split("/")]
+        elif v is None:
+            out.append(HIVE_NULL)
+        elif isinstance(v, bytes):
+            out.append(P.encode_bytes(v))
+        else:
+            out.append(str(v))
+    return out
+
+
+def layout_partition_dirs(layout: P.OutputLayout, keys: Iterable[str]) -> dict[str, list[str]]:
+    """Partition directory (relative to the table location, no trailing '/') -> values, for object keys given
+    relative to the location. Keys outside partition_by directories are ignored. Two directories with the same
+    values (e.g. a non-UTF-8 key `(hex)FF` and the text '(hex)FF') cannot both be partitions: ValueError."""
+    dirs: dict[str, list[str]] = {}
+    for key in keys:
+        directory = key.rpartition("/")[0]
+        if directory in dirs or not directory:
+            continue
+        try:
+            dirs[directory] = partition_values(layout, directory)
+        except ValueError:
+            continue
+    seen: dict[tuple[str, ...], str] = {}
+    for directory, values in sorted(dirs.items()):
+        other = seen.setdefault(tuple(values), directory)
+        if other != directory:
+            raise ValueError(f"directories {other!r} and {directory!r} have the same partition values {values}; "
+                             "a table can register only one of them")
+    return dict(sorted(dirs.items()))
+
+
+def layout_partition_input(table_input: dict[str, Any], directory: str, values: Sequence[str]) -> dict[str, Any]:
+    sd = table_input["StorageDescriptor"]
+    return {"Values": list(values), "StorageDescriptor": {**sd, "Location": f"{sd['Location']}{directory}/"}}
 
 
 # --- diff (pure) ------------------------------------------------------------------------------------------------
@@ -560,35 +694,56 @@ def partition_dirs(s3: Any, bucket: str, prefix: str, topic: str) -> list[int]:
     return sorted(found)
 
 
-def registered_partitions(glue: Any, database: str, table: str) -> set[int]:
-    out: set[int] = set()
+def registered_values(glue: Any, database: str, table: str) -> set[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
     for page in glue.get_paginator("get_partitions").paginate(DatabaseName=database, TableName=table):
-        out |= {int(p["Values"][0]) for p in page.get("Partitions", [])}
+        out |= {tuple(p["Values"]) for p in page.get("Partitions", [])}
     return out
+
+
+def registered_partitions(glue: Any, database: str, table: str) -> set[int]:
+    return {int(v[0]) for v in registered_values(glue, database, table)}
+
+
+def register_partition_inputs(glue: Any, database: str, table: str, inputs: Sequence[dict[str, Any]],
+                              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Register the partition inputs whose values are not yet in the catalog: (added, already registered).
+    Existing partitions are untouched; one registered concurrently counts as added."""
+    have = registered_values(glue, database, table)
+    missing = [i for i in inputs if tuple(i["Values"]) not in have]
+    added: list[dict[str, Any]] = []
+    for n in range(0, len(missing), BATCH):
+        chunk = missing[n:n + BATCH]
+        r = glue.batch_create_partition(DatabaseName=database, TableName=table, PartitionInputList=chunk)
+        errors = r.get("Errors", [])
+        # Registered concurrently by another run: as good as added by us.
+        raced = {tuple(e["PartitionValues"]) for e in errors
+                 if e.get("ErrorDetail", {}).get("ErrorCode") == "AlreadyExistsException"}
+        failed = [e for e in errors if e.get("ErrorDetail", {}).get("ErrorCode") != "AlreadyExistsException"]
+        if failed:
+            detail = "; ".join(f"{e['PartitionValues']}: {e['ErrorDetail'].get('ErrorCode')} "
+                               f"{e['ErrorDetail'].get('ErrorMessage', '')}" for e in failed[:5])
+            raise RuntimeError(f"registering partitions of {database}.{table} failed: {detail}")
+        added += [i for i in chunk if tuple(i["Values"]) not in raced]
+    return added, [i for i in inputs if tuple(i["Values"]) in have]
 
 
 def register_partitions(glue: Any, database: str, table_input: dict[str, Any],
                         partitions: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Register the partitions not yet in the catalog: (added, already registered). Existing ones are untouched."""
-    name = table_input["Name"]
-    have = registered_partitions(glue, database, name)
-    missing = [p for p in sorted(set(partitions)) if p not in have]
-    added: list[int] = []
-    for i in range(0, len(missing), BATCH):
-        chunk = missing[i:i + BATCH]
-        r = glue.batch_create_partition(DatabaseName=database, TableName=name,
-                                        PartitionInputList=[partition_input(table_input, p) for p in chunk])
-        errors = r.get("Errors", [])
-        # Registered concurrently by another run: as good as added by us.
-        raced = {int(e["PartitionValues"][0]) for e in errors
-                 if e.get("ErrorDetail", {}).get("ErrorCode") == "AlreadyExistsException"}
-        failed = [e for e in errors if e.get("ErrorDetail", {}).get("ErrorCode") != "AlreadyExistsException"]
-        if failed:
-            detail = "; ".join(f"{PARTITION_KEY}={e['PartitionValues'][0]}: {e['ErrorDetail'].get('ErrorCode')} "
-                               f"{e['ErrorDetail'].get('ErrorMessage', '')}" for e in failed[:5])
-            raise RuntimeError(f"registering partitions of {database}.{name} failed: {detail}")
-        added += [p for p in chunk if p not in raced]
-    return added, sorted(have & set(partitions))
+    """Register the Kafka partitions not yet in the catalog: (added, already registered)."""
+    added, existing = register_partition_inputs(glue, database, table_input["Name"],
+                                                [partition_input(table_input, p) for p in sorted(set(partitions))])
+    return [int(i["Values"][0]) for i in added], [int(i["Values"][0]) for i in existing]
+
+
+def layout_partitions(s3: Any, cfg: ArchiveConfig, topic: str, table_input: dict[str, Any]) -> list[dict[str, Any]]:
+    """Partition inputs of every partition_by directory under the topic that holds an object (one listing)."""
+    from s3_archive.commit import list_objects
+
+    base = f"{cfg.prefix}{topic}/"
+    keys = (o["Key"][len(base):] for o in list_objects(s3, cfg.bucket, base))
+    return [layout_partition_input(table_input, d, v)
+            for d, v in layout_partition_dirs(cfg.layout, keys).items()]
 
 
 @dataclass(frozen=True)
@@ -598,8 +753,9 @@ class CatalogSync:
     database_created: bool
     table_action: str  # "created" | "updated" | "unchanged"
     changes: list[str] = field(default_factory=list)
-    partitions_added: list[int] = field(default_factory=list)
-    partitions_existing: list[int] = field(default_factory=list)
+    # Kafka partitions (default layout) or partition directories relative to the location (custom layout)
+    partitions_added: list[int] | list[str] = field(default_factory=list)
+    partitions_existing: list[int] | list[str] = field(default_factory=list)
 
 
 def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: CatalogOptions,
@@ -607,9 +763,14 @@ def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: Ca
     """Database, table, and (explicit mode) partitions of one topic, each written only when missing or changed."""
     created = ensure_database(glue, options.database)
     action, changes = ensure_table(glue, options.database, table_input)
-    added: list[int] = []
-    existing: list[int] = []
-    if options.partitions == "explicit":
+    added: list[int] | list[str] = []
+    existing: list[int] | list[str] = []
+    if options.partitions == "explicit" and getattr(cfg, "layout", None) is not None:
+        base = len(table_input["StorageDescriptor"]["Location"])
+        new, old = register_partition_inputs(glue, options.database, table_input["Name"],
+                                             layout_partitions(s3, cfg, topic, table_input))
+        added, existing = ([i["StorageDescriptor"]["Location"][base:-1] for i in x] for x in (new, old))
+    elif options.partitions == "explicit":
         added, existing = register_partitions(glue, options.database, table_input,
                                               partition_dirs(s3, cfg.bucket, cfg.prefix, topic))
     return CatalogSync(options.database, table_input["Name"], created, action, changes, added, existing)

@@ -3,6 +3,7 @@
 import copy
 import datetime
 import json
+import re
 import string
 
 import dagster as dg
@@ -198,8 +199,7 @@ def test_envelope_selection_and_utf8_value_shape_the_columns():
                                                       "timestamp_type"]
 
 
-def test_custom_layout_and_avro_json_decoding_get_no_table_with_a_reason():
-    assert "layout" in catalog.no_table_reason(cfg("parquet", layout={"partition_by": [{"kind": "kafka_partition"}]}))
+def test_avro_json_decoding_gets_no_table_with_a_reason():
     assert "avro.schema.literal" in catalog.no_table_reason(cfg("avro", value_decoding={"type": "json"}))
     assert catalog.no_table_reason(cfg("parquet", value_decoding={"type": "json"})) is None
 
@@ -366,3 +366,121 @@ def test_the_table_refreshes_when_a_window_lands_even_while_other_windows_are_mi
     assert tick() == 1
     instance.report_runless_asset_event(dg.AssetMaterialization(catalog_asset_key(topic)))
     assert tick() == 0
+
+
+# --- custom layouts ------------------------------------------------------------------------------------------------
+
+FILE = "{{topic}}+{{partition}}+{{start_offset}}+{{part}}"
+DAY_REGION = {"template": "{{topic}}/{{partition_by}}/" + FILE,
+              "partition_by": [{"kind": "time", "path_format": "'day'=yyyy-MM-dd", "timezone": "Europe/Berlin",
+                                "duration_seconds": 86400},
+                               {"kind": "value", "field": "region"}]}
+
+
+def keys_of(table_input: dict) -> list[tuple[str, str]]:
+    return [(k["Name"], k["Type"]) for k in table_input["PartitionKeys"]]
+
+
+def test_a_hive_style_layout_gets_a_table_with_its_partition_keys_and_explicit_partitions():
+    c = cfg("parquet", layout=DAY_REGION)
+    assert catalog.no_table_reason(c) is None
+    options = catalog.options_for(c)
+    assert options.partitions == "explicit"  # projection cannot describe day/region: the default follows
+    ti = build_table_input(c, "demo.orders", options, 3)
+    assert keys_of(ti) == [("day", "string"), ("region", "string")]
+    assert ti["StorageDescriptor"]["Location"] == "s3://bkt-one/archive/demo.orders/"
+    assert not [k for k in ti["Parameters"] if k.startswith(("projection.", "storage."))]
+    ddl = athena_ddl("s3_archive", ti)
+    assert "PARTITIONED BY (\n  `day` string COMMENT" in ddl and "`region` string COMMENT 'value field" in ddl
+    # asking for projection is refused, at load, naming the keys and the fix
+    for opts in ({"demo": CatalogOptions(partitions="projection")}, None):
+        with pytest.raises(ValueError, match=r"archive 'demo': catalog partitions 'projection' cannot describe the "
+                                             r"layout's partition keys \(day, region\).*partitions: explicit"):
+            if opts is None:
+                build_table_input(c, "demo.orders", CatalogOptions(), 3)
+            else:
+                build_catalog_defs(Settings(archives=[c]), opts)
+    [asset] = build_catalog_defs(Settings(archives=[c])).assets
+    assert "partitioned by `day`, `region` (explicit)" in asset.specs_by_key[catalog_asset_key("demo.orders")] \
+        .description
+
+
+def test_layout_keys_follow_partition_by_in_order_with_types():
+    layout = {"template": "{{topic}}/{{partition_by}}/" + FILE + "+{{key}}",  # record-level values in the name
+              "partition_by": [{"kind": "kafka_partition"}, {"kind": "time"}, {"kind": "header", "header": "tenant"},
+                               {"kind": "key", "field": "id", "name": "kid"}]}
+    c = cfg("jsonl", layout=layout, catalog={"partitions": "explicit"})
+    assert catalog.no_table_reason(c) is None
+    assert keys_of(build_table_input(c, "t", catalog.options_for(c), 1)) == [
+        ("kafka_partition", "int"), ("year", "string"), ("month", "string"), ("day", "string"), ("hour", "string"),
+        ("tenant", "string"), ("kid", "string")]
+
+
+def test_a_layout_of_kafka_partition_directories_alone_keeps_projection():
+    c = cfg("parquet", layout={"template": "{{topic}}/{{partition_by}}/data-{{partition}}-{{start_offset}}",
+                               "partition_by": [{"kind": "kafka_partition"}]})
+    assert catalog.no_table_reason(c) is None and catalog.options_for(c).partitions == "projection"
+    ti = build_table_input(c, "demo.orders", catalog.options_for(c), 3)
+    assert ti == parquet_input()  # same table as the default layout's
+
+
+@pytest.mark.parametrize("layout,reason", [
+    ({"template": "{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}"},
+     r"does not start with '\{\{topic\}\}/\{\{partition_by\}\}/'"),
+    ({"template": "data/{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}"}, "does not start with"),
+    ({"template": "{{topic}}/{{partition_by}}/{{partition}}/{{topic}}+{{start_offset}}"}, "makes more directories"),
+    ({"template": "{{topic}}/{{partition_by}}/_{{topic}}+{{partition}}+{{start_offset}}"}, "hidden files"),
+    ({"partition_by": [{"kind": "kafka_partition", "hive": False}]}, r"partition_by\[0\] \(kafka_partition\) has hive: false"),
+    ({"partition_by": [{"kind": "kafka_partition"}, {"kind": "value", "field": "r", "hive": False}]},
+     r"partition_by\[1\] \(value\) has hive: false"),
+    ({"partition_by": [{"kind": "time", "path_format": "yyyy/MM/dd"}]}, r"path_format 'yyyy/MM/dd' is not name=value"),
+    ({"partition_by": [{"kind": "time", "path_format": "'year'=yyyy/MM"}]}, "is not name=value"),
+    ({"partition_by": [{"kind": "time", "path_format": "'my-year'=yyyy"}]}, "is not name=value"),
+])
+def test_layouts_a_table_cannot_describe_get_no_table_with_the_reason(layout, reason):
+    c = cfg("parquet", layout=layout)
+    assert re.search(r"^layout: .*" + reason, catalog.no_table_reason(c))
+    with pytest.raises(catalog.UnsupportedFormat, match=reason):
+        build_table_input(c, "t", CatalogOptions(partitions="explicit"), 1)
+    assert build_catalog_defs(Settings(archives=[c])).assets == []
+
+
+def test_partition_values_are_the_decoded_values_and_null_is_hives_default_partition():
+    from s3_archive import partitioners as P
+
+    layout = cfg("parquet", layout=DAY_REGION).layout
+    for values, glue in [(["day=2024-03-31", "eu/west"], ["2024-03-31", "eu/west"]),
+                         (["day=2024-03-31", "a b=c%é"], ["2024-03-31", "a b=c%é"]),
+                         ([None, None], [catalog.HIVE_NULL, catalog.HIVE_NULL]),
+                         (["day=2024-03-31", ""], ["2024-03-31", ""]),
+                         (["day=2024-03-31", "(null)"], ["2024-03-31", "(null)"])]:
+        path = P.render_path(layout, values)
+        assert catalog.partition_values(layout, path) == glue, path
+    hdr = cfg("parquet", layout={"partition_by": [{"kind": "kafka_partition"},
+                                                  {"kind": "time", "path_format": "'y'=yyyy/'m'=MM"},
+                                                  {"kind": "header", "header": "h"}]}).layout
+    assert catalog.partition_values(hdr, P.render_path(hdr, [7, None, b"\xff"])) == [
+        "7", catalog.HIVE_NULL, catalog.HIVE_NULL, "(hex)FF"]
+    assert catalog.partition_values(hdr, "kafka_partition=7/y=2024/m=03/h=x") == ["7", "2024", "03", "x"]
+    with pytest.raises(ValueError):
+        catalog.partition_values(hdr, "kafka_partition=7/y=2024/h=x")
+
+
+def test_layout_partition_dirs_from_object_keys():
+    layout = cfg("parquet", layout=DAY_REGION).layout
+    keys = ["day=2024-03-31/region=eu%2Fwest/t+0+0+00000.parquet", "day=2024-03-31/region=eu%2Fwest/t+0+9+00000.parquet",
+            "day=2024-03-30/region=(null)/t+0+0+00000.parquet", "day=2024-03-30/region=(empty)/t+0+0+00000.parquet",
+            "top-level-file", "day=2024-03-30/not-a-region/x", "other/dir/x", "day=2024-03-30/region=a%2f/x"]
+    assert catalog.layout_partition_dirs(layout, keys) == {
+        "day=2024-03-30/region=(empty)": ["2024-03-30", ""],
+        "day=2024-03-30/region=(null)": ["2024-03-30", catalog.HIVE_NULL],
+        "day=2024-03-31/region=eu%2Fwest": ["2024-03-31", "eu/west"]}
+    ti = build_table_input(cfg("parquet", layout=DAY_REGION), "t", CatalogOptions(partitions="explicit"), 1)
+    pi = catalog.layout_partition_input(ti, "day=2024-03-31/region=eu%2Fwest", ["2024-03-31", "eu/west"])
+    assert pi["Values"] == ["2024-03-31", "eu/west"]
+    assert pi["StorageDescriptor"]["Location"] == "s3://bkt-one/archive/t/day=2024-03-31/region=eu%2Fwest/"
+    assert pi["StorageDescriptor"]["Columns"] == ti["StorageDescriptor"]["Columns"]
+    # a non-UTF-8 key and the text "(hex)FF" would be one partition: refused, naming both directories
+    kl = cfg("parquet", layout={"partition_by": [{"kind": "key"}]}).layout
+    with pytest.raises(ValueError, match=r"directories 'kafka_key=%28hex%29FF' and 'kafka_key=\(hex\)FF' have the same"):
+        catalog.layout_partition_dirs(kl, ["kafka_key=(hex)FF/a", "kafka_key=%28hex%29FF/b"])

@@ -72,6 +72,7 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
     table = catalog.table_name(topic, options)
     qualified = f"{options.database}.{table}"
+    keys = ", ".join(f"`{k['Name']}`" for k in catalog.partition_keys(cfg))
 
     @dg.asset(
         key=catalog_asset_key(topic),
@@ -82,7 +83,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         kinds={"glue", "athena"},
         metadata={"table": qualified, "location": catalog.location(cfg, topic), "partition_mode": options.partitions},
         description=f"Glue table `{qualified}` over s3://{cfg.bucket}/{cfg.prefix}{topic}/ ({cfg.format}), "
-                    f"partitioned by `{catalog.PARTITION_KEY}` ({options.partitions}); queryable from Athena.",
+                    f"partitioned by {keys} ({options.partitions}); queryable from Athena.",
     )
     def _catalog(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource) -> dg.MaterializeResult:
         try:
