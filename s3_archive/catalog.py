@@ -514,10 +514,13 @@ def _layout_keys(layout: P.OutputLayout) -> list[dict[str, str]]:
                       "Comment": f"record time ({source}), path_format {d.path_format}, "
                                  f"{layout.time_zone(d)}"} for n in d.hive_names()]
         else:
-            what = {"value": lambda: f"value field {d.field!r}",  # type: ignore[union-attr]
-                    "key": lambda: "record key" if d.field is None else f"key field {d.field!r}",  # type: ignore[union-attr]
-                    "header": lambda: f"header {d.header!r}"}[d.kind]()  # type: ignore[union-attr]
-            keys.append({"Name": d.column, "Type": "string",  # type: ignore[union-attr]
+            if isinstance(d, P.ValueField):
+                what = f"value field {d.field!r}"
+            elif isinstance(d, P.KeyField):
+                what = "record key" if d.field is None else f"key field {d.field!r}"
+            else:
+                what = f"header {d.header!r}"
+            keys.append({"Name": d.column, "Type": "string",
                          "Comment": f"{what} as text; null when absent"})
     return keys
 

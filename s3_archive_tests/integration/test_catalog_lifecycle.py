@@ -161,6 +161,69 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
         (p.partition, p.offset, p.key, p.value, None, p.timestamp_ms) for p in produced]
 
 
+DAY_REGION = {
+    "template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}",
+    "partition_by": [{"kind": "time", "path_format": "'day'=yyyy-MM-dd", "timezone": "Europe/Berlin",
+                      "duration_seconds": 86400},
+                     {"kind": "value", "field": "region"}],
+}
+
+
+def test_a_custom_hive_layout_gets_explicit_partitions_with_decoded_values_and_reads_back(
+        kafka, services, res, spark, unique):
+    # 2024-03-30T23:30Z is 03-31 in Berlin; regions that need encoding, and one missing (null)
+    day1, day2 = 1711756800000, 1711841400000
+    timed = [(day2, "eu/west"), (day2, "us"), (day1, "eu/west"), (day2 + 1, "a b=c"), (day1 + 1, None),
+             (day2 + 2, "eu/west")]
+    topic = create_topic(kafka, f"cat-lay-{unique}", config={"retention.ms": "-1"})  # timestamps from 2024
+    produce(kafka, topic, [(0, b"k", json.dumps({} if r is None else {"region": r}).encode(), []) for _, r in timed],
+            timestamps=[t for t, _ in timed])
+    cfg = archive_config(services.bucket, topic, f"catlay/{unique}/", layout=DAY_REGION)
+    materialize(cfg, topic, [W(0, 0, 3), W(0, 3, 6)], res)
+    database = f"catlay_{unique}"
+    [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=database)}).assets
+
+    first, second = run_asset(asset, res), run_asset(asset, res)
+
+    assert first["partition_mode"] == "explicit"  # the default for a layout projection cannot describe
+    expected = {("2024-03-31", "eu/west"): 2, ("2024-03-31", "us"): 1, ("2024-03-30", "eu/west"): 1,
+                ("2024-03-31", "a b=c"): 1, ("2024-03-30", catalog.HIVE_NULL): 1}
+    assert sorted(first["partitions_added"]) == sorted([
+        "day=2024-03-31/region=eu%2Fwest", "day=2024-03-31/region=us", "day=2024-03-30/region=eu%2Fwest",
+        "day=2024-03-31/region=a%20b%3Dc", "day=2024-03-30/region=(null)"])
+    assert (second["table_action"], second["partitions_added"], second["partitions_registered"]) == (
+        "unchanged", [], 5)
+    glue = client(services, "glue")
+    table = glue.get_table(DatabaseName=database, Name=catalog.table_name(topic))["Table"]
+    location = table["StorageDescriptor"]["Location"]
+    assert location == f"s3://{services.bucket}/{cfg.prefix}{topic}/"
+    assert [(k["Name"], k["Type"]) for k in table["PartitionKeys"]] == [("day", "string"), ("region", "string")]
+    assert not [k for k in table["Parameters"] if k.startswith("projection.")]
+    parts = glue.get_partitions(DatabaseName=database, TableName=table["Name"])["Partitions"]
+    assert {tuple(p["Values"]) for p in parts} == set(expected)
+
+    # Each registered partition's Location holds exactly the records with its values (read with the table's
+    # columns, as an engine using the Glue partitions does)...
+    columns = ", ".join(f"`{c['Name']}` {c['Type']}" for c in table["StorageDescriptor"]["Columns"])
+    for p in parts:
+        rows = spark.read.schema(columns).parquet(p["StorageDescriptor"]["Location"].replace("s3://", "s3a://")) \
+            .select("offset", "timestamp").collect()
+        assert len(rows) == expected[tuple(p["Values"])], p["Values"]
+        day, region = p["Values"]
+        for r in rows:
+            ts, reg = timed[r.offset]
+            assert (reg if reg is not None else catalog.HIVE_NULL) == region
+            assert day == ("2024-03-31" if ts >= day2 else "2024-03-30")
+    # ...and Spark's own partition discovery over the table location with the table's columns and keys decodes
+    # the directory names to the same values (a null is the directory's `(null)` text there).
+    view = f"catlay_{unique}"
+    spark.read.schema(catalog.spark_schema_ddl(table)).parquet(location.replace("s3://", "s3a://")) \
+        .createOrReplaceTempView(view)
+    got = {(r.day, r.region): r.n for r in spark.sql(
+        f"SELECT day, region, count(*) AS n FROM {view} GROUP BY day, region").collect()}
+    assert got == {(d, "(null)" if r == catalog.HIVE_NULL else r): n for (d, r), n in expected.items()}
+
+
 def _b64(b: bytes | None) -> str | None:
     return None if b is None else base64.b64encode(b).decode()
 

@@ -430,7 +430,8 @@ def test_a_layout_of_kafka_partition_directories_alone_keeps_projection():
     ({"template": "data/{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}"}, "does not start with"),
     ({"template": "{{topic}}/{{partition_by}}/{{partition}}/{{topic}}+{{start_offset}}"}, "makes more directories"),
     ({"template": "{{topic}}/{{partition_by}}/_{{topic}}+{{partition}}+{{start_offset}}"}, "hidden files"),
-    ({"partition_by": [{"kind": "kafka_partition", "hive": False}]}, r"partition_by\[0\] \(kafka_partition\) has hive: false"),
+    ({"partition_by": [{"kind": "kafka_partition", "hive": False}]},
+     r"partition_by\[0\] \(kafka_partition\) has hive: false"),
     ({"partition_by": [{"kind": "kafka_partition"}, {"kind": "value", "field": "r", "hive": False}]},
      r"partition_by\[1\] \(value\) has hive: false"),
     ({"partition_by": [{"kind": "time", "path_format": "yyyy/MM/dd"}]}, r"path_format 'yyyy/MM/dd' is not name=value"),
@@ -468,7 +469,8 @@ def test_partition_values_are_the_decoded_values_and_null_is_hives_default_parti
 
 def test_layout_partition_dirs_from_object_keys():
     layout = cfg("parquet", layout=DAY_REGION).layout
-    keys = ["day=2024-03-31/region=eu%2Fwest/t+0+0+00000.parquet", "day=2024-03-31/region=eu%2Fwest/t+0+9+00000.parquet",
+    keys = ["day=2024-03-31/region=eu%2Fwest/t+0+0+00000.parquet",
+            "day=2024-03-31/region=eu%2Fwest/t+0+9+00000.parquet",
             "day=2024-03-30/region=(null)/t+0+0+00000.parquet", "day=2024-03-30/region=(empty)/t+0+0+00000.parquet",
             "top-level-file", "day=2024-03-30/not-a-region/x", "other/dir/x", "day=2024-03-30/region=a%2f/x"]
     assert catalog.layout_partition_dirs(layout, keys) == {
@@ -482,5 +484,6 @@ def test_layout_partition_dirs_from_object_keys():
     assert pi["StorageDescriptor"]["Columns"] == ti["StorageDescriptor"]["Columns"]
     # a non-UTF-8 key and the text "(hex)FF" would be one partition: refused, naming both directories
     kl = cfg("parquet", layout={"partition_by": [{"kind": "key"}]}).layout
-    with pytest.raises(ValueError, match=r"directories 'kafka_key=%28hex%29FF' and 'kafka_key=\(hex\)FF' have the same"):
+    with pytest.raises(ValueError,
+                       match=r"directories 'kafka_key=%28hex%29FF' and 'kafka_key=\(hex\)FF' have the same"):
         catalog.layout_partition_dirs(kl, ["kafka_key=(hex)FF/a", "kafka_key=%28hex%29FF/b"])
