@@ -1,7 +1,7 @@
 """The Glue Data Catalog table of an archived topic, so Athena (or Spark, Trino) can query the archive in place.
 
 Pure part: the table input (columns from the archived envelope, SerDe and formats of the archive's format, the
-`kafka_partition int` partition key that is the layout's Hive-style directory, partition projection), the
+partition keys of the layout's Hive-style directories, `kafka_partition int` by default; partition projection), the
 equivalent Athena `CREATE EXTERNAL TABLE` DDL, and the diff against a table that exists.
 I/O part (a Glue and an S3 client passed in): create the database and the table, update the table only when its
 input changed, and in the explicit-partitions mode register the partition directories that exist.
