@@ -11,17 +11,12 @@ import argparse
 import logging
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-import boto3
 from confluent_kafka.admin import NewTopic
 
 from s3_archive.archive import archive_window
-from s3_archive.local.kafka_broker import KafkaBroker
-from s3_archive.local.moto_server import MotoServer
-from s3_archive.local.stack import LOCAL_AWS, create_bucket
+from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.resources import KafkaResource, SparkResource
 from s3_archive.settings import ArchiveConfig
 from s3_archive.windows import OffsetWindow
@@ -34,12 +29,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--format", default="parquet")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="s3a-bench-"))
-    broker, moto = KafkaBroker(root / "kafka", heap="1g"), MotoServer(root / "moto")
-    broker.start()
-    moto.start()
-    try:
-        create_bucket(moto.endpoint_url, "bench")
+    with temporary_stack("s3a-bench-", "bench") as (broker, moto, _):
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers)
         admin = kafka.admin()
         admin.create_topics([NewTopic("bench", 1, 1)])["bench"].result(30)
@@ -54,9 +44,7 @@ def main() -> None:
         print(f"produced {args.records} records in {time.monotonic() - t:.1f}s")
         spark = SparkResource(s3_endpoint_url=moto.endpoint_url, s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
                               s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True).session()
-        s3 = boto3.client("s3", endpoint_url=moto.endpoint_url, region_name="us-east-1",
-                          aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+        s3 = local_s3_client(moto.endpoint_url)
         secs = []
         for r in range(args.repeats + 1):  # the first run warms the JVM up and is not counted
             cfg = ArchiveConfig(name="bench", topics=["bench"], bucket="bench", prefix=f"run{r}/", format=args.format)
@@ -74,9 +62,6 @@ def main() -> None:
               f"{min(secs):.2f}/{statistics.median(secs):.2f}/{max(secs):.2f}s -> median "
               f"{args.records / statistics.median(secs):,.0f} records/s")
         spark.stop()
-    finally:
-        moto.stop()
-        broker.stop()
 
 
 if __name__ == "__main__":

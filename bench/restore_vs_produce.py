@@ -16,20 +16,18 @@ import json
 import logging
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka.admin import NewTopic
 
 from s3_archive import layout
-from s3_archive.local.stack import LOCAL_AWS, create_bucket
+from s3_archive.local.stack import local_s3_client, temporary_stack
 from s3_archive.resources import KafkaResource
 from s3_archive.restore import RestoreRequest, restore_windows
 from s3_archive.windows import OffsetWindow
@@ -101,21 +99,10 @@ def run(records: int = 200_000, repeats: int = 3, value_bytes: int = 500, bootst
     run); figures per side and the median ratio restore / producer. `profile`: write a cProfile of one restore."""
     with ExitStack() as stack:
         if bootstrap_servers is None or s3_endpoint_url is None:
-            from s3_archive.local.kafka_broker import KafkaBroker
-            from s3_archive.local.moto_server import MotoServer
-
-            root = Path(tempfile.mkdtemp(prefix="s3a-bench-restore-"))
-            broker, moto = KafkaBroker(root / "kafka", heap="1g"), MotoServer(root / "moto")
-            broker.start()
-            stack.callback(broker.stop)
-            moto.start()
-            stack.callback(moto.stop)
+            broker, moto, _ = stack.enter_context(temporary_stack("s3a-bench-restore-", bucket))
             bootstrap_servers, s3_endpoint_url = broker.bootstrap_servers, moto.endpoint_url
-            create_bucket(s3_endpoint_url, bucket)
         kafka = KafkaResource(bootstrap_servers=bootstrap_servers)
-        s3 = boto3.client("s3", endpoint_url=s3_endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
-                          aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+        s3 = local_s3_client(s3_endpoint_url)
         recs = _records(records, value_bytes)
         nbytes = sum(len(k) + len(v) + sum(len(a) + len(b) for a, b in hs) for k, v, hs in recs)
         run_id = uuid.uuid4().hex[:8]

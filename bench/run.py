@@ -14,24 +14,19 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import boto3
 
 from bench import workload as wl
 from bench.restore_bench import restore_throughput
 from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
 from bench.worker import RESULT
-from s3_archive.local.kafka_broker import KafkaBroker
-from s3_archive.local.moto_server import MotoServer
-from s3_archive.local.stack import LOCAL_AWS, create_bucket
+from s3_archive.local.stack import local_s3_client, temporary_stack
 from s3_archive.resources import KafkaResource
 from s3_archive.windows import OffsetWindow
 
@@ -243,22 +238,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     mach = machine()
     say(f"machine: {mach['cpu']}, nproc {mach['nproc']}, load {mach['load_start']}; {mach['other_work']}")
-    root = Path(tempfile.mkdtemp(prefix="s3a-bench-"))
-    logs = root / "logs"
-    logs.mkdir()
-    broker, moto = KafkaBroker(root / "kafka", heap="1g"), MotoServer(root / "moto")
     worker: SparkWorker | None = None
-    broker.start()
-    try:
-        moto.start()
-        create_bucket(moto.endpoint_url, BUCKET)
+    with ExitStack() as cleanup:
+        broker, moto, root = cleanup.enter_context(temporary_stack("s3a-bench-", BUCKET, remove=not args.keep))
+        cleanup.callback(lambda: worker.stop() if worker is not None else None)  # before the stack stops
+        logs = root / "logs"
+        logs.mkdir()
         say(f"stack up: broker {broker.bootstrap_servers}, moto {moto.endpoint_url} (logs under {root})")
         stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
                  "bucket": BUCKET}
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
-        s3 = boto3.client("s3", endpoint_url=moto.endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
-                          aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+        s3 = local_s3_client(moto.endpoint_url)
 
         # --- workload ---
         n = wl.records_for_mb(args.mb)
@@ -407,13 +397,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "memory": memory, "memory_base": base, "catchup": catchup, "tick": tick, "n": n, "payload": payload,
                 "produce_s": produce_s, "windows": windows, "window_records": window_records,
                 "experiment": experiment, "per_partition": per_partition}
-    finally:
-        if worker is not None:
-            worker.stop()
-        moto.stop()
-        broker.stop()
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -15,20 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
-
-import boto3
 
 from bench import workload as wl
 from s3_archive.archive import archive_window
-from s3_archive.local.kafka_broker import KafkaBroker
-from s3_archive.local.moto_server import MotoServer
-from s3_archive.local.stack import LOCAL_AWS, create_bucket
+from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, KafkaResource, SparkResource
 from s3_archive.settings import ArchiveConfig
 from s3_archive.windows import OffsetWindow
@@ -58,13 +51,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("variants", nargs="+")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="s3a-tuning-"))
-    broker, moto = KafkaBroker(root / "kafka", heap="1g"), MotoServer(root / "moto")
-    broker.start()
-    moto.start()
-    moto_log = root / "moto" / "moto.log"
-    try:
-        create_bucket(moto.endpoint_url, BUCKET)
+    with temporary_stack("s3a-tuning-", BUCKET, remove=True) as (broker, moto, root):
+        moto_log = root / "moto" / "moto.log"
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
         n = wl.records_for_mb(args.mb)
         wl.create_topic(kafka, "t")
@@ -73,9 +61,7 @@ def main() -> None:
         spark = SparkResource(s3_endpoint_url=moto.endpoint_url, s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
                               s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True).session()
         sc = spark.sparkContext
-        s3 = boto3.client("s3", endpoint_url=moto.endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
-                          aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+        s3 = local_s3_client(moto.endpoint_url)
         calls: dict[str, int] = {}
         s3.meta.events.register("before-call.s3.*",
                                 lambda event_name, **_: calls.update({event_name.split(".")[-1]:
@@ -111,10 +97,6 @@ def main() -> None:
         for v in args.variants:
             run(v, "one-record", [OffsetWindow(0, 0, 1)])
         spark.stop()
-    finally:
-        moto.stop()
-        broker.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -109,9 +110,10 @@ def final_keys(parts: list[dict], key_for: Callable[[str | None, int], str]) -> 
         n = counters.get(p["bucket"], 0)
         counters[p["bucket"]] = n + 1
         keys.append(key_for(p["bucket"], n))
-    if len(set(keys)) != len(keys):  # e.g. a template without {{part}} and a bucket Spark wrote as two files
-        raise ArchiveIntegrityError(f"staged parts would share final keys: {sorted(k for k in keys if keys.count(k) > 1)[:3]}; "
-                                    "add {{part}} to the layout template")
+    shared = sorted(k for k, n in Counter(keys).items() if n > 1)
+    if shared:  # e.g. a template without {{part}} and a bucket Spark wrote as two files
+        raise ArchiveIntegrityError(f"staged parts would share final keys: {shared[:3]}; add {{{{part}}}} to the "
+                                    "layout template")
     return keys
 
 

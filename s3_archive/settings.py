@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from s3_archive.catalog import CatalogOptions
 from s3_archive.foreign import ForeignSource
-from s3_archive.formats import FORMATS
+from s3_archive.formats import FORMATS, envelope_columns, parse_ddl_fields
 from s3_archive.keytemplate import InvalidTemplate
 from s3_archive.lifecycle import LifecyclePolicy
 from s3_archive.partitioners import OutputLayout
@@ -54,8 +54,6 @@ class Envelope(_Strict):
     metadata: bool = True
 
     def columns(self) -> list[str]:
-        from s3_archive.formats import envelope_columns
-
         return envelope_columns(key=self.key, value=self.value, headers=self.headers, metadata=self.metadata)
 
     @property
@@ -82,8 +80,6 @@ class ValueDecoding(_Strict):
         if self.type != "json" and (self.json_schema is not None or self.column_prefix):
             raise ValueError(f"json_schema and column_prefix apply to type 'json' only, not {self.type!r}")
         if self.json_schema is not None:
-            from s3_archive.formats import parse_ddl_fields
-
             parse_ddl_fields(self.json_schema)  # raises ValueError naming the problem
         return self
 
@@ -211,8 +207,6 @@ class ArchiveConfig(_Strict):
         if not self.envelope.columns() and dec.type != "json":
             raise ValueError("envelope: every part is off; keep at least one of key, value, headers, metadata")
         if dec.type == "json" and dec.json_schema is not None:
-            from s3_archive.formats import parse_ddl_fields
-
             clash = sorted({dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
                            & set(self.envelope.columns()))
             if clash:

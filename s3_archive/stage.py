@@ -117,8 +117,18 @@ def record_bytes() -> Column:
     return F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0)) + headers
 
 
+JSON_COLUMN = "_json"  # the value parsed once as a VARIANT (value_decoding json): checked, inferred and decoded
+
+
+def with_parsed_json(df: DataFrame, decoding: str) -> DataFrame:
+    """The records plus JSON_COLUMN when decoding json, so each value is parsed once, not once per use."""
+    if decoding != "json":
+        return df
+    return df.withColumn(JSON_COLUMN, F.try_parse_json(F.col("value").cast("string")))
+
+
 def _parsed_json() -> Column:
-    return F.try_parse_json(F.col("value").cast("string"))
+    return F.col(JSON_COLUMN)
 
 
 def decodable(decoding: str) -> Column:
@@ -290,7 +300,8 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
     whose value does not decode go, as the full raw envelope in parquet, to `dead_letter_uri`."""
     keep_observations(spark)
     obs = Observation(f"w_{topic}_{window.key}")
-    df = read_window(spark, kafka_options, topic, window.partition, read_start, window.end)
+    df = with_parsed_json(read_window(spark, kafka_options, topic, window.partition, read_start, window.end),
+                          out.decoding)
     json_ddl = out.json_schema
     if out.decoding == "json" and json_ddl is None:
         json_ddl = infer_json_ddl(df)
@@ -320,7 +331,7 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
             f"{m['first_bad']}. Nothing was committed. To keep such records under the dead-letter prefix and "
             "archive the rest, set value_decoding.on_error: dead_letter")
     if bad and dead_letter_uri is not None:
-        (df.where(~good).drop(BUCKET_COLUMN).write.format("parquet").options(compression="snappy")
+        (df.where(~good).drop(BUCKET_COLUMN, JSON_COLUMN).write.format("parquet").options(compression="snappy")
          .mode("errorifexists").save(dead_letter_uri))
     written = [c for c in staged.columns if c not in ("_part", "_offset", BUCKET_COLUMN)]
     text_like = out.fmt.name in ("json", "text", "bytes", "csv")

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import boto3
 
@@ -52,14 +56,38 @@ def read_state(root: Path | None = None) -> StackState | None:
     return StackState(**json.loads(f.read_text()))
 
 
+def local_s3_client(endpoint_url: str) -> Any:
+    """A boto3 S3 client on a local moto server, with the local stack's (fake) credentials."""
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
+                        aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+
+
 def create_bucket(endpoint_url: str, bucket: str) -> None:
-    s3 = boto3.client("s3", endpoint_url=endpoint_url, region_name=LOCAL_AWS["AWS_REGION"],
-                      aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+    s3 = local_s3_client(endpoint_url)
     try:
         s3.create_bucket(Bucket=bucket)
     except s3.exceptions.BucketAlreadyOwnedByYou:
         pass
+
+
+@contextmanager
+def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: bool = False,
+                    ) -> Iterator[tuple[KafkaBroker, MotoServer, Path]]:
+    """A broker and a moto server (with `bucket`) under a new temp directory, stopped on exit (and the directory
+    removed with `remove`): for benchmarks, which must not share the `local up` stack."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    broker, moto = KafkaBroker(root / "kafka", heap=broker_heap), MotoServer(root / "moto")
+    broker.start()
+    try:
+        moto.start()
+        create_bucket(moto.endpoint_url, bucket)
+        yield broker, moto, root
+    finally:
+        moto.stop()
+        broker.stop()
+        if remove:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
