@@ -472,9 +472,9 @@ def decompress(data: bytes, compression: str) -> bytes:
     if compression == "gzip":
         return gzip.decompress(data)
     if compression == "zstd":
-        import cramjam
+        from backports import zstd  # as restore.py and commit.py
 
-        return bytes(cramjam.zstd.decompress(data))
+        return zstd.decompress(data)
     if compression == "snappy":
         return snappy_stream_decompress(data)
     raise ValueError(f"unknown compression {compression!r}; allowed: {', '.join(COMPRESSIONS)}")

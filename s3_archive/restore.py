@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from backports import zstd
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
 
@@ -532,21 +533,20 @@ def json_array_records(stream: Any, what: str) -> Iterator[ArchivedRecord]:
         raise ArchiveIntegrityError(f"{what}: the JSON array is not closed (a truncated object?)")
 
 
-_DECOMPRESS_BY_CODEC = {"gzip": ".gz", "bzip2": ".bz2"}
+_DECOMPRESS_BY_CODEC = {"gzip": ".gz", "bzip2": ".bz2", "zstd": ".zst"}
 
 
 def _text_stream(f: Any, key: str, codec: str | None) -> Any:
     """The decompressed stream of a text object: by the manifest's codec, else by the key's suffix (objects of
-    other writers, e.g. `.zst`)."""
-    suffix = _DECOMPRESS_BY_CODEC.get(codec or "", "")
-    if not suffix and (codec in (None, "none") or codec not in _DECOMPRESS_BY_CODEC):
-        suffix = next((s for s in (".gz", ".bz2", ".zst") if key.endswith(s)), "")
+    other writers)."""
+    suffix = _DECOMPRESS_BY_CODEC.get(codec or "") or next(
+        (s for s in _DECOMPRESS_BY_CODEC.values() if key.endswith(s)), "")
     if suffix == ".gz":
         return gzip.GzipFile(fileobj=f)
     if suffix == ".bz2":
         return bz2.BZ2File(f)
     if suffix == ".zst":
-        return pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
+        return zstd.ZstdFile(f)  # the library the commit compresses with (commit.publish_compressed)
     return io.BufferedReader(f)
 
 

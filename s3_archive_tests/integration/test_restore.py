@@ -211,7 +211,7 @@ def test_round_trip_of_nasty_records_is_byte_exact(fmt, codec, provenance, kafka
 
 
 def test_zstd_jsonl_objects_written_by_another_tool_restore(kafka, s3, services, unique):
-    """Spark here has no zstd codec for JSON, so the archive is written by hand, as another writer would."""
+    """A zstd jsonl object written by hand, as another writer would (not by our commit), restores."""
     import base64
 
     import pyarrow as pa
