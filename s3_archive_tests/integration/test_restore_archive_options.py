@@ -8,7 +8,6 @@ import io
 import json
 import os
 import time
-import urllib.request
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,6 +23,7 @@ from s3_archive.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, log, resources
 from s3_archive_tests.integration.test_restore import body, consume_all, materialize_restore, restore_metadata
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
+from s3_archive_tests.moto_helpers import moto_transition
 
 pytestmark = pytest.mark.integration
 
@@ -147,14 +147,6 @@ def test_windows_archived_unrestorable_are_refused_before_producing(kafka, s3, s
     assert consume_all(kafka, target)[0] == []
 
 
-def _moto_transition(services, body: dict | None) -> None:
-    path = "set-transition" if body else "unset-transition"
-    data = json.dumps(body or {"model_name": "s3::keyrestore"}).encode()
-    req = urllib.request.Request(f"{services.s3_endpoint_url}/moto-api/state-manager/{path}", data=data,
-                                 method="POST")
-    urllib.request.urlopen(req, timeout=10).read()
-
-
 def test_cold_windows_are_requested_then_fail_with_a_count_or_wait(kafka, s3, services, unique):
     topic, prefix = f"rcold-{unique}", f"rcold/{unique}/"
     windows = [OffsetWindow(0, 0, 2), OffsetWindow(0, 2, 4), OffsetWindow(0, 4, 6)]
@@ -171,14 +163,14 @@ def test_cold_windows_are_requested_then_fail_with_a_count_or_wait(kafka, s3, se
     try:
         # moto's key restores: a key's restore goes IN_PROGRESS at the first status read after it is requested
         # (seconds 0), then RESTORED once `seconds` have passed since.
-        _moto_transition(services, {"model_name": "s3::keyrestore",
+        moto_transition(services.s3_endpoint_url, {"model_name": "s3::keyrestore",
                                     "transition": {"progression": "time", "seconds": 0}})
         with pytest.raises(ColdObjectsPending, match=rf"2 of 2 objects of topic '{topic}' .* still being restored "
                                                      r"from GLACIER/DEEP_ARCHIVE \(restore requested by this run: "
                                                      r"2; .*Nothing was produced"):
             run(ColdOptions(tier="Bulk", days=3))
         in_progress_since = time.monotonic()
-        _moto_transition(services, {"model_name": "s3::keyrestore",
+        moto_transition(services.s3_endpoint_url, {"model_name": "s3::keyrestore",
                                     "transition": {"progression": "time", "seconds": 3600}})
         assert all('ongoing-request="true"' in s3.head_object(Bucket=services.bucket, Key=k)["Restore"]
                    for k in cold_keys)
@@ -187,12 +179,12 @@ def test_cold_windows_are_requested_then_fail_with_a_count_or_wait(kafka, s3, se
         # Waiting: the restores (requested by the first run, not again) finish about 3 s from now while the run
         # polls.
         ready_in = int(time.monotonic() - in_progress_since) + 3
-        _moto_transition(services, {"model_name": "s3::keyrestore",
+        moto_transition(services.s3_endpoint_url, {"model_name": "s3::keyrestore",
                                     "transition": {"progression": "time", "seconds": ready_in}})
         t0 = time.monotonic()
         reports = run(ColdOptions(wait_seconds=60, poll_seconds=0.5))
         assert time.monotonic() - t0 > 1
     finally:
-        _moto_transition(services, None)
+        moto_transition(services.s3_endpoint_url, None)
     assert [g.value for g in consume_all(kafka, target)[0]] == [b"v%d" % i for i in range(6)]
     assert sum(r.restored for r in reports) == 6

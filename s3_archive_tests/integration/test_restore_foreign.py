@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import time
-import urllib.request
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -23,6 +22,7 @@ from s3_archive.restore import RestoreRequest
 from s3_archive_tests.integration.archive_helpers import resources
 from s3_archive_tests.integration.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic
+from s3_archive_tests.moto_helpers import moto_transition
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger("s3_archive_tests")
@@ -119,14 +119,6 @@ def test_confluent_avro_values_with_keys_sibling_restore(kafka, s3, services, un
     assert all(g.timestamp_ms >= before - 1000 for g in got) and sum(r.timestamps_replaced for r in reps) == 4
 
 
-def _moto_transition(services, body: dict | None) -> None:
-    path = "set-transition" if body else "unset-transition"
-    data = json.dumps(body or {"model_name": "s3::keyrestore"}).encode()
-    req = urllib.request.Request(f"{services.s3_endpoint_url}/moto-api/state-manager/{path}", data=data,
-                                 method="POST")
-    urllib.request.urlopen(req, timeout=10).read()
-
-
 def test_cold_objects_are_restored_first_then_fail_or_wait(kafka, s3, services, unique):
     source = ForeignSource(name="cold", layout="aiven", bucket=services.bucket, prefix=f"cold/{unique}/",
                            topic="t", format="csv", fields=["value", "offset"], cold_restore_tier="Bulk")
@@ -144,13 +136,13 @@ def test_cold_objects_are_restored_first_then_fail_or_wait(kafka, s3, services, 
 
     try:
         # Restores that stay in progress: moto moves a key's restore one step per status read after `seconds`.
-        _moto_transition(services, {"model_name": "s3::keyrestore",
+        moto_transition(services.s3_endpoint_url, {"model_name": "s3::keyrestore",
                                     "transition": {"progression": "time", "seconds": 0}})
         for start in (0, 2):
             key = f"{source.key_prefix}t-0-{start}"
             s3.restore_object(Bucket=services.bucket, Key=key, RestoreRequest={"Days": 1})
             assert 'ongoing-request="true"' in s3.head_object(Bucket=services.bucket, Key=key)["Restore"]
-        _moto_transition(services, {"model_name": "s3::keyrestore",
+        moto_transition(services.s3_endpoint_url, {"model_name": "s3::keyrestore",
                                     "transition": {"progression": "time", "seconds": 3600}})
         failed = run()
         assert not failed.success
@@ -159,7 +151,7 @@ def test_cold_objects_are_restored_first_then_fail_or_wait(kafka, s3, services, 
         assert consume_all(kafka, target)[0] == []
 
         # Waiting: the restores finish (2 s later here) while the run polls.
-        _moto_transition(services, {"model_name": "s3::keyrestore",
+        moto_transition(services.s3_endpoint_url, {"model_name": "s3::keyrestore",
                                     "transition": {"progression": "time", "seconds": 2}})
         done = run(wait_for_cold_seconds=60)
         assert done.success
@@ -168,7 +160,7 @@ def test_cold_objects_are_restored_first_then_fail_or_wait(kafka, s3, services, 
         assert meta["records_restored"] == 6
         assert [g.value for g in consume_all(kafka, target)[0]] == [b"v%d" % i for i in range(6)]
     finally:
-        _moto_transition(services, None)
+        moto_transition(services.s3_endpoint_url, None)
 
     # Never requested: the run requests the restore itself (moto completes it at once by default).
     key = f"{source.key_prefix}t-0-6"
