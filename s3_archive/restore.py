@@ -970,8 +970,9 @@ def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict])
         res = ConfigResource("TOPIC", topic)
         admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
         configs = admin.describe_configs([res], request_timeout=kafka.timeout_s)[res].result(timeout=kafka.timeout_s)
-    except Exception:  # noqa: BLE001 - a missing permission must not stop the restore
-        return []
+    except Exception as e:  # noqa: BLE001 - a missing permission must not stop the restore, but is said
+        return [f"could not read the config of target topic {topic!r} ({type(e).__name__}): its timestamp type "
+                "and retention were not checked against the archived records"]
     out = []
     if configs.get("message.timestamp.type") is not None and configs["message.timestamp.type"].value == \
             "LogAppendTime":

@@ -166,3 +166,12 @@ def test_cold_options_are_checked():
         ColdOptions(tier="Fast")
     with pytest.raises(ValueError, match="cold_restore_days must be >= 1, got 0"):
         ColdOptions(days=0)
+
+
+def test_target_config_that_cannot_be_read_is_said_not_swallowed():
+    from s3_archive.resources import KafkaResource
+    from s3_archive.restore import target_warnings
+
+    nowhere = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_s=1)
+    [warning] = target_warnings(nowhere, "t", [{"min_timestamp_ms": 0}])
+    assert warning.startswith("could not read the config of target topic 't' (") and "not checked" in warning
