@@ -15,11 +15,12 @@ import time
 
 from confluent_kafka.admin import NewTopic
 
-from s3_archive.archive import archive_window
+from s3_archive.archive.window import archive_window
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.spark import SparkResource
 from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
-from s3_archive.resources import KafkaResource, SparkResource
-from s3_archive.settings import ArchiveConfig
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.windows import OffsetWindow
 
 
 def main() -> None:

@@ -14,9 +14,10 @@ import logging
 import time
 from typing import Any
 
-from s3_archive.resources import KafkaResource
-from s3_archive.restore import RestoreRequest, restore_windows
-from s3_archive.windows import OffsetWindow
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.run import restore_windows
 
 
 def restore_throughput(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, source_topic: str,

@@ -26,11 +26,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka.admin import NewTopic
 
-from s3_archive import layout
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.local.stack import local_s3_client, temporary_stack
-from s3_archive.resources import KafkaResource
-from s3_archive.restore import RestoreRequest, restore_windows
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.run import restore_windows
 
 TOPIC = "bench.source"
 BASE_TS = 1_700_000_000_000
@@ -60,12 +61,12 @@ def _write_archive(s3: Any, bucket: str, prefix: str, recs: list) -> list[Offset
         })
         buf = io.BytesIO()
         pq.write_table(table, buf, compression="snappy")
-        key = layout.object_key(prefix, TOPIC, w, 0, ".parquet")
+        key = object_key(prefix, TOPIC, w, 0, ".parquet")
         s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue())
         manifest = {"topic": TOPIC, "window_key": w.key, "format": "parquet", "record_count": len(chunk),
                     "objects": [{"key": key, "size": buf.tell()}], "min_timestamp_ms": BASE_TS + start,
                     "max_timestamp_ms": BASE_TS + start + len(chunk) - 1}
-        s3.put_object(Bucket=bucket, Key=layout.manifest_key(prefix, TOPIC, w), Body=json.dumps(manifest))
+        s3.put_object(Bucket=bucket, Key=manifest_key(prefix, TOPIC, w), Body=json.dumps(manifest))
         windows.append(w)
     return windows
 

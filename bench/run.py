@@ -26,9 +26,9 @@ from bench import workload as wl
 from bench.restore_bench import restore_throughput
 from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
 from bench.worker import RESULT
+from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.stack import local_s3_client, temporary_stack
-from s3_archive.resources import KafkaResource
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.windows import OffsetWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "bench"
@@ -177,9 +177,9 @@ def sensor_tick(kafka: KafkaResource, windows_total: int = 100_000, ticks: int =
     topic, in a temporary (sqlite) Dagster instance."""
     import dagster as dg
 
+    from s3_archive.config.archive import ArchiveConfig
     from s3_archive.defs.archive.partitions import window_partitions
     from s3_archive.defs.archive.sensors import build_offsets_sensor
-    from s3_archive.settings import ArchiveConfig
 
     topic = "ticks"
     per = windows_total // wl.PARTITIONS

@@ -20,11 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import workload as wl
-from s3_archive.archive import archive_window
+from s3_archive.archive.window import archive_window
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
 from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
-from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, KafkaResource, SparkResource
-from s3_archive.settings import ArchiveConfig
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.windows import OffsetWindow
 
 BUCKET = "tuning"
 MAGIC_RUNTIME = {k.removeprefix("spark.hadoop."): v for k, v in MAGIC_COMMITTER_CONF.items()}

@@ -20,14 +20,15 @@ from typing import Any
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-import s3_archive.archive as archive_mod
+import s3_archive.archive.window as archive_mod
+from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
 from s3_archive.local.stack import LOCAL_AWS
-from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, KafkaResource, SparkResource
-from s3_archive.settings import ArchiveConfig, FlushPolicy
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.windows import OffsetWindow
 
 RESULT = "@@RESULT "
 # SparkResource.s3_committer = "magic" as settings of a running session (Hadoop keys without "spark.hadoop.")

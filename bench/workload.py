@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from s3_archive.resources import KafkaResource
+from s3_archive.io.kafka import KafkaResource
 
 PARTITIONS = 4
 VALUE_BYTES = 500

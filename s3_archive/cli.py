@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
-from s3_archive.paths import MissingJars, local_stack_dir
-from s3_archive.settings import InvalidConfig
+from s3_archive.model.errors import InvalidConfig, MissingJars
 
 # The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "local":
             print(stack.status())
         elif args.command == "iam-policy":
-            from s3_archive.iam import iam_policy
-            from s3_archive.settings import load_settings
+            from s3_archive.config.settings import load_settings
+            from s3_archive.io.iam import iam_policy
 
             path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
             print(json.dumps(iam_policy(load_settings(path), region=args.region, account_id=args.account_id),

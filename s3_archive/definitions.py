@@ -16,13 +16,15 @@ from pathlib import Path
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from s3_archive.config.settings import Settings, load_settings, resolve_topic_patterns
 from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.sensors import build_archive_automation
 from s3_archive.defs.catalog import build_catalog_defs
 from s3_archive.defs.lifecycle import build_lifecycle_defs
 from s3_archive.defs.restore.assets import build_restore_defs
-from s3_archive.resources import KafkaResource, KafkaUnavailable, SparkResource
-from s3_archive.settings import Settings, load_settings, resolve_topic_patterns
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.spark import SparkResource
+from s3_archive.model.errors import KafkaUnavailable
 
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
 

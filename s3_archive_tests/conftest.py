@@ -14,10 +14,11 @@ from pathlib import Path
 import boto3
 import pytest
 
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.spark import SparkResource
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.stack import create_bucket
-from s3_archive.resources import KafkaResource, SparkResource
 from s3_archive_tests.credentials import TEST_AWS
 
 BUCKET = "s3-archive-test"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 from confluent_kafka.admin import NewTopic
 
-from s3_archive.resources import KafkaResource
+from s3_archive.io.kafka import KafkaResource
 
 Headers = list[tuple[str, bytes | None]]
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import dagster as dg
 from confluent_kafka.admin import NewTopic
 
-from s3_archive import paths
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.settings import load_settings
 from s3_archive.definitions import DEMO_CONFIG, build_defs
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import evaluate, sensor_name
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.paths import local_stack_dir
 from s3_archive.local import stack
-from s3_archive.resources import KafkaResource
-from s3_archive.settings import ArchiveConfig, load_settings
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
 RECORDS_PER_TOPIC = 6000
@@ -58,7 +59,7 @@ def cut_windows(instance: dg.DagsterInstance, kafka: KafkaResource, archive: Arc
 
 
 def run(port: int = 3000) -> int:
-    root = paths.local_stack_dir()
+    root = local_stack_dir()
     print(f"demo: starting the local stack in {root} …", flush=True)
     state = stack.up(root)
     os.environ.update(state.env())

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from s3_archive import paths
+from s3_archive.io.paths import jars
 from s3_archive.local.processes import StackError, ensure_port_free, free_port, spawn, stop_pid, wait_until
 
 _LOG4J2 = """\
@@ -81,7 +81,7 @@ class KafkaBroker:
         return cfg
 
     def _cmd(self, main: str, *args: str) -> list[str]:
-        classpath = os.pathsep.join(str(p) for p in paths.jars("kafka-broker"))
+        classpath = os.pathsep.join(str(p) for p in jars("kafka-broker"))
         return [
             self._java(), f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",

@@ -17,7 +17,7 @@ from typing import Any
 
 import boto3
 
-from s3_archive import paths
+from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid
@@ -50,7 +50,7 @@ def _state_file(root: Path) -> Path:
 
 
 def read_state(root: Path | None = None) -> StackState | None:
-    f = _state_file(root or paths.local_stack_dir())
+    f = _state_file(root or local_stack_dir())
     if not f.exists():
         return None
     return StackState(**json.loads(f.read_text()))
@@ -92,7 +92,7 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
        kafka_port: int = 0, s3_port: int = 0) -> StackState:
-    root = root or paths.local_stack_dir()
+    root = root or local_stack_dir()
     state = read_state(root)
     if state is not None and _running(state):
         return state
@@ -134,7 +134,7 @@ def _running(state: StackState) -> bool:
 
 
 def down(root: Path | None = None) -> list[str]:
-    root = root or paths.local_stack_dir()
+    root = root or local_stack_dir()
     state = read_state(root)
     stopped: list[str] = []
     if state is None:

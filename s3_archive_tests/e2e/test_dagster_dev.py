@@ -16,10 +16,11 @@ import boto3
 import dagster as dg
 import pytest
 
-from s3_archive import catalog
+from s3_archive.catalog.tables import table_name
+from s3_archive.config.catalog import DEFAULT_DATABASE
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.local.processes import free_port
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
@@ -145,7 +146,7 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
     deadline = time.monotonic() + 300
     while True:
         try:
-            table = glue.get_table(DatabaseName=catalog.DEFAULT_DATABASE, Name=catalog.table_name(topic))["Table"]
+            table = glue.get_table(DatabaseName=DEFAULT_DATABASE, Name=table_name(topic))["Table"]
             break
         except glue.exceptions.EntityNotFoundException:
             assert time.monotonic() < deadline, "the catalog asset did not register the table within 300 s"

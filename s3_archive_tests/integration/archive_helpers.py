@@ -7,12 +7,12 @@ import logging
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from s3_archive import layout
-from s3_archive.commit import list_objects, read_manifest
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
-from s3_archive.settings import ArchiveConfig
-from s3_archive.windows import OffsetWindow
+from s3_archive.io.s3 import list_objects, read_manifest
+from s3_archive.keys.objects import STAGING, manifest_key
+from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.kafka_helpers import Rec, jsonl_records, parquet_records
 
@@ -68,8 +68,8 @@ def archived_records(s3, cfg: ArchiveConfig, topic: str) -> list[Rec]:
 
 
 def staging_objects(s3, cfg: ArchiveConfig, topic: str) -> list[str]:
-    return [o["Key"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{layout.STAGING}/{topic}/")]
+    return [o["Key"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{STAGING}/{topic}/")]
 
 
 def manifest(s3, cfg: ArchiveConfig, topic: str, window: OffsetWindow) -> dict | None:
-    return read_manifest(s3, cfg.bucket, layout.manifest_key(cfg.prefix, topic, window))
+    return read_manifest(s3, cfg.bucket, manifest_key(cfg.prefix, topic, window))

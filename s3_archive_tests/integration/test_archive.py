@@ -11,15 +11,23 @@ import pyarrow.fs as pafs
 import pytest
 from confluent_kafka import Producer
 
-from s3_archive import layout
-from s3_archive.archive import DataLoss, archive_window
-from s3_archive.archive import S3Unavailable, check_bucket
+from s3_archive.archive.window import archive_window
+from s3_archive.io.s3 import check_bucket
+from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF
+from s3_archive.keys.objects import object_key
 from s3_archive.local.moto_server import MotoServer
-from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF
+from s3_archive.model.errors import DataLoss, S3Unavailable
+from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
-from s3_archive.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
-    archive_config, archived_records, final_objects, log, manifest, materialize, resources, staging_objects,
+    archive_config,
+    archived_records,
+    final_objects,
+    log,
+    manifest,
+    materialize,
+    resources,
+    staging_objects,
     window_metadata,
 )
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, parquet_records, produce
@@ -47,7 +55,7 @@ def test_byte_exact_round_trip_of_nasty_records(fmt, codec, kafka, s3, services,
     assert (meta["first_offset"], meta["last_offset"]) == (0, len(NASTY) - 1)
     assert meta["bytes_written"] == sum(o["size"] for o in final_objects(s3, cfg, topic).values())
     suffix = ".parquet" if fmt == "parquet" else ".jsonl.gz"
-    assert list(final_objects(s3, cfg, topic)) == [layout.object_key(cfg.prefix, topic, window, 0, suffix)]
+    assert list(final_objects(s3, cfg, topic)) == [object_key(cfg.prefix, topic, window, 0, suffix)]
     assert staging_objects(s3, cfg, topic) == []
 
 
@@ -104,7 +112,7 @@ def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, servic
     produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(20)])
     window = OffsetWindow(0, 0, 20)
     cfg = archive_config(services.bucket, topic, f"orphan/{unique}/")
-    orphan = layout.object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
+    orphan = object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
     s3.put_object(Bucket=cfg.bucket, Key=orphan, Body=b"stale")
 
     archive_window(spark, kafka, s3, cfg, topic, window, log)

@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from s3_archive import buckets as B
-from s3_archive import partitioners as P
-from s3_archive.windows import OffsetWindow
+from s3_archive.archive.buckets import bucket_column
+from s3_archive.keys.buckets import BUCKET_COLUMN, bucket_from_staging_dir, record_bucket
+from s3_archive.keys.layout import OutputLayout
+from s3_archive.keys.objects import object_key, parse_object_key
+from s3_archive.model.windows import OffsetWindow
 
 pytestmark = pytest.mark.integration
 
-BERLIN = P.OutputLayout.model_validate({
+BERLIN = OutputLayout.model_validate({
     "template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}",
     "partition_by": [
         {"kind": "kafka_partition"},
@@ -29,7 +31,7 @@ BERLIN = P.OutputLayout.model_validate({
          "duration_seconds": 900, "timezone": "Asia/Kolkata"},
     ],
 })
-NEW_YORK = P.OutputLayout.model_validate({
+NEW_YORK = OutputLayout.model_validate({
     "template": "{{topic}}/{{partition_by}}/{{timestamp:unit=yyyy}}{{timestamp:unit=MM}}{{timestamp:unit=dd}}"
                 "{{timestamp:unit=HH}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}-{{key}}",
     "partition_by": [{"kind": "time", "path_format": "'day'=yyyy-MM-dd", "duration_seconds": 86400},
@@ -103,20 +105,20 @@ def test_spark_bucket_equals_python_and_survives_partition_by(spark, odd_session
         "key binary, value binary, headers array<struct<key:string,value:binary>>, partition int, offset long, "
         "ts long",
     ).withColumn("timestamp", F.timestamp_micros("ts")).withColumn("topic", F.lit("orders"))
-    got = {r["offset"]: r[B.BUCKET_COLUMN] for r in df.select("offset", B.bucket_column(lay)).collect()}
-    expected = {i: P.record_bucket(lay, r) for i, r in enumerate(data)}
+    got = {r["offset"]: r[BUCKET_COLUMN] for r in df.select("offset", bucket_column(lay)).collect()}
+    expected = {i: record_bucket(lay, r) for i, r in enumerate(data)}
     assert got == expected
     assert len(set(expected.values())) > 10  # the rows really spread over many buckets
 
     out = tmp_path / "staged"
-    df.select(B.bucket_column(lay), "offset").write.partitionBy(B.BUCKET_COLUMN).parquet(out.as_uri())
+    df.select(bucket_column(lay), "offset").write.partitionBy(BUCKET_COLUMN).parquet(out.as_uri())
     dirs = [p.name for p in out.iterdir() if p.is_dir()]
-    assert sorted(P.bucket_from_staging_dir(d, B.BUCKET_COLUMN) for d in dirs) == sorted(set(expected.values()))
+    assert sorted(bucket_from_staging_dir(d, BUCKET_COLUMN) for d in dirs) == sorted(set(expected.values()))
 
     # every bucket names one object per part, and the key parses back to the window and the bucket's values
     w = OffsetWindow(0, 0, len(data))
-    keys = {P.object_key(lay, "pre/", "orders", w, b, 0, ".parquet") for b in set(expected.values())}
+    keys = {object_key("pre/", "orders", w, 0, ".parquet", lay, b) for b in set(expected.values())}
     assert len(keys) == len(set(expected.values()))
     for k in keys:
-        v = P.parse_object_key(lay, "pre/", k, ".parquet")
+        v = parse_object_key(lay, "pre/", k, ".parquet")
         assert (v["topic"], v["partition"], v["start_offset"]) == ("orders", 0, 0)

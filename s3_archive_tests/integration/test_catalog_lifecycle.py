@@ -16,15 +16,30 @@ import fastavro
 import pytest
 from botocore.exceptions import ClientError
 
-from s3_archive import catalog, layout, lifecycle
-from s3_archive.catalog import CatalogOptions
+from s3_archive.catalog.glue import TableConflict, ensure_table, registered_partitions, sync_catalog
+from s3_archive.catalog.mappings import (
+    JSON_SERDE,
+    PARQUET_INPUT,
+    PARQUET_OUTPUT,
+    PARQUET_SERDE,
+    TEXT_INPUT,
+    TEXT_OUTPUT,
+    avro_writer_schema,
+)
+from s3_archive.catalog.partitions import HIVE_NULL
+from s3_archive.catalog.tables import build_table_input, spark_schema_ddl, table_columns, table_name
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.lifecycle import LifecyclePolicy, Transition
+from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.checks import objects_result
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.catalog.assets import build_catalog_defs
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs
-from s3_archive.lifecycle import LifecyclePolicy, Transition
-from s3_archive.settings import ArchiveConfig, Settings
-from s3_archive.windows import OffsetWindow as W
+from s3_archive.keys.objects import manifest_key, object_key
+from s3_archive.lifecycle.reconcile import reconcile_lifecycle
+from s3_archive.lifecycle.rules import build_rules, owner_prefix
+from s3_archive.model.windows import OffsetWindow as W
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
@@ -74,7 +89,7 @@ def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka,
     assert (first["table_action"], first["database_created"], first["kafka_partitions"]) == ("created", True, 2)
     assert "CREATE EXTERNAL TABLE IF NOT EXISTS" in first["ddl"]
     assert (second["table_action"], second["database_created"], second["changes"]) == ("unchanged", False, [])
-    name = catalog.table_name(topic)
+    name = table_name(topic)
     table = client(services, "glue").get_table(DatabaseName=database, Name=name)["Table"]
     sd = table["StorageDescriptor"]
     assert [(c["Name"], c["Type"]) for c in sd["Columns"]] == [
@@ -82,8 +97,8 @@ def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka,
         ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("timestamp", "timestamp"),
         ("timestamp_type", "int")]
     assert [(c["Name"], c["Type"]) for c in table["PartitionKeys"]] == [("kafka_partition", "int")]
-    assert sd["SerdeInfo"]["SerializationLibrary"] == catalog.PARQUET_SERDE
-    assert (sd["InputFormat"], sd["OutputFormat"]) == (catalog.PARQUET_INPUT, catalog.PARQUET_OUTPUT)
+    assert sd["SerdeInfo"]["SerializationLibrary"] == PARQUET_SERDE
+    assert (sd["InputFormat"], sd["OutputFormat"]) == (PARQUET_INPUT, PARQUET_OUTPUT)
     location = f"s3://{services.bucket}/{cfg.prefix}{topic}/"
     assert sd["Location"] == location and table["TableType"] == "EXTERNAL_TABLE"
     assert {k: v for k, v in table["Parameters"].items() if k.startswith(("projection.", "storage."))} == {
@@ -94,7 +109,7 @@ def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka,
 
     # Spark SQL over the table's location, read with exactly the columns and partition key Glue declares.
     view = f"cat_{unique}"
-    spark.read.schema(catalog.spark_schema_ddl(table)).parquet(location.replace("s3://", "s3a://")) \
+    spark.read.schema(spark_schema_ddl(table)).parquet(location.replace("s3://", "s3a://")) \
         .createOrReplaceTempView(view)
     per_partition = spark.sql(
         f"SELECT kafka_partition, count(*), min(offset), max(offset), "
@@ -116,18 +131,18 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
     produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(20)])
     cfg = archive_config(services.bucket, topic, f"catjs/{unique}/", format="jsonl", compression="gzip")
     options = CatalogOptions(database=f"catjs_{unique}", partitions="explicit")
-    table_input = catalog.build_table_input(cfg, topic, options, 2)
+    table_input = build_table_input(cfg, topic, options, 2)
     ops: list[str] = []
     glue, s3 = client(services, "glue", ops), client(services, "s3", ops)
 
     materialize(cfg, topic, [W(0, 0, 10)], res)  # the first window lands in kafka_partition=0
-    first = catalog.sync_catalog(glue, s3, cfg, topic, options, table_input)
+    first = sync_catalog(glue, s3, cfg, topic, options, table_input)
     materialize(cfg, topic, [W(1, 0, 10)], res)  # the next one opens kafka_partition=1
     ops.clear()
-    second = catalog.sync_catalog(glue, s3, cfg, topic, options, table_input)
+    second = sync_catalog(glue, s3, cfg, topic, options, table_input)
     second_ops = list(ops)
     ops.clear()
-    third = catalog.sync_catalog(glue, s3, cfg, topic, options, table_input)
+    third = sync_catalog(glue, s3, cfg, topic, options, table_input)
 
     assert (first.table_action, first.partitions_added, first.partitions_existing) == ("created", [0], [])
     assert (second.table_action, second.partitions_added, second.partitions_existing) == ("unchanged", [1], [0])
@@ -137,22 +152,22 @@ def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_e
     table = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
     sd = table["StorageDescriptor"]
     assert (sd["SerdeInfo"]["SerializationLibrary"], sd["InputFormat"], sd["OutputFormat"]) == (
-        catalog.JSON_SERDE, catalog.TEXT_INPUT, catalog.TEXT_OUTPUT)
+        JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT)
     assert not [k for k in table["Parameters"] if k.startswith("projection.")]
     parts = glue.get_partitions(DatabaseName=options.database, TableName=table_input["Name"])["Partitions"]
     assert sorted((p["Values"], p["StorageDescriptor"]["Location"]) for p in parts) == [
         (["0"], f"{sd['Location']}kafka_partition=0/"), (["1"], f"{sd['Location']}kafka_partition=1/")]
 
     # Schema evolution: a column added to the table keeps the registered partitions and the older files readable.
-    evolved = catalog.build_table_input(cfg, topic, options, 2, columns=[
-        *catalog.table_columns(cfg), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
-    assert catalog.ensure_table(glue, options.database, evolved) == ("updated", ["StorageDescriptor.Columns"])
-    assert catalog.registered_partitions(glue, options.database, table_input["Name"]) == {0, 1}
+    evolved = build_table_input(cfg, topic, options, 2, columns=[
+        *table_columns(cfg), {"Name": "leader_epoch", "Type": "int", "Comment": "added later"}])
+    assert ensure_table(glue, options.database, evolved) == ("updated", ["StorageDescriptor.Columns"])
+    assert registered_partitions(glue, options.database, table_input["Name"]) == {0, 1}
     table = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
     assert table["StorageDescriptor"]["Columns"][-1]["Name"] == "leader_epoch"
 
     view = f"catjs_{unique}"
-    spark.read.schema(catalog.spark_schema_ddl(table)) \
+    spark.read.schema(spark_schema_ddl(table)) \
         .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX") \
         .json(sd["Location"].replace("s3://", "s3a://")).createOrReplaceTempView(view)
     rows = spark.sql(f"SELECT kafka_partition, offset, unbase64(key) AS k, unbase64(value) AS v, leader_epoch, "
@@ -187,14 +202,14 @@ def test_a_custom_hive_layout_gets_explicit_partitions_with_decoded_values_and_r
 
     assert first["partition_mode"] == "explicit"  # the default for a layout projection cannot describe
     expected = {("2024-03-31", "eu/west"): 2, ("2024-03-31", "us"): 1, ("2024-03-30", "eu/west"): 1,
-                ("2024-03-31", "a b=c"): 1, ("2024-03-30", catalog.HIVE_NULL): 1}
+                ("2024-03-31", "a b=c"): 1, ("2024-03-30", HIVE_NULL): 1}
     assert sorted(first["partitions_added"]) == sorted([
         "day=2024-03-31/region=eu%2Fwest", "day=2024-03-31/region=us", "day=2024-03-30/region=eu%2Fwest",
         "day=2024-03-31/region=a%20b%3Dc", "day=2024-03-30/region=(null)"])
     assert (second["table_action"], second["partitions_added"], second["partitions_registered"]) == (
         "unchanged", [], 5)
     glue = client(services, "glue")
-    table = glue.get_table(DatabaseName=database, Name=catalog.table_name(topic))["Table"]
+    table = glue.get_table(DatabaseName=database, Name=table_name(topic))["Table"]
     location = table["StorageDescriptor"]["Location"]
     assert location == f"s3://{services.bucket}/{cfg.prefix}{topic}/"
     assert [(k["Name"], k["Type"]) for k in table["PartitionKeys"]] == [("day", "string"), ("region", "string")]
@@ -212,16 +227,16 @@ def test_a_custom_hive_layout_gets_explicit_partitions_with_decoded_values_and_r
         day, region = p["Values"]
         for r in rows:
             ts, reg = timed[r.offset]
-            assert (reg if reg is not None else catalog.HIVE_NULL) == region
+            assert (reg if reg is not None else HIVE_NULL) == region
             assert day == ("2024-03-31" if ts >= day2 else "2024-03-30")
     # ...and Spark's own partition discovery over the table location with the table's columns and keys decodes
     # the directory names to the same values (a null is the directory's `(null)` text there).
     view = f"catlay_{unique}"
-    spark.read.schema(catalog.spark_schema_ddl(table)).parquet(location.replace("s3://", "s3a://")) \
+    spark.read.schema(spark_schema_ddl(table)).parquet(location.replace("s3://", "s3a://")) \
         .createOrReplaceTempView(view)
     got = {(r.day, r.region): r.n for r in spark.sql(
         f"SELECT day, region, count(*) AS n FROM {view} GROUP BY day, region").collect()}
-    assert got == {(d, "(null)" if r == catalog.HIVE_NULL else r): n for (d, r), n in expected.items()}
+    assert got == {(d, "(null)" if r == HIVE_NULL else r): n for (d, r), n in expected.items()}
 
 
 def _b64(b: bytes | None) -> str | None:
@@ -245,15 +260,15 @@ def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(k
         options = CatalogOptions(database=f"catfmt_{unique}", table_prefix=f"{fmt}_")
         cfg = archive_config(services.bucket, topic, f"catfmt/{unique}/{fmt}/", format=fmt, compression=codec)
         materialize(cfg, topic, windows, res)
-        table_input = catalog.build_table_input(cfg, topic, options, 2)
-        assert catalog.sync_catalog(glue, s3, cfg, topic, options, table_input).table_action == "created"
+        table_input = build_table_input(cfg, topic, options, 2)
+        assert sync_catalog(glue, s3, cfg, topic, options, table_input).table_action == "created"
         tables[fmt] = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
         tables[fmt]["_cfg"] = cfg
 
     def view(fmt: str, reader) -> str:
         table = tables[fmt]
         name = f"catfmt_{fmt}_{unique}"
-        reader.schema(catalog.spark_schema_ddl(table)) \
+        reader.schema(spark_schema_ddl(table)) \
             .load(table["StorageDescriptor"]["Location"].replace("s3://", "s3a://")).createOrReplaceTempView(name)
         counts = spark.sql(f"SELECT kafka_partition, count(*) FROM {name} GROUP BY 1 ORDER BY 1").collect()
         assert [tuple(r) for r in counts] == expected_counts, fmt
@@ -265,7 +280,7 @@ def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(k
     cfg = avro["_cfg"]
     first = sorted(final_objects(s3, cfg, topic))[0]
     header = fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=first)["Body"].read()))
-    assert json.loads(header.metadata["avro.schema"]) == json.loads(literal) == catalog.avro_writer_schema()
+    assert json.loads(header.metadata["avro.schema"]) == json.loads(literal) == avro_writer_schema()
     name = view("avro", spark.read.format("avro").option("avroSchema", literal))
     rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, timestamp FROM {name}").collect()
     assert sorted((r.kafka_partition, r.offset, r.key and bytes(r.key), r.value if r.value is None else bytes(r.value),
@@ -298,8 +313,8 @@ def test_a_table_not_created_for_the_topic_is_never_taken_over(services, unique)
               "StorageDescriptor": {"Columns": [{"Name": "id", "Type": "int"}], "Location": "s3://elsewhere/"}}
     glue.create_table(DatabaseName=options.database, TableInput=theirs)
 
-    with pytest.raises(catalog.TableConflict, match=f"table own_{unique}.orders was not created by s3-archive"):
-        catalog.ensure_table(glue, options.database, catalog.build_table_input(cfg, "orders", options, 1))
+    with pytest.raises(TableConflict, match=f"table own_{unique}.orders was not created by s3-archive"):
+        ensure_table(glue, options.database, build_table_input(cfg, "orders", options, 1))
     kept = glue.get_table(DatabaseName=options.database, Name="orders")["Table"]
     assert kept["StorageDescriptor"]["Location"] == "s3://elsewhere/" and kept["Parameters"] == {"owner": "bi"}
 
@@ -332,7 +347,7 @@ def test_lifecycle_reconcile_is_idempotent_and_leaves_foreign_rules_alone(servic
     policy = LifecyclePolicy(transitions=[Transition(days=120, storage_class="GLACIER"),
                                           Transition(days=30, storage_class="STANDARD_IA")], expiration_days=400)
     [asset] = build_lifecycle_defs(Settings(archives=[cfg]), {"orders": policy}).assets
-    desired = lifecycle.build_rules("orders", "kafka/", ["a", "b"], policy)
+    desired = build_rules("orders", "kafka/", ["a", "b"], policy)
 
     first, second = run_asset(asset, res), run_asset(asset, res)
 
@@ -350,8 +365,8 @@ def test_lifecycle_reconcile_is_idempotent_and_leaves_foreign_rules_alone(servic
     assert rules[-1]["Filter"] == {"Prefix": "kafka/_staging/"} and rules[-1]["Expiration"] == {"Days": 2}
 
     ops: list[str] = []
-    owner = lifecycle.owner_prefix("orders")
-    again = lifecycle.reconcile_lifecycle(client(services, "s3", ops), bucket, desired, owner)
+    owner = owner_prefix("orders")
+    again = reconcile_lifecycle(client(services, "s3", ops), bucket, desired, owner)
     assert not again.written and ops == ["GetBucketLifecycleConfiguration"], "nothing is written when up to date"
 
     # Someone edits one of our rules by hand: it is put back, and only it is reported.
@@ -373,15 +388,15 @@ def test_lifecycle_reconcile_is_idempotent_and_leaves_foreign_rules_alone(servic
 
 def test_removing_every_rule_deletes_a_configuration_only_when_nothing_foreign_is_left(services, unique):
     s3 = client(services, "s3")
-    owner = lifecycle.owner_prefix("solo")
-    desired = lifecycle.build_rules("solo", "", ["t"], LifecyclePolicy())
+    owner = owner_prefix("solo")
+    desired = build_rules("solo", "", ["t"], LifecyclePolicy())
     for bucket, foreign in [(f"lc-solo-{unique}", []), (f"lc-shared-{unique}", FOREIGN[:1])]:
         s3.create_bucket(Bucket=bucket)
         if foreign:
             s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": foreign})
-        assert lifecycle.reconcile_lifecycle(s3, bucket, desired, owner).written
+        assert reconcile_lifecycle(s3, bucket, desired, owner).written
         assert bucket_rules(s3, bucket) == [*foreign, *desired]
-        removed = lifecycle.reconcile_lifecycle(s3, bucket, [], owner)
+        removed = reconcile_lifecycle(s3, bucket, [], owner)
         assert removed.written and removed.plan.removed == sorted(r["ID"] for r in desired)
         assert bucket_rules(s3, bucket) == (foreign or None)
 
@@ -390,8 +405,8 @@ def test_a_writer_racing_the_reconcile_is_detected_and_our_rules_restored(servic
     s3, other = client(services, "s3"), client(services, "s3")
     bucket = f"lc-race-{unique}"
     s3.create_bucket(Bucket=bucket)
-    owner = lifecycle.owner_prefix("race")
-    desired = lifecycle.build_rules("race", "", ["t"], LifecyclePolicy())
+    owner = owner_prefix("race")
+    desired = build_rules("race", "", ["t"], LifecyclePolicy())
     clobbers = {"left": 1}
 
     def clobber(**_) -> None:
@@ -401,7 +416,7 @@ def test_a_writer_racing_the_reconcile_is_detected_and_our_rules_restored(servic
             other.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": FOREIGN[:1]})
 
     s3.meta.events.register("after-call.s3.PutBucketLifecycleConfiguration", clobber)
-    result = lifecycle.reconcile_lifecycle(s3, bucket, desired, owner)
+    result = reconcile_lifecycle(s3, bucket, desired, owner)
     assert (result.written, result.attempts) == (True, 3)
     assert bucket_rules(s3, bucket) == [*FOREIGN[:1], *desired], "theirs kept, ours written again"
 
@@ -409,7 +424,7 @@ def test_a_writer_racing_the_reconcile_is_detected_and_our_rules_restored(servic
     s3.delete_bucket_lifecycle(Bucket=bucket)
     with pytest.raises(RuntimeError, match=f"lifecycle rules of bucket '{bucket}' under 's3-archive:race:' changed "
                                            "again after each of 3 writes"):
-        lifecycle.reconcile_lifecycle(s3, bucket, desired, owner)
+        reconcile_lifecycle(s3, bucket, desired, owner)
 
 
 # --- lifecycle expiry vs the objects check -----------------------------------------------------------------------
@@ -426,12 +441,12 @@ def test_windows_expired_by_the_lifecycle_are_not_reported_missing(services, uni
                                                                             for i in range(5)]
 
     def commit(w: W, committed: datetime, data: bool = True) -> str:
-        key = layout.object_key(expiring.prefix, topic, w, 0, ".parquet")
+        key = object_key(expiring.prefix, topic, w, 0, ".parquet")
         if data:
             s3.put_object(Bucket=expiring.bucket, Key=key, Body=b"12345")
         manifest = {"window_key": w.key, "committed_at": committed.isoformat(),
                     "objects": [{"key": key, "size": 5, "etag": "x"}]}
-        s3.put_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w),
+        s3.put_object(Bucket=expiring.bucket, Key=manifest_key(expiring.prefix, topic, w),
                       Body=json.dumps(manifest).encode())
         return key
 
@@ -471,9 +486,9 @@ def test_windows_expired_by_the_lifecycle_are_not_reported_missing(services, uni
 
     # Once S3 has expired a whole window (its objects and, by the manifests rule, its manifest), only the
     # materialized partition is left: expired, not missing.
-    s3.delete_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w_old_gone))
+    s3.delete_object(Bucket=expiring.bucket, Key=manifest_key(expiring.prefix, topic, w_old_gone))
     s3.delete_object(Bucket=expiring.bucket, Key=resized)
-    s3.delete_object(Bucket=expiring.bucket, Key=layout.manifest_key(expiring.prefix, topic, w_old_resized))
+    s3.delete_object(Bucket=expiring.bucket, Key=manifest_key(expiring.prefix, topic, w_old_resized))
     gone, expired = run(expiring, now + timedelta(days=31))
     assert gone.passed and gone.metadata["expired_windows"].value == 4
     assert "4 older windows expired by the lifecycle policy (expiration_days 30)" in gone.description
@@ -494,12 +509,12 @@ def test_decoded_json_fields_become_table_columns_and_older_fields_stay(kafka, s
     produce(kafka, topic, [(0, None, json.dumps({"id": 9, "n": {"a": 1.5}}).encode(), [])])
     materialize(cfg, topic, [W(0, 3, 4)], res)
     assert run_asset(asset, res)["table_action"] == "updated"
-    table = client(services, "glue").get_table(DatabaseName=f"cat_{unique}", Name=catalog.table_name(topic))["Table"]
+    table = client(services, "glue").get_table(DatabaseName=f"cat_{unique}", Name=table_name(topic))["Table"]
     cols = [(c["Name"], c["Type"]) for c in table["StorageDescriptor"]["Columns"]]
     assert cols[:7] == [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
                         ("offset", "bigint"), ("timestamp", "timestamp"), ("timestamp_type", "int")]
     assert cols[7:] == [("v_id", "bigint"), ("v_n", "struct<a:decimal(2,1)>"), ("v_old", "string")]
     location = f"s3a://{services.bucket}/{cfg.prefix}{topic}/"
-    rows = (spark.read.schema(catalog.spark_schema_ddl(table)).parquet(location)
+    rows = (spark.read.schema(spark_schema_ddl(table)).parquet(location)
             .orderBy("offset").select("offset", "v_id", "v_old").collect())
     assert [tuple(r) for r in rows] == [(0, 0, "x"), (1, 1, "x"), (2, 2, "x"), (3, 9, None)]

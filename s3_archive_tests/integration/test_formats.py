@@ -12,9 +12,9 @@ import json
 import fastavro
 import pytest
 
-from s3_archive.archive import archive_window
-from s3_archive.formats import FORMATS
-from s3_archive.windows import OffsetWindow
+from s3_archive.archive.window import archive_window
+from s3_archive.model.formats import FORMATS
+from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log
 from s3_archive_tests.kafka_helpers import Rec, create_topic, parquet_records, produce
 

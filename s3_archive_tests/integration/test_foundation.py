@@ -8,10 +8,11 @@ import socket
 import pyarrow.parquet as pq
 import pytest
 
+from s3_archive.archive.write import read_window
+from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.processes import StackError
-from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
-from s3_archive.stage import read_window
+from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.integration
@@ -65,8 +66,8 @@ def test_broker_refuses_a_port_in_use(tmp_path):
 def test_topic_pattern_archives_matching_topics_and_loading_survives_no_broker(kafka, services, unique, monkeypatch):
     import time
 
+    from s3_archive.config.settings import parse_settings
     from s3_archive.definitions import build_defs, discover_topics
-    from s3_archive.settings import parse_settings
 
     for t in (f"pat-{unique}.a", f"pat-{unique}.b", f"other-{unique}"):
         create_topic(kafka, t)

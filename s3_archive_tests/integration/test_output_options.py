@@ -9,13 +9,19 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from s3_archive import layout
-from s3_archive.archive import archive_window
-from s3_archive.commit import list_objects
-from s3_archive.stage import UndecodableValue
-from s3_archive.windows import OffsetWindow
+from s3_archive.archive.window import archive_window
+from s3_archive.archive.write import UndecodableValue
+from s3_archive.io.s3 import list_objects
+from s3_archive.keys.buckets import join_bucket
+from s3_archive.keys.objects import DEAD_LETTER, STAGING, object_key, parse_object_key
+from s3_archive.keys.values import encode_value
+from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
-    archive_config, final_objects, log, manifest, staging_objects,
+    archive_config,
+    final_objects,
+    log,
+    manifest,
+    staging_objects,
 )
 from s3_archive_tests.kafka_helpers import create_topic, parquet_records, produce
 
@@ -59,7 +65,7 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     assert t.column("v_name").to_pylist() == ["a", None, None, None]
     assert t.column("v_extra").to_pylist()[1] == {"deep": True}
     [dead] = [o["key"] for o in m["dead_letter_objects"]]
-    assert dead.startswith(f"{cfg.prefix}{layout.DEAD_LETTER}/{topic}/kafka_partition=0/")
+    assert dead.startswith(f"{cfg.prefix}{DEAD_LETTER}/{topic}/kafka_partition=0/")
     assert parquet_records(s3.get_object(Bucket=cfg.bucket, Key=dead)["Body"].read()) == [produced[i] for i in (1, 3, 5)]
     assert staging_objects(s3, cfg, topic) == []
 
@@ -120,7 +126,7 @@ def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, 
     window = OffsetWindow(0, 0, 40)
     archive_window(spark, kafka, s3, cfg, topic, window, log)
     parts = _parts(s3, cfg, topic)
-    assert [k for k, _ in parts] == [layout.object_key(cfg.prefix, topic, window, i, ".parquet")
+    assert [k for k, _ in parts] == [object_key(cfg.prefix, topic, window, i, ".parquet")
                                      for i in range(len(parts))]
     offsets = [o for _, t in parts for o in t.column("offset").to_pylist()]
     assert offsets == list(range(40))  # every record once, in order across parts
@@ -155,7 +161,7 @@ def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic
     assert all(isinstance(d, list) and 0 < len(d) <= 15 for d in docs)
     assert [r["offset"] for d in docs for r in d] == list(range(40))
     assert len(docs) > 3  # the byte cap split some parts before 15 records
-    assert not [o for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{layout.STAGING}/")]
+    assert not [o for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{STAGING}/")]
 
 
 LAYOUT = {
@@ -170,8 +176,7 @@ TIMED = [(1711841400000, "eu/west"), (1711841400000, "us"), (1711756800000, "eu/
 
 
 def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, spark):
-    from s3_archive import partitioners as P
-    from s3_archive.settings import ArchiveConfig
+    from s3_archive.config.archive import ArchiveConfig
 
     topic = create_topic(kafka, "layout", config={"retention.ms": "-1"})  # the timestamps are from 2024
     values = [json.dumps({"region": r} if r is not None else {}).encode() for _, r in TIMED]
@@ -180,8 +185,8 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     assert isinstance(cfg, ArchiveConfig) and cfg.layout is not None
     window = OffsetWindow(0, 0, len(TIMED))
     # an object a crashed earlier attempt left in a bucket this attempt will not write: must be removed
-    bucket = P.join_bucket([P.encode_value("day=2024-01-01"), P.encode_value("gone")])
-    stale = P.object_key(cfg.layout, cfg.prefix, topic, window, bucket, 0, ".parquet")
+    bucket = join_bucket([encode_value("day=2024-01-01"), encode_value("gone")])
+    stale = object_key(cfg.prefix, topic, window, 0, ".parquet", cfg.layout, bucket)
     s3.put_object(Bucket=cfg.bucket, Key=stale, Body=b"stale")
     result = archive_window(spark, kafka, s3, cfg, topic, window, log)
     keys = sorted(final_objects(s3, cfg, topic))
@@ -189,7 +194,7 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     by_key = {k: _table(s3, cfg.bucket, k).column("offset").to_pylist() for k in keys}
     assert sorted(o for offs in by_key.values() for o in offs) == list(range(len(TIMED)))
     for k, offs in by_key.items():
-        v = P.parse_object_key(cfg.layout, cfg.prefix, k, ".parquet")
+        v = parse_object_key(cfg.layout, cfg.prefix, k, ".parquet")
         assert (v["topic"], v["partition"], v["start_offset"]) == (topic, 0, 0)
         [o] = offs
         ts, region = TIMED[o]

@@ -20,11 +20,17 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.restore.assets import RestoreConfig, build_restore_asset, restore_asset_key
 from s3_archive.local.stack import LOCAL_AWS
-from s3_archive.restore import (
-    PROVENANCE_OFFSET, PROVENANCE_PARTITION, PROVENANCE_TOPIC, Filters, PartitionMapping, RestoreFailed,
-    RestoreRequest, murmur2_partition, restore_windows,
+from s3_archive.model.errors import RestoreFailed
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import (
+    PROVENANCE_OFFSET,
+    PROVENANCE_PARTITION,
+    PROVENANCE_TOPIC,
+    Filters,
+    RestoreRequest,
 )
-from s3_archive.windows import OffsetWindow
+from s3_archive.restore.routing import PartitionMapping, murmur2_partition
+from s3_archive.restore.run import restore_windows
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
 
@@ -216,7 +222,7 @@ def test_zstd_jsonl_objects_written_by_another_tool_restore(kafka, s3, services,
 
     import pyarrow as pa
 
-    from s3_archive import layout
+    from s3_archive.keys.objects import manifest_key, object_key
 
     # Old timestamps: without retention.ms=-1 the broker would delete the restored records at once.
     topic, target = f"rzstd-{unique}", create_topic(kafka, f"rzstd-target-{unique}", config={"retention.ms": "-1"})
@@ -233,11 +239,11 @@ def test_zstd_jsonl_objects_written_by_another_tool_restore(kafka, s3, services,
     with pa.CompressedOutputStream(sink, "zstd") as z:
         z.write(text)
     data = sink.getvalue().to_pybytes()
-    key = layout.object_key(prefix, topic, window, 0, ".jsonl.zst")
+    key = object_key(prefix, topic, window, 0, ".jsonl.zst")
     s3.put_object(Bucket=services.bucket, Key=key, Body=data)
     manifest = {"topic": topic, "window_key": window.key, "format": "jsonl", "record_count": 3,
                 "objects": [{"key": key, "size": len(data)}], "min_timestamp_ms": None, "max_timestamp_ms": None}
-    s3.put_object(Bucket=services.bucket, Key=layout.manifest_key(prefix, topic, window), Body=json.dumps(manifest))
+    s3.put_object(Bucket=services.bucket, Key=manifest_key(prefix, topic, window), Body=json.dumps(manifest))
 
     reports = list(restore_windows(kafka, s3, services.bucket, prefix, RestoreRequest(topic, target), [window], log))
 

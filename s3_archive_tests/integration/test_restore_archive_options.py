@@ -13,13 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from s3_archive import layout
-from s3_archive.archive import archive_window
-from s3_archive.cold import ColdObjectsPending, ColdOptions
-from s3_archive.commit import ArchiveIntegrityError
+from s3_archive.archive.window import archive_window
 from s3_archive.defs.restore.assets import RestoreConfig
-from s3_archive.restore import InvalidRestore, RestoreRequest, restore_windows
-from s3_archive.windows import OffsetWindow
+from s3_archive.keys.objects import manifest_key, object_key
+from s3_archive.model.errors import ArchiveIntegrityError, ColdObjectsPending, InvalidRestore
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.cold import ColdOptions
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.run import restore_windows
 from s3_archive_tests.integration.archive_helpers import archive_config, log, resources
 from s3_archive_tests.integration.test_restore import body, consume_all, materialize_restore, restore_metadata
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
@@ -107,12 +108,12 @@ def _hand_archive(s3, bucket: str, prefix: str, topic: str, window: OffsetWindow
     })
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="none", row_group_size=4)
-    key = layout.object_key(prefix, topic, window, 0, ".parquet")
+    key = object_key(prefix, topic, window, 0, ".parquet")
     s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue(), StorageClass=storage_class)
     manifest = {"topic": topic, "window_key": window.key, "format": "parquet", "record_count": n,
                 "objects": [{"key": key, "size": buf.tell()}], "min_timestamp_ms": 1_700_000_000_000,
                 "max_timestamp_ms": 1_700_000_000_000 + n - 1, **manifest_fields}
-    s3.put_object(Bucket=bucket, Key=layout.manifest_key(prefix, topic, window), Body=json.dumps(manifest))
+    s3.put_object(Bucket=bucket, Key=manifest_key(prefix, topic, window), Body=json.dumps(manifest))
     return manifest
 
 
@@ -153,7 +154,7 @@ def test_cold_windows_are_requested_then_fail_with_a_count_or_wait(kafka, s3, se
     for w, cls in zip(windows, ["GLACIER", "DEEP_ARCHIVE", "STANDARD"], strict=True):
         _hand_archive(s3, services.bucket, prefix, topic, w, [b"v%d" % i for i in range(w.start, w.end)],
                       storage_class=cls)
-    cold_keys = [layout.object_key(prefix, topic, w, 0, ".parquet") for w in windows[:2]]
+    cold_keys = [object_key(prefix, topic, w, 0, ".parquet") for w in windows[:2]]
     target = create_topic(kafka, f"rcold-target-{unique}", config={"retention.ms": "-1"})
     request = RestoreRequest(topic, target)
 

@@ -15,10 +15,11 @@ import dagster as dg
 import fastavro
 import pytest
 
+from s3_archive.config.foreign import ForeignSource
 from s3_archive.defs.restore.foreign_assets import ForeignRestoreConfig, build_foreign_restore_asset
-from s3_archive.foreign import ForeignSource
-from s3_archive.foreign_restore import ColdReport, restore_foreign
-from s3_archive.restore import RestoreRequest
+from s3_archive.restore.cold import ColdReport
+from s3_archive.restore.foreign import restore_foreign
+from s3_archive.restore.request import RestoreRequest
 from s3_archive_tests.integration.archive_helpers import resources
 from s3_archive_tests.integration.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic

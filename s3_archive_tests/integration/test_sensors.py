@@ -11,18 +11,24 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
-from s3_archive import layout
+from s3_archive.archive.plan import DEFAULT_BYTES_PER_RECORD
+from s3_archive.config.archive import ArchiveConfig, FlushPolicy
+from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.checks import CONTIGUOUS, HEADROOM, OBJECTS, RETENTION, build_archive_checks
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import checks_job_name
 from s3_archive.defs.archive.sensors import (
-    CUT_TAG, PARTITION_TAG, RANGE_END, RANGE_START, build_archive_automation, build_offsets_sensor,
+    CUT_TAG,
+    PARTITION_TAG,
+    RANGE_END,
+    RANGE_START,
+    build_archive_automation,
+    build_offsets_sensor,
     cut_schedule_name,
 )
-from s3_archive.planning import DEFAULT_BYTES_PER_RECORD
-from s3_archive.settings import ArchiveConfig, FlushPolicy, Settings
-from s3_archive.windows import OffsetWindow, check_contiguous
+from s3_archive.keys.objects import manifest_key, object_key
+from s3_archive.model.windows import OffsetWindow, check_contiguous
 from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
@@ -272,11 +278,11 @@ def test_objects_check_finds_missing_resized_and_unmanifested_windows(s3, archiv
     ok = run_check(cfg, topic, OBJECTS, instance, res)
     assert ok.passed and (ok.metadata["manifests"].value, ok.metadata["objects"].value) == (3, 3)
 
-    gone = layout.object_key(cfg.prefix, topic, ws[0], 0, ".parquet")
-    resized = layout.object_key(cfg.prefix, topic, ws[1], 0, ".parquet")
+    gone = object_key(cfg.prefix, topic, ws[0], 0, ".parquet")
+    resized = object_key(cfg.prefix, topic, ws[1], 0, ".parquet")
     s3.delete_object(Bucket=cfg.bucket, Key=gone)
     s3.put_object(Bucket=cfg.bucket, Key=resized, Body=b"truncated")
-    s3.delete_object(Bucket=cfg.bucket, Key=layout.manifest_key(cfg.prefix, topic, ws[2]))
+    s3.delete_object(Bucket=cfg.bucket, Key=manifest_key(cfg.prefix, topic, ws[2]))
     bad = run_check(cfg, topic, OBJECTS, instance, res)
 
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR

@@ -12,13 +12,43 @@ import pytest
 from dagster_aws.s3 import S3Resource
 from pydantic import ValidationError
 
-from s3_archive import catalog
-from s3_archive.catalog import CatalogOptions, athena_ddl, build_table_input, table_changes, update_input
+from s3_archive.catalog.mappings import (
+    CSV_SERDE_PARAMETERS,
+    ENVELOPE,
+    MAPPINGS,
+    NO_TABLE,
+    UnsupportedFormat,
+    _avro_type,
+    avro_schema_literal,
+    avro_writer_schema,
+    no_table_reason,
+)
+from s3_archive.catalog.partitions import (
+    HIVE_NULL,
+    layout_partition_dirs,
+    layout_partition_input,
+    partition_input,
+    partition_values,
+)
+from s3_archive.catalog.tables import (
+    athena_ddl,
+    build_table_input,
+    decoded_columns,
+    merge_columns,
+    options_for,
+    spark_schema_ddl,
+    table_changes,
+    table_name,
+    update_input,
+)
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.catalog.assets import build_catalog_defs, catalog_asset_key
-from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS
-from s3_archive.resources import KafkaResource
-from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.keys.buckets import render_path
+from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 pytestmark = pytest.mark.unit
 
@@ -41,14 +71,14 @@ def as_glue_returns(table_input: dict, database: str = "s3_archive") -> dict:
 
 
 def test_envelope_columns_follow_the_archived_envelope():
-    assert [c[0] for c in catalog.ENVELOPE] == [c for c, _ in ENVELOPE_COLUMNS]
+    assert [c[0] for c in ENVELOPE] == [c for c, _ in ENVELOPE_COLUMNS]
 
 
 @pytest.mark.parametrize("topic,prefix,expected", [
     ("demo.orders", "", "demo_orders"), ("Orders-V2", "", "orders_v2"), ("a_b", "kafka_", "kafka_a_b"),
 ])
 def test_table_names_are_sanitized(topic, prefix, expected):
-    assert catalog.table_name(topic, CatalogOptions(table_prefix=prefix)) == expected
+    assert table_name(topic, CatalogOptions(table_prefix=prefix)) == expected
 
 
 def test_two_topics_on_one_table_name_are_rejected_naming_both():
@@ -129,8 +159,8 @@ def test_avro_table_reads_with_sparks_writer_schema():
         "org.apache.hadoop.hive.serde2.avro.AvroSerDe", "org.apache.hadoop.hive.ql.io.avro.AvroContainerInputFormat",
         "org.apache.hadoop.hive.ql.io.avro.AvroContainerOutputFormat")
     assert sd["SerdeInfo"]["Parameters"] == {"avro.schema.literal": SPARK_AVRO_HEADER}
-    assert json.loads(catalog.avro_schema_literal()) == catalog.avro_writer_schema()
-    fastavro.parse_schema(catalog.avro_writer_schema())  # a valid Avro schema
+    assert json.loads(avro_schema_literal()) == avro_writer_schema()
+    fastavro.parse_schema(avro_writer_schema())  # a valid Avro schema
     # timestamp-micros is a bigint to Hive's AvroSerDe and Athena (only timestamp-millis maps to timestamp).
     assert [(c["Name"], c["Type"]) for c in sd["Columns"]] == [
         ("key", "binary"), ("value", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
@@ -140,11 +170,11 @@ def test_avro_table_reads_with_sparks_writer_schema():
 
 
 def test_avro_schema_follows_the_envelope_types():
-    fields = {f["name"]: f["type"] for f in catalog.avro_writer_schema()["fields"]}
+    fields = {f["name"]: f["type"] for f in avro_writer_schema()["fields"]}
     assert list(fields) == [c for c, _ in ENVELOPE_COLUMNS]
     assert all(t[-1] == "null" for t in fields.values()), "every field of Spark's Kafka source is nullable"
     with pytest.raises(ValueError, match="no Avro type for Hive type 'decimal"):
-        catalog._avro_type("decimal(10,2)", "d", "")
+        _avro_type("decimal(10,2)", "d", "")
 
 
 @pytest.mark.parametrize("fields", [["key", "value", "offset", "timestamp", "headers"], ["value"],
@@ -164,7 +194,7 @@ def test_csv_fields_never_contain_the_serdes_special_characters():
     # What stage.to_output writes: base64 (key, value, header names and values), decimal digits (offset, epoch
     # ms), ':' and ';' (headers). None needs the escape character, so OpenCSV's backslash default is safe.
     written = set(string.ascii_letters + string.digits + "+/=" + "-" + ":;")
-    assert not written & set(catalog.CSV_SERDE_PARAMETERS.values())
+    assert not written & set(CSV_SERDE_PARAMETERS.values())
 
 
 def test_text_table_has_one_value_column():
@@ -178,13 +208,13 @@ def test_text_table_has_one_value_column():
 
 
 def test_every_archive_format_has_a_table_mapping_or_a_reason_and_only_mapped_ones_get_an_asset():
-    assert set(catalog.MAPPINGS) | set(catalog.NO_TABLE) == set(FORMATS)
-    assert not set(catalog.MAPPINGS) & set(catalog.NO_TABLE)
+    assert set(MAPPINGS) | set(NO_TABLE) == set(FORMATS)
+    assert not set(MAPPINGS) & set(NO_TABLE)
     settings = Settings(archives=[cfg(f, topics=(f"t_{f}",), name=f, prefix=f"{f}/") for f in FORMATS])
     assert {a.key for a in build_catalog_defs(settings).assets} == {catalog_asset_key(f"t_{f}")
-                                                                    for f in catalog.MAPPINGS}
-    for f in catalog.NO_TABLE:
-        with pytest.raises(catalog.UnsupportedFormat, match=f"format '{f}'"):
+                                                                    for f in MAPPINGS}
+    for f in NO_TABLE:
+        with pytest.raises(UnsupportedFormat, match=f"format '{f}'"):
             build_table_input(cfg(f), "t", CatalogOptions(), 1)
 
 
@@ -200,8 +230,8 @@ def test_envelope_selection_and_utf8_value_shape_the_columns():
 
 
 def test_avro_json_decoding_gets_no_table_with_a_reason():
-    assert "avro.schema.literal" in catalog.no_table_reason(cfg("avro", value_decoding={"type": "json"}))
-    assert catalog.no_table_reason(cfg("parquet", value_decoding={"type": "json"})) is None
+    assert "avro.schema.literal" in no_table_reason(cfg("avro", value_decoding={"type": "json"}))
+    assert no_table_reason(cfg("parquet", value_decoding={"type": "json"})) is None
 
 
 def test_decoded_columns_from_window_schemas():
@@ -217,7 +247,7 @@ def test_decoded_columns_from_window_schemas():
             {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "integer",
                                    "valueContainsNull": True}, "nullable": True, "metadata": {}}]},
          "nullable": True, "metadata": {}}]})
-    cols = catalog.decoded_columns(cfg("parquet", value_decoding={"type": "json"}), [s1, s2, "", "not json"])
+    cols = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), [s1, s2, "", "not json"])
     assert [(c["Name"], c["Type"]) for c in cols] == [
         ("id", "bigint"), ("tags", "array<string>"), ("o", "struct<d:decimal(10,2),m:map<string,int>>")]
 
@@ -225,12 +255,12 @@ def test_decoded_columns_from_window_schemas():
 def test_merge_columns_keeps_what_older_windows_have():
     desired = [{"Name": "key", "Type": "binary", "Comment": ""}, {"Name": "b", "Type": "int", "Comment": ""}]
     existing = [{"Name": "key", "Type": "binary"}, {"Name": "a", "Type": "string", "Comment": "old"}]
-    assert [c["Name"] for c in catalog.merge_columns(desired, existing)] == ["key", "b", "a"]
+    assert [c["Name"] for c in merge_columns(desired, existing)] == ["key", "b", "a"]
 
 
 def test_a_format_without_a_mapping_is_named():
     unknown = cfg().model_copy(update={"format": "orc"})  # a format added to the archive but not to MAPPINGS
-    with pytest.raises(catalog.UnsupportedFormat, match="archive 'demo': no Glue table: format 'orc' has no Glue "
+    with pytest.raises(UnsupportedFormat, match="archive 'demo': no Glue table: format 'orc' has no Glue "
                                                         "table mapping; catalogued formats: parquet, avro, jsonl, "
                                                         "csv, text"):
         build_table_input(unknown, "demo.orders", CatalogOptions(), 1)
@@ -247,7 +277,7 @@ def test_a_topic_has_at_least_one_partition():
 
 
 def test_partition_input_points_at_the_layout_directory():
-    p = catalog.partition_input(parquet_input(), 7)
+    p = partition_input(parquet_input(), 7)
     assert p["Values"] == ["7"]
     assert p["StorageDescriptor"]["Location"] == "s3://bkt-one/archive/demo.orders/kafka_partition=7/"
     assert p["StorageDescriptor"]["Columns"] == parquet_input()["StorageDescriptor"]["Columns"]
@@ -287,7 +317,7 @@ def test_ddl_escapes_quotes():
 
 
 def test_spark_schema_lists_columns_then_the_partition_key():
-    assert catalog.spark_schema_ddl(parquet_input()) == (
+    assert spark_schema_ddl(parquet_input()) == (
         "`key` binary, `value` binary, `headers` array<struct<key:string,value:binary>>, `topic` string, "
         "`partition` int, `offset` bigint, `timestamp` timestamp, `timestamp_type` int, `kafka_partition` int")
 
@@ -383,8 +413,8 @@ def keys_of(table_input: dict) -> list[tuple[str, str]]:
 
 def test_a_hive_style_layout_gets_a_table_with_its_partition_keys_and_explicit_partitions():
     c = cfg("parquet", layout=DAY_REGION)
-    assert catalog.no_table_reason(c) is None
-    options = catalog.options_for(c)
+    assert no_table_reason(c) is None
+    options = options_for(c)
     assert options.partitions == "explicit"  # projection cannot describe day/region: the default follows
     ti = build_table_input(c, "demo.orders", options, 3)
     assert keys_of(ti) == [("day", "string"), ("region", "string")]
@@ -410,8 +440,8 @@ def test_layout_keys_follow_partition_by_in_order_with_types():
               "partition_by": [{"kind": "kafka_partition"}, {"kind": "time"}, {"kind": "header", "header": "tenant"},
                                {"kind": "key", "field": "id", "name": "kid"}]}
     c = cfg("jsonl", layout=layout, catalog={"partitions": "explicit"})
-    assert catalog.no_table_reason(c) is None
-    assert keys_of(build_table_input(c, "t", catalog.options_for(c), 1)) == [
+    assert no_table_reason(c) is None
+    assert keys_of(build_table_input(c, "t", options_for(c), 1)) == [
         ("kafka_partition", "int"), ("year", "string"), ("month", "string"), ("day", "string"), ("hour", "string"),
         ("tenant", "string"), ("kid", "string")]
 
@@ -419,8 +449,8 @@ def test_layout_keys_follow_partition_by_in_order_with_types():
 def test_a_layout_of_kafka_partition_directories_alone_keeps_projection():
     c = cfg("parquet", layout={"template": "{{topic}}/{{partition_by}}/data-{{partition}}-{{start_offset}}",
                                "partition_by": [{"kind": "kafka_partition"}]})
-    assert catalog.no_table_reason(c) is None and catalog.options_for(c).partitions == "projection"
-    ti = build_table_input(c, "demo.orders", catalog.options_for(c), 3)
+    assert no_table_reason(c) is None and options_for(c).partitions == "projection"
+    ti = build_table_input(c, "demo.orders", options_for(c), 3)
     assert ti == parquet_input()  # same table as the default layout's
 
 
@@ -440,31 +470,29 @@ def test_a_layout_of_kafka_partition_directories_alone_keeps_projection():
 ])
 def test_layouts_a_table_cannot_describe_get_no_table_with_the_reason(layout, reason):
     c = cfg("parquet", layout=layout)
-    assert re.search(r"^layout: .*" + reason, catalog.no_table_reason(c))
-    with pytest.raises(catalog.UnsupportedFormat, match=reason):
+    assert re.search(r"^layout: .*" + reason, no_table_reason(c))
+    with pytest.raises(UnsupportedFormat, match=reason):
         build_table_input(c, "t", CatalogOptions(partitions="explicit"), 1)
     assert build_catalog_defs(Settings(archives=[c])).assets == []
 
 
 def test_partition_values_are_the_decoded_values_and_null_is_hives_default_partition():
-    from s3_archive import partitioners as P
-
     layout = cfg("parquet", layout=DAY_REGION).layout
     for values, glue in [(["day=2024-03-31", "eu/west"], ["2024-03-31", "eu/west"]),
                          (["day=2024-03-31", "a b=c%é"], ["2024-03-31", "a b=c%é"]),
-                         ([None, None], [catalog.HIVE_NULL, catalog.HIVE_NULL]),
+                         ([None, None], [HIVE_NULL, HIVE_NULL]),
                          (["day=2024-03-31", ""], ["2024-03-31", ""]),
                          (["day=2024-03-31", "(null)"], ["2024-03-31", "(null)"])]:
-        path = P.render_path(layout, values)
-        assert catalog.partition_values(layout, path) == glue, path
+        path = render_path(layout, values)
+        assert partition_values(layout, path) == glue, path
     hdr = cfg("parquet", layout={"partition_by": [{"kind": "kafka_partition"},
                                                   {"kind": "time", "path_format": "'y'=yyyy/'m'=MM"},
                                                   {"kind": "header", "header": "h"}]}).layout
-    assert catalog.partition_values(hdr, P.render_path(hdr, [7, None, b"\xff"])) == [
-        "7", catalog.HIVE_NULL, catalog.HIVE_NULL, "(hex)FF"]
-    assert catalog.partition_values(hdr, "kafka_partition=7/y=2024/m=03/h=x") == ["7", "2024", "03", "x"]
+    assert partition_values(hdr, render_path(hdr, [7, None, b"\xff"])) == [
+        "7", HIVE_NULL, HIVE_NULL, "(hex)FF"]
+    assert partition_values(hdr, "kafka_partition=7/y=2024/m=03/h=x") == ["7", "2024", "03", "x"]
     with pytest.raises(ValueError):
-        catalog.partition_values(hdr, "kafka_partition=7/y=2024/h=x")
+        partition_values(hdr, "kafka_partition=7/y=2024/h=x")
 
 
 def test_layout_partition_dirs_from_object_keys():
@@ -473,12 +501,12 @@ def test_layout_partition_dirs_from_object_keys():
             "day=2024-03-31/region=eu%2Fwest/t+0+9+00000.parquet",
             "day=2024-03-30/region=(null)/t+0+0+00000.parquet", "day=2024-03-30/region=(empty)/t+0+0+00000.parquet",
             "top-level-file", "day=2024-03-30/not-a-region/x", "other/dir/x", "day=2024-03-30/region=a%2f/x"]
-    assert catalog.layout_partition_dirs(layout, keys) == {
+    assert layout_partition_dirs(layout, keys) == {
         "day=2024-03-30/region=(empty)": ["2024-03-30", ""],
-        "day=2024-03-30/region=(null)": ["2024-03-30", catalog.HIVE_NULL],
+        "day=2024-03-30/region=(null)": ["2024-03-30", HIVE_NULL],
         "day=2024-03-31/region=eu%2Fwest": ["2024-03-31", "eu/west"]}
     ti = build_table_input(cfg("parquet", layout=DAY_REGION), "t", CatalogOptions(partitions="explicit"), 1)
-    pi = catalog.layout_partition_input(ti, "day=2024-03-31/region=eu%2Fwest", ["2024-03-31", "eu/west"])
+    pi = layout_partition_input(ti, "day=2024-03-31/region=eu%2Fwest", ["2024-03-31", "eu/west"])
     assert pi["Values"] == ["2024-03-31", "eu/west"]
     assert pi["StorageDescriptor"]["Location"] == "s3://bkt-one/archive/t/day=2024-03-31/region=eu%2Fwest/"
     assert pi["StorageDescriptor"]["Columns"] == ti["StorageDescriptor"]["Columns"]
@@ -486,4 +514,4 @@ def test_layout_partition_dirs_from_object_keys():
     kl = cfg("parquet", layout={"partition_by": [{"kind": "key"}]}).layout
     with pytest.raises(ValueError,
                        match=r"directories 'kafka_key=%28hex%29FF' and 'kafka_key=\(hex\)FF' have the same"):
-        catalog.layout_partition_dirs(kl, ["kafka_key=(hex)FF/a", "kafka_key=%28hex%29FF/b"])
+        layout_partition_dirs(kl, ["kafka_key=(hex)FF/a", "kafka_key=%28hex%29FF/b"])

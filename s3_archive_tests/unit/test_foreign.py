@@ -19,12 +19,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from s3_archive.foreign import (
-    Decoder, ForeignSource, InvalidForeignObject, InvalidTemplate, KeyTemplate, ListedObject, Var, cold_state,
-    decompress, numbered, parse_template, plan,
-)
-from s3_archive.restore import ArchivedRecord
-from s3_archive.windows import MAX_OFFSET
+from s3_archive.config.foreign import ForeignSource
+from s3_archive.keys.foreign import InvalidTemplate, KeyTemplate, Var, parse_template
+from s3_archive.model.errors import InvalidForeignObject
+from s3_archive.model.windows import MAX_OFFSET
+from s3_archive.restore.cold import ListedObject, cold_state
+from s3_archive.restore.foreign import plan
+from s3_archive.restore.foreign_decode import Decoder, decompress, numbered
+from s3_archive.restore.request import ArchivedRecord
 
 pytestmark = pytest.mark.unit
 
@@ -260,7 +262,7 @@ def decode(source: ForeignSource, data: bytes, start: int = 5) -> list[ArchivedR
                                     + {"none": "", "gzip": ".gz", "snappy": ".snappy", "zstd": ".zst"}[
                                         source.compression], len(data))]).windows[0] \
         if source.layout == "aiven" else None
-    return list(numbered(Decoder(source).decode(decompress(data, source.compression), "obj"), fw, "obj",
+    return list(numbered(Decoder(source).decode(decompress(data, source.compression), "obj"), fw.window, "obj",
                          ArchivedRecord))
 
 
@@ -352,7 +354,7 @@ def test_confluent_json_and_bytes_values():
     fw = plan(ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json"),
               [ListedObject("topics/orders/partition=0/orders+0+0000000010.json", 1)]).windows[0]
     s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json")
-    got = list(numbered(Decoder(s).decode(b'{"a": 1}\n"x"\n', "o"), fw, "o", ArchivedRecord))
+    got = list(numbered(Decoder(s).decode(b'{"a": 1}\n"x"\n', "o"), fw.window, "o", ArchivedRecord))
     assert [(r.offset, r.value, r.timestamp_ms) for r in got] == [(10, b'{"a": 1}', -1), (11, b'"x"', -1)]
     s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="bytes", line_separator="|")
     assert [v for _, _, v, _, _ in Decoder(s).decode(b"a|b||c|", "o")] == [b"a", b"b", b"", b"c"]

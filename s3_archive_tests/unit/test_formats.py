@@ -5,8 +5,8 @@ pytestmark = pytest.mark.unit
 import re  # noqa: E402
 import typing  # noqa: E402
 
-from s3_archive.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec  # noqa: E402
-from s3_archive.settings import ArchiveConfig  # noqa: E402
+from s3_archive.config.archive import ArchiveConfig  # noqa: E402
+from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec  # noqa: E402
 
 ALL = [(name, codec) for name, spec in sorted(FORMATS.items()) for codec in spec.codecs]
 

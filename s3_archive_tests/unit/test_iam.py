@@ -5,11 +5,12 @@ import re
 
 import pytest
 
-from s3_archive import catalog
-from s3_archive.catalog import CatalogOptions
-from s3_archive.formats import FORMATS
-from s3_archive.iam import ancestors, iam_policy
-from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.catalog.mappings import NO_TABLE
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.settings import Settings
+from s3_archive.io.iam import ancestors, iam_policy
+from s3_archive.model.formats import FORMATS
 
 pytestmark = pytest.mark.unit
 
@@ -95,4 +96,4 @@ def test_every_catalogued_format_gets_its_table_in_the_glue_statement():
                                                   format=f) for f in FORMATS])
     s = statements(iam_policy(per_format))["GlueCatalog"]
     assert {r for r in s["Resource"] if ":table/" in r} == {f"arn:aws:glue:*:*:table/s3_archive/t_{f}"
-                                                            for f in FORMATS if f not in catalog.NO_TABLE}
+                                                            for f in FORMATS if f not in NO_TABLE}

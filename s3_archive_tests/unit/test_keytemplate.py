@@ -7,17 +7,25 @@ import re  # noqa: E402
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from s3_archive import keytemplate as kt  # noqa: E402
-from s3_archive.keytemplate import (  # noqa: E402
-    InvalidTemplate, Padding, check_template, parse_key, parse_template, render_key,
+from s3_archive.keys.template import (
+    DEFAULT_TEMPLATE,
+    MAX_PART,
+    UNITS,
+    InvalidTemplate,
+    KeyTemplate,
+    Padding,
+    check_template,
+    parse_key,
+    parse_template,
+    render_key,
 )
-from s3_archive.windows import MAX_OFFSET, MAX_PARTITION  # noqa: E402
+from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION  # noqa: E402
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 
 
 def accepted(text: str, padding: Padding | None = None, rotation: bool = False, segments: int = 1,
-             record_slots: tuple[str, ...] = ()) -> kt.KeyTemplate:
+             record_slots: tuple[str, ...] = ()) -> KeyTemplate:
     t = parse_template(text, padding, segments)
     check_template(t, rotation=rotation, record_slots=record_slots)
     return t
@@ -34,7 +42,7 @@ def refused(text: str, padding: Padding | None = None, rotation: bool = False, s
 
 
 def test_default_template_renders_todays_key():
-    t = accepted(kt.DEFAULT_TEMPLATE, rotation=True)
+    t = accepted(DEFAULT_TEMPLATE, rotation=True)
     values = {"topic": "orders", "partition_by": "kafka_partition=3", "partition": 3, "start_offset": 1000,
               "end_offset": 2000, "part": 1}
     key = render_key(t, values)
@@ -89,13 +97,13 @@ def test_a_placeholder_used_twice_must_agree_when_parsed():
     "orders/kafka_partition=3/orders+3+0000000000000001000_0000000000000002000+00001",
 ])
 def test_parse_refuses_keys_the_template_does_not_write(key):
-    t = accepted(kt.DEFAULT_TEMPLATE)
+    t = accepted(DEFAULT_TEMPLATE)
     with pytest.raises(ValueError):
         parse_key(t, key)
 
 
 def test_render_refuses_bad_values():
-    t = accepted(kt.DEFAULT_TEMPLATE, rotation=True)
+    t = accepted(DEFAULT_TEMPLATE, rotation=True)
     good = {"topic": "o", "partition_by": "kafka_partition=3", "partition": 3, "start_offset": 1, "end_offset": 2,
             "part": 0}
     with pytest.raises(ValueError, match="part number must be in 0..99999"):
@@ -192,7 +200,7 @@ def templates(draw):
     return text.replace("//", "/")
 
 
-def values_for(draw, t: kt.KeyTemplate) -> dict:
+def values_for(draw, t: KeyTemplate) -> dict:
     v: dict[str, object] = {}
     for p in t.placeholders:
         if p.slot in v:
@@ -202,11 +210,11 @@ def values_for(draw, t: kt.KeyTemplate) -> dict:
             "partition": lambda: draw(st.integers(0, MAX_PARTITION)),
             "start_offset": lambda: draw(st.integers(0, MAX_OFFSET)),
             "end_offset": lambda: draw(st.integers(0, MAX_OFFSET)),
-            "part": lambda: draw(st.integers(0, kt.MAX_PART)),
+            "part": lambda: draw(st.integers(0, MAX_PART)),
             "key": lambda: draw(encoded),
             "partition_by": lambda: "/".join(draw(st.lists(encoded, min_size=t.path_segments,
                                                            max_size=t.path_segments))),
-            "timestamp": lambda: draw(st.from_regex(rf"[0-9]{{{kt.UNITS[p.unit]}}}", fullmatch=True)),
+            "timestamp": lambda: draw(st.from_regex(rf"[0-9]{{{UNITS[p.unit]}}}", fullmatch=True)),
         }[p.name]()
     return v
 

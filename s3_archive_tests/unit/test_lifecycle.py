@@ -7,10 +7,11 @@ import pytest
 from dagster_aws.s3 import S3Resource
 from pydantic import ValidationError
 
-from s3_archive import lifecycle
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.lifecycle import LifecyclePolicy, Transition
+from s3_archive.config.settings import Settings
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, check_disjoint, lifecycle_asset_key
-from s3_archive.lifecycle import LifecyclePolicy, Transition, build_rules, owner_prefix, plan_lifecycle, rule_id
-from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.lifecycle.rules import build_rules, expiry_due, owner_prefix, plan_lifecycle, policy_for, rule_id
 
 pytestmark = pytest.mark.unit
 
@@ -254,8 +255,8 @@ def test_policies_for_unknown_archives_are_an_error():
 def test_policy_precedence():
     cfg = archive("a", "k/", ["t"])
     mine = policy(expiration_days=5)
-    assert lifecycle.policy_for(cfg, {"a": mine}) is mine
-    assert lifecycle.policy_for(cfg, None) == LifecyclePolicy()
+    assert policy_for(cfg, {"a": mine}) is mine
+    assert policy_for(cfg, None) == LifecyclePolicy()
     assert Transition(days=1, storage_class="GLACIER").days == 1
 
 
@@ -272,11 +273,11 @@ T0 = datetime.datetime(2026, 3, 1, 23, 59, tzinfo=datetime.UTC)
     (datetime.timedelta(0), 1, True),  # 1-day expiry: due from the start (slack is a whole day)
 ])
 def test_expiry_due(age, days, due):
-    assert lifecycle.expiry_due(T0, days, T0 + age) is due
+    assert expiry_due(T0, days, T0 + age) is due
 
 
 def test_expiry_of_an_unknown_time_is_never_due():
-    assert lifecycle.expiry_due(None, 1, T0) is False
+    assert expiry_due(None, 1, T0) is False
 
 
 def test_manifests_expire_with_their_data():

@@ -7,9 +7,10 @@ pytestmark = pytest.mark.unit
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from s3_archive.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields  # noqa: E402
-from s3_archive.settings import InvalidConfig, parse_settings  # noqa: E402
-from s3_archive.stage import Output, variant_schema_to_ddl  # noqa: E402
+from s3_archive.archive.write import Output, variant_schema_to_ddl  # noqa: E402
+from s3_archive.config.settings import parse_settings
+from s3_archive.model.errors import InvalidConfig
+from s3_archive.model.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields  # noqa: E402
 
 
 def cfg(**kw):
@@ -129,8 +130,8 @@ class _Delivered:
 
 
 def test_statistics_that_never_arrive_fail_the_window_instead_of_hanging():
-    from s3_archive.stage import observed_metrics
-    from s3_archive.windows import OffsetWindow
+    from s3_archive.archive.write import observed_metrics
+    from s3_archive.model.windows import OffsetWindow
 
     w = OffsetWindow(0, 0, 3)
     assert observed_metrics(_Delivered(), "t", w, timeout_s=5) == {"records": 3}

@@ -10,11 +10,24 @@ from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from s3_archive import keytemplate as kt  # noqa: E402
-from s3_archive import layout  # noqa: E402
-from s3_archive import partitioners as P  # noqa: E402
-from s3_archive.formats import FORMATS  # noqa: E402
-from s3_archive.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow  # noqa: E402
+from s3_archive.keys.buckets import (
+    EPOCH_MS_REGEX,
+    bucket_from_staging_dir,
+    format_time,
+    json_field_text,
+    last_header,
+    parse_path,
+    record_bucket,
+    render_path,
+    spark_escape_path_name,
+    spark_unescape_path_name,
+)
+from s3_archive.keys.layout import OutputLayout, RecordTime
+from s3_archive.keys.objects import object_key, parse_object_key, window_object_stem, window_scan_prefix
+from s3_archive.keys.template import DEFAULT_TEMPLATE, ENCODED_CHARS, MAX_PART
+from s3_archive.keys.values import NO_BUCKETS, decode_value, encode_bytes, encode_value
+from s3_archive.model.formats import FORMATS  # noqa: E402
+from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow  # noqa: E402
 
 FAST = settings(max_examples=200, deadline=None)
 SUFFIXES = sorted({spec.object_suffix(c) for spec in FORMATS.values() for c in spec.codecs})
@@ -27,8 +40,8 @@ def us(iso: str) -> int:
     return int(datetime.fromisoformat(iso).astimezone(UTC).timestamp() * 1_000_000)
 
 
-def make(**kw) -> P.OutputLayout:
-    return P.OutputLayout.model_validate(kw)
+def make(**kw) -> OutputLayout:
+    return OutputLayout.model_validate(kw)
 
 
 # --- the encoding ---------------------------------------------------------------------------------------------------
@@ -37,16 +50,16 @@ def make(**kw) -> P.OutputLayout:
 @FAST
 @given(st.one_of(st.none(), texts))
 def test_encoding_round_trips_and_is_path_safe(v):
-    e = P.encode_value(v)
-    assert P.decode_value(e) == v
-    assert e and set(e) <= kt.ENCODED_CHARS
+    e = encode_value(v)
+    assert decode_value(e) == v
+    assert e and set(e) <= ENCODED_CHARS
     assert e[0] not in "._"  # readers skip directories starting with . or _
 
 
 @FAST
 @given(st.one_of(st.none(), texts), st.one_of(st.none(), texts))
 def test_encoding_is_injective(a, b):
-    assert (P.encode_value(a) == P.encode_value(b)) == (a == b)
+    assert (encode_value(a) == encode_value(b)) == (a == b)
 
 
 @FAST
@@ -55,8 +68,8 @@ def test_encoding_is_injective(a, b):
 @example(b"")
 @example(b"(hex)FF")
 def test_binary_values_round_trip_as_text_or_hex(b):
-    e = P.encode_bytes(b)
-    back = P.decode_value(e)
+    e = encode_bytes(b)
+    back = decode_value(e)
     if b is None:
         assert back is None
     else:
@@ -72,13 +85,13 @@ def test_binary_values_round_trip_as_text_or_hex(b):
     (".", "%2E"), ("..", "%2E."), ("_tmp", "%5Ftmp"), ("a.b_c-d", "a.b_c-d"), ("a+b*c~", "a%2Bb%2Ac%7E"),
 ])
 def test_known_encodings(v, encoded):
-    assert P.encode_value(v) == encoded
+    assert encode_value(v) == encoded
 
 
 @pytest.mark.parametrize("bad", ["a%2fb", "a b", "%2", "%G0", "é", "(hex)61", "(hex)", "a/b", "%41", "_x"])
 def test_decode_refuses_what_encode_never_writes(bad):
     with pytest.raises(ValueError, match="not an encoded partition value"):
-        P.decode_value(bad)
+        decode_value(bad)
 
 
 # --- config validation ----------------------------------------------------------------------------------------------
@@ -107,7 +120,7 @@ def test_decode_refuses_what_encode_never_writes(bad):
     ({"partition_by": [{"kind": "value", "field": "r", "name": "1r"}]}, "not a column name"),
     ({"partition_by": [{"kind": "value", "field": "r"}], "template": "{{topic}}/{{partition}}/{{start_offset}}"},
      "must contain {{partition_by}}"),
-    ({"partition_by": [], "template": kt.DEFAULT_TEMPLATE}, "partition_by is empty"),
+    ({"partition_by": [], "template": DEFAULT_TEMPLATE}, "partition_by is empty"),
     ({"partition_by": [{"kind": "value", "field": "r", "extra": 1}]}, "Extra inputs are not permitted"),
 ])
 def test_bad_layouts_say_why(kw, message):
@@ -119,7 +132,7 @@ def test_bad_layouts_say_why(kw, message):
 def test_bare_values_need_no_column_name_and_headers_may_then_be_anything():
     lay = make(partition_by=[{"kind": "header", "header": "x-trace id", "hive": False},
                              {"kind": "value", "field": "offset", "hive": False}])
-    assert P.render_path(lay, ["a b", None]) == "a%20b/(null)"
+    assert render_path(lay, ["a b", None]) == "a%20b/(null)"
 
 
 # --- paths ----------------------------------------------------------------------------------------------------------
@@ -148,9 +161,9 @@ days = st.one_of(st.none(), st.dates().map(lambda d: f"d={d.year:04d}-{d.month:0
        values_or_bytes, days)
 def test_paths_round_trip(p, t, region, tenant, src, d):
     values = [p, t, region, tenant, src, d]
-    path = P.render_path(RICH, values)
+    path = render_path(RICH, values)
     assert path.count("/") == RICH.path_segments - 1
-    back = P.parse_path(RICH, path)
+    back = parse_path(RICH, path)
     expected = [p, t, region, tenant, src.decode() if isinstance(src, bytes) and _utf8(src) else src, d]
     assert back == expected
 
@@ -164,10 +177,10 @@ def _utf8(b: bytes) -> bool:
 
 
 def test_a_known_rich_path():
-    path = P.render_path(RICH, [3, None, "eu/west", "", b"\xff", "d=2024-03-31"])
+    path = render_path(RICH, [3, None, "eu/west", "", b"\xff", "d=2024-03-31"])
     assert path == ("kafka_partition=3/year=(null)/month=(null)/day=(null)/hour=(null)/order_region=eu%2Fwest/"
                     "(empty)/src=(hex)FF/d=2024-03-31")
-    assert P.parse_path(RICH, path) == [3, None, "eu/west", "", b"\xff", "d=2024-03-31"]
+    assert parse_path(RICH, path) == [3, None, "eu/west", "", b"\xff", "d=2024-03-31"]
 
 
 @pytest.mark.parametrize("path", [
@@ -180,15 +193,15 @@ def test_a_known_rich_path():
 ])
 def test_parse_path_refuses_foreign_paths(path):
     with pytest.raises(ValueError):
-        P.parse_path(RICH, path)
+        parse_path(RICH, path)
 
 
 # --- time buckets: time zones and DST ------------------------------------------------------------------------------
 
 
 def hour_path(tz: str, iso: str, duration: int | None = None, fmt: str = "'year'=yyyy/'month'=MM/'day'=dd/'hour'=HH"):
-    d = P.RecordTime(timezone=tz, duration_seconds=duration, path_format=fmt)
-    return P.format_time(d, tz, us(iso))
+    d = RecordTime(timezone=tz, duration_seconds=duration, path_format=fmt)
+    return format_time(d, tz, us(iso))
 
 
 @pytest.mark.parametrize("tz, iso, expected", [
@@ -233,44 +246,44 @@ def test_duration_buckets(tz, iso, duration, expected):
 
 
 def test_monthly_buckets_without_a_duration():
-    d = P.RecordTime(path_format="'year'=yyyy/'month'=MM", timezone="Europe/Berlin")
-    assert P.format_time(d, "Europe/Berlin", us("2024-01-31T23:30:00+00:00")) == "year=2024/month=02"
+    d = RecordTime(path_format="'year'=yyyy/'month'=MM", timezone="Europe/Berlin")
+    assert format_time(d, "Europe/Berlin", us("2024-01-31T23:30:00+00:00")) == "year=2024/month=02"
 
 
 # --- a record's bucket and its object key ---------------------------------------------------------------------------
 
 
 def test_default_layout_reproduces_todays_keys_for_one_window():
-    lay = P.OutputLayout()
+    lay = OutputLayout()
     w = OffsetWindow(3, 1000, 2000)
-    bucket = P.record_bucket(lay, {"partition": 3, "timestamp_us": 0, "key": b"k", "value": b"v", "headers": []})
+    bucket = record_bucket(lay, {"partition": 3, "timestamp_us": 0, "key": b"k", "value": b"v", "headers": []})
     assert bucket == "3"
-    assert P.object_key(lay, "arch/", "orders", w, bucket, 1, ".parquet") == \
+    assert object_key("arch/", "orders", w, 1, ".parquet", lay, bucket) == \
         "arch/orders/kafka_partition=3/orders+3+0000000000000001000-0000000000000002000+00001.parquet"
 
 
 @FAST
 @given(prefix=st.sampled_from(["", "raw/", "a/b/", "_manifests/", "x"]),
        topic=st.from_regex(r"[a-zA-Z0-9._-]{1,20}", fullmatch=True).filter(lambda t: t not in (".", "..")),
-       p=st.integers(0, MAX_PARTITION), start=st.integers(0, MAX_OFFSET - 1), part=st.integers(0, layout.MAX_PART),
+       p=st.integers(0, MAX_PARTITION), start=st.integers(0, MAX_OFFSET - 1), part=st.integers(0, MAX_PART),
        suffix=st.sampled_from(SUFFIXES), data=st.data())
 def test_default_layout_equals_layout_object_key(prefix, topic, p, start, part, suffix, data):
     w = OffsetWindow(p, start, data.draw(st.integers(start + 1, MAX_OFFSET)))
-    lay = P.OutputLayout()
-    bucket = P.record_bucket(lay, {"partition": p, "timestamp_us": 0})
-    key = P.object_key(lay, prefix, topic, w, bucket, part, suffix)
-    assert key == layout.object_key(prefix, topic, w, part, suffix)
-    assert P.parse_object_key(lay, prefix, key, suffix) == {
+    lay = OutputLayout()
+    bucket = record_bucket(lay, {"partition": p, "timestamp_us": 0})
+    key = object_key(prefix, topic, w, part, suffix, lay, bucket)
+    assert key == object_key(prefix, topic, w, part, suffix)
+    assert parse_object_key(lay, prefix, key, suffix) == {
         "topic": topic, "partition_by": [p], "partition": p, "start_offset": w.start, "end_offset": w.end,
         "part": part}
-    assert P.window_scan_prefix(lay, prefix, topic, w) == layout.window_object_stem(prefix, topic, w)
+    assert window_scan_prefix(lay, prefix, topic, w) == window_object_stem(prefix, topic, w)
 
 
 def test_window_scan_prefix_stops_at_the_first_record_level_value():
     w = OffsetWindow(3, 10, 20)
-    assert P.window_scan_prefix(RICH, "pre/", "orders", w) == "pre/orders/kafka_partition=3/"
+    assert window_scan_prefix(RICH, "pre/", "orders", w) == "pre/orders/kafka_partition=3/"
     lay = make(template="{{topic}}/{{partition}}/{{start_offset}}/{{key}}/{{end_offset}}")
-    assert P.window_scan_prefix(lay, "", "t", w) == "t/3/0000000000000000010/"
+    assert window_scan_prefix(lay, "", "t", w) == "t/3/0000000000000000010/"
 
 
 json_scalars = st.one_of(st.none(), texts, st.integers(-10**12, 10**12), st.booleans())
@@ -296,21 +309,21 @@ def records(draw):
 @given(records(), st.integers(0, 10**12), st.integers(1, 10**6), st.integers(0, 99))
 def test_a_records_object_key_parses_back_to_its_values(record, start, size, part):
     w = OffsetWindow(record["partition"], start, start + size)
-    bucket = P.record_bucket(RICH, record)
-    key = P.object_key(RICH, "pre/", "orders", w, bucket, part, ".jsonl.gz")
-    v = P.parse_object_key(RICH, "pre/", key, ".jsonl.gz")
+    bucket = record_bucket(RICH, record)
+    key = object_key("pre/", "orders", w, part, ".jsonl.gz", RICH, bucket)
+    v = parse_object_key(RICH, "pre/", key, ".jsonl.gz")
     assert (v["topic"], v["partition"], v["start_offset"], v["end_offset"], v["part"]) == \
         ("orders", w.partition, w.start, w.end, part)
     assert v["partition_by"][0] == record["partition"]
-    assert v["partition_by"][2] == P.json_field_text(record["value"], "order.region")
-    assert v["key"] == (P.decode_value(P.encode_bytes(record["key"])))
-    assert key.startswith(P.window_scan_prefix(RICH, "pre/", "orders", w))
+    assert v["partition_by"][2] == json_field_text(record["value"], "order.region")
+    assert v["key"] == (decode_value(encode_bytes(record["key"])))
+    assert key.startswith(window_scan_prefix(RICH, "pre/", "orders", w))
     # the bucket string survives Spark's partition directory escaping
-    assert P.bucket_from_staging_dir("_bucket=" + P.spark_escape_path_name(bucket), "_bucket") == bucket
+    assert bucket_from_staging_dir("_bucket=" + spark_escape_path_name(bucket), "_bucket") == bucket
 
 
 def test_json_field_text_matches_spark_get_json_object_rules():
-    f = P.json_field_text
+    f = json_field_text
     assert f(b'{"a": "x"}', "a") == "x"
     assert f(b'{"a": 5}', "a") == "5"
     assert f(b'{"a": true}', "a") == "true"
@@ -324,30 +337,30 @@ def test_json_field_text_matches_spark_get_json_object_rules():
 
 
 def test_last_header_wins_and_missing_is_none():
-    assert P.last_header([("h", b"1"), ("h", b"2")], "h") == (True, b"2")
-    assert P.last_header([("h", None)], "h") == (True, None)
-    assert P.last_header(None, "h") == (False, None)
+    assert last_header([("h", b"1"), ("h", b"2")], "h") == (True, b"2")
+    assert last_header([("h", None)], "h") == (True, None)
+    assert last_header(None, "h") == (False, None)
 
 
 def test_bucket_with_no_values_and_a_wrong_bucket():
     lay = make(partition_by=[], template="{{topic}}/{{partition}}/{{start_offset}}")
-    assert P.record_bucket(lay, {"partition": 0, "timestamp_us": 0}) == P.NO_BUCKETS
-    assert P.object_key(lay, "", "t", OffsetWindow(0, 5, 6), P.NO_BUCKETS, 0, ".parquet") == \
+    assert record_bucket(lay, {"partition": 0, "timestamp_us": 0}) == NO_BUCKETS
+    assert object_key("", "t", OffsetWindow(0, 5, 6), 0, ".parquet", lay, NO_BUCKETS) == \
         "t/0/0000000000000000005.parquet"
     with pytest.raises(ValueError, match="has 2 values; this layout's buckets have 1"):
-        P.object_key(P.OutputLayout(), "", "t", OffsetWindow(0, 5, 6), "0/x", 0, "")
+        object_key("", "t", OffsetWindow(0, 5, 6), 0, "", OutputLayout(), "0/x")
     with pytest.raises(ValueError, match="not an encoded partition value"):
-        P.object_key(P.OutputLayout(), "", "t", OffsetWindow(0, 5, 6), "a b", 0, "")
+        object_key("", "t", OffsetWindow(0, 5, 6), 0, "", OutputLayout(), "a b")
 
 
 @FAST
 @given(st.text(st.characters(exclude_categories=["Cs"]), max_size=30))
 def test_spark_partition_path_escaping_inverts(s):
-    escaped = P.spark_escape_path_name(s)
+    escaped = spark_escape_path_name(s)
     assert "/" not in escaped and "=" not in escaped
-    assert P.spark_unescape_path_name(escaped) == s
+    assert spark_unescape_path_name(escaped) == s
 
 
 def test_epoch_ms_regex_is_the_spark_one():
-    assert re.fullmatch(P.EPOCH_MS_REGEX.strip("^$"), "-17")
-    assert not re.fullmatch(P.EPOCH_MS_REGEX.strip("^$"), "1.5")
+    assert re.fullmatch(EPOCH_MS_REGEX.strip("^$"), "-17")
+    assert not re.fullmatch(EPOCH_MS_REGEX.strip("^$"), "1.5")

@@ -7,7 +7,7 @@ from collections import Counter  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from s3_archive.planning import (  # noqa: E402
+from s3_archive.archive.plan import (
     DEFAULT_BYTES_PER_RECORD,
     MAX_WINDOWS_PER_TICK,
     Cut,
@@ -18,8 +18,8 @@ from s3_archive.planning import (  # noqa: E402
     retention_headroom,
     window_size,
 )
-from s3_archive.settings import FlushPolicy  # noqa: E402
-from s3_archive.windows import OffsetWindow, check_contiguous, next_offsets  # noqa: E402
+from s3_archive.config.archive import FlushPolicy  # noqa: E402
+from s3_archive.model.windows import OffsetWindow, check_contiguous, next_offsets  # noqa: E402
 
 PROPS = settings(max_examples=300, deadline=None)
 

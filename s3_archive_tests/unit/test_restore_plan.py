@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s3_archive.restore import (
-    Filters, InvalidRestore, PartitionMapping, RangeSet, RestoreFailed, RestoreRequest, decode_ledger, encode_ledger,
-    jsonl_records, ledger_id, murmur2, murmur2_partition, parquet_records, to_positive,
-)
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.errors import InvalidRestore, RestoreFailed
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.ledger import RangeSet, decode_ledger, encode_ledger
+from s3_archive.restore.readers import jsonl_records, parquet_records
+from s3_archive.restore.request import Filters, RestoreRequest, ledger_id
+from s3_archive.restore.routing import PartitionMapping, murmur2, murmur2_partition, to_positive
 
 pytestmark = pytest.mark.unit
 
@@ -254,7 +255,7 @@ def test_jsonl_records_decode_base64_and_iso_timestamps():
 
 
 def test_jsonl_lines_split_across_reads():
-    from s3_archive.restore import _lines
+    from s3_archive.restore.readers import _lines
 
     data = b"a\nbb\n\nccc"
     assert list(_lines(io.BytesIO(data), chunk=2)) == [b"a", b"bb", b"", b"ccc"]
@@ -274,9 +275,9 @@ def test_dagster_config_becomes_a_request():
 
 
 def test_restore_assets_share_the_archive_partitions_and_depend_on_the_archive():
+    from s3_archive.config.settings import parse_settings
     from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
     from s3_archive.defs.restore.assets import build_restore_defs
-    from s3_archive.settings import parse_settings
 
     settings = parse_settings({"archives": [{"name": "a", "topics": ["t1", "t2"], "bucket": "bkt"}]})
     defs = build_restore_defs(settings)

@@ -11,13 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s3_archive.cold import ColdOptions
-from s3_archive.commit import ArchiveIntegrityError
-from s3_archive.restore import (
-    ArchivedRecord, InvalidRestore, _headers_and_sizes, _record_bytes, check_restorable, json_array_records,
-    parquet_records, unrestorable_reason,
-)
-from s3_archive.windows import OffsetWindow
+from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.cold import ColdOptions
+from s3_archive.restore.readers import _headers_and_sizes, json_array_records, parquet_records
+from s3_archive.restore.request import ArchivedRecord, record_bytes
+from s3_archive.restore.sources import check_restorable, unrestorable_reason
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +45,7 @@ def _table(rows: list, extra: bool = False) -> pa.Table:
 
 
 def _expected(rows: list) -> list[tuple]:
-    return [(3, 100 + i, k, v, list(hs or []), ts, _record_bytes(k, v, list(hs or [])))
+    return [(3, 100 + i, k, v, list(hs or []), ts, record_bytes(k, v, list(hs or [])))
             for i, (k, v, hs, ts) in enumerate(rows)]
 
 
@@ -92,7 +91,7 @@ def test_json_array_objects_as_the_archive_writes_them():
         (8, b"k", b"", [("h", None)], 1_700_000_000_005)]
     assert [r.offset for r in json_array_records(io.BytesIO(f"[{_json_line(1, b'x')}]\n".encode()), "o")] == [1]
     assert list(json_array_records(io.BytesIO(b"[]"), "o")) == []
-    assert [r.offset for r in json_array_records(io.BytesIO(f"[\n{_json_line(1, b'x')}\n]".encode()), "o")] \
+    assert [r.offset for r in json_array_records(io.BytesIO(f"[\n{_json_line(1, b'x')}\n]".encode()), "o")]\
         == [1]
 
 
@@ -140,8 +139,8 @@ def test_check_restorable_names_every_bad_window():
 
 
 def test_only_restorable_archives_get_a_restore_asset():
+    from s3_archive.config.settings import parse_settings
     from s3_archive.defs.restore.assets import build_restore_assets, splits_windows
-    from s3_archive.settings import parse_settings
 
     base = {"bucket": "bkt"}
     settings_ = parse_settings({"archives": [
@@ -169,8 +168,8 @@ def test_cold_options_are_checked():
 
 
 def test_target_config_that_cannot_be_read_is_said_not_swallowed():
-    from s3_archive.resources import KafkaResource
-    from s3_archive.restore import target_warnings
+    from s3_archive.io.kafka import KafkaResource
+    from s3_archive.restore.kafka import target_warnings
 
     nowhere = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_s=1)
     [warning] = target_warnings(nowhere, "t", [{"min_timestamp_ms": 0}])

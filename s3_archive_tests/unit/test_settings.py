@@ -5,10 +5,9 @@ pytestmark = pytest.mark.unit
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from s3_archive.formats import FORMATS  # noqa: E402
-from s3_archive.settings import (  # noqa: E402
-    InvalidConfig, Settings, load_settings, parse_settings, resolve_topic_patterns,
-)
+from s3_archive.config.settings import Settings, load_settings, parse_settings, resolve_topic_patterns
+from s3_archive.model.errors import InvalidConfig
+from s3_archive.model.formats import FORMATS  # noqa: E402
 
 BASE = {"name": "orders_archive", "topics": ["orders"], "bucket": "my-bucket"}
 

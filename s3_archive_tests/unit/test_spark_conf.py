@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from s3_archive import paths
-from s3_archive.resources import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
+from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
+from s3_archive.model.errors import MissingJars
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +51,7 @@ def test_an_unknown_committer_names_the_allowed_ones(jar_home):
 
 def test_magic_without_the_hadoop_cloud_jar_says_how_to_fix_it(jar_home):
     (jar_home / "spark-hadoop-cloud_2.13-4.0.0.jar").unlink()
-    with pytest.raises(paths.MissingJars, match=r"no spark-hadoop-cloud jar .*scripts/fetch-jars.*s3_committer='file'"):
+    with pytest.raises(MissingJars, match=r"no spark-hadoop-cloud jar .*scripts/fetch-jars.*s3_committer='file'"):
         SparkResource(s3_committer="magic").spark_conf()
     assert "spark.driver.extraClassPath" in SparkResource().spark_conf()
 

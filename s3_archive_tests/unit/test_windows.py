@@ -7,7 +7,7 @@ import re  # noqa: E402
 from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from s3_archive.windows import (  # noqa: E402
+from s3_archive.model.windows import (
     MAX_OFFSET,
     MAX_PARTITION,
     OFFSET_DIGITS,

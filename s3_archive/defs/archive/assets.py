@@ -7,12 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from s3_archive import layout
-from s3_archive.archive import WindowResult, archive_window, check_bucket
+from s3_archive.archive.window import WindowResult, archive_window
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.resources import KafkaResource, SparkResource
-from s3_archive.settings import ArchiveConfig
-from s3_archive.windows import OffsetWindow
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import check_bucket
+from s3_archive.io.spark import SparkResource
+from s3_archive.keys.objects import manifest_key, partition_dir
+from s3_archive.model.windows import OffsetWindow
 
 # Windows of one run staged concurrently in the one SparkSession (each window is one Spark task).
 PARALLEL_WINDOWS = 4
@@ -27,7 +29,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
         kinds={"kafka", "spark", "s3"},
         output_required=False,
         metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
-                  "compression": cfg.codec, "layout": layout.partition_dir(cfg.prefix, topic, 0) + "…"},
+                  "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
         description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
                     "Each partition is one offset window, written exactly once (manifest = commit point).",
     )
@@ -56,7 +58,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                     context.log.error(f"window {w.key}: {type(r).__name__}: {r}")
                     failures.append(f"{w.key}: {type(r).__name__}: {r}")
                     continue
-                mkey = layout.manifest_key(cfg.prefix, topic, w)
+                mkey = manifest_key(cfg.prefix, topic, w)
                 context.log.info(f"window {w.key}: {r.outcome}, {r.manifest['record_count']} records")
                 yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
                                               metadata=r.metadata(cfg.bucket, mkey))

@@ -18,13 +18,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 from dagster_aws.s3 import S3Resource
 
-from s3_archive import layout, lifecycle
-from s3_archive.commit import list_objects, read_manifest, verify_manifest
+from s3_archive.archive.plan import archive_progress, retention_headroom
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.planning import archive_progress, retention_headroom
-from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
-from s3_archive.settings import ArchiveConfig
-from s3_archive.windows import InvalidWindow, OffsetWindow, check_contiguous
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import list_objects, read_manifest, verify_manifest
+from s3_archive.keys.objects import manifest_key, manifest_prefix
+from s3_archive.lifecycle.rules import expiry_due, policy_for
+from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
+from s3_archive.model.windows import InvalidWindow, OffsetWindow, check_contiguous
 
 CONTIGUOUS = "windows_contiguous"
 OBJECTS = "objects_match_manifests"
@@ -115,10 +117,10 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
     manifest are absent is counted as expired in the metadata, not as a problem. A changed size is always a problem.
     """
     now = now or datetime.now(UTC)
-    days = lifecycle.policy_for(cfg).expiration_days
+    days = policy_for(cfg).expiration_days
     # Manifests first, data second: a window's objects are written before its manifest, so every object of a
     # listed manifest is in the later data listing unless it was really deleted.
-    manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, layout.manifest_prefix(cfg.prefix, topic))
+    manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, topic))
                      if o["Key"].endswith(".json")]
     sizes = {o["Key"]: o["Size"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{topic}/")}
     with ThreadPoolExecutor(max_workers=READERS) as pool:
@@ -137,7 +139,7 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
         if all(sizes.get(o["key"]) == o["size"] for o in m["objects"]):
             continue
         absent_only = all(o["key"] not in sizes or sizes[o["key"]] == o["size"] for o in m["objects"])
-        if absent_only and lifecycle.expiry_due(_committed_at(m), days, now):
+        if absent_only and expiry_due(_committed_at(m), days, now):
             expired.append(str(m.get("window_key")))
             continue
         problems += [f"window {m.get('window_key')} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
@@ -147,11 +149,11 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
     unmanifested = [w for w in sorted(windows) if w.key in materialized and w.key not in committed]
     when = materialization_times(instance, topic, [w.key for w in unmanifested]) if days and unmanifested else {}
     for w in unmanifested:
-        if lifecycle.expiry_due(when.get(w.key), days, now):
+        if expiry_due(when.get(w.key), days, now):
             expired.append(w.key)
             continue
         problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
-                        f"s3://{cfg.bucket}/{layout.manifest_key(cfg.prefix, topic, w)}")
+                        f"s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, w)}")
     ok = f"{len(committed)} committed windows of {topic!r}: all objects present"
     if expired:
         ok += f"; {len(expired)} older windows expired by the lifecycle policy (expiration_days {days})"
@@ -159,7 +161,7 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
         "manifests": len(committed),
         "objects": objects,
         "bytes": size,
-        "manifest_prefix": f"s3://{cfg.bucket}/{layout.manifest_prefix(cfg.prefix, topic)}",
+        "manifest_prefix": f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}",
         "expiration_days": days if days is not None else 0,
         "expired_windows": len(expired),
         "expired": dg.MetadataValue.text(_summary(sorted(expired))),

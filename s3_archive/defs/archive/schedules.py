@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key
-from s3_archive.settings import ArchiveConfig
 
 # 06:00 UTC: after a night of windows, before people look at the dashboards.
 CHECKS_CRON = "0 6 * * *"

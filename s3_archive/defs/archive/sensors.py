@@ -15,14 +15,16 @@ import dagster as dg
 from confluent_kafka.admin import OffsetSpec
 from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME
 
-from s3_archive import planning
+from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows, window_size
+from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_record
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.checks import build_archive_checks, read_windows
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import build_checks_schedule
-from s3_archive.planning import Cut, PartitionState
-from s3_archive.resources import KafkaResource, UnknownTopic
-from s3_archive.settings import ArchiveConfig, Settings
-from s3_archive.windows import OffsetWindow, next_offsets
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.errors import UnknownTopic
+from s3_archive.model.windows import OffsetWindow, next_offsets
 
 MINIMUM_INTERVAL_SECONDS = 30
 RECENT_WINDOWS = 20  # materializations averaged for the bytes/record estimate
@@ -62,7 +64,7 @@ def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float |
         m = r.asset_materialization.metadata if r.asset_materialization else {}
         if "bytes_read" in m and "records" in m:
             samples.append((int(m["bytes_read"].value), int(m["records"].value)))
-    return planning.bytes_per_record(samples)
+    return estimate_bytes_per_record(samples)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, windo
     nxt = next_offsets(list(windows))
     # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
     nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, instance)
-    size, reason = planning.window_size(cfg.flush, bytes_per_record)
+    size, reason = window_size(cfg.flush, bytes_per_record)
     pending = [p for p in parts if end[p] > nxt[p]]
     aged: dict[int, int] = {}
     if cfg.flush.interval_seconds is not None and pending:
@@ -159,7 +161,7 @@ NO_WINDOWS_REST = "no new windows: every partition's windows reach its last stab
 
 
 def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext, kafka: KafkaResource,
-             cfg: ArchiveConfig, max_windows: int = planning.MAX_WINDOWS_PER_TICK,
+             cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_TICK,
              cut_rest: bool = False) -> dg.SensorResult:
     """One tick for one archive: the windows to add, and one run request per `windows_per_run` windows.
 
@@ -178,7 +180,7 @@ def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext,
         for msg in scan.behind:
             context.log.warning(f"topic {topic!r} {msg} (was the topic deleted and recreated?); no window cut")
         states += scan.states
-    cuts = planning.plan_windows(states, max_windows, cut_rest)
+    cuts = plan_windows(states, max_windows, cut_rest)
     if not cuts:
         return dg.SensorResult(skip_reason=NO_WINDOWS_REST if cut_rest else NO_WINDOWS)
     cuts_by_topic: dict[str, list[Cut]] = {}
@@ -192,7 +194,7 @@ def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext,
     )
 
 
-def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = planning.MAX_WINDOWS_PER_TICK,
+def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_TICK,
                          ) -> dg.SensorDefinition:
     @dg.sensor(
         name=sensor_name(cfg),
@@ -213,7 +215,7 @@ def cut_schedule_name(cfg: ArchiveConfig) -> str:
     return f"archive_{cfg.name}_cut"
 
 
-def build_cut_schedule(cfg: ArchiveConfig, max_windows: int = planning.MAX_WINDOWS_PER_TICK,
+def build_cut_schedule(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_TICK,
                        ) -> dg.ScheduleDefinition:
     """Cron mode (`schedule_cron`): on a fixed cadence, cut what the sensor cuts plus every partition's rest up to
     its last stable offset ("cut at the high watermark").

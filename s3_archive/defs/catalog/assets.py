@@ -14,17 +14,30 @@ from collections.abc import Mapping
 from typing import Any
 
 import boto3
-
 import dagster as dg
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from dagster_aws.s3 import S3Resource
 
-from s3_archive import catalog
-from s3_archive.catalog import CatalogOptions
+from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_catalog
+from s3_archive.catalog.mappings import no_table_reason
+from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys
+from s3_archive.catalog.tables import (
+    athena_ddl,
+    build_table_input,
+    check_table_names,
+    decoded_columns,
+    location,
+    options_for,
+    table_columns,
+    table_name,
+)
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
-from s3_archive.resources import KafkaResource, KafkaUnavailable, UnknownTopic
-from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
 
 CATALOG_PREFIX = "kafka_catalog"
 
@@ -57,8 +70,8 @@ def glue_client(s3: S3Resource) -> Any:
 
 def _code_version(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> str:
     # The table input minus what only Kafka knows at run time (the partition count): a config change re-runs it.
-    spec = catalog.build_table_input(cfg, topic, options, 1)
-    spec["Parameters"].pop(f"projection.{catalog.PARTITION_KEY}.range", None)
+    spec = build_table_input(cfg, topic, options, 1)
+    spec["Parameters"].pop(f"projection.{PARTITION_KEY}.range", None)
     return hashlib.sha256(json.dumps([options.database, options.partitions, spec], sort_keys=True)
                           .encode()).hexdigest()[:16]
 
@@ -70,9 +83,9 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
 
 
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
-    table = catalog.table_name(topic, options)
+    table = table_name(topic, options)
     qualified = f"{options.database}.{table}"
-    keys = ", ".join(f"`{k['Name']}`" for k in catalog.partition_keys(cfg))
+    keys = ", ".join(f"`{k['Name']}`" for k in partition_keys(cfg))
 
     @dg.asset(
         key=catalog_asset_key(topic),
@@ -81,7 +94,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         code_version=_code_version(cfg, topic, options),
         group_name=f"archive_{cfg.name}",
         kinds={"glue", "athena"},
-        metadata={"table": qualified, "location": catalog.location(cfg, topic), "partition_mode": options.partitions},
+        metadata={"table": qualified, "location": location(cfg, topic), "partition_mode": options.partitions},
         description=f"Glue table `{qualified}` over s3://{cfg.bucket}/{cfg.prefix}{topic}/ ({cfg.format}), "
                     f"partitioned by {keys} ({options.partitions}); queryable from Athena.",
     )
@@ -92,21 +105,21 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
         columns = None
         if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
-            columns = catalog.table_columns(cfg) + catalog.decoded_columns(
-                cfg, catalog.latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic))
-        table_input = catalog.build_table_input(cfg, topic, options, max(partitions) + 1, columns)
+            columns = table_columns(cfg) + decoded_columns(
+                cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic))
+        table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns)
         try:
-            result = catalog.sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
+            result = sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
         except ClientError as e:
             err = e.response.get("Error", {})
             raise dg.Failure(f"{e.operation_name} for table {qualified} failed: {err.get('Code')}: "
                              f"{err.get('Message')}") from None
-        except catalog.TableConflict as e:
+        except TableConflict as e:
             raise dg.Failure(str(e)) from None
         context.log.info(f"table {qualified}: {result.table_action}"
                          + (f" ({', '.join(result.changes)})" if result.changes else "")
                          + (f"; partitions added: {result.partitions_added}" if result.partitions_added else ""))
-        ddl = catalog.athena_ddl(options.database, table_input)
+        ddl = athena_ddl(options.database, table_input)
         return dg.MaterializeResult(metadata={
             "dagster/table_name": qualified,
             "dagster/column_schema": _column_schema(table_input),
@@ -117,7 +130,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             "partition_mode": options.partitions,
             "partitions_added": dg.MetadataValue.json(result.partitions_added),
             "partitions_registered": len(result.partitions_added) + len(result.partitions_existing),
-            "location": catalog.location(cfg, topic),
+            "location": location(cfg, topic),
             "ddl": dg.MetadataValue.md(f"```sql\n{ddl}\n```"),
         })
 
@@ -131,12 +144,12 @@ def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOption
         raise ValueError(f"catalog options for unknown archives {unknown}; archives: "
                          f"{[a.name for a in settings.archives]}")
     for a in settings.archives:
-        reason = catalog.no_table_reason(a)
+        reason = no_table_reason(a)
         if reason is not None and a.topics:
             log.warning(f"archive {a.name!r} gets no Glue table: {reason}")
-    chosen = [(a, t, catalog.options_for(a, options)) for a in settings.archives for t in a.topics
-              if catalog.no_table_reason(a) is None]
-    catalog.check_table_names((o.database, catalog.table_name(t, o), t) for _, t, o in chosen)
+    chosen = [(a, t, options_for(a, options)) for a in settings.archives for t in a.topics
+              if no_table_reason(a) is None]
+    check_table_names((o.database, table_name(t, o), t) for _, t, o in chosen)
     return [build_catalog_asset(a, t, o) for a, t, o in chosen]
 
 

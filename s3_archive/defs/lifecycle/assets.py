@@ -15,9 +15,11 @@ import dagster as dg
 from botocore.exceptions import ClientError
 from dagster_aws.s3 import S3Resource
 
-from s3_archive import lifecycle
-from s3_archive.lifecycle import LifecyclePolicy
-from s3_archive.settings import ArchiveConfig, Settings
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.lifecycle import LifecyclePolicy
+from s3_archive.config.settings import Settings
+from s3_archive.lifecycle.reconcile import reconcile_lifecycle
+from s3_archive.lifecycle.rules import build_rules, owner_prefix, policy_for
 
 LIFECYCLE_PREFIX = "s3_lifecycle"
 LIFECYCLE_CRON = "0 5 * * *"  # daily: puts back rules someone removed by hand
@@ -36,7 +38,7 @@ def lifecycle_asset_key(archive: str) -> dg.AssetKey:
 
 
 def desired_rules(cfg: ArchiveConfig, policy: LifecyclePolicy) -> list[dict[str, Any]]:
-    return lifecycle.build_rules(cfg.name, cfg.prefix, cfg.topics, policy)
+    return build_rules(cfg.name, cfg.prefix, cfg.topics, policy)
 
 
 def check_disjoint(settings: Settings) -> None:
@@ -55,7 +57,7 @@ def check_disjoint(settings: Settings) -> None:
 
 def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.AssetsDefinition:
     rules = desired_rules(cfg, policy)
-    owner = lifecycle.owner_prefix(cfg.name)
+    owner = owner_prefix(cfg.name)
     warnings = policy.warnings()
 
     @dg.asset(
@@ -75,7 +77,7 @@ def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.Ass
         for w in warnings:
             context.log.warning(f"archive {cfg.name!r} lifecycle: {w}")
         try:
-            result = lifecycle.reconcile_lifecycle(s3.get_client(), cfg.bucket, rules, owner)
+            result = reconcile_lifecycle(s3.get_client(), cfg.bucket, rules, owner)
         except ClientError as e:
             err = e.response.get("Error", {})
             raise dg.Failure(f"{e.operation_name} on bucket {cfg.bucket!r} failed: {err.get('Code')}: "
@@ -105,7 +107,7 @@ def build_lifecycle_assets(settings: Settings, policies: Mapping[str, LifecycleP
         raise ValueError(f"lifecycle policies for unknown archives {unknown}; archives: "
                          f"{[a.name for a in settings.archives]}")
     check_disjoint(settings)
-    return [build_lifecycle_asset(a, lifecycle.policy_for(a, policies)) for a in settings.archives]
+    return [build_lifecycle_asset(a, policy_for(a, policies)) for a in settings.archives]
 
 
 def build_lifecycle_defs(settings: Settings, policies: Mapping[str, LifecyclePolicy] | None = None,

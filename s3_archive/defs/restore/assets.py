@@ -11,17 +11,25 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
-from s3_archive.archive import S3Unavailable, check_bucket
-from s3_archive.commit import ArchiveIntegrityError
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.cold import ColdObjectsPending, ColdOptions
-from s3_archive.resources import KafkaResource, KafkaUnavailable
-from s3_archive.restore import (
-    DEFAULT_TRANSACTION_RECORDS, Filters, InvalidRestore, PartitionMapping, RestoreFailed, RestoreRequest,
-    WindowNotArchived, restore_windows,
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import check_bucket
+from s3_archive.model.errors import (
+    ArchiveIntegrityError,
+    ColdObjectsPending,
+    InvalidRestore,
+    KafkaUnavailable,
+    RestoreFailed,
+    S3Unavailable,
+    WindowNotArchived,
 )
-from s3_archive.settings import ArchiveConfig, Settings
-from s3_archive.windows import InvalidWindow, OffsetWindow
+from s3_archive.model.windows import InvalidWindow, OffsetWindow
+from s3_archive.restore.cold import ColdOptions
+from s3_archive.restore.request import DEFAULT_TRANSACTION_RECORDS, Filters, RestoreRequest
+from s3_archive.restore.routing import PartitionMapping
+from s3_archive.restore.run import restore_windows
 
 RESTORE_PREFIX = "kafka_restore"
 

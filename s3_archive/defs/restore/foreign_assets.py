@@ -10,14 +10,22 @@ from collections.abc import Iterator
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from s3_archive.archive import S3Unavailable, check_bucket
-from s3_archive.commit import ArchiveIntegrityError
+from s3_archive.config.foreign import ForeignSource
+from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.assets import RestoreConfig
-from s3_archive.foreign import ForeignSource, InvalidForeignObject
-from s3_archive.foreign_restore import ColdObjectsPending, ColdReport, restore_foreign
-from s3_archive.resources import KafkaResource, KafkaUnavailable
-from s3_archive.restore import InvalidRestore, RestoreFailed
-from s3_archive.settings import Settings
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import check_bucket
+from s3_archive.model.errors import (
+    ArchiveIntegrityError,
+    ColdObjectsPending,
+    InvalidForeignObject,
+    InvalidRestore,
+    KafkaUnavailable,
+    RestoreFailed,
+    S3Unavailable,
+)
+from s3_archive.restore.cold import ColdReport
+from s3_archive.restore.foreign import restore_foreign
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 

@@ -1,0 +1,204 @@
+"""TODO: catalog.mappings"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from s3_archive.catalog.partitions import layout_reason
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.model.formats import ENVELOPE_COLUMNS
+
+PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
+PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
+AVRO_SERDE = "org.apache.hadoop.hive.serde2.avro.AvroSerDe"
+AVRO_INPUT = "org.apache.hadoop.hive.ql.io.avro.AvroContainerInputFormat"
+AVRO_OUTPUT = "org.apache.hadoop.hive.ql.io.avro.AvroContainerOutputFormat"
+JSON_SERDE = "org.openx.data.jsonserde.JsonSerDe"
+CSV_SERDE = "org.apache.hadoop.hive.serde2.OpenCSVSerde"
+LAZY_SERDE = "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe"
+TEXT_INPUT = "org.apache.hadoop.mapred.TextInputFormat"
+TEXT_OUTPUT = "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat"
+
+# The archived envelope as Hive types (parquet stores exactly these), in the order of formats.ENVELOPE_COLUMNS
+# (a unit test keeps them equal): (column, type, comment).
+ENVELOPE: tuple[tuple[str, str, str], ...] = (
+    ("key", "binary", "record key bytes; null when the record had no key"),
+    ("value", "binary", "record value bytes; null for a tombstone"),
+    ("headers", "array<struct<key:string,value:binary>>", "record headers in order, duplicates and null values kept"),
+    ("topic", "string", "Kafka topic"),
+    ("partition", "int", "Kafka partition (equal to kafka_partition)"),
+    ("offset", "bigint", "Kafka offset"),
+    ("timestamp", "timestamp", "record timestamp, UTC, exact to the Kafka millisecond"),
+    ("timestamp_type", "int", "0 = CreateTime, 1 = LogAppendTime"),
+)
+assert tuple(c[0] for c in ENVELOPE) == tuple(c for c, _ in ENVELOPE_COLUMNS)
+
+# Per format, the envelope columns whose type or comment differs from parquet's.
+# jsonl: binary fields are base64 text, and a JSON SerDe has no base64 decoding.
+_JSONL = {
+    "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); null when the record had no key"),
+    "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); null for a tombstone"),
+    "headers": ("array<struct<key:string,value:string>>",
+                "record headers in order, duplicates and null values kept; values base64"),
+}
+# avro: Spark writes the timestamp as Avro `timestamp-micros`. Hive's AvroSerDe and Athena (Trino) map only
+# `timestamp-millis` to `timestamp`; a `timestamp-micros` long is a `bigint` for them, so the table says bigint.
+_AVRO = {
+    "timestamp": ("bigint", "record timestamp, epoch microseconds UTC (avro timestamp-micros; in Athena "
+                            "from_unixtime(timestamp / 1e6))"),
+}
+# csv: Aiven's fields, in the configured order, as stage.to_output writes them.
+CSV_COLUMNS: dict[str, tuple[str, str]] = {
+    "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); a null key is an empty field"),
+    "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); a null value is an empty field"),
+    "offset": ("bigint", "Kafka offset"),
+    "timestamp": ("bigint", "record timestamp, epoch milliseconds UTC (in Athena from_unixtime(timestamp / 1e3))"),
+    "headers": ("string", "record headers in order as base64(name):base64(value) joined by ';' (a null value is "
+                          "empty)"),
+}
+# The writer's csv options (formats.FormatSpec.spark_options): ',' separated, '"' quoted only where needed (in
+# practice only the empty string, `""`: base64, digits, ':' and ';' never need quoting). OpenCSV refuses an escape
+# character equal to the quote character and reads a doubled quote inside quotes as one quote anyway, so the
+# escape is its default backslash, which no field can contain.
+CSV_SERDE_PARAMETERS = {"separatorChar": ",", "quoteChar": '"', "escapeChar": "\\"}
+
+
+def _columns(spec: Iterable[tuple[str, str, str]]) -> list[dict[str, str]]:
+    return [{"Name": n, "Type": t, "Comment": c} for n, t, c in spec]
+
+
+def _envelope(overrides: Mapping[str, tuple[str, str]]) -> list[dict[str, str]]:
+    return _columns((n, *overrides.get(n, (t, c))) for n, t, c in ENVELOPE)
+
+
+# --- avro: the writer schema of Spark's avro data source, derived from the envelope --------------------------------
+
+_AVRO_PRIMITIVES = {"binary": "bytes", "string": "string", "int": "int", "bigint": "long",
+                    "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}
+
+
+def _split_top(text: str) -> list[str]:
+    """`a:int,b:array<x>` -> ['a:int', 'b:array<x>'] (commas inside <> stay)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur]
+
+
+def _avro_type(hive_type: str, name: str, namespace: str) -> Any:
+    """A nullable Avro type for a Hive type, named as Spark's SchemaConverters.toAvroType names nested records
+    (record name = field name, namespace = the enclosing record's full name). Every envelope field is nullable
+    in Spark's Kafka source, and Spark writes a nullable field as the union [type, "null"]."""
+    if hive_type in _AVRO_PRIMITIVES:
+        base: Any = _AVRO_PRIMITIVES[hive_type]
+    elif hive_type.startswith("array<") and hive_type.endswith(">"):
+        base = {"type": "array", "items": _avro_type(hive_type[6:-1], name, namespace)}
+    elif hive_type.startswith("struct<") and hive_type.endswith(">"):
+        full = f"{namespace}.{name}" if namespace else name
+        fields = [f.split(":", 1) for f in _split_top(hive_type[7:-1])]
+        base = {"type": "record", "name": name, **({"namespace": namespace} if namespace else {}),
+                "fields": [{"name": n, "type": _avro_type(t, n, full)} for n, t in fields]}
+    else:
+        raise ValueError(f"no Avro type for Hive type {hive_type!r}")
+    return [base, "null"]
+
+
+def avro_writer_schema(columns: Sequence[str] | None = None, utf8_value: bool = False) -> dict[str, Any]:
+    """The schema Spark's avro writer puts in every archived `.avro` object's header (record `topLevelRecord`):
+    the envelope `columns` kept (all by default), the value as a string when decoded as UTF-8."""
+    keep = set(columns) if columns is not None else {n for n, _, _ in ENVELOPE}
+    return {"type": "record", "name": "topLevelRecord",
+            "fields": [{"name": n, "type": _avro_type("string" if n == "value" and utf8_value else t, n,
+                                                      "topLevelRecord")}
+                       for n, t, _ in ENVELOPE if n in keep]}
+
+
+def avro_schema_literal(cfg: ArchiveConfig | None = None) -> str:
+    """`avro.schema.literal` for the AvroSerDe: the writer schema itself, so Hive/Athena resolve nothing."""
+    if cfg is None:
+        schema = avro_writer_schema()
+    else:
+        schema = avro_writer_schema(cfg.envelope.columns(), cfg.value_decoding.type == "utf8")
+    return json.dumps(schema, separators=(",", ":"))
+
+
+# --- the table mapping of each format -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormatMapping:
+    """How a Glue/Athena table reads one archive format. Adding a format is one entry in MAPPINGS."""
+
+    serde: str
+    input_format: str
+    output_format: str
+    classification: str
+    columns: Callable[[ArchiveConfig], list[dict[str, str]]]
+    serde_parameters: Callable[[ArchiveConfig], dict[str, str]] = lambda cfg: {}
+    # Whole-object compression read by the input format from the object's extension (.gz, .bz2); a parquet or
+    # avro codec is inside the file, which Hive does not call compressed.
+    whole_file_compression: bool = False
+
+
+MAPPINGS: dict[str, FormatMapping] = {
+    "parquet": FormatMapping(PARQUET_SERDE, PARQUET_INPUT, PARQUET_OUTPUT, "parquet", lambda cfg: _envelope({}),
+                             lambda cfg: {"serialization.format": "1"}),
+    "avro": FormatMapping(AVRO_SERDE, AVRO_INPUT, AVRO_OUTPUT, "avro", lambda cfg: _envelope(_AVRO),
+                          lambda cfg: {"avro.schema.literal": avro_schema_literal(cfg)}),
+    # A malformed line is an error to see, not a row to drop silently.
+    "jsonl": FormatMapping(JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT, "json", lambda cfg: _envelope(_JSONL),
+                           lambda cfg: {"ignore.malformed.json": "false"}, whole_file_compression=True),
+    "csv": FormatMapping(CSV_SERDE, TEXT_INPUT, TEXT_OUTPUT, "csv",
+                         lambda cfg: _columns((f, *CSV_COLUMNS[f]) for f in cfg.csv_fields),
+                         lambda cfg: dict(CSV_SERDE_PARAMETERS), whole_file_compression=True),
+    # One line per record: the whole line is the one column (LazySimpleSerDe's field delimiter \x01 would cut a
+    # value containing that byte; Hive reads the text `\N` as NULL).
+    "text": FormatMapping(LAZY_SERDE, TEXT_INPUT, TEXT_OUTPUT, "text",
+                          lambda cfg: _columns([("value", "string", "record value decoded as UTF-8; empty when "
+                                                                    "null")]),
+                          lambda cfg: {"serialization.format": "1"}, whole_file_compression=True),
+}
+
+
+# Formats no Hive SerDe reads, with the reason (shown when definitions load, and in docs).
+NO_TABLE: dict[str, str] = {
+    "json": "each object is one JSON array, and Hive/Athena JSON SerDes read one JSON object per line "
+            "(use jsonl for a table)",
+    "bytes": "each object is one raw record value, which is not a table (use parquet or avro for a table)",
+}
+
+
+class UnsupportedFormat(ValueError):
+    """The archive's format (or options) have no Glue table mapping."""
+
+
+def no_table_reason(cfg: ArchiveConfig) -> str | None:
+    """Why an archive gets no Glue table, or None when it gets one."""
+    if cfg.format in NO_TABLE:
+        return f"format {cfg.format!r}: {NO_TABLE[cfg.format]}"
+    if cfg.format not in MAPPINGS:
+        return f"format {cfg.format!r} has no Glue table mapping; catalogued formats: {', '.join(MAPPINGS)}"
+    layout = getattr(cfg, "layout", None)
+    if layout is not None and (why := layout_reason(layout)) is not None:
+        return f"layout: {why}"
+    decoding = getattr(cfg, "value_decoding", None)
+    if cfg.format == "avro" and decoding is not None and decoding.type == "json":
+        return ("avro with value_decoding json: the avro.schema.literal would have to follow every window's "
+                "inferred fields (use parquet or jsonl for a table of decoded fields)")
+    return None
+
+
+def mapping(cfg: ArchiveConfig) -> FormatMapping:
+    reason = no_table_reason(cfg)
+    if reason is not None:
+        raise UnsupportedFormat(f"archive {cfg.name!r}: no Glue table: {reason}")
+    return MAPPINGS[cfg.format]

@@ -1,0 +1,228 @@
+"""TODO: catalog.tables"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from s3_archive.catalog.mappings import mapping
+from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
+
+# Table parameters this module writes. Any other parameter on the table (Athena's, a person's) is kept on update.
+_MANAGED = ("EXTERNAL", "classification", "storage.location.template")
+_MANAGED_PREFIXES = ("projection.", "s3_archive.")
+
+
+def options_for(cfg: ArchiveConfig, options: Mapping[str, CatalogOptions] | None = None) -> CatalogOptions:
+    """Explicit mapping first, then `ArchiveConfig.catalog` once settings.py has it, then the defaults.
+
+    A custom layout that projection cannot describe (anything but `kafka_partition=<p>/` directories) defaults to
+    `explicit`; asking for `projection` there is a ValueError."""
+    chosen = (options or {}).get(cfg.name) or getattr(cfg, "catalog", None) or CatalogOptions()
+    layout = getattr(cfg, "layout", None)
+    if chosen.partitions == "explicit" or layout is None or projectable(layout):
+        return chosen
+    if "partitions" in chosen.model_fields_set:
+        raise ValueError(projection_refused(cfg.name, layout))
+    return chosen.model_copy(update={"partitions": "explicit"})
+
+
+def table_name(topic: str, options: CatalogOptions = CatalogOptions()) -> str:
+    """The topic as a Glue/Athena table name: lowercase, anything but [a-z0-9_] becomes '_'."""
+    name = re.sub(r"[^a-z0-9_]", "_", (options.table_prefix + topic).lower())
+    if len(name) > 255:
+        raise ValueError(f"table name for topic {topic!r} is {len(name)} characters; Glue allows 255")
+    return name
+
+
+def check_table_names(tables: Iterable[tuple[str, str, str]]) -> None:
+    """(database, table, topic) triples: two topics must not land on one table (`a.b` and `a_b` both give `a_b`)."""
+    seen: dict[tuple[str, str], str] = {}
+    for database, table, topic in tables:
+        other = seen.setdefault((database, table), topic)
+        if other != topic:
+            raise ValueError(f"topics {other!r} and {topic!r} both map to table {database}.{table}; set a "
+                             "different catalog table_prefix or database for one of their archives")
+
+
+def location(cfg: ArchiveConfig, topic: str) -> str:
+    return f"s3://{cfg.bucket}/{cfg.prefix}{topic}/"
+
+
+def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
+    """The columns of the archive's objects as its format stores them (the table's columns before evolution):
+    the kept envelope parts (`envelope`), the value as a string when decoded as UTF-8. Decoded JSON fields are
+    added from the archived windows' schemas (decoded_columns)."""
+    cols = mapping(cfg).columns(cfg)
+    envelope = getattr(cfg, "envelope", None)
+    if envelope is None or not FORMATS[cfg.format].envelope:
+        return cols
+    kept = set(envelope.columns())
+    cols = [c for c in cols if c["Name"] in kept]
+    if cfg.value_decoding.type == "utf8":
+        cols = [{**c, "Type": "string", "Comment": "record value as UTF-8 text; null for a tombstone"}
+                if c["Name"] == "value" else c for c in cols]
+    return cols
+
+
+def hive_type(spark_type: Any) -> str:
+    """A Spark schema JSON type (as in a manifest's `schema`) as a Hive/Glue column type."""
+    simple = {"string": "string", "long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint",
+              "boolean": "boolean", "double": "double", "float": "float", "binary": "binary", "date": "date",
+              "timestamp": "timestamp", "timestamp_ntz": "timestamp"}
+    if isinstance(spark_type, str):
+        if spark_type.startswith("decimal"):
+            return spark_type.replace(" ", "")
+        return simple.get(spark_type, "string")  # variant, void, intervals: JSON text
+    kind = spark_type.get("type")
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f['name']}:{hive_type(f['type'])}" for f in spark_type["fields"]) + ">"
+    if kind == "array":
+        return f"array<{hive_type(spark_type['elementType'])}>"
+    if kind == "map":
+        return f"map<{hive_type(spark_type['keyType'])},{hive_type(spark_type['valueType'])}>"
+    return "string"
+
+
+def decoded_columns(cfg: ArchiveConfig, schemas: Iterable[str]) -> list[dict[str, str]]:
+    """Columns of decoded value fields found in archived windows' schemas (manifest `schema`, Spark JSON), in
+    order of first appearance; envelope columns are not repeated. A field whose type differs between windows
+    keeps its first type (Glue has one type per column)."""
+    envelope = {c for c, _ in ENVELOPE_COLUMNS}
+    out: dict[str, dict[str, str]] = {}
+    for text in schemas:
+        try:
+            fields = json.loads(text).get("fields", []) if text else []
+        except ValueError:
+            continue
+        for f in fields:
+            if f["name"] not in envelope and f["name"] not in out:
+                out[f["name"]] = {"Name": f["name"], "Type": hive_type(f["type"]),
+                                  "Comment": "decoded from the record value (value_decoding: json)"}
+    return list(out.values())
+
+
+def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Schema evolution: the desired columns, then every column the table already has and they lack, so a field
+    only older windows carry stays queryable."""
+    names = {c["Name"] for c in desired}
+    return [dict(c) for c in desired] + [{k: c[k] for k in ("Name", "Type", "Comment") if k in c}
+                                         for c in existing if c["Name"] not in names]
+
+
+def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
+                      columns: Sequence[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Glue `TableInput` for the topic; `columns` defaults to the columns of the archive's format."""
+    fm = mapping(cfg)
+    if partition_count < 1:
+        raise ValueError(f"topic {topic!r}: partition_count must be >= 1, got {partition_count}")
+    loc = location(cfg, topic)
+    params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
+              "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
+    decoding = getattr(cfg, "value_decoding", None)
+    if decoding is not None and decoding.type == "json":
+        params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
+    layout = getattr(cfg, "layout", None)
+    if options.partitions == "projection" and layout is not None and not projectable(layout):
+        raise ValueError(projection_refused(cfg.name, layout))
+    if options.partitions == "projection":
+        params |= {"projection.enabled": "true",
+                   f"projection.{PARTITION_KEY}.type": "integer",
+                   f"projection.{PARTITION_KEY}.range": f"0,{partition_count - 1}",
+                   "storage.location.template": f"{loc}{PARTITION_KEY}=${{{PARTITION_KEY}}}/"}
+    return {
+        "Name": table_name(topic, options),
+        "Description": f"Kafka topic {topic} archived by s3-archive (archive {cfg.name}, {cfg.format}/{cfg.codec}); "
+                       f"one row per record",
+        "TableType": "EXTERNAL_TABLE",
+        "Parameters": params,
+        "PartitionKeys": partition_keys(cfg),
+        "StorageDescriptor": {
+            "Columns": [dict(c) for c in (columns if columns is not None else table_columns(cfg))],
+            "Location": loc,
+            "InputFormat": fm.input_format,
+            "OutputFormat": fm.output_format,
+            "Compressed": fm.whole_file_compression and cfg.codec != "none",
+            "SerdeInfo": {"SerializationLibrary": fm.serde, "Parameters": fm.serde_parameters(cfg)},
+        },
+    }
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def athena_ddl(database: str, table_input: dict[str, Any]) -> str:
+    """The Athena (Hive DDL) statement that creates the same table as `table_input`."""
+    sd = table_input["StorageDescriptor"]
+
+    def col(c: dict[str, str]) -> str:
+        return f"  `{c['Name']}` {c['Type']}" + (f" COMMENT {_quote(c['Comment'])}" if c.get("Comment") else "")
+
+    serde_params = sd["SerdeInfo"].get("Parameters") or {}
+    props = {k: v for k, v in table_input["Parameters"].items() if k != "EXTERNAL"}
+    lines = [f"CREATE EXTERNAL TABLE IF NOT EXISTS `{database}`.`{table_input['Name']}` (",
+             ",\n".join(col(c) for c in sd["Columns"]),
+             ")"]
+    if table_input.get("Description"):
+        lines.append(f"COMMENT {_quote(table_input['Description'])}")
+    lines.append("PARTITIONED BY (\n" + ",\n".join(col(c) for c in table_input["PartitionKeys"]) + ")")
+    lines.append(f"ROW FORMAT SERDE {_quote(sd['SerdeInfo']['SerializationLibrary'])}")
+    if serde_params:
+        lines.append("WITH SERDEPROPERTIES (\n" + ",\n".join(f"  {_quote(k)} = {_quote(v)}"
+                                                            for k, v in serde_params.items()) + ")")
+    lines.append(f"STORED AS INPUTFORMAT {_quote(sd['InputFormat'])}")
+    lines.append(f"OUTPUTFORMAT {_quote(sd['OutputFormat'])}")
+    lines.append(f"LOCATION {_quote(sd['Location'])}")
+    if props:
+        lines.append("TBLPROPERTIES (\n" + ",\n".join(f"  {_quote(k)} = {_quote(v)}" for k, v in props.items())
+                     + ")")
+    return "\n".join(lines) + ";"
+
+
+def spark_schema_ddl(table_input: dict[str, Any]) -> str:
+    """The table's columns and partition key as a Spark DDL schema: read the location as the catalog declares it."""
+    cols = [*table_input["StorageDescriptor"]["Columns"], *table_input["PartitionKeys"]]
+    return ", ".join(f"`{c['Name']}` {c['Type']}" for c in cols)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {k: _clean(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, "", {}, [])}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _managed(key: str) -> bool:
+    return key in _MANAGED or key.startswith(_MANAGED_PREFIXES)
+
+
+_SD_FIELDS = ("Columns", "Location", "InputFormat", "OutputFormat", "Compressed", "SerdeInfo")
+
+
+def table_changes(existing: dict[str, Any], desired: dict[str, Any]) -> list[str]:
+    """The fields where a table from `get_table` differs from `desired` (a table input); empty: up to date.
+
+    Only what we declare is compared: parameters we do not manage (Athena's, a person's) are not a change.
+    """
+    changes = [k for k in ("Description", "TableType", "PartitionKeys")
+               if _clean(existing.get(k)) != _clean(desired.get(k))]
+    have = {k: v for k, v in (existing.get("Parameters") or {}).items() if _managed(k)}
+    want = desired.get("Parameters") or {}
+    changes += [f"Parameters.{k}" for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+    esd, dsd = existing.get("StorageDescriptor") or {}, desired["StorageDescriptor"]
+    changes += [f"StorageDescriptor.{k}" for k in _SD_FIELDS if _clean(esd.get(k)) != _clean(dsd.get(k))]
+    return changes
+
+
+def update_input(existing: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """`desired`, keeping the table parameters we do not manage."""
+    foreign = {k: v for k, v in (existing.get("Parameters") or {}).items() if not _managed(k)}
+    return {**desired, "Parameters": {**foreign, **desired["Parameters"]}}

@@ -1,0 +1,222 @@
+"""TODO: config.archive"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.lifecycle import LifecyclePolicy
+from s3_archive.keys.layout import OutputLayout
+from s3_archive.keys.template import InvalidTemplate
+from s3_archive.model.base import StrictModel
+from s3_archive.model.formats import FORMATS, envelope_columns, parse_ddl_fields
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+
+
+class FlushPolicy(StrictModel):
+    """When a sensor cuts a window (like the connectors' flush.count / flush.size / flush.interval)."""
+
+    count: int = Field(default=10_000, ge=1, description="records per full window")
+    bytes: int | None = Field(default=None, ge=1, description="cap a window's size, estimated from recent windows")
+    interval_seconds: float | None = Field(default=600, gt=0, description="cut a partial window once its oldest "
+                                                                          "record is this old")
+
+
+class Envelope(StrictModel):
+    """Which parts of each record an archive stores (Lenses `store.envelope.fields.*`, Aiven `format.output.fields`).
+
+    metadata = topic, partition, offset, timestamp, timestamp_type. Restore needs all four parts."""
+
+    key: bool = True
+    value: bool = True
+    headers: bool = True
+    metadata: bool = True
+
+    def columns(self) -> list[str]:
+        return envelope_columns(key=self.key, value=self.value, headers=self.headers, metadata=self.metadata)
+
+    @property
+    def complete(self) -> bool:
+        return self.key and self.value and self.headers and self.metadata
+
+
+class ValueDecoding(StrictModel):
+    """How the record value is stored: raw bytes (lossless), UTF-8 text, or JSON whose top-level fields become
+    columns (next to the raw `value`, unless `envelope.value` is off)."""
+
+    type: Literal["bytes", "utf8", "json"] = "bytes"
+    json_schema: str | None = Field(
+        default=None, description="json only: the fields as a Spark DDL string, e.g. 'id BIGINT, name STRING'; "
+                                  "None: inferred per window from the window's values")
+    column_prefix: str = Field(default="", description="json only: prepended to each decoded field's column name")
+    on_error: Literal["fail", "dead_letter"] = Field(
+        default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object): "
+                                    "fail the window naming topic, partition and offset, or write the raw record "
+                                    "under <prefix>_dead_letter/ (committed with the window, never dropped)")
+
+    @model_validator(mode="after")
+    def _json_only(self) -> ValueDecoding:
+        if self.type != "json" and (self.json_schema is not None or self.column_prefix):
+            raise ValueError(f"json_schema and column_prefix apply to type 'json' only, not {self.type!r}")
+        if self.json_schema is not None:
+            parse_ddl_fields(self.json_schema)  # raises ValueError naming the problem
+        return self
+
+
+class ArchiveConfig(StrictModel):
+    name: str
+    topics: list[str] = Field(default_factory=list)
+    topic_pattern: str | None = Field(
+        default=None, description="a regex (full match); matching topics are added to `topics` when definitions "
+                                  "load (see resolve_topic_patterns)")
+    bucket: str
+    prefix: str = ""
+    format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes"] = "parquet"
+    compression: str | None = Field(default=None, description="None: the format's default codec")
+    csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
+        default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
+        description="csv only: the columns, in order (Aiven's format.output.fields)")
+    envelope: Envelope = Field(default=Envelope(), description="which record parts to store (parquet, avro, "
+                                                                "jsonl, json; csv uses csv_fields)")
+    value_decoding: ValueDecoding = ValueDecoding()
+    flush: FlushPolicy = FlushPolicy()
+    max_records_per_object: int | None = Field(default=None, ge=1, description="split a window's output into "
+                                                                               "numbered parts")
+    max_bytes_per_object: int | None = Field(
+        default=None, ge=1024, description="split a window's output into numbered parts holding at most this many "
+                                           "bytes of record data (key + value + headers) each")
+    layout: OutputLayout | None = Field(
+        default=None, description="object key template and partition_by; None: the default layout "
+                                  "(docs/layout.md)")
+    on_data_loss: Literal["fail", "record_gap"] = Field(
+        default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
+                                    "lost range in the manifest and archive what is left")
+    windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
+    lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
+    catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
+                                                                      "partition projection")
+    schedule_cron: str | None = Field(
+        default=None, description="a cron string (UTC): also build the schedule archive_<name>_cut, which cuts "
+                                  "windows like the sensor plus every partition's rest up to the last stable offset")
+    retention_warn_fraction: float = Field(
+        default=0.8, gt=0, le=1, description="retention_headroom warns when the oldest unarchived record is older "
+                                             "than this fraction of the topic's retention.ms")
+    start_position: Literal["earliest", "latest"] | int = Field(
+        default="earliest", description="where a partition with no window starts: its log start, its end when "
+                                        "first seen, or the first offset at/after an epoch-ms timestamp (-1: latest)")
+
+    @field_validator("schedule_cron")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        from dagster._utils.schedules import is_valid_cron_string
+
+        if v is not None and not is_valid_cron_string(v):
+            raise ValueError(f"not a valid cron string: {v!r} (five fields, e.g. '*/15 * * * *')")
+        return v
+
+    @field_validator("start_position")
+    @classmethod
+    def _start(cls, v: str | int) -> str | int:
+        if isinstance(v, int) and v < -1:
+            raise ValueError(f"must be 'earliest', 'latest', an epoch-ms timestamp >= 0, or -1 (latest), got {v}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError(f"must match {_NAME.pattern} (lowercase letters, digits, _), got {v!r}")
+        return v
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not _TOPIC.fullmatch(t) or t in (".", ".."):
+                raise ValueError(f"not a valid Kafka topic name: {t!r} (allowed: 1-249 of a-z A-Z 0-9 . _ -)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"topics listed twice: {sorted({t for t in v if v.count(t) > 1})}")
+        return v
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, v: str) -> str:
+        if not _BUCKET.fullmatch(v) or ".." in v:
+            raise ValueError(f"not a valid S3 bucket name: {v!r} (3-63 of a-z 0-9 . -, starting and ending with "
+                             "a letter or digit)")
+        return v
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if v.startswith("/"):
+            raise ValueError(f"must not start with '/', got {v!r}")
+        return v if v == "" or v.endswith("/") else v + "/"
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a valid regular expression: {v!r} ({e})") from None
+        return v
+
+    @model_validator(mode="after")
+    def _codec(self) -> ArchiveConfig:
+        if not self.topics and self.topic_pattern is None:
+            raise ValueError("give `topics` (a list of topic names), `topic_pattern` (a regex), or both")
+        spec = FORMATS[self.format]
+        if "csv_fields" in self.model_fields_set and self.format != "csv":
+            raise ValueError(f"csv_fields applies to format 'csv' only; this archive's format is {self.format!r}")
+        if len(set(self.csv_fields)) != len(self.csv_fields):
+            raise ValueError(f"csv_fields lists a field twice: {self.csv_fields}")
+        if self.compression is not None and self.compression not in spec.codecs:
+            raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
+                             f"supported: {', '.join(spec.codecs)}")
+        if "envelope" in self.model_fields_set and not spec.envelope:
+            raise ValueError(f"envelope applies to formats {', '.join(f for f, s in FORMATS.items() if s.envelope)}; "
+                             f"format {self.format!r} stores {spec.stores}")
+        dec = self.value_decoding
+        if dec.type != "bytes" and not spec.envelope:
+            raise ValueError(f"value_decoding.type {dec.type!r} needs a format with columns "
+                             f"({', '.join(f for f, s in FORMATS.items() if s.envelope)}); format {self.format!r} "
+                             f"stores {spec.stores}")
+        if not self.envelope.columns() and dec.type != "json":
+            raise ValueError("envelope: every part is off; keep at least one of key, value, headers, metadata")
+        if dec.type == "json" and dec.json_schema is not None:
+            clash = sorted({dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
+                           & set(self.envelope.columns()))
+            if clash:
+                raise ValueError(f"value_decoding: decoded field(s) {clash} clash with envelope columns; set "
+                                 "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
+        if self.format == "bytes" and (self.max_records_per_object or self.max_bytes_per_object):
+            raise ValueError("format 'bytes' writes one object per record; max_records_per_object and "
+                             "max_bytes_per_object do not apply")
+        if self.layout is not None and self.format == "bytes":
+            raise ValueError("layout applies to formats other than 'bytes' (its objects are named by offset)")
+        if self.layout is not None:
+            # A split window (rotation) needs {{part}} in the key.
+            rotation = self.max_records_per_object is not None or self.max_bytes_per_object is not None
+            try:
+                self.layout.check(rotation=rotation)
+            except InvalidTemplate as e:
+                raise ValueError(f"layout.template: {e}") from None
+        return self
+
+    @property
+    def restorable(self) -> bool:
+        """The archive keeps key, value, headers and coordinates byte for byte, so restore can replay it."""
+        return (FORMATS[self.format].lossless and self.envelope.complete
+                and self.value_decoding.type != "utf8")
+
+    @property
+    def codec(self) -> str:
+        return self.compression or FORMATS[self.format].default_codec

@@ -1,0 +1,101 @@
+"""TODO: config.settings"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.foreign import ForeignSource
+from s3_archive.model.base import StrictModel
+from s3_archive.model.errors import InvalidConfig
+
+
+class Settings(StrictModel):
+    archives: list[ArchiveConfig] = Field(min_length=1)
+    # Archives written by Kafka Connect S3 sinks, restorable like ours (docs/restore.md)
+    foreign_sources: list[ForeignSource] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Settings:
+        # Cross-archive checks: the message starts with the key path, as field errors do.
+        names: dict[str, int] = {}
+        topics: dict[str, int] = {}
+        for i, a in enumerate(self.archives):
+            if a.name in names:
+                raise ValueError(f"archives[{i}].name: {a.name!r} is already the name of archives[{names[a.name]}]; "
+                                 "archive names must be unique")
+            names[a.name] = i
+            for t in a.topics:
+                if t in topics:
+                    raise ValueError(f"archives[{i}].topics: topic {t!r} is already in archives[{topics[t]}] "
+                                     f"({self.archives[topics[t]].name!r}); a topic belongs to one archive")
+                topics[t] = i
+        seen: dict[str, int] = {}
+        for i, f in enumerate(self.foreign_sources):
+            if f.name in seen:
+                raise ValueError(f"foreign_sources[{i}].name: {f.name!r} is already the name of "
+                                 f"foreign_sources[{seen[f.name]}]; names must be unique")
+            seen[f.name] = i
+        return self
+
+    def archive_for(self, topic: str) -> ArchiveConfig:
+        for a in self.archives:
+            if topic in a.topics:
+                return a
+        raise KeyError(topic)
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_settings(data: object) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] not in ("value_error", "assertion_error", "missing") and "input" in err:
+                msg += f", got {err['input']!r}"
+            # Cross-archive checks already start with their key path (see Settings._unique).
+            lines.append(msg if not err["loc"] and msg.startswith("archives[") else f"{_loc(err['loc'])}: {msg}")
+        raise InvalidConfig("invalid s3-archive config:\n  " + "\n  ".join(lines)) from None
+
+
+def load_settings(path: Path) -> Settings:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InvalidConfig(f"cannot read the s3-archive config {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise InvalidConfig(f"{path} is not valid YAML: {e}") from None
+    return parse_settings(data)
+
+
+def resolve_topic_patterns(settings: Settings, cluster_topics: list[str]) -> Settings:
+    """Settings with every archive's `topic_pattern` expanded against the cluster's topics (pure).
+
+    A topic listed explicitly anywhere stays with that archive; a topic matched by several patterns goes to the
+    first archive; Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) never match.
+    """
+    taken = {t for a in settings.archives for t in a.topics}
+    archives = []
+    for a in settings.archives:
+        extra = []
+        if a.topic_pattern is not None:
+            pattern = re.compile(a.topic_pattern)
+            extra = sorted(t for t in cluster_topics
+                           if not t.startswith("__") and t not in taken and pattern.fullmatch(t))
+            taken |= set(extra)
+        archives.append(a.model_copy(update={"topics": [*a.topics, *extra]}))
+    return settings.model_copy(update={"archives": archives})

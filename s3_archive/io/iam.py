@@ -1,0 +1,78 @@
+"""TODO: io.iam"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from s3_archive.catalog.mappings import no_table_reason
+from s3_archive.catalog.tables import options_for, table_name
+from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.settings import Settings
+
+# s3:RestoreObject: a restore run asks S3 to bring GLACIER / DEEP_ARCHIVE objects back (s3_archive/cold.py).
+OBJECT_ACTIONS = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListMultipartUploadParts",
+                  "s3:PutObject", "s3:RestoreObject")
+BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucketMultipartUploads")
+LIFECYCLE_ACTIONS = ("s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration")  # Put covers DeleteBucketLifecycle
+GLUE_ACTIONS = ("glue:BatchCreatePartition", "glue:CreateDatabase", "glue:CreateTable", "glue:GetDatabase",
+                "glue:GetPartitions", "glue:GetTable", "glue:UpdateTable")
+
+
+def ancestors(prefix: str) -> list[str]:
+    """The directories above a prefix (`a/b/c/` -> `a/`, `a/b/`). s3a's mkdirs probes each with a one-page LIST
+    (seen in the moto request log of the archive's Spark writes), so they are allowed exactly, without a wildcard."""
+    parts = prefix.split("/")[:-2]
+    return ["/".join(parts[:i + 1]) + "/" for i in range(len(parts))]
+
+
+def _bucket_arn(bucket: str) -> str:
+    return f"arn:aws:s3:::{bucket}"
+
+
+def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
+               catalog_options: Mapping[str, CatalogOptions] | None = None,
+               include_lifecycle: bool = True, include_catalog: bool = True) -> dict[str, Any]:
+    """An IAM policy document (JSON-ready dict) granting exactly what the archive, restore, lifecycle and catalog
+    assets call. `region`/`account_id` narrow the Glue ARNs; "*" matches any."""
+    prefixes: dict[str, set[str]] = {}
+    for a in settings.archives:
+        prefixes.setdefault(a.bucket, set()).add(a.prefix)
+    buckets = sorted(prefixes)
+    statements: list[dict[str, Any]] = [{
+        "Sid": "ArchiveObjects",
+        "Effect": "Allow",
+        "Action": list(OBJECT_ACTIONS),
+        "Resource": sorted(f"{_bucket_arn(b)}/{p}*" for b in buckets for p in prefixes[b]),
+    }]
+    for i, b in enumerate(buckets):
+        listing: dict[str, Any] = {"Sid": f"ListArchivePrefixes{i}", "Effect": "Allow", "Action": ["s3:ListBucket"],
+                                   "Resource": [_bucket_arn(b)]}
+        if "" not in prefixes[b]:  # an archive at the bucket root lists the whole bucket anyway
+            allowed = {f"{p}*" for p in prefixes[b]} | {a for p in prefixes[b] for a in ancestors(p)}
+            listing["Condition"] = {"StringLike": {"s3:prefix": sorted(allowed)}}
+        statements.append(listing)
+    statements.append({"Sid": "ArchiveBuckets", "Effect": "Allow", "Action": list(BUCKET_ACTIONS),
+                       "Resource": [_bucket_arn(b) for b in buckets]})
+    if include_lifecycle:
+        statements.append({"Sid": "LifecycleRules", "Effect": "Allow", "Action": list(LIFECYCLE_ACTIONS),
+                           "Resource": [_bucket_arn(b) for b in buckets]})
+    glue = f"arn:aws:glue:{region}:{account_id}"
+    databases: set[str] = set()
+    tables: set[str] = set()
+    if include_catalog:
+        for a in settings.archives:
+            if no_table_reason(a) is not None:
+                continue
+            opts = options_for(a, catalog_options)
+            databases.add(opts.database)
+            tables |= {f"{opts.database}/{table_name(t, opts)}" for t in a.topics}
+    if include_catalog and databases:
+        statements.append({
+            "Sid": "GlueCatalog",
+            "Effect": "Allow",
+            "Action": list(GLUE_ACTIONS),
+            "Resource": [f"{glue}:catalog", *sorted(f"{glue}:database/{d}" for d in databases),
+                         *sorted(f"{glue}:table/{t}" for t in tables)],
+        })
+    return {"Version": "2012-10-17", "Statement": statements}

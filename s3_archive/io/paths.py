@@ -1,0 +1,35 @@
+"""TODO: io.paths"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from s3_archive.model.errors import MissingJars
+
+JAR_GROUPS = ("kafka-broker", "spark")
+
+
+def home() -> Path:
+    return Path(os.environ.get("S3_ARCHIVE_HOME", Path.home() / ".cache" / "s3-archive")).expanduser()
+
+
+def jar_dir(group: str) -> Path:
+    if group not in JAR_GROUPS:
+        raise ValueError(f"unknown jar group {group!r}; allowed: {', '.join(JAR_GROUPS)}")
+    return home() / "jars" / group
+
+
+def jars(group: str) -> list[Path]:
+    """The fetched jars of one group, sorted; a clear error if `scripts/fetch-jars` has not run."""
+    found = sorted(jar_dir(group).glob("*.jar"))
+    if not found:
+        raise MissingJars(
+            f"no {group} jars in {jar_dir(group)}; run `scripts/fetch-jars` (or `make setup`) to fetch them "
+            "from Maven Central"
+        )
+    return found
+
+
+def local_stack_dir() -> Path:
+    return Path(os.environ.get("S3_ARCHIVE_LOCAL_DIR", home() / "local")).expanduser()

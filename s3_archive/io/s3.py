@@ -1,0 +1,71 @@
+"""TODO: io.s3"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+from s3_archive.model.errors import S3Unavailable
+
+
+def list_objects(s3: Any, bucket: str, prefix: str) -> Iterator[dict]:
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Contents", [])
+
+
+def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
+    for i in range(0, len(keys), 1000):
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+def error_code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def read_manifest(s3: Any, bucket: str, key: str) -> dict | None:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as e:
+        if error_code(e) in ("NoSuchKey", "404"):
+            return None
+        raise
+    return json.loads(body)
+
+
+def verify_manifest(s3: Any, bucket: str, manifest: dict) -> list[str]:
+    """What is wrong with a committed window's objects in S3 (empty when all exist with their recorded sizes)."""
+    problems = []
+    for obj in [*manifest["objects"], *manifest.get("dead_letter_objects", [])]:
+        try:
+            head = s3.head_object(Bucket=bucket, Key=obj["key"])
+        except ClientError as e:
+            if error_code(e) in ("404", "NoSuchKey", "NotFound"):
+                problems.append(f"missing: s3://{bucket}/{obj['key']}")
+                continue
+            raise
+        if head["ContentLength"] != obj["size"]:
+            problems.append(f"size changed: s3://{bucket}/{obj['key']} is {head['ContentLength']} bytes, "
+                            f"manifest says {obj['size']}")
+    return problems
+
+
+def check_bucket(s3: Any, bucket: str, prefix: str = "") -> None:
+    """One LIST of at most one key under the archive's prefix, turned into a clear error; never includes
+    credentials. Not HeadBucket: that needs s3:ListBucket on the whole bucket, which the least-privilege policy
+    (`s3-archive iam-policy`) grants only under the archive's prefixes."""
+    endpoint = getattr(getattr(s3, "meta", None), "endpoint_url", "S3")
+    try:
+        s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            raise S3Unavailable(f"bucket {bucket!r} does not exist at {endpoint}; create it or fix `bucket`") from None
+        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise S3Unavailable(f"access to bucket {bucket!r} at {endpoint} was refused ({code}); check the AWS "
+                                "credentials and the bucket policy") from None
+        raise S3Unavailable(f"bucket {bucket!r} at {endpoint}: {code or e}") from None
+    except (EndpointConnectionError, NoCredentialsError) as e:
+        raise S3Unavailable(f"cannot reach S3 for bucket {bucket!r}: {e}") from None

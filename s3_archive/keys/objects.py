@@ -1,0 +1,120 @@
+"""TODO: keys.objects"""
+
+from __future__ import annotations
+
+from s3_archive.keys.buckets import join_bucket, parse_path, path_from_encoded, split_bucket
+from s3_archive.keys.layout import KafkaPartition, OutputLayout
+from s3_archive.keys.template import KeyTemplate, parse_key, render_key
+from s3_archive.keys.values import decode_value, encode_value
+from s3_archive.model.windows import OFFSET_DIGITS, OffsetWindow
+
+MANIFESTS = "_manifests"
+STAGING = "_staging"
+DEAD_LETTER = "_dead_letter"
+DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
+
+
+def partition_dir(prefix: str, topic: str, partition: int) -> str:
+    return f"{prefix}{topic}/kafka_partition={partition}/"
+
+
+def window_object_stem(prefix: str, topic: str, window: OffsetWindow) -> str:
+    """Every data object of the window in the default layout starts with this (and no other window's does)."""
+    return window_scan_prefix(None, prefix, topic, window)
+
+
+def window_bucket(layout: OutputLayout, window: OffsetWindow) -> str:
+    """The bucket of every record of the window when only the Kafka partition splits it (the default layout)."""
+    if any(not isinstance(d, KafkaPartition) for d in layout.partition_by) or layout.template_slots:
+        raise ValueError(f"the layout {layout.template!r} splits a window by record content; give the bucket")
+    return join_bucket([encode_value(str(window.partition))] * len(layout.partition_by))
+
+
+def record_object_key(prefix: str, topic: str, window: OffsetWindow, offset: int, suffix: str) -> str:
+    """The `bytes` format's one object per record: named by the record's offset instead of a part number."""
+    if not window.start <= offset < window.end:
+        raise ValueError(f"offset {offset} is outside window {window.key}")
+    return f"{window_object_stem(prefix, topic, window)}{offset:0{OFFSET_DIGITS}d}{suffix}"
+
+
+def dead_letter_stem(prefix: str, topic: str, window: OffsetWindow) -> str:
+    """Records of the window whose value did not decode: raw envelope, parquet, under the dead-letter prefix."""
+    return window_object_stem(f"{prefix}{DEAD_LETTER}/", topic, window)
+
+
+def dead_letter_key(prefix: str, topic: str, window: OffsetWindow, part: int) -> str:
+    return object_key(f"{prefix}{DEAD_LETTER}/", topic, window, part, ".parquet")
+
+
+def manifest_key(prefix: str, topic: str, window: OffsetWindow) -> str:
+    return f"{prefix}{MANIFESTS}/{topic}/kafka_partition={window.partition}/{window.key}.json"
+
+
+def manifest_prefix(prefix: str, topic: str) -> str:
+    return f"{prefix}{MANIFESTS}/{topic}/"
+
+
+def staging_prefix(prefix: str, topic: str, window: OffsetWindow, attempt: str | None = None) -> str:
+    base = f"{prefix}{STAGING}/{topic}/{window.key}/"
+    return base if attempt is None else f"{base}{attempt}/"
+
+
+def object_key(prefix: str, topic: str, window: OffsetWindow, part: int, suffix: str,
+               layout: OutputLayout | None = None, bucket: str | None = None) -> str:
+    """The final key of one part of one bucket of a window. `layout` None is the default layout; `bucket` is the
+    record bucket as archive.buckets.bucket_column gives it (None: the window's only bucket, when nothing but the
+    Kafka partition splits it)."""
+    layout = layout or DEFAULT_LAYOUT
+    if bucket is None:
+        bucket = window_bucket(layout, window)
+    parts = split_bucket(layout, bucket)
+    n = len(layout.partition_by)
+    values: dict[str, object] = {"topic": topic, "partition": window.partition, "start_offset": window.start,
+                                 "end_offset": window.end, "part": part}
+    if n:
+        values["partition_by"] = path_from_encoded(layout, parts[:n])
+    for slot, enc in zip(layout.template_slots, parts[n:], strict=True):
+        values[slot] = enc if slot == "key" else decode_value(enc)
+    return prefix + render_key(layout.key_template, values) + suffix
+
+
+def parse_object_key(layout: OutputLayout | None, prefix: str, key: str, suffix: str) -> dict[str, object]:
+    """The values an object key was rendered from: topic, partition, start_offset, end_offset and part (if the
+    template has them) as int, `partition_by` as render_path's values, `key` decoded, `timestamp:<unit>` text."""
+    if not key.startswith(prefix) or not key.endswith(suffix) or len(key) < len(prefix) + len(suffix):
+        raise ValueError(f"{key!r} does not start with {prefix!r} and end with {suffix!r}")
+    layout = layout or DEFAULT_LAYOUT
+    rel = key[len(prefix):len(key) - len(suffix) if suffix else None]
+    values = parse_key(layout.key_template, rel)
+    if "partition_by" in values:
+        values["partition_by"] = parse_path(layout, str(values["partition_by"]))
+    if "key" in values:
+        values["key"] = decode_value(str(values["key"]))
+    return values
+
+
+def window_scan_prefix(layout: OutputLayout | None, prefix: str, topic: str, window: OffsetWindow) -> str:
+    """The longest key prefix shared by every object of this window: the template rendered up to its first
+    value that is not fixed by the window (leading kafka_partition dimensions of {{partition_by}} are). List under
+    it and keep keys whose parse_object_key gives this window to find stale objects of earlier attempts."""
+    layout = layout or DEFAULT_LAYOUT
+    values = {"topic": topic, "partition": window.partition, "start_offset": window.start, "end_offset": window.end}
+    out = []
+    for p in layout.key_template.parts:
+        if isinstance(p, str):
+            out.append(p)
+        elif p.slot in values:
+            out.append(render_key(KeyTemplate("", (p,), layout.key_template.padding), values))
+        elif p.name == "partition_by":
+            fixed = []
+            for d in layout.partition_by:
+                if not isinstance(d, KafkaPartition):
+                    break
+                fixed.append(f"kafka_partition={window.partition}" if d.hive else str(window.partition))
+            if len(fixed) < len(layout.partition_by):
+                out.append("".join(f + "/" for f in fixed))
+                break
+            out.append("/".join(fixed))
+        else:
+            break
+    return prefix + "".join(out)

@@ -1,0 +1,135 @@
+"""TODO: lifecycle.rules"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.lifecycle import LifecyclePolicy
+from s3_archive.keys.objects import STAGING, manifest_prefix
+
+MAX_RULES = 1000  # per bucket, S3's limit
+MAX_ID = 255
+ID_PREFIX = "s3-archive"
+
+
+def policy_for(cfg: ArchiveConfig, policies: Mapping[str, LifecyclePolicy] | None = None) -> LifecyclePolicy:
+    """Explicit mapping first, then `ArchiveConfig.lifecycle` once settings.py has it, then the defaults."""
+    return (policies or {}).get(cfg.name) or getattr(cfg, "lifecycle", None) or LifecyclePolicy()
+
+
+# S3 deletes an expired object asynchronously, some time after `created + Days` rounded up to the next midnight UTC,
+# and a window's objects are copied into place just before its manifest records `committed_at`. A window is treated
+# as expiring one day early, so neither the copy's lead nor S3's timing can turn an expiry into a "missing" alarm.
+EXPIRY_SLACK = timedelta(days=1)
+
+
+def expiry_due(created: datetime | None, expiration_days: int | None, now: datetime) -> bool:
+    """May S3 already have expired an object written at `created` (UTC) under `expiration_days`? False when
+    nothing expires or the time is unknown: a missing object is then a problem, never an expiry."""
+    if expiration_days is None or created is None:
+        return False
+    return now >= created + timedelta(days=expiration_days) - EXPIRY_SLACK
+
+
+# --- rules (pure) ----------------------------------------------------------------------------------------------
+
+
+def owner_prefix(archive: str) -> str:
+    """Every rule ID of this archive starts with this (names are [a-z0-9_], so ':' cannot occur inside one)."""
+    return f"{ID_PREFIX}:{archive}:"
+
+
+def rule_id(archive: str, kind: str, topic: str | None = None) -> str:
+    rid = owner_prefix(archive) + kind + ("" if topic is None else f":{topic}")
+    if len(rid) <= MAX_ID:
+        return rid
+    # Long topic names: keep the ID unique and stable, and still under our owner prefix.
+    digest = hashlib.sha256(rid.encode()).hexdigest()[:12]
+    return rid[:MAX_ID - len(digest) - 1] + "~" + digest
+
+
+def _rule(rid: str, prefix: str, **actions: Any) -> dict[str, Any]:
+    return {"ID": rid, "Status": "Enabled", "Filter": {"Prefix": prefix},
+            **{k: v for k, v in actions.items() if v is not None}}
+
+
+def build_rules(archive: str, prefix: str, topics: Sequence[str], policy: LifecyclePolicy) -> list[dict[str, Any]]:
+    """The archive's desired rules, as `put_bucket_lifecycle_configuration` takes them, sorted by ID."""
+    abort = (None if policy.abort_incomplete_multipart_days is None
+             else {"DaysAfterInitiation": policy.abort_incomplete_multipart_days})
+    expire = None if policy.expiration_days is None else {"Days": policy.expiration_days}
+    transitions = [{"Days": t.days, "StorageClass": t.storage_class} for t in policy.ordered_transitions()] or None
+    rules = []
+    for topic in topics:
+        if transitions or expire or abort:
+            rules.append(_rule(rule_id(archive, "data", topic), f"{prefix}{topic}/", Transitions=transitions,
+                               Expiration=expire, AbortIncompleteMultipartUpload=abort))
+        if expire:
+            rules.append(_rule(rule_id(archive, "manifests", topic), manifest_prefix(prefix, topic),
+                               Expiration=expire))
+    if policy.staging_expiration_days is not None:
+        days = policy.staging_expiration_days
+        # s3a writes staging parts with multipart uploads: an upload open longer than staging lives is abandoned.
+        abort_days = min(days, policy.abort_incomplete_multipart_days or days)
+        rules.append(_rule(rule_id(archive, "staging"), f"{prefix}{STAGING}/", Expiration={"Days": days},
+                           AbortIncompleteMultipartUpload={"DaysAfterInitiation": abort_days}))
+    return sorted(rules, key=lambda r: r["ID"])
+
+
+def _canonical(value: Any) -> Any:
+    """A rule as comparable data: empty fields dropped, transitions in day order, datetimes as text."""
+    if isinstance(value, dict):
+        out = {k: _canonical(v) for k, v in value.items()}
+        out = {k: v for k, v in out.items() if v not in (None, {}, [])}
+        if isinstance(out.get("Transitions"), list):
+            out["Transitions"] = sorted(out["Transitions"], key=lambda t: json.dumps(t, sort_keys=True))
+        return out
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+@dataclass(frozen=True)
+class LifecyclePlan:
+    """What reconciling would do: the bucket's next rule list (None: nothing to write) and the rule IDs touched."""
+
+    rules: list[dict[str, Any]] | None
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+
+    @property
+    def needs_write(self) -> bool:
+        return bool(self.added or self.changed or self.removed)
+
+
+def plan_lifecycle(current: Sequence[dict[str, Any]], desired: Sequence[dict[str, Any]], owner: str) -> LifecyclePlan:
+    """Pure diff of the bucket's rules against ours. Foreign rules (ID not under `owner`) are kept as they are."""
+    bad = [r.get("ID") for r in desired if not str(r.get("ID", "")).startswith(owner)]
+    if bad:
+        raise ValueError(f"desired rules must have IDs starting with {owner!r}, got {bad}")
+    foreign = [r for r in current if not str(r.get("ID", "")).startswith(owner)]
+    ours = {r["ID"]: r for r in current if str(r.get("ID", "")).startswith(owner)}
+    want = {r["ID"]: r for r in desired}
+    added = sorted(set(want) - set(ours))
+    removed = sorted(set(ours) - set(want))
+    changed = sorted(i for i in set(want) & set(ours) if _canonical(want[i]) != _canonical(ours[i]))
+    unchanged = sorted(set(want) & set(ours) - set(changed))
+    foreign_ids = [str(r.get("ID", "")) for r in foreign]
+    if not (added or removed or changed):
+        return LifecyclePlan(None, unchanged=unchanged, foreign=foreign_ids)
+    rules = [*foreign, *sorted(desired, key=lambda r: r["ID"])]
+    if len(rules) > MAX_RULES:
+        raise ValueError(f"the bucket would have {len(rules)} lifecycle rules ({len(foreign)} not ours + "
+                         f"{len(desired)} of this archive); S3 allows at most {MAX_RULES}")
+    return LifecyclePlan(rules, added, changed, removed, unchanged, foreign_ids)

@@ -1,0 +1,55 @@
+"""TODO: model.errors"""
+
+from __future__ import annotations
+
+
+class ArchiveIntegrityError(RuntimeError):
+    """A committed window's objects are missing or changed in S3."""
+
+
+class DataLoss(RuntimeError):
+    """Kafka no longer has (part of) a window."""
+
+
+class WindowNotAvailable(ValueError):
+    """A window reaches past what Kafka has written (or names a partition the topic lacks)."""
+
+
+class S3Unavailable(RuntimeError):
+    """The bucket is missing, unreachable, or the credentials are refused."""
+
+
+class InvalidForeignObject(ValueError):
+    """An object of a foreign archive whose name or contents do not fit its configured layout."""
+
+
+class ColdObjectsPending(RuntimeError):
+    """Objects in GLACIER / DEEP_ARCHIVE are not readable yet; their restore was requested."""
+
+
+class InvalidRestore(ValueError):
+    """The restore request is wrong (bad topic, mapping, filter); the message names the bad value."""
+
+
+class WindowNotArchived(RuntimeError):
+    """A requested window has no manifest in S3."""
+
+
+class RestoreFailed(RuntimeError):
+    """Kafka refused the restore mid-way (delivery error, fenced, transaction aborted)."""
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker could not be reached or refused us."""
+
+
+class UnknownTopic(ValueError):
+    """A configured topic does not exist on the cluster."""
+
+
+class MissingJars(RuntimeError):
+    """The JVM jars have not been fetched yet."""
+
+
+class InvalidConfig(ValueError):
+    """The configuration is wrong; the message names the key and the allowed values."""

@@ -1,0 +1,108 @@
+"""TODO: restore.cold"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from s3_archive.model.errors import ColdObjectsPending
+
+# Storage classes whose objects must be restored (RestoreObject) before a GET; GLACIER_IR is read directly.
+COLD_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    key: str
+    size: int
+    storage_class: str = "STANDARD"
+
+
+def cold_state(storage_class: str, restore_header: str | None) -> Literal["ready", "request", "pending"]:
+    """Whether an object can be read now: `ready`; in GLACIER/DEEP_ARCHIVE with no restore asked (`request`) or
+    with a restore still running (`pending`). `restore_header` is HeadObject's `Restore`
+    (`ongoing-request="true"` or `ongoing-request="false", expiry-date="…"`)."""
+    if storage_class not in COLD_CLASSES:
+        return "ready"
+    if restore_header is None:
+        return "request"
+    return "pending" if 'ongoing-request="true"' in restore_header else "ready"
+
+
+COLD_TIERS = ("Standard", "Bulk", "Expedited")
+
+
+@dataclass(frozen=True)
+class ColdOptions:
+    wait_seconds: float = 0.0  # 0: request, then fail if any is pending; > 0: poll at most this long
+    days: int = 7  # RestoreObject Days
+    tier: str = "Standard"  # Standard | Bulk | Expedited
+    poll_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.tier not in COLD_TIERS:
+            raise ValueError(f"cold_restore_tier must be one of {', '.join(COLD_TIERS)}; got {self.tier!r}")
+        if self.days < 1:
+            raise ValueError(f"cold_restore_days must be >= 1, got {self.days}")
+        if self.wait_seconds < 0:
+            raise ValueError(f"wait_for_cold_seconds must be >= 0, got {self.wait_seconds}")
+
+
+@dataclass
+class ColdReport:
+    cold: int = 0  # objects in GLACIER / DEEP_ARCHIVE among those to read
+    requested: int = 0  # RestoreObject sent by this run
+    pending: int = 0  # still being restored when the run gave up or went on
+
+
+def head_storage_classes(s3: Any, bucket: str, objects: list[dict]) -> list[ListedObject]:
+    """Objects named by manifests (`key`, `size`) with their storage class (HeadObject; absent means STANDARD)."""
+    out = []
+    for o in objects:
+        head = s3.head_object(Bucket=bucket, Key=o["key"])
+        out.append(ListedObject(o["key"], o["size"], head.get("StorageClass", "STANDARD")))
+    return out
+
+
+def prepare_cold(s3: Any, bucket: str, objects: list[ListedObject], opts: ColdOptions, what: str, log: Any,
+                 ) -> ColdReport:
+    """Before anything is produced: request a restore of every cold object of `objects` not yet requested, then
+    fail with the count of objects still being restored (`opts.wait_seconds` 0), or poll until they are
+    readable, for at most `opts.wait_seconds`. `what` names the archive in messages."""
+    cold = [o for o in objects if o.storage_class in COLD_CLASSES]
+    rep = ColdReport(cold=len(cold))
+    if not cold:
+        return rep
+
+    def state(o: ListedObject) -> str:
+        return cold_state(o.storage_class, s3.head_object(Bucket=bucket, Key=o.key).get("Restore"))
+
+    for o in cold:
+        if state(o) == "request":
+            try:
+                s3.restore_object(Bucket=bucket, Key=o.key,
+                                  RestoreRequest={"Days": opts.days, "GlacierJobParameters": {"Tier": opts.tier}})
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") != "RestoreAlreadyInProgress":
+                    raise
+            rep.requested += 1
+    log.info(f"{what}: {len(cold)} objects are in GLACIER/DEEP_ARCHIVE; restore requested now for "
+             f"{rep.requested} ({opts.tier} tier, {opts.days} days)")
+    deadline = time.monotonic() + opts.wait_seconds
+    while True:
+        pending = [o.key for o in cold if state(o) != "ready"]
+        rep.pending = len(pending)
+        if not pending:
+            return rep
+        if time.monotonic() >= deadline:
+            waited = f" after waiting {opts.wait_seconds:g} s" if opts.wait_seconds > 0 else ""
+            raise ColdObjectsPending(
+                f"{len(pending)} of {len(cold)} objects of {what} are still being restored from "
+                f"GLACIER/DEEP_ARCHIVE{waited} (restore requested by this run: {rep.requested}; e.g. "
+                f"s3://{bucket}/{pending[0]}). Nothing was produced. Run again once they are restored (Standard "
+                "tier: hours; DEEP_ARCHIVE: up to 48 h), or launch with wait_for_cold_seconds")
+        log.info(f"{what}: waiting for {len(pending)} objects to be restored from cold storage")
+        time.sleep(max(0.0, min(opts.poll_seconds, deadline - time.monotonic())))

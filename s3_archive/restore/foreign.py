@@ -1,0 +1,163 @@
+"""TODO: restore.foreign"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.keys.foreign import confluent_parse
+from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
+from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
+from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
+from s3_archive.restore.foreign_decode import Decoder, decompress, numbered, with_keys
+from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, WindowSource, no_fault
+from s3_archive.restore.run import restore_sources
+
+
+@dataclass(frozen=True)
+class ForeignWindow:
+    """One object of the source: its records are the source partition's offsets [start, end)."""
+
+    window: OffsetWindow
+    obj: ListedObject
+    open_end: bool  # the partition's last object: its end is its last record + 1
+    keys_obj: ListedObject | None = None  # confluent: the .keys.<ext> sibling
+
+    @property
+    def objects(self) -> list[ListedObject]:
+        return [self.obj] + ([self.keys_obj] if self.keys_obj else [])
+
+
+@dataclass
+class Plan:
+    windows: list[ForeignWindow]
+    ignored: list[str]  # keys under the prefix that are not objects of this source (other topics, other files)
+
+
+def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
+    """The source's objects as windows in (partition, start offset) order. Two objects claiming the same
+    (partition, start offset) are refused: which one holds the records cannot be guessed."""
+    prefix = source.key_prefix
+    found: dict[tuple[int, int], ListedObject] = {}
+    keys_files: dict[tuple[int, int], ListedObject] = {}
+    ignored: list[str] = []
+    if source.layout == "aiven":
+        tmpl = source.key_template
+        pattern = tmpl.compiled()
+        suffix = COMPRESSIONS[source.compression]
+    for o in listing:
+        if not o.key.startswith(prefix):
+            ignored.append(o.key)
+            continue
+        rest = o.key[len(prefix):]
+        if source.layout == "aiven":
+            if not rest.endswith(suffix):
+                ignored.append(o.key)
+                continue
+            got = tmpl.parse(rest[:len(rest) - len(suffix)] if suffix else rest, pattern)
+            if got is None or got.get("topic", source.topic) != source.topic:
+                ignored.append(o.key)
+                continue
+            coords, kind = (got["partition"], got["start_offset"]), "values"
+        else:
+            parsed = confluent_parse(source.topic, source.format, source.compression == "gzip", rest)
+            if parsed is None:
+                ignored.append(o.key)
+                continue
+            coords, kind = parsed[:2], parsed[2]
+        if kind == "headers":
+            ignored.append(o.key)
+            continue
+        target = keys_files if kind == "keys" else found
+        if coords in target:
+            raise InvalidForeignObject(
+                f"s3://{source.bucket}/{target[coords].key} and s3://{source.bucket}/{o.key} both claim partition "
+                f"{coords[0]} start offset {coords[1]}; remove the one that is not the sink's")
+        target[coords] = o
+    windows: list[ForeignWindow] = []
+    ordered = sorted(found)
+    for i, (p, start) in enumerate(ordered):
+        nxt = ordered[i + 1] if i + 1 < len(ordered) and ordered[i + 1][0] == p else None
+        end = nxt[1] if nxt else MAX_OFFSET
+        windows.append(ForeignWindow(OffsetWindow(p, start, end), found[(p, start)], nxt is None,
+                                     keys_files.get((p, start))))
+    ignored += [o.key for c, o in keys_files.items() if c not in found]
+    return Plan(windows, ignored)
+
+
+def list_source(s3: Any, source: ForeignSource) -> list[ListedObject]:
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=source.key_prefix):
+        for o in page.get("Contents", ()):
+            out.append(ListedObject(o["Key"], o["Size"], o.get("StorageClass", "STANDARD")))
+    return out
+
+
+def prepare_cold(s3: Any, source: ForeignSource, windows: list[ForeignWindow], wait_seconds: float, log: Any,
+                 poll_seconds: float = 10.0, days: int | None = None, tier: str | None = None) -> ColdReport:
+    """`cold.prepare_cold` for the objects of `windows` (storage classes from the listing); `days` and `tier`
+    override the source's `cold_restore_days` / `cold_restore_tier`."""
+    opts = ColdOptions(wait_seconds, days or source.cold_restore_days, tier or source.cold_restore_tier,
+                       poll_seconds)
+    return prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
+                             f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
+
+
+def _get(s3: Any, bucket: str, o: ListedObject) -> bytes:
+    data = s3.get_object(Bucket=bucket, Key=o.key)["Body"].read()
+    if len(data) != o.size:
+        raise InvalidForeignObject(f"s3://{bucket}/{o.key} is {len(data)} bytes, the listing said {o.size}: it "
+                                   "changed while restoring")
+    return data
+
+
+def window_source(s3: Any, source: ForeignSource, fw: ForeignWindow) -> WindowSource:
+    decoder = Decoder(source)
+    what = f"s3://{source.bucket}/{fw.obj.key}"
+
+    def records() -> Iterator[ArchivedRecord]:
+        # One object in memory at a time (sink objects are flush-sized).
+        values = decoder.decode(decompress(_get(s3, source.bucket, fw.obj), source.compression), what)
+        keys = None
+        if fw.keys_obj is not None:
+            keys = decoder.decode(decompress(_get(s3, source.bucket, fw.keys_obj), source.compression),
+                                  f"s3://{source.bucket}/{fw.keys_obj.key}")
+        yield from numbered(with_keys(values, keys, what), fw.window, what, ArchivedRecord)
+
+    return WindowSource(fw.window, records, open_end=fw.open_end)
+
+
+def discover(s3: Any, source: ForeignSource) -> Plan:
+    return plan(source, list_source(s3, source))
+
+
+def restore_foreign(kafka: KafkaResource, s3: Any, source: ForeignSource, request: RestoreRequest, log: Any,
+                    wait_for_cold_seconds: float = 0.0, fault: Fault = no_fault,
+                    cold_poll_seconds: float = 10.0, cold_restore_days: int | None = None,
+                    cold_restore_tier: str | None = None) -> Iterator[WindowReport | ColdReport]:
+    """Restore every object of `source` (those the offset filter can match), in (partition, offset) order.
+    Yields the cold-storage report first, then each window's report."""
+    if request.source_topic != source.topic:
+        raise InvalidRestore(f"request is for topic {request.source_topic!r}, source {source.name!r} holds "
+                             f"{source.topic!r}")
+    if request.filters.has_time and not source.has_timestamps:
+        raise InvalidRestore(f"source {source.name!r} ({source.layout}, {source.format}, fields "
+                             f"{list(source.fields) if source.layout == 'aiven' else ['value']}) stores no record "
+                             "timestamps: a time filter cannot be applied. Use from_offset/to_offset")
+    p = discover(s3, source)
+    if not p.windows:
+        raise InvalidForeignObject(
+            f"no object of topic {source.topic!r} under s3://{source.bucket}/{source.key_prefix} fits the "
+            f"{source.layout} layout" + (f" (template {source.key_template.text!r})" if source.layout == "aiven"
+                                        else "") + f"; {len(p.ignored)} other objects there, e.g. "
+            f"{p.ignored[:3]}")
+    if p.ignored:
+        log.info(f"{source.name}: ignoring {len(p.ignored)} objects under the prefix that are not objects of "
+                 f"topic {source.topic!r} in this layout, e.g. {p.ignored[:3]}")
+    wanted = [fw for fw in p.windows if request.filters.offset_scope(fw.window) is not None]
+    yield prepare_cold(s3, source, wanted, wait_for_cold_seconds, log, cold_poll_seconds, cold_restore_days,
+                       cold_restore_tier)
+    yield from restore_sources(kafka, request, [window_source(s3, source, fw) for fw in wanted], log, fault)

@@ -1,0 +1,206 @@
+"""TODO: restore.kafka"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource
+
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.errors import InvalidRestore, RestoreFailed, UnknownTopic
+from s3_archive.restore.ledger import RangeSet, decode_ledger, encode_ledger
+from s3_archive.restore.request import RestoreRequest
+
+
+def _kafka_error(e: BaseException) -> Any:
+    return e.args[0] if e.args and hasattr(e.args[0], "code") else None
+
+
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.UNSTABLE_OFFSET_COMMIT,
+                               KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
+
+
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+class LedgerStore:
+    """The ledger as committed-offset metadata of consumer group `request.ledger_id` on the target topic."""
+
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int) -> None:
+        self.request, self.num_target, self.timeout = request, num_target, kafka.timeout_s
+        # read_committed: the coordinator then never returns offsets of a transaction still pending.
+        self.consumer = Consumer(kafka.client_config(**{"group.id": request.ledger_id, "enable.auto.commit": False,
+                                                         "isolation.level": "read_committed"}))
+
+    def read(self) -> dict[int, RangeSet]:
+        tps = [TopicPartition(self.request.target_topic, b) for b in range(self.num_target)]
+        deadline = time.monotonic() + max(60.0, self.timeout * 4)
+        delay = 0.05
+        while True:
+            try:
+                got = self.consumer.committed(tps, timeout=self.timeout)
+                break
+            except KafkaException as e:
+                err = _kafka_error(e)
+                # The group coordinator may be moving or loading (NOT_COORDINATOR is not flagged retriable), and a
+                # transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
+                if err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY)\
+                        and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                    f"failed: {e}") from None
+        for tp in got:
+            if tp.error is not None:
+                raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                    f"partition {tp.partition}: {tp.error}")
+        return decode_ledger(self.request.source_topic, [tp.metadata for tp in got if tp.offset >= 0])
+
+    def entries(self, ledger: dict[int, RangeSet], source_partition: int) -> list:
+        enc = encode_ledger(self.request.source_topic, ledger, self.num_target,
+                            [source_partition % self.num_target])
+        return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
+
+    def group_metadata(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Producer:
+    """A transactional producer that turns Kafka's errors into clear ones.
+
+    No per-record delivery callback: a record that fails delivery puts the transaction in the abortable state, so
+    `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
+    client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
+
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest) -> None:
+        self.request, self.timeout = request, max(30.0, kafka.timeout_s)
+        self.producer = kafka.producer(**{
+            "transactional.id": request.ledger_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "message.max.bytes": 64 << 20,
+            "queue.buffering.max.messages": 200_000,
+            "delivery.report.only.error": True,
+            "transaction.timeout.ms": 300_000,
+        })
+        self.in_txn = False
+        try:
+            # Aborts a transaction a crashed run left open, and fences that run's producer.
+            self.producer.init_transactions(self.timeout)
+        except KafkaException as e:
+            raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
+                                "Does the target cluster allow transactions (transaction.state.log.*)?") from None
+
+    def failed(self, what: str, e: KafkaException) -> RestoreFailed:
+        err = _kafka_error(e)
+        code = err.code() if err is not None else None
+        if code == KafkaError._FATAL:
+            # Calls after a fatal error fail with a generic _FATAL; poll raises the fatal error itself (e.g. fenced).
+            try:
+                self.producer.poll(0)
+            except KafkaException as fatal:
+                e = fatal
+                code = getattr(_kafka_error(fatal), "code", lambda: code)()
+        if code in _FENCED:
+            return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
+                                 f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
+                                 f"stopped, and its open transaction is aborted. Kafka said: {e}")
+        return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
+
+    def begin(self) -> None:
+        if not self.in_txn:
+            try:
+                self.producer.begin_transaction()
+            except KafkaException as e:
+                raise self.failed("producing to", e) from None
+            self.in_txn = True
+
+    def produce(self, partition: int, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]], timestamp_ms: int) -> None:
+        """The slow path of `_Run.window`'s produce call (which calls the client directly): waits while the
+        local queue is full."""
+        self.begin()
+        try:
+            while True:
+                try:
+                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (the caller counts them)
+                    self.producer.produce(self.request.target_topic, value=value, key=key, partition=partition,
+                                          headers=headers or None, timestamp=max(timestamp_ms, 0))
+                    return
+                except BufferError:  # the local queue is full: let it drain
+                    self.producer.poll(0.05)
+        except KafkaException as e:
+            raise self.failed("producing to", e) from None
+
+    def commit(self, offsets: list, group_metadata: Any) -> None:
+        try:
+            self.producer.send_offsets_to_transaction(offsets, group_metadata, self.timeout)
+            for attempt in range(3):
+                try:
+                    # Flushes first; fails if any record of the transaction was not delivered.
+                    self.producer.commit_transaction(self.timeout)
+                    break
+                except KafkaException as e:
+                    err = _kafka_error(e)
+                    if err is not None and err.retriable() and attempt < 2:
+                        continue
+                    raise
+        except KafkaException as e:
+            err = _kafka_error(e)
+            if err is not None and err.txn_requires_abort():
+                self.abort()
+            raise self.failed("committing a restore transaction to", e) from None
+        self.in_txn = False
+
+    def abort(self) -> None:
+        if self.in_txn:
+            try:
+                self.producer.abort_transaction(self.timeout)
+            except KafkaException as e:
+                err = _kafka_error(e)
+                if err is None or err.code() not in _FENCED:  # fenced: the new run aborts it for us
+                    raise
+            finally:
+                self.in_txn = False
+
+
+def target_partition_count(kafka: KafkaResource, topic: str) -> int:
+    try:
+        return len(kafka.partitions(topic))
+    except UnknownTopic:
+        raise InvalidRestore(f"target topic {topic!r} does not exist on {kafka.bootstrap_servers}; create it first "
+                             "(a restore never creates topics: partitions, retention and compaction are yours to "
+                             "choose)") from None
+
+
+def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -> list[str]:
+    """Target topic settings that would silently change restored records (best effort: needs DescribeConfigs)."""
+    try:
+        res = ConfigResource("TOPIC", topic)
+        admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+        configs = admin.describe_configs([res], request_timeout=kafka.timeout_s)[res].result(timeout=kafka.timeout_s)
+    except Exception as e:  # noqa: BLE001 - a missing permission must not stop the restore, but is said
+        return [f"could not read the config of target topic {topic!r} ({type(e).__name__}): its timestamp type "
+                "and retention were not checked against the archived records"]
+    out = []
+    if configs.get("message.timestamp.type") is not None and configs["message.timestamp.type"].value ==\
+            "LogAppendTime":
+        out.append(f"target topic {topic!r} has message.timestamp.type=LogAppendTime: the broker replaces the "
+                   "archived timestamps with its own")
+    retention = int(configs["retention.ms"].value) if configs.get("retention.ms") is not None else -1
+    oldest = min((m["min_timestamp_ms"] for m in manifests if m.get("min_timestamp_ms") is not None), default=None)
+    if retention >= 0 and oldest is not None and oldest < time.time() * 1000 - retention:
+        out.append(f"target topic {topic!r} has retention.ms={retention}, but the oldest record to restore is from "
+                   f"{datetime.fromtimestamp(oldest / 1000, UTC).isoformat()}: the broker will delete such records "
+                   "soon after they are restored. Set retention.ms=-1 on the target first")
+    return out

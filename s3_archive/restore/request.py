@@ -1,0 +1,181 @@
+"""TODO: restore.request"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from s3_archive.model.errors import InvalidRestore
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.routing import PartitionMapping
+
+Fault = Callable[[str], None]
+
+PROVENANCE_TOPIC = "s3archive.source.topic"
+PROVENANCE_PARTITION = "s3archive.source.partition"
+PROVENANCE_OFFSET = "s3archive.source.offset"
+
+
+# Records per transaction unless configured: each commit costs ~0.1-0.15 s (send_offsets_to_transaction +
+# commit_transaction, draining the producer); a crash redoes at most this many records.
+DEFAULT_TRANSACTION_RECORDS = 50_000
+# Commit at least this often (besides every `transaction_records`); the producer's transaction.timeout.ms is 5 min.
+TRANSACTION_SECONDS = 20.0
+
+
+def no_fault(step: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Half-open ranges: timestamps in [from_timestamp_ms, to_timestamp_ms), offsets in [from_offset, to_offset).
+    None means unbounded. The offset range applies to every source partition."""
+
+    from_timestamp_ms: int | None = None
+    to_timestamp_ms: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("from_offset", "to_offset"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise InvalidRestore(f"{name} must be >= 0, got {v}")
+        if self.from_timestamp_ms is not None and self.to_timestamp_ms is not None\
+                and self.from_timestamp_ms >= self.to_timestamp_ms:
+            raise InvalidRestore(f"from_timestamp_ms ({self.from_timestamp_ms}) must be < to_timestamp_ms "
+                                 f"({self.to_timestamp_ms}); the range is [from, to)")
+        if self.from_offset is not None and self.to_offset is not None and self.from_offset >= self.to_offset:
+            raise InvalidRestore(f"from_offset ({self.from_offset}) must be < to_offset ({self.to_offset}); "
+                                 "the range is [from, to)")
+
+    @property
+    def has_time(self) -> bool:
+        return self.from_timestamp_ms is not None or self.to_timestamp_ms is not None
+
+    def offset_scope(self, window: OffsetWindow) -> tuple[int, int] | None:
+        """The window's offsets inside the offset filter, as [a, b); None when there are none."""
+        a = max(window.start, self.from_offset if self.from_offset is not None else 0)
+        b = min(window.end, self.to_offset if self.to_offset is not None else window.end)
+        return (a, b) if a < b else None
+
+    def time_ok(self, ts_ms: int) -> bool:
+        return ((self.from_timestamp_ms is None or ts_ms >= self.from_timestamp_ms)
+                and (self.to_timestamp_ms is None or ts_ms < self.to_timestamp_ms))
+
+    def time_may_match(self, min_ts: int | None, max_ts: int | None) -> bool:
+        """False when a window's [min, max] timestamps (from its manifest) miss the time range: skip its objects."""
+        if min_ts is None or max_ts is None:
+            return True
+        return ((self.from_timestamp_ms is None or max_ts >= self.from_timestamp_ms)
+                and (self.to_timestamp_ms is None or min_ts < self.to_timestamp_ms))
+
+
+def ledger_id(source_topic: str, target_topic: str, filters: Filters) -> str:
+    """The consumer group holding the ledger, also the producer's transactional.id (so two runs of one restore
+    fence each other). A time filter selects records inside an offset range, so a time-filtered restore has a
+    ledger of its own; an offset filter only narrows which ranges are recorded, so it shares the ledger."""
+    base = f"s3-archive-restore.{source_topic}.{target_topic}"
+    if not filters.has_time:
+        return base
+    lo = "" if filters.from_timestamp_ms is None else filters.from_timestamp_ms
+    hi = "" if filters.to_timestamp_ms is None else filters.to_timestamp_ms
+    return f"{base}.t{lo}-{hi}"
+
+
+class ArchivedRecord(NamedTuple):
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp_ms: int
+    size: int | None = None  # key + value + header bytes when the reader computed them (else: _record_bytes)
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    source_topic: str
+    target_topic: str
+    mapping: PartitionMapping = PartitionMapping()
+    filters: Filters = Filters()
+    provenance_headers: bool = False
+    dry_run: bool = False
+    allow_source_topic: bool = False
+    transaction_records: int = DEFAULT_TRANSACTION_RECORDS
+
+    def __post_init__(self) -> None:
+        if not self.target_topic:
+            raise InvalidRestore("target_topic is required")
+        if self.target_topic == self.source_topic and not self.allow_source_topic:
+            raise InvalidRestore(
+                f"target topic {self.target_topic!r} is the archived topic itself: restoring into it appends every "
+                "record again. Set allow_source_topic: true to do that on purpose, or restore into another topic")
+        if self.transaction_records < 1:
+            raise InvalidRestore(f"transaction_records must be >= 1, got {self.transaction_records}")
+
+    @property
+    def ledger_id(self) -> str:
+        return ledger_id(self.source_topic, self.target_topic, self.filters)
+
+
+@dataclass
+class PartitionCount:
+    records: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class WindowReport:
+    window: OffsetWindow
+    dry_run: bool
+    archived: int = 0  # records in the window's manifest
+    restored: int = 0  # produced (dry run: would be produced)
+    skipped: int = 0  # already in the target, per the ledger
+    filtered: int = 0  # outside the time or offset filter
+    bytes: int = 0  # key + value + header bytes of the restored records
+    timestamps_replaced: int = 0  # timestamp <= 0: the producer stamps these with its own time
+    transactions: int = 0
+    seconds: float = 0.0
+    partitions: dict[int, PartitionCount] = field(default_factory=dict)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "records_archived": self.archived,
+            "records_restored": self.restored,
+            "records_skipped_already_present": self.skipped,
+            "records_filtered": self.filtered,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "records_per_second": round(self.restored / self.seconds, 1) if self.seconds > 0 else 0.0,
+            "transactions": self.transactions,
+            "target_partitions": sorted(self.partitions),
+            "per_target_partition": {str(p): {"records": c.records, "bytes": c.bytes}
+                                     for p, c in sorted(self.partitions.items())},
+            "timestamps_replaced": self.timestamps_replaced,
+        }
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+    n = len(key or b"") + len(value or b"")
+    for k, v in headers:
+        n += len(k.encode()) + len(v or b"")
+    return n
+
+
+@dataclass(frozen=True)
+class WindowSource:
+    """One window to restore and how to read it: our archives (a manifest) and archives written by others
+    (`s3_archive.foreign_restore`) both come in as these, so the exactly-once machinery is one."""
+
+    window: OffsetWindow
+    records: Callable[[], Iterator[tuple]]  # ArchivedRecords (or plain tuples in its field order), offset order
+    record_count: int | None = None  # None: unknown until read (counted while reading)
+    min_timestamp_ms: int | None = None
+    max_timestamp_ms: int | None = None
+    # The window's end is not known (the last object of a foreign partition): records at or past `window.end`
+    # never come, and the ledger records the window as done up to its last record read, not up to `window.end`.
+    open_end: bool = False
