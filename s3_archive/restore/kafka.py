@@ -49,7 +49,7 @@ class LedgerStore:
                 err = _kafka_error(e)
                 # The group coordinator may be moving or loading (NOT_COORDINATOR is not flagged retriable), and a
                 # transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
-                if err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY)\
+                if err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY) \
                         and time.monotonic() < deadline:
                     time.sleep(delay)
                     delay = min(delay * 2, 1.0)
@@ -193,7 +193,7 @@ def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict])
         return [f"could not read the config of target topic {topic!r} ({type(e).__name__}): its timestamp type "
                 "and retention were not checked against the archived records"]
     out = []
-    if configs.get("message.timestamp.type") is not None and configs["message.timestamp.type"].value ==\
+    if configs.get("message.timestamp.type") is not None and configs["message.timestamp.type"].value == \
             "LogAppendTime":
         out.append(f"target topic {topic!r} has message.timestamp.type=LogAppendTime: the broker replaces the "
                    "archived timestamps with its own")

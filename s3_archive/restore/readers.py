@@ -76,7 +76,7 @@ def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, byte
         headers = [pairs[rel[i]:rel[i + 1]] if valid[i] else [] for i in range(n)]
     # Header bytes per row: differences of the running sum of name + value lengths at the list offsets.
     each = pc.add(_lengths(names), _lengths(values))
-    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)]) if len(each) else\
+    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)]) if len(each) else \
         pa.array([0], pa.int64())
     at = pc.take(running, offsets)
     per_row = pc.subtract(at.slice(1), at.slice(0, n))
@@ -117,7 +117,7 @@ def avro_records(f: Any) -> Iterator[ArchivedRecord]:
 
     for r in fastavro.reader(f):
         ts = r["timestamp"]
-        ms = (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1) if isinstance(ts, datetime)\
+        ms = (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1) if isinstance(ts, datetime) \
             else int(ts) // 1000
         yield ArchivedRecord(r["partition"], r["offset"], r["key"], r["value"],
                              [(h["key"], h["value"]) for h in r["headers"] or ()], ms)

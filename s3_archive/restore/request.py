@@ -43,7 +43,7 @@ class Filters:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise InvalidRestore(f"{name} must be >= 0, got {v}")
-        if self.from_timestamp_ms is not None and self.to_timestamp_ms is not None\
+        if self.from_timestamp_ms is not None and self.to_timestamp_ms is not None \
                 and self.from_timestamp_ms >= self.to_timestamp_ms:
             raise InvalidRestore(f"from_timestamp_ms ({self.from_timestamp_ms}) must be < to_timestamp_ms "
                                  f"({self.to_timestamp_ms}); the range is [from, to)")

@@ -182,7 +182,7 @@ class RestoreRun:
         # `same` routes everything to sp: counted once at the end instead of per record
         route = None if request.mapping.mode == "same" else self.route
         counts = rep.partitions
-        topic, max_txn, provenance_headers = request.target_topic, request.transaction_records,\
+        topic, max_txn, provenance_headers = request.target_topic, request.transaction_records, \
             request.provenance_headers
         lo, hi = scope
         seg_start, last, tp = lo, -1, sp
@@ -246,7 +246,7 @@ class RestoreRun:
             self.produced += restored if kproduce is not None else 0
         if route is None and restored:
             counts[sp] = PartitionCount(restored, nbytes)
-        rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced =\
+        rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
             filtered, skipped, restored, nbytes, replaced
         if src.record_count is None:
             rep.archived = archived

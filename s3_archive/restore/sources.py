@@ -180,7 +180,7 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
         for r in batch:
             if r[0] != p or r[1] <= last or not start <= r[1] < end:
                 hint = ("; or its objects interleave (a layout whose partition_by splits windows), which a "
-                        "restore called without interleaved objects cannot tell")\
+                        "restore called without interleaved objects cannot tell") \
                     if not interleaved and len(main) > 1 else ""
                 raise ArchiveIntegrityError(
                     f"window {window.key} (s3://{bucket}/, objects {[o['key'] for o in main][:3]}…): record at "

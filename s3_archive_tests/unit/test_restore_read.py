@@ -91,7 +91,7 @@ def test_json_array_objects_as_the_archive_writes_them():
         (8, b"k", b"", [("h", None)], 1_700_000_000_005)]
     assert [r.offset for r in json_array_records(io.BytesIO(f"[{_json_line(1, b'x')}]\n".encode()), "o")] == [1]
     assert list(json_array_records(io.BytesIO(b"[]"), "o")) == []
-    assert [r.offset for r in json_array_records(io.BytesIO(f"[\n{_json_line(1, b'x')}\n]".encode()), "o")]\
+    assert [r.offset for r in json_array_records(io.BytesIO(f"[\n{_json_line(1, b'x')}\n]".encode()), "o")] \
         == [1]
 
 
