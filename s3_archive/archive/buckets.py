@@ -1,4 +1,11 @@
-"""TODO: archive.buckets"""
+"""Each record's bucket as one Spark string column, with DataFrame functions only (no Python UDFs: this also runs on
+Spark Connect). It equals keys.buckets.record_bucket for the same record (tested side by side).
+
+The write path adds `bucket_column(layout)` as a column, writes with `partitionBy(BUCKET_COLUMN)`, reads the
+staging directory names back with `keys.buckets.bucket_from_staging_dir`, and names each part with
+`keys.objects.object_key`.
+
+"""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ __all__ = ["BUCKET_COLUMN", "bucket_column"]
 
 
 def encode_value(s: Column) -> Column:
-    """partitioners.encode_value for a string column."""
+    """keys.values.encode_value for a string column."""
     # url_encode is Java's URLEncoder: keeps A-Za-z0-9 . - * _, space → '+', the rest → %XX of the UTF-8 bytes.
     enc = F.replace(F.replace(F.url_encode(s), F.lit("+"), F.lit("%20")), F.lit("*"), F.lit("%2A"))
     enc = F.regexp_replace(F.regexp_replace(enc, r"^\.", "%2E"), r"^_", "%5F")
@@ -22,7 +29,7 @@ def encode_value(s: Column) -> Column:
 
 
 def encode_bytes(b: Column) -> Column:
-    """partitioners.encode_bytes for a binary column: its text if it is UTF-8, else (hex)<HEX>."""
+    """keys.values.encode_bytes for a binary column: its text if it is UTF-8, else (hex)<HEX>."""
     s = b.cast("string")
     return (F.when(b.isNull(), F.lit(NULL))
             .when(F.is_valid_utf8(s), encode_value(s))
@@ -48,7 +55,7 @@ def _epoch_ms_to_timestamp(text: Column) -> Column:
 
 
 def wall_seconds(ts: Column, tz: str) -> Column:
-    """partitioners.wall_seconds: from_utc_timestamp shifts the instant by tz's offset at that instant."""
+    """keys.values.wall_seconds: from_utc_timestamp shifts the instant by tz's offset at that instant."""
     return F.unix_seconds(F.from_utc_timestamp(ts, tz))
 
 
@@ -68,7 +75,7 @@ def _format(tokens: tuple[str | tuple[str], ...], seconds: Column) -> Column:
 
 
 def time_text(d: RecordTime, tz: str) -> Column:
-    """partitioners.format_time for the record's time (null when the field or header gives no epoch ms)."""
+    """keys.buckets.format_time for the record's time (null when the field or header gives no epoch ms)."""
     if d.source == "kafka_timestamp":
         ts = F.col("timestamp")
     elif d.source == "value":
@@ -95,7 +102,7 @@ def dimension_value(layout: OutputLayout, d: Dimension) -> Column:
 
 
 def bucket_column(layout: OutputLayout) -> Column:
-    """The record's bucket (partitioners.record_bucket), from the envelope columns key, value, headers,
+    """The record's bucket (keys.buckets.record_bucket), from the envelope columns key, value, headers,
     partition and timestamp."""
     values = [dimension_value(layout, d) for d in layout.partition_by]
     for slot in layout.template_slots:

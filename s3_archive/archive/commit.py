@@ -1,4 +1,20 @@
-"""TODO: archive.commit"""
+"""The exactly-once commit of one window: staging -> deterministic final keys -> manifest (the commit point).
+
+    1. Spark wrote the window to  _staging/<topic>/<window>/<attempt>/  (see write.py).
+    2. Each staged part is copied server-side (CopyObject) to its final key, a pure function of the window and
+       the part number, so every attempt writes the same keys.
+    3. Data objects of the window that this attempt does not write (left by an earlier attempt with more parts)
+       are deleted.
+    4. The manifest is written with `If-None-Match: *`: the first attempt to get there commits; any other gets
+       412 and adopts the committed manifest. It rewrote the same keys with the same records, so each record is
+       still stored once.
+    5. Staging of every attempt of the window is deleted.
+
+A crash anywhere before 4 leaves no manifest: the next attempt redoes 2-5 over the same keys. A crash after 4
+leaves a committed window whose stale staging the next attempt (or the staging lifecycle rule) removes.
+`fault` lets tests stop the protocol after any step.
+
+"""
 
 from __future__ import annotations
 
@@ -157,7 +173,7 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
     """`per_record`: the `bytes` format (one object per record, see publish_records). `dead_letter_attempt`: the
     staging attempt holding the window's undecodable records, published under the dead-letter prefix.
     `out_layout`: the archive's key template and partition_by (None: the default layout, keys.objects).
-    `publish_codec`: compress each data part while publishing it (text formats' zstd, see formats.py)."""
+    `publish_codec`: compress each data part while publishing it (text formats' zstd, see model/formats.py)."""
     mkey = manifest_key(prefix, topic, window)
     parts = staged_parts(s3, bucket, staging_prefix(prefix, topic, window, attempt)) if has_records else []
     dead = (staged_parts(s3, bucket, staging_prefix(prefix, topic, window, dead_letter_attempt))

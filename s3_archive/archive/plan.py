@@ -1,4 +1,11 @@
-"""TODO: archive.plan"""
+"""What the offsets sensor cuts, and what the retention check reports. Pure logic, no I/O.
+
+The sensor gathers, per Kafka partition, where its next window starts (the end of its last existing window, or
+the log start offset when it has none), how far windows may reach (the last stable offset), and how far records
+are old enough to flush; `plan_windows` turns that into windows. The set of existing windows is the only state:
+planning the same inputs twice gives the same windows, so a restarted sensor cuts nothing twice.
+
+"""
 
 from __future__ import annotations
 

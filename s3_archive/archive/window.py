@@ -1,4 +1,9 @@
-"""TODO: archive.window"""
+"""Archive one window: check Kafka still has it, stage it with Spark, commit it exactly once.
+
+This is the whole materialization of one Dagster partition; the asset (defs/archive/assets.py) only maps
+partition keys to windows and reports the results.
+
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""TODO: archive.write"""
+"""Read one window from Kafka with Spark and write it to a staging prefix in S3.
+
+Executors read Kafka and write S3; the driver only plans and receives the window's statistics, which are
+aggregated on the executors during the same pass (`DataFrame.observe`). The DataFrame API only, so this also
+runs over Spark Connect.
+
+"""
 
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ class UndecodableValue(ValueError):
 
 @dataclass(frozen=True)
 class Output:
-    """How a window is written: everything stage_window needs from the archive config (see settings.py)."""
+    """How a window is written: everything stage_window needs from the archive config (config/archive.py)."""
 
     fmt: FormatSpec
     codec: str

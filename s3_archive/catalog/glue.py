@@ -1,4 +1,6 @@
-"""TODO: catalog.glue"""
+"""The catalog's I/O on Glue and S3 clients: create the database and the table, update the table only when its input
+changed, and in the explicit-partitions mode register the partition directories that exist.
+"""
 
 from __future__ import annotations
 
@@ -172,7 +174,7 @@ def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: Ca
     action, changes = ensure_table(glue, options.database, table_input)
     added: list[int] | list[str] = []
     existing: list[int] | list[str] = []
-    if options.partitions == "explicit" and getattr(cfg, "layout", None) is not None:
+    if options.partitions == "explicit" and cfg.layout is not None:
         base = len(table_input["StorageDescriptor"]["Location"])
         new, old = register_partition_inputs(glue, options.database, table_input["Name"],
                                              layout_partitions(s3, cfg, topic, table_input))

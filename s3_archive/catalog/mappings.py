@@ -1,4 +1,6 @@
-"""TODO: catalog.mappings"""
+"""How a Glue/Athena table reads each archive format (MAPPINGS, one entry per format), and the formats that get no
+table, with the reason. Pure.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ _AVRO = {
     "timestamp": ("bigint", "record timestamp, epoch microseconds UTC (avro timestamp-micros; in Athena "
                             "from_unixtime(timestamp / 1e6))"),
 }
-# csv: Aiven's fields, in the configured order, as stage.to_output writes them.
+# csv: Aiven's fields, in the configured order, as archive/write.to_output writes them.
 CSV_COLUMNS: dict[str, tuple[str, str]] = {
     "key": ("string", "record key bytes, base64 (from_base64(key) in Athena); a null key is an empty field"),
     "value": ("string", "record value bytes, base64 (from_base64(value) in Athena); a null value is an empty field"),
@@ -187,11 +189,9 @@ def no_table_reason(cfg: ArchiveConfig) -> str | None:
         return f"format {cfg.format!r}: {NO_TABLE[cfg.format]}"
     if cfg.format not in MAPPINGS:
         return f"format {cfg.format!r} has no Glue table mapping; catalogued formats: {', '.join(MAPPINGS)}"
-    layout = getattr(cfg, "layout", None)
-    if layout is not None and (why := layout_reason(layout)) is not None:
+    if cfg.layout is not None and (why := layout_reason(cfg.layout)) is not None:
         return f"layout: {why}"
-    decoding = getattr(cfg, "value_decoding", None)
-    if cfg.format == "avro" and decoding is not None and decoding.type == "json":
+    if cfg.format == "avro" and cfg.value_decoding.type == "json":
         return ("avro with value_decoding json: the avro.schema.literal would have to follow every window's "
                 "inferred fields (use parquet or jsonl for a table of decoded fields)")
     return None

@@ -1,4 +1,6 @@
-"""TODO: catalog.partitions"""
+"""The table's partitions: `kafka_partition int` by default (partition projection), or the layout's Hive-style
+directories (registered explicitly), and the Glue partition values of a directory. Pure.
+"""
 
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def _layout_keys(layout: OutputLayout) -> list[dict[str, str]]:
 def partition_keys(cfg: ArchiveConfig) -> list[dict[str, str]]:
     """The table's partition keys: `kafka_partition int`, or the layout's Hive names in order (time keys and
     field values `string`)."""
-    layout = getattr(cfg, "layout", None)
+    layout = cfg.layout
     return [dict(k) for k in (_DEFAULT_KEYS if layout is None else _layout_keys(layout))]
 
 

@@ -1,4 +1,6 @@
-"""TODO: catalog.tables"""
+"""The Glue table of one topic: its input (columns, SerDe, parameters, partition projection), the equivalent Athena
+DDL, schema evolution of decoded fields, and the diff against a table that exists. Pure.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +21,12 @@ _MANAGED_PREFIXES = ("projection.", "s3_archive.")
 
 
 def options_for(cfg: ArchiveConfig, options: Mapping[str, CatalogOptions] | None = None) -> CatalogOptions:
-    """Explicit mapping first, then `ArchiveConfig.catalog` once settings.py has it, then the defaults.
+    """Explicit mapping first, then `ArchiveConfig.catalog`, then the defaults.
 
     A custom layout that projection cannot describe (anything but `kafka_partition=<p>/` directories) defaults to
     `explicit`; asking for `projection` there is a ValueError."""
-    chosen = (options or {}).get(cfg.name) or getattr(cfg, "catalog", None) or CatalogOptions()
-    layout = getattr(cfg, "layout", None)
+    chosen = (options or {}).get(cfg.name) or cfg.catalog or CatalogOptions()
+    layout = cfg.layout
     if chosen.partitions == "explicit" or layout is None or projectable(layout):
         return chosen
     if "partitions" in chosen.model_fields_set:
@@ -59,10 +61,9 @@ def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
     the kept envelope parts (`envelope`), the value as a string when decoded as UTF-8. Decoded JSON fields are
     added from the archived windows' schemas (decoded_columns)."""
     cols = mapping(cfg).columns(cfg)
-    envelope = getattr(cfg, "envelope", None)
-    if envelope is None or not FORMATS[cfg.format].envelope:
+    if not FORMATS[cfg.format].envelope:
         return cols
-    kept = set(envelope.columns())
+    kept = set(cfg.envelope.columns())
     cols = [c for c in cols if c["Name"] in kept]
     if cfg.value_decoding.type == "utf8":
         cols = [{**c, "Type": "string", "Comment": "record value as UTF-8 text; null for a tombstone"}
@@ -124,10 +125,9 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
     loc = location(cfg, topic)
     params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
-    decoding = getattr(cfg, "value_decoding", None)
-    if decoding is not None and decoding.type == "json":
+    if cfg.value_decoding.type == "json":
         params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
-    layout = getattr(cfg, "layout", None)
+    layout = cfg.layout
     if options.partitions == "projection" and layout is not None and not projectable(layout):
         raise ValueError(projection_refused(cfg.name, layout))
     if options.partitions == "projection":

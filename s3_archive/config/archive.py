@@ -1,4 +1,4 @@
-"""TODO: config.archive"""
+"""One archive of the YAML (`archives:`): which topics, where, in which format and layout, and when windows are cut."""
 
 from __future__ import annotations
 

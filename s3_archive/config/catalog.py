@@ -1,4 +1,4 @@
-"""TODO: config.catalog"""
+"""Where and how an archive's topics are catalogued in Glue (`catalog:` of an archive)."""
 
 from __future__ import annotations
 

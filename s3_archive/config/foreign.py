@@ -1,4 +1,4 @@
-"""TODO: config.foreign"""
+"""`foreign_sources:`: archives written by Kafka Connect S3 sinks (Aiven, Confluent) that restore can replay."""
 
 from __future__ import annotations
 

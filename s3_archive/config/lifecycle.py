@@ -1,4 +1,6 @@
-"""TODO: config.lifecycle"""
+"""The `lifecycle:` of an archive, validated against the constraints S3 documents for transitions (S3 API
+reference, Transition and LifecycleRule): the order of storage classes, minimum days, minimum storage durations.
+"""
 
 from __future__ import annotations
 

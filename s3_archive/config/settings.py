@@ -1,4 +1,4 @@
-"""TODO: config.settings"""
+"""The whole config file (`archives:` and `foreign_sources:`), loaded from YAML and validated."""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""TODO: io.iam"""
+"""The least-privilege IAM policy for the configured archives. Pure: a function of the settings.
+
+Objects: read, write, delete and multipart operations only under each archive's prefix (`bucket/prefix*`, which
+covers the data, `_manifests/` and `_staging/`). Listing: only with an `s3:prefix` under an archive's prefix, or
+exactly one of the directories above it (s3a probes them), unless an archive's prefix is empty; a whole-bucket
+listing is refused. Bucket level: the multipart-upload
+listing the s3a committer uses, GetBucketLocation, and the lifecycle configuration. Glue: the calls the catalog
+assets make, on the catalog, the databases and the exact tables of the configured topics.
+
+`archive.check_bucket` probes a bucket by listing at most one key under the archive's prefix, not with
+HeadBucket (which S3 authorizes as a whole-bucket `s3:ListBucket` that this policy refuses).
+
+"""
 
 from __future__ import annotations
 
@@ -10,7 +22,7 @@ from s3_archive.catalog.tables import options_for, table_name
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import Settings
 
-# s3:RestoreObject: a restore run asks S3 to bring GLACIER / DEEP_ARCHIVE objects back (s3_archive/cold.py).
+# s3:RestoreObject: a restore run asks S3 to bring GLACIER / DEEP_ARCHIVE objects back (s3_archive/restore/cold.py).
 OBJECT_ACTIONS = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", "s3:ListMultipartUploadParts",
                   "s3:PutObject", "s3:RestoreObject")
 BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucketMultipartUploads")

@@ -1,4 +1,7 @@
-"""TODO: io.kafka"""
+"""KafkaResource: a Kafka cluster, reached with confluent-kafka (admin, producer, consumer) and by Spark's Kafka
+source with the same settings. Holds connection settings only; the SASL password is bound with `dg.EnvVar` and
+never logged; errors name the bootstrap servers, never a credential.
+"""
 
 from __future__ import annotations
 

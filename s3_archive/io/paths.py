@@ -1,4 +1,9 @@
-"""TODO: io.paths"""
+"""Where s3-archive keeps things on disk: the JVM jar cache and the local stack's state.
+
+Everything lives under one home directory, `$S3_ARCHIVE_HOME` (default `~/.cache/s3-archive`), outside git.
+These are functions, not constants, so nothing is read from the environment at import time.
+
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO: io.s3"""
+"""S3 helpers every stage uses: the one paginator (`list_objects`), the one ClientError reader (`error_code`),
+batch deletes, reading a window's manifest and checking its objects, and probing a bucket with a clear error.
+"""
 
 from __future__ import annotations
 

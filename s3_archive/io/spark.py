@@ -1,4 +1,6 @@
-"""TODO: io.spark"""
+"""SparkResource: a SparkSession with the Kafka source, Avro and S3A on its classpath; local, a cluster master URL,
+or a Spark Connect endpoint. The tuning fields are explained in docs/deployment.md, "Spark tuning".
+"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pydantic import Field, PrivateAttr
 from s3_archive.io import paths
 from s3_archive.model.errors import MissingJars
 
-# Spark conf key through which `SparkResource.kafka_min_partitions` reaches `stage.read_window` (a conf, not an
+# Spark conf key through which `SparkResource.kafka_min_partitions` reaches `archive.write.read_window` (a conf, not an
 # argument, so that it needs no plumbing through the asset and archive_window, and works over Spark Connect too).
 KAFKA_MIN_PARTITIONS_CONF = "spark.s3archive.kafka.minPartitions"
 

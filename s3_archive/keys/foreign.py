@@ -1,4 +1,11 @@
-"""TODO: keys.foreign"""
+"""Object names of archives written by the Kafka Connect S3 sinks, parsed back to (partition, start offset).
+
+- aiven: `file.name.template` (`{{topic}}-{{partition}}-{{start_offset}}` by default, `{{partition:padding=true}}`
+  10 digits, `{{start_offset:padding=true}}` 20 digits, `{{timestamp:unit=…}}`, `{{key}}`); ambiguous templates
+  are refused with the reason.
+- confluent (DefaultPartitioner): `<topics.dir>/<topic>/partition=<p>/<topic>+<p>+<start offset>.<ext>`, with
+  `.keys.<ext>` / `.headers.<ext>` siblings.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""TODO: keys.layout"""
+"""The `layout:` config of an archive: the object key template and the partition_by dimensions.
+
+These models live with the key engine because they are its input: config/archive.py composes them into
+ArchiveConfig, and keys/buckets.py and keys/objects.py render and parse keys from them. Validation refuses a
+layout whose keys could collide or could not be parsed back (keys/template.check_template).
+"""
 
 from __future__ import annotations
 
@@ -178,7 +183,7 @@ class OutputLayout(StrictModel):
         return self
 
     def check(self, rotation: bool) -> None:
-        """Raise kt.InvalidTemplate unless every key is unique and parses back (rotation: {{part}} required)."""
+        """Raise InvalidTemplate unless every key is unique and parses back (rotation: {{part}} required)."""
         record_slots = ("partition_by",) if any(not isinstance(d, KafkaPartition) for d in self.partition_by) else ()
         check_template(self.key_template, rotation=rotation, record_slots=record_slots)
 

@@ -1,4 +1,18 @@
-"""TODO: keys.objects"""
+"""Where a window's objects live in the bucket. Pure functions of (prefix, topic, window, layout).
+
+    <prefix><topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d><ext>   data (default layout)
+    <prefix>_manifests/<topic>/kafka_partition=<p>/<window key>.json              commit record
+    <prefix>_staging/<topic>/<window key>/<attempt>/                              one attempt's Spark output
+    <prefix>_dead_letter/<topic>/kafka_partition=<p>/<same name as data>.parquet  undecodable records (raw)
+    format bytes: <topic>+<p>+<start>-<end>+<offset:019d>.bin, one object per record
+
+The default layout is the template `{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-
+{{end_offset}}+{{part}}` with partition_by [kafka_partition] (`DEFAULT_LAYOUT`): one engine names every data
+object. The directory is `kafka_partition=`, not Connect's `partition=`, because every record also carries a
+`partition` column, and Hive-style readers reject a partition column that repeats a data column. The window's
+start and end offsets in the name mean a re-run of the same window rewrites the same keys, and no other window's
+objects share the name stem. See docs/layout.md.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""TODO: keys.template"""
+"""Object key templates (Aiven `file.name.template` placeholders, Lenses padding). Pure: check, render, parse back.
+
+    {{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}   (the default)
+
+Placeholders: `{{topic}}`, `{{partition}}`, `{{start_offset}}`, `{{end_offset}}`, `{{part}}` (rotation part number),
+`{{timestamp:unit=yyyy|MM|dd|HH}}` (the record's Kafka timestamp in the layout's timezone), `{{key}}` (the record
+key, encoded), `{{partition_by}}` (the partition_by path). Numbers take `:padding=true` (Aiven widths: partition 10,
+offsets 20, part 5) or the `Padding` config (Lenses: type, char, length per field).
+
+A template is accepted only if every key it renders parses back to the same values, so two windows (or two
+buckets or parts of one window) can never share a key. `check_template` says why a template is refused.
+
+"""
 
 from __future__ import annotations
 
@@ -23,7 +35,7 @@ DEFAULT_TEMPLATE = "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_o
 
 DIGITS = frozenset("0123456789")
 TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-# What partitioners.encode_value can produce: unreserved characters, %XX escapes and the (null)/(empty)/(hex) tokens.
+# What values.encode_value can produce: unreserved characters, %XX escapes and the (null)/(empty)/(hex) tokens.
 ENCODED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-%()")
 # One segment of the partition_by path: encoded values, `name=`, path_format literals.
 PATH_SEGMENT_CHARS = ENCODED_CHARS | {"="}
@@ -231,7 +243,7 @@ def check_template(t: KeyTemplate, *, rotation: bool, record_slots: tuple[str, .
                               "without it two parts would get the same key")
     for slot in record_slots:
         if slot not in used:
-            raise InvalidTemplate(f"the key template {t.text!r} must contain {{{{{slot}}}}}: the partitioners split a "
+            raise InvalidTemplate(f"the key template {t.text!r} must contain {{{{{slot}}}}}: partition_by splits a "
                                   "window into buckets by record content, and without it two buckets would get the "
                                   "same key")
     if "partition_by" in used and t.path_segments < 1:
@@ -285,7 +297,7 @@ def _check_delimited(t: KeyTemplate) -> None:
 
 def render_key(t: KeyTemplate, values: Mapping[str, object]) -> str:
     """The key for these values: numbers as int; `key`, `partition_by`, `timestamp:<unit>` as the text they
-    take in the key (partitioners produce it)."""
+    take in the key (keys/buckets.py produces it)."""
     out = []
     for p in t.parts:
         out.append(p if isinstance(p, str) else _render_one(t, p, values))

@@ -1,4 +1,9 @@
-"""TODO: keys.values"""
+"""Partition values as path segments, and the time path format. Pure.
+
+A value becomes one path segment that is never empty, never contains `/`, `=`, spaces or non-ASCII, and decodes
+back to exactly the value (encode_value / decode_value). The time path format is a Confluent/Joda-style
+`path.format` ('year'=yyyy/'month'=MM/...) rendered from the wall-clock time in a time zone.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO: lifecycle.reconcile"""
+"""Reconciliation of an archive's lifecycle rules with the bucket: read, plan (rules.py), write only on change,
+read back; every rule that is not ours is written back unchanged.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,22 @@
-"""TODO: lifecycle.rules"""
+"""S3 lifecycle rules of an archive, and their reconciliation with the bucket's lifecycle configuration.
+
+Rules are per topic, never one rule over the whole archive prefix:
+
+    s3-archive:<archive>:data:<topic>       Filter Prefix <prefix><topic>/             transitions, expiration,
+                                                                                        abort incomplete uploads
+    s3-archive:<archive>:manifests:<topic>  Filter Prefix <prefix>_manifests/<topic>/  expiration only
+    s3-archive:<archive>:staging            Filter Prefix <prefix>_staging/            expiration, abort uploads
+
+Why: the archive prefix also holds the manifests, which must stay readable with a plain GET (the commit protocol's
+step 1 and the asset checks read them), so they never transition to an archive class; and with `prefix: ""` a
+whole-prefix rule would be a whole-bucket rule, touching objects that are not ours. A manifest expires with its
+window's data (it is written after the data, so it never outlives it by more than a day).
+
+Reconciliation owns exactly the rules whose ID starts with `s3-archive:<archive>:`. Every other rule of the bucket
+(another archive's, another team's) is written back unchanged, in its order. Nothing is written when our rules are
+already as declared. Validation follows the constraints S3 documents for transitions (see `LifecyclePolicy`).
+
+"""
 
 from __future__ import annotations
 
@@ -19,8 +37,8 @@ ID_PREFIX = "s3-archive"
 
 
 def policy_for(cfg: ArchiveConfig, policies: Mapping[str, LifecyclePolicy] | None = None) -> LifecyclePolicy:
-    """Explicit mapping first, then `ArchiveConfig.lifecycle` once settings.py has it, then the defaults."""
-    return (policies or {}).get(cfg.name) or getattr(cfg, "lifecycle", None) or LifecyclePolicy()
+    """Explicit mapping first, then `ArchiveConfig.lifecycle`, then the defaults."""
+    return (policies or {}).get(cfg.name) or cfg.lifecycle or LifecyclePolicy()
 
 
 # S3 deletes an expired object asynchronously, some time after `created + Days` rounded up to the next midnight UTC,

@@ -1,4 +1,4 @@
-"""TODO: model.base"""
+"""StrictModel: the one pydantic base of every config model (config/, keys/layout.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO: model.errors"""
+"""The errors users see, in one place. Each message names the bad value and what is allowed (or what to do);
+none carries a credential. Stages raise them; the Dagster assets turn them into a run failure without a stack
+trace where the message says everything.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""TODO: model.formats"""
+"""Output formats: the archived envelope and how each format is written. Pure: no Spark session, no I/O.
+
+The envelope is what Spark's Kafka source gives, renamed to snake_case and kept lossless:
+key and value as bytes, headers as an ordered list of (key, value) keeping duplicates and nulls, and the
+record's coordinates and timestamp.
+"""
 
 from __future__ import annotations
 
@@ -122,7 +127,7 @@ FORMATS: dict[str, FormatSpec] = {
                        {"zstd": "zstandard", "none": "uncompressed"}),
     "jsonl": FormatSpec("jsonl", "json", ".jsonl", _TEXT_CODECS, "none", _TEXT_SUFFIX),
     # Aiven's json: each object is one JSON array of the records (same fields and encoding as jsonl). Written by
-    # Spark's text writer from lines `[rec`, `,rec`, ..., `,rec]` (stage.py).
+    # Spark's text writer from lines `[rec`, `,rec`, ..., `,rec]` (archive/write.py).
     "json": FormatSpec("json", "text", ".json", _TEXT_CODECS, "none", _TEXT_SUFFIX),
     # Aiven's csv: the configured fields, key and value base64, headers as name:value pairs (both base64)
     # separated by ';'. A null value and an absent header value are both empty: not lossless.
@@ -132,7 +137,7 @@ FORMATS: dict[str, FormatSpec] = {
     "text": FormatSpec("text", "text", ".txt", _TEXT_CODECS, "none", _TEXT_SUFFIX, lossless=False, envelope=False,
                        stores="the value as text"),
     # Lenses BYTES: one object per record holding the value's bytes (images, documents). Not lossless: no key,
-    # headers or timestamp, and a tombstone becomes an empty object. Written by the executors (stage.py).
+    # headers or timestamp, and a tombstone becomes an empty object. Published one object per record by archive/commit.py.
     "bytes": FormatSpec("bytes", "bytes", ".bin", ("none",), "none", {}, lossless=False, envelope=False,
                         stores="one record value per object"),
 }

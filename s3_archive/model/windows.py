@@ -1,4 +1,9 @@
-"""TODO: model.windows"""
+"""Offset windows: the unit of archiving. Pure logic, no I/O.
+
+A window is (kafka partition p, offsets [start, end)), end exclusive. It is one Dagster partition; its key is
+`p00003-0000000000000001000-0000000000000002000`, zero-padded so that lexicographic order is (partition, offset)
+order, and it parses back to the same window.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""TODO: restore.cold"""
+"""Objects in GLACIER / DEEP_ARCHIVE before a restore reads them: ask S3 to restore them (RestoreObject), then
+fail with the count still pending or wait, as configured. Used for our archives (objects from the manifests) and
+for foreign sources (objects from the listing); the pure state rule is `foreign.cold_state`.
+
+"""
 
 from __future__ import annotations
 

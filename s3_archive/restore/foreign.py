@@ -1,4 +1,11 @@
-"""TODO: restore.foreign"""
+"""Restore from archives written by Kafka Connect S3 sinks: list the source's objects, plan them as windows, get cold
+ones restored (S3 RestoreObject), and feed the windows to `restore_sources`, the same exactly-once restore as ours.
+
+A window is one object: (partition, start offset from the name, up to the next object's start offset). The last
+object of a partition has an open end: the restore records it as done up to its last record. A record keeps the
+offset its object stores (Aiven's `offset` field), else gets its object's start offset + its position, so the
+same object always gives the same offsets and the ledger makes a re-run restore each record exactly once.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO: restore.foreign_decode"""
+"""Contents of a Kafka Connect S3 sink's object → (offset or None, key, value, headers, timestamp) per record. Pure.
+Formats csv, jsonl, json, avro, parquet and bytes; whole-object gzip, zstd and snappy (both stream framings).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def decompress(data: bytes, compression: str) -> bytes:
     if compression == "gzip":
         return gzip.decompress(data)
     if compression == "zstd":
-        from backports import zstd  # as restore.py and commit.py
+        from backports import zstd  # as restore/readers.py and archive/commit.py
 
         return zstd.decompress(data)
     if compression == "snappy":

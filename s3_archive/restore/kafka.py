@@ -1,4 +1,6 @@
-"""TODO: restore.kafka"""
+"""The Kafka side of a restore: the transactional producer (with clear errors for fencing and aborts), the ledger's
+store as committed-offset metadata of a consumer group, and checks of the target topic.
+"""
 
 from __future__ import annotations
 

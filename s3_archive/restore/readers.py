@@ -1,4 +1,6 @@
-"""TODO: restore.readers"""
+"""Readers of our archive formats: one object's records in file order, in lists of plain tuples (ArchivedRecord's
+fields), built column-wise where the format allows (parquet). Pure: they read a file object.
+"""
 
 from __future__ import annotations
 
@@ -151,7 +153,7 @@ def jsonl_records(stream: Any) -> Iterator[ArchivedRecord]:
 
 
 def json_array_records(stream: Any, what: str) -> Iterator[ArchivedRecord]:
-    """Records of one (decompressed) `json` object: a JSON array of jsonl's records, as stage.py writes it, one
+    """Records of one (decompressed) `json` object: a JSON array of jsonl's records, as archive/write.py writes it, one
     record per line: `[rec`, `,rec`, ..., `,rec]` (also `[rec]` and `[]`)."""
     state = "start"  # start -> open (after '[') -> closed (after ']')
     first = True  # no record read yet: the next one has no leading ','

@@ -1,4 +1,6 @@
-"""TODO: restore.request"""
+"""What a restore is asked to do and what it reports: the request (target, mapping, filters), the record tuple
+every reader yields, one window to read (`WindowSource`, from our archives or a sink's), and a window's report.
+"""
 
 from __future__ import annotations
 
@@ -169,7 +171,7 @@ def record_bytes(key: bytes | None, value: bytes | None, headers: list[tuple[str
 @dataclass(frozen=True)
 class WindowSource:
     """One window to restore and how to read it: our archives (a manifest) and archives written by others
-    (`s3_archive.foreign_restore`) both come in as these, so the exactly-once machinery is one."""
+    (restore/foreign.py) both come in as these, so the exactly-once machinery is one."""
 
     window: OffsetWindow
     records: Callable[[], Iterator[tuple]]  # ArchivedRecords (or plain tuples in its field order), offset order

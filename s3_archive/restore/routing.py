@@ -1,4 +1,6 @@
-"""TODO: restore.routing"""
+"""Which target partition a restored record goes to: `same`, `murmur2` of its key (Kafka's default partitioner),
+or an explicit `map`. Pure.
+"""
 
 from __future__ import annotations
 

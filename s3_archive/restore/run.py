@@ -1,4 +1,16 @@
-"""TODO: restore.run"""
+"""The restore run: windows of any source (ours: `restore_windows`; a sink's: restore/foreign.py) produced into
+a Kafka topic in (partition, offset) order, exactly once. No Dagster here: the assets only map config and
+partition keys to these functions.
+
+Exactly once. Every transaction carries, besides its records, the restore *ledger*: per source partition the
+offset ranges already restored, written with `send_offsets_to_transaction` as committed-offset metadata of a
+consumer group named after the restore (`ledger_id`). Kafka commits the records and the ledger atomically, so
+after a crash the ledger says exactly which source records are in the target. A re-run calls
+`init_transactions` first (which aborts the dead run's open transaction and fences it), then reads the ledger
+and skips what it lists. Why a ledger and not "the last restored record per target partition" (provenance
+headers): with murmur2 or many-to-one maps a target partition takes records from several source partitions,
+and restoring windows in several runs (or out of order) makes the last record say nothing about the others.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO: restore.sources"""
+"""Our archives as restore sources: each window's manifest (checked: archived, restorable), its objects downloaded to
+temporary files one ahead of the reader, and its records in offset order (objects that interleave are merged).
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The existing dynamic partition keys are the only record of which offsets have windows; the cursor holds nothing.
 A restarted sensor, a lost cursor, or a tick evaluated twice therefore plans the same windows from the same keys,
-and never cuts a window overlapping one that exists. Planning itself is pure (s3_archive/planning.py).
+and never cuts a window overlapping one that exists. Planning itself is pure (s3_archive/archive/plan.py).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.

@@ -1,4 +1,4 @@
-"""The lifecycle domain: one asset per archive that reconciles its S3 lifecycle rules (see s3_archive/lifecycle.py)."""
+"""The lifecycle domain: one asset per archive that reconciles its S3 lifecycle rules (s3_archive/lifecycle/)."""
 
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, lifecycle_asset_key
 

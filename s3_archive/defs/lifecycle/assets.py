@@ -1,7 +1,7 @@
 """The lifecycle asset: one per archive; reconciles the archive's S3 lifecycle rules with its bucket.
 
 Not partitioned. Runs when first deployed, when the declared rules change (code version), daily at 05:00 UTC, and
-on demand. Rules of other owners in the bucket are never changed (s3_archive/lifecycle.py).
+on demand. Rules of other owners in the bucket are never changed (s3_archive/lifecycle/).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.

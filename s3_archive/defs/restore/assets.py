@@ -2,7 +2,7 @@
 
 Same partitions as the archive asset, so a UI backfill over a window range restores that range (in one run, so
 windows of a partition are replayed in offset order). What to restore into, and how, is chosen at launch
-(`RestoreConfig`); the work is `s3_archive.restore.restore_windows`.
+(`RestoreConfig`); the work is `s3_archive.restore.run.restore_windows`.
 """
 
 from collections.abc import Iterator
