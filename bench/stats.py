@@ -1,6 +1,6 @@
 """Pure helpers of the benchmark: summaries over repeats, paired ratios, and the rendered page and JSON.
 
-No I/O here (the caller reads /proc and writes the files), so it is tested fast (s3_archive_tests/unit/test_bench_stats.py).
+No I/O here (the caller reads /proc and writes the files), so it is tested fast (s3_archive_tests/unit/bench/test_stats.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive_tests.integration.archive_helpers import archive_config, log, resources
-from s3_archive_tests.integration.test_restore import body, consume_all, materialize_restore, restore_metadata
+from s3_archive_tests.integration.restore.test_restore import body, consume_all, materialize_restore, restore_metadata
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
 from s3_archive_tests.moto_helpers import moto_transition
 
