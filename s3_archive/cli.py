@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(stack.status())
         elif args.command == "iam-policy":
             from s3_archive.config.settings import load_settings
-            from s3_archive.io.iam import iam_policy
+            from s3_archive.iam import iam_policy
 
             path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
             print(json.dumps(iam_policy(load_settings(path), region=args.region, account_id=args.account_id),

@@ -27,7 +27,8 @@ class KafkaResource(dg.ConfigurableResource):
     timeout_s: float = Field(default=15.0, description="admin request timeout")
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "security.protocol": self.security_protocol}
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers,
+                                "security.protocol": self.security_protocol}
         if self.sasl_mechanism:
             conf |= {"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
                      "sasl.password": self.sasl_password}

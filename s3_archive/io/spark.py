@@ -68,7 +68,8 @@ class SparkResource(dg.ConfigurableResource):
 
     def spark_conf(self) -> dict[str, str]:
         if self.s3_committer not in S3_COMMITTERS:
-            raise ValueError(f"SparkResource.s3_committer is {self.s3_committer!r}; allowed: {', '.join(S3_COMMITTERS)}")
+            raise ValueError(f"SparkResource.s3_committer is {self.s3_committer!r}; allowed: "
+                             f"{', '.join(S3_COMMITTERS)}")
         jars = [] if self.remote else [str(p) for p in paths.jars("spark")]
         conf = {
             "spark.app.name": self.app_name,

@@ -137,7 +137,8 @@ FORMATS: dict[str, FormatSpec] = {
     "text": FormatSpec("text", "text", ".txt", _TEXT_CODECS, "none", _TEXT_SUFFIX, lossless=False, envelope=False,
                        stores="the value as text"),
     # Lenses BYTES: one object per record holding the value's bytes (images, documents). Not lossless: no key,
-    # headers or timestamp, and a tombstone becomes an empty object. Published one object per record by archive/commit.py.
+    # headers or timestamp, and a tombstone becomes an empty object. archive/commit.py publishes one object per
+    # record.
     "bytes": FormatSpec("bytes", "bytes", ".bin", ("none",), "none", {}, lossless=False, envelope=False,
                         stores="one record value per object"),
 }

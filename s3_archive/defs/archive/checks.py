@@ -258,7 +258,8 @@ def headroom_result(instance: dg.DagsterInstance, kafka: KafkaResource, cfg: Arc
     rooms = retention_headroom(first_record_timestamps(kafka, topic, pending), retention_ms,
                                cfg.retention_warn_fraction, now_ms)
     problems = [f"topic {topic!r} partition {h.partition}: the oldest unarchived record (offset "
-                f"{pending[h.partition]}) is {h.age_ms / 1000:.0f} s old, more than {cfg.retention_warn_fraction:g} of retention.ms "
+                f"{pending[h.partition]}) is {h.age_ms / 1000:.0f} s old, more than "
+                f"{cfg.retention_warn_fraction:g} of retention.ms "
                 f"{retention_ms} ({retention_ms / 1000:.0f} s)" for h in rooms if h.warn]
     return dg.AssetCheckResult(
         passed=not problems, severity=dg.AssetCheckSeverity.WARN,

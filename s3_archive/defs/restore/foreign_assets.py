@@ -12,7 +12,7 @@ from dagster_aws.s3 import S3Resource
 
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.settings import Settings
-from s3_archive.defs.restore.assets import RestoreConfig
+from s3_archive.defs.restore.config import ForeignRestoreConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.model.errors import (
@@ -32,10 +32,6 @@ FOREIGN_PREFIX = "kafka_restore_foreign"
 
 def foreign_asset_key(name: str) -> dg.AssetKey:
     return dg.AssetKey([FOREIGN_PREFIX, name])
-
-
-class ForeignRestoreConfig(RestoreConfig):
-    """RestoreConfig (with its cold-storage keys; cold_restore_days/tier default to the source's settings)."""
 
 
 _CLEAR_ERRORS = (InvalidRestore, RestoreFailed, ArchiveIntegrityError, InvalidForeignObject, ColdObjectsPending,

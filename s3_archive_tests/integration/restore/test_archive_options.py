@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from s3_archive.archive.window import archive_window
-from s3_archive.defs.restore.assets import RestoreConfig
+from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.errors import ArchiveIntegrityError, ColdObjectsPending, InvalidRestore
 from s3_archive.model.windows import OffsetWindow

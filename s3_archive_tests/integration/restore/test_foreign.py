@@ -16,7 +16,8 @@ import fastavro
 import pytest
 
 from s3_archive.config.foreign import ForeignSource
-from s3_archive.defs.restore.foreign_assets import ForeignRestoreConfig, build_foreign_restore_asset
+from s3_archive.defs.restore.config import ForeignRestoreConfig
+from s3_archive.defs.restore.foreign_assets import build_foreign_restore_asset
 from s3_archive.restore.cold import ColdReport
 from s3_archive.restore.foreign import restore_foreign
 from s3_archive.restore.request import RestoreRequest

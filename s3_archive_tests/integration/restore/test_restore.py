@@ -18,7 +18,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from s3_archive.defs.archive.partitions import window_partitions
-from s3_archive.defs.restore.assets import RestoreConfig, build_restore_asset, restore_asset_key
+from s3_archive.defs.restore.assets import build_restore_asset, restore_asset_key
+from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.windows import OffsetWindow

@@ -262,7 +262,7 @@ def test_jsonl_lines_split_across_reads():
 
 
 def test_dagster_config_becomes_a_request():
-    from s3_archive.defs.restore.assets import RestoreConfig
+    from s3_archive.defs.restore.config import RestoreConfig
 
     req = RestoreConfig(target_topic="copy", partition_mapping="map", partition_map={"0": 1, "1": 0},
                         from_offset=10, to_timestamp_ms=99, provenance_headers=True).request("orders")

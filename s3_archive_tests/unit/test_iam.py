@@ -9,7 +9,7 @@ from s3_archive.catalog.mappings import NO_TABLE
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import Settings
-from s3_archive.io.iam import ancestors, iam_policy
+from s3_archive.iam import ancestors, iam_policy
 from s3_archive.model.formats import FORMATS
 
 pytestmark = pytest.mark.unit

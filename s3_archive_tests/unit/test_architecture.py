@@ -1,0 +1,108 @@
+"""The package's shape, checked: folders import only downwards, no import cycles, the pure folders import no I/O
+library, no private Dagster API, no module grows past ~500 lines (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(__file__).resolve().parents[2] / "s3_archive"
+# A folder may import its own modules and those of folders with a lower rank; the stages (rank 4) are siblings
+# and never import each other.
+RANK = {"model": 0, "keys": 1, "config": 2, "io": 3, "archive": 4, "restore": 4, "catalog": 4, "lifecycle": 4,
+        "defs": 5, "definitions": 6, "iam": 6, "local": 7, "cli": 8}
+PURE = {"model", "keys"}  # pure logic: the standard library and pydantic only
+MAX_LINES = 500
+
+
+def modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    """(imported module, line) of every import, except those under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, node.lineno))
+            # `from s3_archive.x import y` may name a module y
+            out += [(f"{node.module}.{a.name}", node.lineno) for a in node.names]
+    return out
+
+
+def folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def project_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: {i for i, _ in imports(p) if i in mods and i != m} for m, p in mods.items()}
+
+
+def test_folders_import_only_downwards():
+    bad = []
+    for m, p in modules().items():
+        if m == "s3_archive":
+            continue
+        for imp, line in imports(p):
+            if not imp.startswith("s3_archive.") or imp not in modules():
+                continue
+            src, dst = folder(m), folder(imp)
+            if src != dst and (RANK[dst] > RANK[src] or RANK[dst] == RANK[src]):
+                bad.append(f"{p.relative_to(PACKAGE.parent)}:{line}: {src}/ imports {imp} ({dst}/)")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph = project_graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+            elif n not in state:
+                visit(n, [*stack, n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_pure_folders_import_no_io_library():
+    allowed = set(sys.stdlib_module_names) | {"pydantic", "s3_archive"}
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{line}: {imp}" for m, p in modules().items() if folder(m) in PURE
+           for imp, line in imports(p) if imp.split(".")[0] not in allowed]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_dagster_api():
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{line}: {imp}" for p in modules().values()
+           for imp, line in imports(p) if imp.startswith("dagster._")]
+    bad += [f"{p.relative_to(PACKAGE.parent)}: mentions dagster._" for p in modules().values()
+            if "dagster._" in p.read_text()]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_over_the_size_limit():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these by role (over {MAX_LINES} lines): {long}"
