@@ -19,6 +19,7 @@ from s3_archive.keys.foreign import confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
+from s3_archive.restore.cold import prepare_cold as prepare_cold_objects
 from s3_archive.restore.foreign_decode import Decoder, decompress, numbered, with_keys
 from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, WindowSource, no_fault
 from s3_archive.restore.run import restore_sources
@@ -109,8 +110,8 @@ def prepare_cold(s3: Any, source: ForeignSource, windows: list[ForeignWindow], w
     override the source's `cold_restore_days` / `cold_restore_tier`."""
     opts = ColdOptions(wait_seconds, days or source.cold_restore_days, tier or source.cold_restore_tier,
                        poll_seconds)
-    return prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
-                             f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
+    return prepare_cold_objects(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
+                                f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
 
 
 def _get(s3: Any, bucket: str, o: ListedObject) -> bytes:
