@@ -36,7 +36,7 @@ class StackState:
     moto_pid: int
 
     def env(self) -> dict[str, str]:
-        """The environment the project's resources read (see `s3_archive.resources`)."""
+        """The environment the project's resources read (see `s3_archive/definitions.py` and `s3_archive/io/`)."""
         return {
             "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
