@@ -15,7 +15,7 @@ from typing import Any
 
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.keys.foreign import confluent_parse
+from s3_archive.keys.foreign import aiven_parse, confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
@@ -53,7 +53,6 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
     ignored: list[str] = []
     if source.layout == "aiven":
         tmpl = source.key_template
-        pattern = tmpl.compiled()
         suffix = COMPRESSIONS[source.compression]
     for o in listing:
         if not o.key.startswith(prefix):
@@ -64,7 +63,7 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
             if not rest.endswith(suffix):
                 ignored.append(o.key)
                 continue
-            got = tmpl.parse(rest[:len(rest) - len(suffix)] if suffix else rest, pattern)
+            got = aiven_parse(tmpl, rest[:len(rest) - len(suffix)] if suffix else rest)
             if got is None or got.get("topic", source.topic) != source.topic:
                 ignored.append(o.key)
                 continue
