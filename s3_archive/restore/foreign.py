@@ -18,6 +18,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.keys.foreign import aiven_parse, confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
+from s3_archive.restore import cold
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
 from s3_archive.restore.foreign_decode import Decoder, decompress, numbered, with_keys
 from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, WindowSource, no_fault
@@ -108,7 +109,7 @@ def prepare_cold(s3: Any, source: ForeignSource, windows: list[ForeignWindow], w
     override the source's `cold_restore_days` / `cold_restore_tier`."""
     opts = ColdOptions(wait_seconds, days or source.cold_restore_days, tier or source.cold_restore_tier,
                        poll_seconds)
-    return prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
+    return cold.prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
                              f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
 
 
