@@ -74,6 +74,7 @@ def aiven_parse(t: KeyTemplate, name: str) -> dict[str, Any] | None:
             out[slot] = v
     return out
 
+
 _CONFLUENT_EXT = {"avro": (".avro",), "json": (".json",), "parquet": (".parquet",), "bytes": (".bin",)}
 
 
