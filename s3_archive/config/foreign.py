@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from s3_archive.keys.foreign import DEFAULT_AIVEN_TEMPLATE, InvalidTemplate, KeyTemplate, parse_template
+from s3_archive.keys.foreign import DEFAULT_AIVEN_TEMPLATE, aiven_template
+from s3_archive.keys.template import InvalidTemplate, KeyTemplate
 
 LAYOUTS = ("aiven", "confluent")
 AIVEN_FORMATS = ("csv", "jsonl", "json", "avro", "parquet", "bytes")
@@ -81,13 +82,13 @@ class ForeignSource(BaseModel):
                                  "bytes objects, with gzip (avro and parquet compress inside the file)")
             return self
         try:
-            t = parse_template(self.template or DEFAULT_AIVEN_TEMPLATE)
+            t = aiven_template(self.template or DEFAULT_AIVEN_TEMPLATE)
         except InvalidTemplate as e:
             raise ValueError(str(e)) from None
-        if "partition" not in t.names or "start_offset" not in t.names:
+        if "partition" not in t.slots or "start_offset" not in t.slots:
             raise ValueError(f"template {t.text!r} needs {{{{partition}}}} and {{{{start_offset}}}} to be restored in "
                              "order (a {{key}} template keeps only the latest record per key: not a log)")
-        if "key" in t.names:
+        if "key" in t.slots:
             raise ValueError(f"template {t.text!r}: {{{{key}}}} groups records by key, keeping only the latest of "
                              "each; such objects are not a log and cannot be restored in order")
         if self.format == "bytes" and "fields" in self.model_fields_set and self.fields != ["value"]:
@@ -110,7 +111,7 @@ class ForeignSource(BaseModel):
 
     @property
     def key_template(self) -> KeyTemplate:
-        return parse_template(self.template or DEFAULT_AIVEN_TEMPLATE)
+        return aiven_template(self.template or DEFAULT_AIVEN_TEMPLATE)
 
     @property
     def separator(self) -> bytes | None:

@@ -1,15 +1,22 @@
-"""Object key templates (Aiven `file.name.template` placeholders, Lenses padding). Pure: check, render, parse back.
+"""Object key templates: one engine that parses, checks, renders and parses back the keys of our archives and the
+object names of the Aiven S3 sink (`file.name.template`). Pure.
 
-    {{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}   (the default)
+    {{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}   (our default)
 
 Placeholders: `{{topic}}`, `{{partition}}`, `{{start_offset}}`, `{{end_offset}}`, `{{part}}` (rotation part number),
 `{{timestamp:unit=yyyy|MM|dd|HH}}` (the record's Kafka timestamp in the layout's timezone), `{{key}}` (the record
 key, encoded), `{{partition_by}}` (the partition_by path). Numbers take `:padding=true` (Aiven widths: partition 10,
-offsets 20, part 5) or the `Padding` config (Lenses: type, char, length per field).
+offsets 20, part 5) or the `Padding` config (Lenses: type, char, length per field); unpadded they have no leading
+zeros (Java's Long.toString, Python's str).
+
+Who writes the keys is a `Dialect`, a frozen value the template carries: which placeholders it knows, which are
+required, what `{{key}}` renders to, whether a placeholder may repeat, the parameter syntax, unit aliases, whether
+the template is an S3 path below a prefix (strict literals) and the default padding. `ARCHIVE` is ours;
+keys/foreign.py defines Aiven's. Everything else (the grammar, the character set and width of each placeholder,
+the ambiguity check, rendering and parsing) is the same code for both.
 
 A template is accepted only if every key it renders parses back to the same values, so two windows (or two
 buckets or parts of one window) can never share a key. `check_template` says why a template is refused.
-
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -26,7 +34,7 @@ from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION
 NUMBERS = ("partition", "start_offset", "end_offset", "part")
 NAMES = (*NUMBERS, "topic", "timestamp", "key", "partition_by")
 UNITS = {"yyyy": 4, "MM": 2, "dd": 2, "HH": 2}  # width of each timestamp unit
-UNIT_ALIASES = {"YYYY": "yyyy"}  # Aiven reads YYYY as yyyy (the calendar year, not Java's week year)
+UNIT_ALIASES = {"YYYY": "yyyy"}  # we read YYYY as yyyy (the calendar year, not Java's week year)
 AIVEN_WIDTHS = {"partition": 10, "start_offset": 20, "end_offset": 20, "part": 5}
 MAX_PART = 99_999
 MAX_DIGITS = {"partition": len(str(MAX_PARTITION)), "start_offset": len(str(MAX_OFFSET)),
@@ -40,7 +48,8 @@ ENCODED_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 # One segment of the partition_by path: encoded values, `name=`, path_format literals.
 PATH_SEGMENT_CHARS = ENCODED_CHARS | {"="}
 
-_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
+# A placeholder's body holds no brace, so `{{{topic}}` is the literal '{' and then {{topic}} (as Aiven reads it).
+_PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 _BAD_LITERAL = re.compile(r"[\x00-\x1f\x7f\\{}]")
 
 
@@ -82,6 +91,26 @@ class Padding(BaseModel):
 
 
 @dataclass(frozen=True)
+class Dialect:
+    """Who writes the keys: what a template of theirs may hold and what its placeholders render to."""
+
+    what: str  # how messages name a template: "key template", "file.name.template"
+    names: tuple[str, ...]  # the placeholders it knows (a subset of NAMES)
+    required: tuple[str, ...]  # check_template: without these two objects could get the same key
+    key_chars: frozenset[str] | None  # what {{key}} renders to; None: any text, also empty
+    repeats: bool  # a placeholder may appear twice (parse_key: both must agree)
+    param_lists: bool  # `{{name:a=1,b=2}}` (empty items skipped); False: at most one `name=value`
+    unit_aliases: tuple[tuple[str, str], ...]
+    paths: bool  # a path below a prefix: not empty, no leading '/', no '//', no control chars, '\\', '{', '}'
+    padding: Padding  # of numbers without `:padding=true`, unless the caller gives one
+
+
+ARCHIVE = Dialect(what="key template", names=NAMES, required=("topic", "partition", "start_offset"),
+                  key_chars=ENCODED_CHARS, repeats=True, param_lists=True,
+                  unit_aliases=tuple(UNIT_ALIASES.items()), paths=True, padding=Padding())
+
+
+@dataclass(frozen=True)
 class Placeholder:
     name: str  # one of NAMES
     unit: str | None = None  # timestamp only
@@ -104,6 +133,7 @@ class KeyTemplate:
     parts: tuple[str | Placeholder, ...]  # literals and placeholders, in order, no two literals adjacent
     padding: Padding
     path_segments: int = 1  # how many `/`-separated segments {{partition_by}} renders to
+    dialect: Dialect = ARCHIVE
 
     @property
     def placeholders(self) -> tuple[Placeholder, ...]:
@@ -128,64 +158,81 @@ class KeyTemplate:
         return "left" if p.aiven_padding else self.padding.type
 
 
-def parse_template(text: str, padding: Padding | None = None, path_segments: int = 1) -> KeyTemplate:
-    """Syntax only: placeholders and units known, literals allowed. `check_template` decides if it is safe."""
-    padding = padding or Padding()
-    if not text:
-        raise InvalidTemplate("the key template is empty")
-    if text.startswith("/"):
-        raise InvalidTemplate(f"the key template must not start with '/' (the archive's prefix comes first), "
-                              f"got {text!r}")
-    if "//" in text:
-        raise InvalidTemplate(f"the key template has an empty path segment ('//'): {text!r}")
+def parse_template(text: str, padding: Padding | None = None, path_segments: int = 1,
+                   dialect: Dialect = ARCHIVE) -> KeyTemplate:
+    """Syntax only: placeholders, parameters and units known to the dialect, literals allowed. `check_template`
+    decides if it is safe."""
+    d = dialect
+    if d.paths:
+        if not text:
+            raise InvalidTemplate(f"the {d.what} is empty")
+        if text.startswith("/"):
+            raise InvalidTemplate(f"the {d.what} must not start with '/' (the archive's prefix comes first), "
+                                  f"got {text!r}")
+        if "//" in text:
+            raise InvalidTemplate(f"the {d.what} has an empty path segment ('//'): {text!r}")
     parts: list[str | Placeholder] = []
     pos = 0
     for m in _PLACEHOLDER.finditer(text):
         if m.start() > pos:
             parts.append(text[pos:m.start()])
-        parts.append(_placeholder(m.group(1), text))
+        parts.append(_placeholder(m.group(1), text, d))
         pos = m.end()
     if pos < len(text):
         parts.append(text[pos:])
     for lit in (p for p in parts if isinstance(p, str)):
-        if "{{" in lit or "}}" in lit or (bad := _BAD_LITERAL.search(lit)):
-            what = "an unclosed '{{' or a stray '}}'" if ("{{" in lit or "}}" in lit) else repr(bad.group())
-            raise InvalidTemplate(f"the key template {text!r} has {what} in its literal text {lit!r}")
-    return KeyTemplate(text, tuple(parts), padding, path_segments)
+        if "{{" in lit or "}}" in lit:
+            raise InvalidTemplate(f"the {d.what} {text!r} has a malformed placeholder (an unclosed '{{{{' or a "
+                                  f"stray '}}}}') in its literal text {lit!r}; placeholders look like {{{{name}}}} "
+                                  "or {{name:param=value}}")
+        if d.paths and (bad := _BAD_LITERAL.search(lit)):
+            raise InvalidTemplate(f"the {d.what} {text!r} has {bad.group()!r} in its literal text {lit!r}")
+    if not d.repeats:
+        seen: set[str] = set()
+        for p in (p for p in parts if isinstance(p, Placeholder)):
+            if p.slot in seen:
+                raise InvalidTemplate(f"the {d.what} {text!r}: {p} appears twice")
+            seen.add(p.slot)
+    return KeyTemplate(text, tuple(parts), padding or d.padding, path_segments, d)
 
 
-def _placeholder(body: str, text: str) -> Placeholder:
-    name, _, params = body.strip().partition(":")
+def _placeholder(body: str, text: str, d: Dialect) -> Placeholder:
+    name, colon, params = body.strip().partition(":")
     name = name.strip()
-    if name not in NAMES:
-        raise InvalidTemplate(f"unknown placeholder {{{{{body}}}}} in the key template {text!r}; known: "
-                              + ", ".join(f"{{{{{n}}}}}" for n in NAMES))
+    if name not in d.names:
+        raise InvalidTemplate(f"unknown placeholder {{{{{body}}}}} in the {d.what} {text!r}; known: "
+                              + ", ".join(f"{{{{{n}}}}}" for n in d.names))
+    where = f"the {d.what} {text!r}: placeholder {{{{{body}}}}}"
+    if d.param_lists:
+        items = [s for s in (s.strip() for s in params.split(",")) if s]
+    else:  # `name` or `name:param=value`, as Aiven's parser reads them
+        items = [params.strip()] if colon else []
     args: dict[str, str] = {}
-    for param in filter(None, (s.strip() for s in params.split(","))) if params else ():
+    for param in items:
         k, eq, v = param.partition("=")
         if not eq:
-            raise InvalidTemplate(f"placeholder {{{{{body}}}}}: parameter {param!r} must be name=value")
+            raise InvalidTemplate(f"{where}: parameter {param!r} must be name=value")
         args[k.strip()] = v.strip()
     if name == "timestamp":
         unit = args.pop("unit", None)
-        unit = UNIT_ALIASES.get(unit, unit)  # type: ignore[arg-type]
+        unit = dict(d.unit_aliases).get(unit, unit)  # type: ignore[arg-type]
         if unit not in UNITS:
-            raise InvalidTemplate(f"placeholder {{{{{body}}}}} needs unit=" + "|".join(UNITS)
-                                  + (f", got unit={unit}" if unit else ""))
+            raise InvalidTemplate(f"{where} needs unit=" + "|".join(UNITS) + (f", got unit={unit}" if unit else ""))
         if args:
-            raise InvalidTemplate(f"placeholder {{{{{body}}}}}: unknown parameter(s) {sorted(args)}; allowed: unit")
+            raise InvalidTemplate(f"{where}: unknown parameter(s) {sorted(args)}; allowed: unit")
         return Placeholder("timestamp", unit=unit)
+    numbers = [n for n in NUMBERS if n in d.names]
     padding = False
     if "padding" in args:
         if name not in NUMBERS:
-            raise InvalidTemplate(f"placeholder {{{{{body}}}}}: padding applies to "
-                                  + ", ".join(f"{{{{{n}}}}}" for n in NUMBERS) + " only")
+            raise InvalidTemplate(f"{where}: padding applies to " + ", ".join(f"{{{{{n}}}}}" for n in numbers)
+                                  + " only")
         value = args.pop("padding")
         if value not in ("true", "false"):
-            raise InvalidTemplate(f"placeholder {{{{{body}}}}}: padding must be true or false, got {value!r}")
+            raise InvalidTemplate(f"{where}: padding must be true or false, got {value!r}")
         padding = value == "true"
     if args:
-        raise InvalidTemplate(f"placeholder {{{{{body}}}}}: unknown parameter(s) {sorted(args)}"
+        raise InvalidTemplate(f"{where}: unknown parameter(s) {sorted(args)}"
                               + ("; allowed: padding" if name in NUMBERS else "; it takes none"))
     return Placeholder(name, aiven_padding=padding)
 
@@ -193,10 +240,12 @@ def _placeholder(body: str, text: str) -> Placeholder:
 # --- what each placeholder can render to ---------------------------------------------------------------------
 
 
-def _chars(t: KeyTemplate, p: Placeholder) -> frozenset[str]:
+def _chars(t: KeyTemplate, p: Placeholder) -> frozenset[str] | None:
+    """The characters a rendering may hold (None: any). {{partition_by}} also holds exactly path_segments - 1
+    '/', which therefore still bounds it like a character it cannot hold."""
     if p.name in NUMBERS:
         return DIGITS | ({t.pad_char(p)} if t.width(p) else set())
-    return {"timestamp": DIGITS, "topic": TOPIC_CHARS, "key": ENCODED_CHARS,
+    return {"timestamp": DIGITS, "topic": TOPIC_CHARS, "key": t.dialect.key_chars,
             "partition_by": PATH_SEGMENT_CHARS}[p.name]
 
 
@@ -209,87 +258,113 @@ def _fixed(t: KeyTemplate, p: Placeholder) -> int | None:
     return None
 
 
-def _regex(t: KeyTemplate, p: Placeholder) -> str:
+def slot_regex(t: KeyTemplate, p: Placeholder) -> str:
+    """A regex (no groups) of every rendering of `p` in this template."""
+    chars = _chars(t, p)
     if (n := _fixed(t, p)) is not None:
-        return f"({_class(_chars(t, p))}{{{n}}})"
+        return f"{_class(chars)}{{{n}}}"  # type: ignore[arg-type]
+    if p.name in NUMBERS and not t.width(p):
+        return "(?:0|[1-9][0-9]*)"  # no leading zeros
     if p.name == "partition_by":
         seg = f"{_class(PATH_SEGMENT_CHARS)}+"
-        return f"({seg}(?:/{seg}){{{t.path_segments - 1}}})"
-    return f"({_class(_chars(t, p))}+)"
+        return f"{seg}(?:/{seg}){{{t.path_segments - 1}}}"
+    if chars is None:
+        return "(?s:.*)"
+    return f"{_class(chars)}+"
 
 
 def _class(chars: frozenset[str]) -> str:
     return "[" + "".join(re.escape(c) for c in sorted(chars)) + "]"
 
 
+_RANGES = (("a-z", frozenset("abcdefghijklmnopqrstuvwxyz")), ("A-Z", frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")),
+           ("0-9", DIGITS))
+
+
+def _describe(t: KeyTemplate, p: Placeholder) -> str:
+    """What `p` may contain, for messages: `{{topic}} a-z A-Z 0-9 - . _`."""
+    chars = _chars(t, p)
+    if chars is None:
+        return f"{p} any character"
+    shown = []
+    for label, cs in _RANGES:
+        if cs <= chars:
+            shown.append(label)
+            chars -= cs
+    return f"{p} " + " ".join(shown + sorted(chars))
+
+
 # --- the safety check ----------------------------------------------------------------------------------------
 
 
-def check_template(t: KeyTemplate, *, rotation: bool, record_slots: tuple[str, ...] = ()) -> None:
+def check_template(t: KeyTemplate, *, rotation: bool = False, record_slots: tuple[str, ...] = ()) -> None:
     """Refuse a template that could give two objects the same key, or whose keys cannot be parsed back.
 
+    The dialect's required placeholders must appear.
     rotation: a window may be split into parts, so `{{part}}` is required.
     record_slots: values that differ between the buckets of one window (e.g. `partition_by` when a partitioner
     splits by record content); each must appear in the template.
     """
     used = {p.slot for p in t.placeholders}
-    missing = [n for n in ("topic", "partition", "start_offset") if n not in used]
+    missing = [n for n in t.dialect.required if n not in used]
     if missing:
-        raise InvalidTemplate(f"the key template {t.text!r} must contain " + ", ".join(f"{{{{{n}}}}}" for n in missing)
+        raise InvalidTemplate(f"the {t.dialect.what} {t.text!r} must contain "
+                              + ", ".join(f"{{{{{n}}}}}" for n in missing)
                               + ": without them two windows could get the same key")
     if rotation and "part" not in used:
-        raise InvalidTemplate(f"the key template {t.text!r} must contain {{{{part}}}}: rotation "
+        raise InvalidTemplate(f"the {t.dialect.what} {t.text!r} must contain {{{{part}}}}: rotation "
                               "(max_records_per_object / max_bytes_per_object) splits a window into parts, and "
                               "without it two parts would get the same key")
     for slot in record_slots:
         if slot not in used:
-            raise InvalidTemplate(f"the key template {t.text!r} must contain {{{{{slot}}}}}: partition_by splits a "
-                                  "window into buckets by record content, and without it two buckets would get the "
-                                  "same key")
+            raise InvalidTemplate(f"the {t.dialect.what} {t.text!r} must contain {{{{{slot}}}}}: partition_by "
+                                  "splits a window into buckets by record content, and without it two buckets "
+                                  "would get the same key")
     if "partition_by" in used and t.path_segments < 1:
-        raise InvalidTemplate(f"the key template {t.text!r} uses {{{{partition_by}}}} but partition_by is empty")
+        raise InvalidTemplate(f"the {t.dialect.what} {t.text!r} uses {{{{partition_by}}}} but partition_by is "
+                              "empty")
     for p in t.placeholders:
         if p.name in NUMBERS and t.pad_type(p) == "right" and t.width(p) and t.pad_char(p) in DIGITS:
             raise InvalidTemplate(f"{p}: right padding with a digit cannot be parsed back")
-    _check_delimited(t)
+    _check_unambiguous(t)
 
 
-def _check_delimited(t: KeyTemplate) -> None:
-    """Every placeholder must end where the next literal starts (left to right) or start where the previous
-    literal ends (right to left); at most one placeholder in between may take whatever is left."""
+def _check_unambiguous(t: KeyTemplate) -> None:
+    """Every key must split into its placeholders' values in exactly one way, whatever the values.
+
+    From the left, a placeholder's end is known when its start is and it has a fixed width, or the literal after
+    it holds a character it can never contain (it ends where the first such character, less its position in the
+    literal, is). From the right, symmetrically, a start is known. A placeholder whose start is known from the left
+    and whose end is known from the right takes what is left between; so at most one placeholder may be known
+    from neither side's scan, else two splits of one key would be possible."""
     parts = t.parts
     n = len(parts)
 
-    def ends_cleanly(i: int) -> bool:  # placeholder i's end is found scanning from the left
+    def bounded(i: int, step: int) -> bool:  # placeholder i's far edge is found scanning in direction `step`
         p = parts[i]
         assert isinstance(p, Placeholder)
         if _fixed(t, p) is not None:
             return True
-        nxt = parts[i + 1] if i + 1 < n else None
-        return isinstance(nxt, str) and nxt[0] not in _chars(t, p)
-
-    def starts_cleanly(i: int) -> bool:  # placeholder i's start is found scanning from the right
-        p = parts[i]
-        assert isinstance(p, Placeholder)
-        if _fixed(t, p) is not None:
-            return True
-        prv = parts[i - 1] if i > 0 else None
-        return isinstance(prv, str) and prv[-1] not in _chars(t, p)
+        lit = parts[i + step] if 0 <= i + step < n else None
+        chars = _chars(t, p)
+        return isinstance(lit, str) and chars is not None and any(c not in chars for c in lit)
 
     holes = [i for i, p in enumerate(parts) if isinstance(p, Placeholder)]
     left = 0
-    while left < len(holes) and ends_cleanly(holes[left]):
+    while left < len(holes) and bounded(holes[left], 1):
         left += 1
     right = len(holes)
-    while right > left and starts_cleanly(holes[right - 1]):
+    while right > left and bounded(holes[right - 1], -1):
         right -= 1
     if right - left > 1:
         a, b = parts[holes[left]], parts[holes[right - 1]]
+        assert isinstance(a, Placeholder) and isinstance(b, Placeholder)
         raise InvalidTemplate(
-            f"the key template {t.text!r} is ambiguous: the end of {a} and the start of {b} cannot be found (a "
-            "separator next to them can also occur inside them, or two placeholders touch); separate them with a "
-            "character they cannot contain (e.g. '/' or '+'; a topic may contain '.', '_' and '-', a key '.', '_', "
-            "'-', '%', '(' and ')'), or pad the numbers to a fixed width")
+            f"the {t.dialect.what} {t.text!r} is ambiguous: the end of {a} and the start of {b} cannot be found "
+            "(the literal text next to them holds only characters they may contain, or two placeholders touch), so "
+            "one key could be split in more than one way; separate them with a character one of them cannot "
+            f"contain (e.g. '/' or '+'; {_describe(t, a)}, {_describe(t, b)}), or pad the numbers to a fixed "
+            "width (:padding=true)")
 
 
 # --- render and parse ----------------------------------------------------------------------------------------
@@ -319,7 +394,8 @@ def _render_one(t: KeyTemplate, p: Placeholder, values: Mapping[str, object]) ->
             s = s.rjust(w, t.pad_char(p)) if t.pad_type(p) == "left" else s.ljust(w, t.pad_char(p))
         return s
     s = str(v)
-    if not s or not set(s) <= _chars(t, p) | ({"/"} if p.name == "partition_by" else set()):
+    chars = _chars(t, p)
+    if chars is not None and (not s or not set(s) <= chars | ({"/"} if p.name == "partition_by" else set())):
         raise ValueError(f"{p} cannot render {s!r}")
     if p.name == "timestamp" and len(s) != UNITS[p.unit]:  # type: ignore[index]
         raise ValueError(f"{p} must be {UNITS[p.unit]} digits, got {s!r}")  # type: ignore[index]
@@ -328,8 +404,10 @@ def _render_one(t: KeyTemplate, p: Placeholder, values: Mapping[str, object]) ->
     return s
 
 
+@lru_cache(maxsize=256)
 def key_regex(t: KeyTemplate) -> re.Pattern[str]:
-    return re.compile("".join(re.escape(p) if isinstance(p, str) else _regex(t, p) for p in t.parts))
+    """Every key of the template, one group per placeholder (cached: a listing parses many keys)."""
+    return re.compile("".join(re.escape(p) if isinstance(p, str) else f"({slot_regex(t, p)})" for p in t.parts))
 
 
 def parse_key(t: KeyTemplate, key: str) -> dict[str, object]:
@@ -337,7 +415,7 @@ def parse_key(t: KeyTemplate, key: str) -> dict[str, object]:
     template renders."""
     m = key_regex(t).fullmatch(key)
     if m is None:
-        raise ValueError(f"{key!r} does not match the key template {t.text!r}")
+        raise ValueError(f"{key!r} does not match the {t.dialect.what} {t.text!r}")
     values: dict[str, object] = {}
     for p, text in zip(t.placeholders, m.groups(), strict=True):
         v: object = text
@@ -350,6 +428,6 @@ def parse_key(t: KeyTemplate, key: str) -> dict[str, object]:
             raise ValueError(f"{key!r}: {p} appears twice with different values")
         values[p.slot] = v
     if render_key(t, values) != key:  # e.g. padding that this template would not write
-        raise ValueError(f"{key!r} is not a key the template {t.text!r} writes (re-rendered: "
+        raise ValueError(f"{key!r} is not a key the {t.dialect.what} {t.text!r} writes (re-rendered: "
                          f"{render_key(t, values)!r})")
     return values

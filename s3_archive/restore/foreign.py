@@ -15,11 +15,11 @@ from typing import Any
 
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.keys.foreign import confluent_parse
+from s3_archive.keys.foreign import aiven_parse, confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
+from s3_archive.restore import cold
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
-from s3_archive.restore.cold import prepare_cold as prepare_cold_objects
 from s3_archive.restore.foreign_decode import Decoder, decompress, numbered, with_keys
 from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, WindowSource, no_fault
 from s3_archive.restore.run import restore_sources
@@ -54,7 +54,6 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
     ignored: list[str] = []
     if source.layout == "aiven":
         tmpl = source.key_template
-        pattern = tmpl.compiled()
         suffix = COMPRESSIONS[source.compression]
     for o in listing:
         if not o.key.startswith(prefix):
@@ -65,7 +64,7 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
             if not rest.endswith(suffix):
                 ignored.append(o.key)
                 continue
-            got = tmpl.parse(rest[:len(rest) - len(suffix)] if suffix else rest, pattern)
+            got = aiven_parse(tmpl, rest[:len(rest) - len(suffix)] if suffix else rest)
             if got is None or got.get("topic", source.topic) != source.topic:
                 ignored.append(o.key)
                 continue
@@ -110,8 +109,8 @@ def prepare_cold(s3: Any, source: ForeignSource, windows: list[ForeignWindow], w
     override the source's `cold_restore_days` / `cold_restore_tier`."""
     opts = ColdOptions(wait_seconds, days or source.cold_restore_days, tier or source.cold_restore_tier,
                        poll_seconds)
-    return prepare_cold_objects(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
-                                f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
+    return cold.prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
+                             f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
 
 
 def _get(s3: Any, bucket: str, o: ListedObject) -> bytes:

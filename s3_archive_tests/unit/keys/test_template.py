@@ -14,14 +14,39 @@ from s3_archive.keys.template import (
     InvalidTemplate,
     KeyTemplate,
     Padding,
+    Placeholder,
     check_template,
     parse_key,
     parse_template,
     render_key,
+    slot_regex,
 )
 from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION  # noqa: E402
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+
+
+def all_parses(t: KeyTemplate, name: str) -> list[tuple[str, ...]]:
+    """Every way to split `name` by the template (exhaustive; the reference for the static ambiguity check)."""
+    out: list[tuple[str, ...]] = []
+    parts = [re.compile(slot_regex(t, p)) if isinstance(p, Placeholder) else p for p in t.parts]
+
+    def go(i: int, pos: int, acc: tuple[str, ...]) -> None:
+        if i == len(parts):
+            if pos == len(name):
+                out.append(acc)
+            return
+        part = parts[i]
+        if isinstance(part, str):
+            if name.startswith(part, pos):
+                go(i + 1, pos + len(part), acc)
+            return
+        for end in range(pos, len(name) + 1):
+            if part.fullmatch(name, pos, end):
+                go(i + 1, end, acc + (name[pos:end],))
+
+    go(0, 0, ())
+    return out
 
 
 def accepted(text: str, padding: Padding | None = None, rotation: bool = False, segments: int = 1,
@@ -169,6 +194,16 @@ def test_a_separator_that_may_occur_in_the_key_partition_by_is_fine_when_the_nex
     assert parse_key(t, render_key(t, v)) == v
 
 
+def test_a_separator_is_found_by_any_character_the_placeholder_cannot_contain_not_only_its_first():
+    # '-' and '.' may occur in a topic, '/' not: the topic ends where the literal's '/' is, less one
+    t = accepted("{{topic}}-/.{{key}}-/.{{partition}}/{{start_offset}}")
+    v = {"topic": "a-.b", "key": "k-.", "partition": 1, "start_offset": 2}
+    key = render_key(t, v)
+    assert key == "a-.b-/.k-.-/.1/0000000000000000002"
+    assert parse_key(t, key) == v
+    assert len(all_parses(t, key)) == 1
+
+
 def test_fixed_width_numbers_may_touch():
     t = accepted("{{topic}}/{{partition:padding=true}}{{start_offset}}{{end_offset}}{{part}}", rotation=True)
     v = {"topic": "t", "partition": 12, "start_offset": 3, "end_offset": 4, "part": 2}
@@ -229,6 +264,7 @@ def test_accepted_templates_round_trip(data, text, padding, segments):
     v1 = values_for(data.draw, t)
     key = render_key(t, v1)
     assert parse_key(t, key) == v1
+    assert len(all_parses(t, key)) == 1  # the static check agrees with the exhaustive reference
     # injective: different values never give the same key
     v2 = values_for(data.draw, t)
     assert (render_key(t, v2) == key) == (v1 == v2)

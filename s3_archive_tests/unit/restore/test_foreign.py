@@ -1,4 +1,6 @@
-"""Archives written by Kafka Connect S3 sinks: template parsing, planning windows, decoding objects (pure)."""
+"""Archives written by Kafka Connect S3 sinks: source config, planning windows, decoding objects (pure).
+
+The sinks' name templates are the key engine's: unit/keys/test_foreign.py."""
 
 from __future__ import annotations
 
@@ -15,12 +17,10 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from s3_archive.config.foreign import ForeignSource
-from s3_archive.keys.foreign import InvalidTemplate, KeyTemplate, Var, parse_template
+from s3_archive.keys.foreign import aiven_render
 from s3_archive.model.errors import InvalidForeignObject
 from s3_archive.model.windows import MAX_OFFSET
 from s3_archive.restore.cold import ListedObject, cold_state
@@ -29,128 +29,6 @@ from s3_archive.restore.foreign_decode import Decoder, decompress, numbered
 from s3_archive.restore.request import ArchivedRecord
 
 pytestmark = pytest.mark.unit
-
-
-def all_parses(t: KeyTemplate, name: str) -> list[tuple[str, ...]]:
-    """Every way to split `name` by the template (exhaustive; the reference for the static ambiguity check)."""
-    out: list[tuple[str, ...]] = []
-
-    def go(i: int, pos: int, acc: tuple[str, ...]) -> None:
-        lit = t.literals[i]
-        if not name.startswith(lit, pos):
-            return
-        pos += len(lit)
-        if i == len(t.variables):
-            if pos == len(name):
-                out.append(acc)
-            return
-        rx = re.compile(t.variables[i].regex, re.DOTALL)
-        for end in range(pos, len(name) + 1):
-            if rx.fullmatch(name, pos, end):
-                go(i + 1, end, acc + (name[pos:end],))
-
-    go(0, 0, ())
-    return out
-
-
-VARS = [Var("topic"), Var("key"), Var("partition"), Var("partition", "padding", "true"), Var("start_offset"),
-        Var("start_offset", "padding", "true"), Var("timestamp", "unit", "yyyy"), Var("timestamp", "unit", "MM"),
-        Var("timestamp", "unit", "dd"), Var("timestamp", "unit", "HH")]
-literals = st.text(alphabet="-_/.+=a0", max_size=3)
-
-
-@st.composite
-def templates(draw) -> str:
-    chosen = draw(st.lists(st.sampled_from(VARS), min_size=1, max_size=4, unique_by=lambda v: (v.name, v.arg)))
-    # at most one of each variable name (timestamp units excepted), as parse_template requires
-    names = [v.name for v in chosen if v.name != "timestamp"]
-    assume(len(names) == len(set(names)))
-    parts = [draw(literals)]
-    for v in chosen:
-        parts += [v.text, draw(literals)]
-    return "".join(parts)
-
-
-topics = st.text(alphabet="ab-._1", min_size=1, max_size=6)
-keys = st.text(alphabet="ab-/_1+", max_size=5)
-moments = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9999, 12, 31)).map(
-    lambda d: d.replace(tzinfo=UTC))
-
-
-@settings(max_examples=400, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
-@given(templates(), topics, st.integers(0, 10**5 - 1), st.integers(0, 2**63 - 1), moments, keys)
-def test_accepted_templates_round_trip_and_have_exactly_one_parse(text, topic, partition, offset, ts, key):
-    try:
-        t = parse_template(text)
-    except InvalidTemplate:
-        return
-    name = t.render(topic, partition, offset, ts, key)
-    assert len(all_parses(t, name)) == 1, (text, name, all_parses(t, name))
-    got = t.parse(name)
-    want = {"topic": topic, "partition": partition, "start_offset": offset, "key": key}
-    for v in t.variables:
-        if v.name == "timestamp":
-            assert got["timestamp"][v.arg] == {"yyyy": ts.year, "MM": ts.month, "dd": ts.day, "HH": ts.hour}[v.arg]
-        else:
-            assert got[v.name] == want[v.name]
-
-
-@pytest.mark.parametrize("text, name", [
-    ("{{partition}}{{start_offset}}", "1234"),
-    ("{{topic}}{{partition}}-{{start_offset}}", "t12-3"),
-    ("{{topic}}-{{key}}", "a-b-c"),
-    ("{{key}}-{{topic}}", "a-b-c"),
-    ("{{topic}}-{{partition}}-{{start_offset}}-{{key}}", "a-1-2-3-4"),
-    ("{{topic}}{{start_offset:padding=false}}", "t123"),
-])
-def test_ambiguous_templates_are_refused_and_really_are_ambiguous(text, name):
-    with pytest.raises(InvalidTemplate, match="ambiguous"):
-        parse_template(text)
-    # The same template without the check: the name splits in more than one way.
-    lits, vs = [], []
-    pos = 0
-    for m in re.finditer(r"\{\{(\w+)(?::(\w+)=(\w+))?\}\}", text):
-        lits.append(text[pos:m.start()])
-        vs.append(Var(m[1], m[2], m[3]))
-        pos = m.end()
-    lits.append(text[pos:])
-    assert len(all_parses(KeyTemplate(text, tuple(lits), tuple(vs)), name)) > 1
-
-
-@pytest.mark.parametrize("text", [
-    "{{topic}}-{{partition}}-{{start_offset}}",  # Aiven's default: the topic may contain '-'
-    "{{topic}}/{{partition}}/{{start_offset}}",
-    "topic/{{topic}}/partition/{{partition}}/startOffset/{{start_offset}}",
-    "{{topic}}-{{partition:padding=true}}{{start_offset:padding=true}}",
-    "{{timestamp:unit=yyyy}}/{{timestamp:unit=MM}}/{{timestamp:unit=dd}}/{{topic}}-{{partition}}-{{start_offset}}",
-    "{{key}}",
-    "{{topic}}/{{key}}",
-])
-def test_usual_templates_are_accepted(text):
-    parse_template(text)
-
-
-@pytest.mark.parametrize("text, message", [
-    ("{{topik}}-{{partition}}", "unknown variable {{topik}}"),
-    ("{{timestamp}}", "needs unit="),
-    ("{{timestamp:unit=mm}}", "unit must be one of yyyy, MM, dd, HH"),
-    ("{{partition:padding=yes}}", "padding must be one of true, false"),
-    ("{{topic:padding=true}}", "has no parameter 'padding'"),
-    ("{{topic}}-{{topic}}", "appears twice"),
-    ("{{topic}-{{partition}}", "malformed variable"),
-])
-def test_malformed_templates_name_the_problem(text, message):
-    with pytest.raises(InvalidTemplate, match=re.escape(message)):
-        parse_template(text)
-
-
-def test_aiven_examples_parse_like_the_source_connector_docs():
-    t = parse_template("{{topic}}-{{partition}}-{{start_offset}}")
-    assert t.parse("customer-topic-1-1734445664111") == {"topic": "customer-topic", "partition": 1,
-                                                         "start_offset": 1734445664111}
-    padded = parse_template("{{topic}}-{{partition:padding=true}}-{{start_offset:padding=true}}")
-    assert padded.render("t", 7, 42) == "t-0000000007-00000000000000000042"
-    assert t.parse("t-01-5") is None  # no leading zeros without padding (Java's Long.toString)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -258,7 +136,7 @@ def aiven_json_rows() -> list[dict]:
 
 
 def decode(source: ForeignSource, data: bytes, start: int = 5) -> list[ArchivedRecord]:
-    fw = plan(source, [ListedObject(source.key_prefix + source.key_template.render("orders", 0, start)
+    fw = plan(source, [ListedObject(source.key_prefix + aiven_render(source.key_template, "orders", 0, start)
                                     + {"none": "", "gzip": ".gz", "snappy": ".snappy", "zstd": ".zst"}[
                                         source.compression], len(data))]).windows[0] \
         if source.layout == "aiven" else None
