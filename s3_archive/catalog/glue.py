@@ -22,17 +22,17 @@ _PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
 BATCH = 100  # BatchCreatePartition's limit per call
 
 
-def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str) -> list[str]:
-    """The `schema` of the newest committed window of each Kafka partition (one GET per partition)."""
+def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str) -> dict[str, str]:
+    """Manifest key -> `schema` of the newest committed window of each Kafka partition (one GET per partition)."""
     newest: dict[str, str] = {}
     for o in list_objects(s3, bucket, manifest_prefix(prefix, topic)):
         directory = o["Key"].rsplit("/", 1)[0]
         newest[directory] = max(newest.get(directory, ""), o["Key"])  # window keys sort by start offset
-    schemas = []
+    schemas = {}
     for key in sorted(newest.values()):
         m = read_manifest(s3, bucket, key)
         if m and m.get("schema"):
-            schemas.append(m["schema"])
+            schemas[key] = m["schema"]
     return schemas
 
 

@@ -104,9 +104,14 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         except (UnknownTopic, KafkaUnavailable) as e:
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
         columns = None
+        skipped_schemas: dict[str, str] = {}
         if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
-            columns = table_columns(cfg) + decoded_columns(
+            decoded, skipped_schemas = decoded_columns(
                 cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic))
+            columns = table_columns(cfg) + decoded
+            for key, why in skipped_schemas.items():
+                context.log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the "
+                                    f"fields of that window are not added to {qualified}")
         table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns)
         try:
             result = sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
@@ -131,6 +136,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             "partitions_added": dg.MetadataValue.json(result.partitions_added),
             "partitions_registered": len(result.partitions_added) + len(result.partitions_existing),
             "location": location(cfg, topic),
+            "skipped_schemas": len(skipped_schemas),
             "ddl": dg.MetadataValue.md(f"```sql\n{ddl}\n```"),
         })
 

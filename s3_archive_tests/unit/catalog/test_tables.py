@@ -247,9 +247,51 @@ def test_decoded_columns_from_window_schemas():
             {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "integer",
                                    "valueContainsNull": True}, "nullable": True, "metadata": {}}]},
          "nullable": True, "metadata": {}}]})
-    cols = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), [s1, s2, "", "not json"])
+    cols, _ = decoded_columns(cfg("parquet", value_decoding={"type": "json"}),
+                              {"m/1.json": s1, "m/2.json": s2, "m/3.json": "", "m/4.json": "not json"})
     assert [(c["Name"], c["Type"]) for c in cols] == [
         ("id", "bigint"), ("tags", "array<string>"), ("o", "struct<d:decimal(10,2),m:map<string,int>>")]
+
+
+def field(name: str, spark_type) -> dict:
+    return {"name": name, "type": spark_type, "nullable": True, "metadata": {}}
+
+
+def test_decoded_column_types_follow_sparks_types_and_hive_lacks_some():
+    nested = {"type": "struct", "fields": [field("ntz", "timestamp_ntz"), field("v", "variant")]}
+    schema = json.dumps({"type": "struct", "fields": [
+        field("b", "byte"), field("s", "short"), field("i", "integer"), field("l", "long"), field("f", "float"),
+        field("d", "double"), field("z", "boolean"), field("bin", "binary"), field("dt", "date"),
+        field("ts", "timestamp"), field("ntz", "timestamp_ntz"), field("dec", "decimal(38,0)"),
+        field("var", "variant"), field("nul", "void"), field("dti", "interval day to second"),
+        field("ymi", "interval year to month"), field("str", "string"),
+        field("arr", {"type": "array", "elementType": nested, "containsNull": True}),
+        field("map", {"type": "map", "keyType": "string", "valueType": "timestamp_ntz", "valueContainsNull": True})]})
+    cols, skipped = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), {"m.json": schema})
+    assert skipped == {}
+    assert [(c["Name"], c["Type"]) for c in cols] == [
+        ("b", "tinyint"), ("s", "smallint"), ("i", "int"), ("l", "bigint"), ("f", "float"), ("d", "double"),
+        ("z", "boolean"), ("bin", "binary"), ("dt", "date"), ("ts", "timestamp"), ("ntz", "timestamp"),
+        ("dec", "decimal(38,0)"), ("var", "string"), ("nul", "string"), ("dti", "string"), ("ymi", "string"),
+        ("str", "string"), ("arr", "array<struct<ntz:timestamp,v:string>>"), ("map", "map<string,timestamp>")]
+
+
+def test_a_schema_that_does_not_parse_is_reported_by_manifest_key_and_the_rest_still_count():
+    good = json.dumps({"type": "struct", "fields": [field("id", "long")]})
+    bad = {
+        "_manifests/t/kafka_partition=0/a.json": "not json",
+        "_manifests/t/kafka_partition=1/b.json": json.dumps({"type": "struct", "fields": [field("x", "weird")]}),
+        "_manifests/t/kafka_partition=2/c.json": json.dumps({"type": "struct", "fields": [{"name": "x"}]}),
+        "_manifests/t/kafka_partition=3/d.json": json.dumps(["id"]),
+    }
+    cols, skipped = decoded_columns(cfg("parquet", value_decoding={"type": "json"}),
+                                    {**bad, "_manifests/t/kafka_partition=4/e.json": good})
+    assert [(c["Name"], c["Type"]) for c in cols] == [("id", "bigint")]
+    assert list(skipped) == list(bad)
+    assert skipped["_manifests/t/kafka_partition=0/a.json"].startswith("JSONDecodeError: Expecting value")
+    assert "weird" in skipped["_manifests/t/kafka_partition=1/b.json"]
+    assert skipped["_manifests/t/kafka_partition=2/c.json"] == "KeyError: 'type'"
+    assert "not a Spark struct type" in skipped["_manifests/t/kafka_partition=3/d.json"]
 
 
 def test_merge_columns_keeps_what_older_windows_have():
