@@ -121,6 +121,10 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                              f"{err.get('Message')}") from None
         except TableConflict as e:
             raise dg.Failure(str(e)) from None
+        for d in result.skipped_directories:
+            context.log.warning(f"{location(cfg, topic)}{d.directory + '/' if d.directory else ''} (e.g. object "
+                                f"{d.key!r}) is not a partition directory of the layout ({d.reason}); not registered "
+                                f"as a partition of {qualified}")
         context.log.info(f"table {qualified}: {result.table_action}"
                          + (f" ({', '.join(result.changes)})" if result.changes else "")
                          + (f"; partitions added: {result.partitions_added}" if result.partitions_added else ""))
@@ -137,6 +141,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             "partitions_registered": len(result.partitions_added) + len(result.partitions_existing),
             "location": location(cfg, topic),
             "skipped_schemas": len(skipped_schemas),
+            "skipped_directories": len(result.skipped_directories),
             "ddl": dg.MetadataValue.md(f"```sql\n{ddl}\n```"),
         })
 

@@ -195,12 +195,16 @@ def test_a_custom_hive_layout_gets_explicit_partitions_with_decoded_values_and_r
             timestamps=[t for t, _ in timed])
     cfg = archive_config(services.bucket, topic, f"catlay/{unique}/", layout=DAY_REGION)
     materialize(cfg, topic, [W(0, 0, 3), W(0, 3, 6)], res)
+    # An object the layout did not write (hidden to Spark's readers by its leading '_'): reported, not registered.
+    s3 = client(services, "s3")
+    s3.put_object(Bucket=services.bucket, Key=f"{cfg.prefix}{topic}/_tmp/stray.txt", Body=b"x")
     database = f"catlay_{unique}"
     [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=database)}).assets
 
     first, second = run_asset(asset, res), run_asset(asset, res)
 
     assert first["partition_mode"] == "explicit"  # the default for a layout projection cannot describe
+    assert first["skipped_directories"] == second["skipped_directories"] == 1
     expected = {("2024-03-31", "eu/west"): 2, ("2024-03-31", "us"): 1, ("2024-03-30", "eu/west"): 1,
                 ("2024-03-31", "a b=c"): 1, ("2024-03-30", HIVE_NULL): 1}
     assert sorted(first["partitions_added"]) == sorted([

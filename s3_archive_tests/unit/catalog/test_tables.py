@@ -543,7 +543,8 @@ def test_layout_partition_dirs_from_object_keys():
             "day=2024-03-31/region=eu%2Fwest/t+0+9+00000.parquet",
             "day=2024-03-30/region=(null)/t+0+0+00000.parquet", "day=2024-03-30/region=(empty)/t+0+0+00000.parquet",
             "top-level-file", "day=2024-03-30/not-a-region/x", "other/dir/x", "day=2024-03-30/region=a%2f/x"]
-    assert layout_partition_dirs(layout, keys) == {
+    dirs, _ = layout_partition_dirs(layout, keys)
+    assert dirs == {
         "day=2024-03-30/region=(empty)": ["2024-03-30", ""],
         "day=2024-03-30/region=(null)": ["2024-03-30", HIVE_NULL],
         "day=2024-03-31/region=eu%2Fwest": ["2024-03-31", "eu/west"]}
@@ -557,3 +558,23 @@ def test_layout_partition_dirs_from_object_keys():
     with pytest.raises(ValueError,
                        match=r"directories 'kafka_key=%28hex%29FF' and 'kafka_key=\(hex\)FF' have the same"):
         layout_partition_dirs(kl, ["kafka_key=(hex)FF/a", "kafka_key=%28hex%29FF/b"])
+
+
+def test_directories_the_layout_does_not_parse_are_returned_with_an_object_and_the_reason():
+    layout = cfg("parquet", layout=DAY_REGION).layout
+    keys = ["day=2024-03-31/region=eu/t+0+0+00000.parquet", "top-level-file", "other/dir/x", "other/dir/y",
+            "day=2024-03-30/not-a-region/x", "day=31-03-2024/region=eu/x", "a/b/c/x", "day=2024-03-31/region=eu/z"]
+    dirs, skipped = layout_partition_dirs(layout, keys)
+    assert dirs == {"day=2024-03-31/region=eu": ["2024-03-31", "eu"]}
+    assert [(d.directory, d.key) for d in skipped] == [
+        ("", "top-level-file"), ("a/b/c", "a/b/c/x"), ("day=2024-03-30/not-a-region", "day=2024-03-30/not-a-region/x"),
+        ("day=31-03-2024/region=eu", "day=31-03-2024/region=eu/x"), ("other/dir", "other/dir/x")]
+    reasons = {d.directory: d.reason for d in skipped}
+    assert reasons[""] == "not in a partition directory"
+    # the layout's own parse error says why (keys.buckets.parse_path)
+    assert "path segments" in reasons["a/b/c"]
+    assert "'not-a-region'" in reasons["day=2024-03-30/not-a-region"] and "region=" in reasons[
+        "day=2024-03-30/not-a-region"]
+    assert "'day=31-03-2024'" in reasons["day=31-03-2024/region=eu"] and "path_format" in reasons[
+        "day=31-03-2024/region=eu"]
+    assert "'other'" in reasons["other/dir"]
