@@ -157,11 +157,20 @@ def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str
 
 
 def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
-                      columns: Sequence[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Glue `TableInput` for the topic; `columns` defaults to the columns of the archive's format."""
+                      columns: Sequence[dict[str, str]] | None = None,
+                      writer_schema: str | None = None) -> dict[str, Any]:
+    """Glue `TableInput` for the topic; `columns` defaults to the columns of the archive's format. `writer_schema`:
+    the schema in an archived object's header, required by the formats whose SerDe reads with it (avro; see
+    avro_header.newest_writer_schema), ignored by the others."""
     fm = mapping(cfg)
     if partition_count < 1:
         raise ValueError(f"topic {topic!r}: partition_count must be >= 1, got {partition_count}")
+    serde_params = fm.serde_parameters(cfg)
+    if fm.writer_schema_parameter is not None:
+        if writer_schema is None:
+            raise ValueError(f"topic {topic!r}: a {cfg.format} table needs the writer schema of an archived object "
+                             f"for {fm.writer_schema_parameter}")
+        serde_params[fm.writer_schema_parameter] = writer_schema
     loc = location(cfg, topic)
     params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
@@ -188,7 +197,7 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
             "InputFormat": fm.input_format,
             "OutputFormat": fm.output_format,
             "Compressed": fm.whole_file_compression and cfg.codec != "none",
-            "SerdeInfo": {"SerializationLibrary": fm.serde, "Parameters": fm.serde_parameters(cfg)},
+            "SerdeInfo": {"SerializationLibrary": fm.serde, "Parameters": serde_params},
         },
     }
 
