@@ -321,9 +321,11 @@ def test_restore_failing_after_the_first_commit_then_rerun_is_exactly_once(kafka
 _KILLED_RESTORE = """
 import json, logging, os, signal, sys
 import boto3
-from s3_archive.resources import KafkaResource
-from s3_archive.restore import PartitionMapping, RestoreRequest, restore_windows
-from s3_archive.windows import OffsetWindow
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.routing import PartitionMapping
+from s3_archive.restore.run import restore_windows
 
 a = json.loads(sys.argv[1])
 s3 = boto3.client("s3", endpoint_url=a["endpoint"], **a["aws"])
