@@ -11,7 +11,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from s3_archive.catalog.partitions import PARTITION_KEY, layout_partition_dirs, layout_partition_input, partition_input
+from s3_archive.catalog.partitions import (
+    PARTITION_KEY,
+    SkippedDirectory,
+    layout_partition_dirs,
+    layout_partition_input,
+    partition_input,
+)
 from s3_archive.catalog.tables import merge_columns, table_changes, update_input
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
@@ -22,17 +28,17 @@ _PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
 BATCH = 100  # BatchCreatePartition's limit per call
 
 
-def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str) -> list[str]:
-    """The `schema` of the newest committed window of each Kafka partition (one GET per partition)."""
+def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str) -> dict[str, str]:
+    """Manifest key -> `schema` of the newest committed window of each Kafka partition (one GET per partition)."""
     newest: dict[str, str] = {}
     for o in list_objects(s3, bucket, manifest_prefix(prefix, topic)):
         directory = o["Key"].rsplit("/", 1)[0]
         newest[directory] = max(newest.get(directory, ""), o["Key"])  # window keys sort by start offset
-    schemas = []
+    schemas = {}
     for key in sorted(newest.values()):
         m = read_manifest(s3, bucket, key)
         if m and m.get("schema"):
-            schemas.append(m["schema"])
+            schemas[key] = m["schema"]
     return schemas
 
 
@@ -145,14 +151,14 @@ def register_partitions(glue: Any, database: str, table_input: dict[str, Any],
     return [int(i["Values"][0]) for i in added], [int(i["Values"][0]) for i in existing]
 
 
-def layout_partitions(s3: Any, cfg: ArchiveConfig, topic: str, table_input: dict[str, Any]) -> list[dict[str, Any]]:
-    """Partition inputs of every partition_by directory under the topic that holds an object (one listing)."""
-    from s3_archive.io.s3 import list_objects
-
+def layout_partitions(s3: Any, cfg: ArchiveConfig, topic: str, table_input: dict[str, Any],
+                      ) -> tuple[list[dict[str, Any]], list[SkippedDirectory]]:
+    """Partition inputs of every partition_by directory under the topic that holds an object (one listing), and
+    the directories the layout does not parse."""
     base = f"{cfg.prefix}{topic}/"
     keys = (o["Key"][len(base):] for o in list_objects(s3, cfg.bucket, base))
-    return [layout_partition_input(table_input, d, v)
-            for d, v in layout_partition_dirs(cfg.layout, keys).items()]
+    dirs, skipped = layout_partition_dirs(cfg.layout, keys)
+    return [layout_partition_input(table_input, d, v) for d, v in dirs.items()], skipped
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,8 @@ class CatalogSync:
     # Kafka partitions (default layout) or partition directories relative to the location (custom layout)
     partitions_added: list[int] | list[str] = field(default_factory=list)
     partitions_existing: list[int] | list[str] = field(default_factory=list)
+    # custom layout, explicit mode: directories under the location the layout does not parse (not registered)
+    skipped_directories: list[SkippedDirectory] = field(default_factory=list)
 
 
 def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: CatalogOptions,
@@ -174,12 +182,13 @@ def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: Ca
     action, changes = ensure_table(glue, options.database, table_input)
     added: list[int] | list[str] = []
     existing: list[int] | list[str] = []
+    skipped: list[SkippedDirectory] = []
     if options.partitions == "explicit" and cfg.layout is not None:
         base = len(table_input["StorageDescriptor"]["Location"])
-        new, old = register_partition_inputs(glue, options.database, table_input["Name"],
-                                             layout_partitions(s3, cfg, topic, table_input))
+        inputs, skipped = layout_partitions(s3, cfg, topic, table_input)
+        new, old = register_partition_inputs(glue, options.database, table_input["Name"], inputs)
         added, existing = ([i["StorageDescriptor"]["Location"][base:-1] for i in x] for x in (new, old))
     elif options.partitions == "explicit":
         added, existing = register_partitions(glue, options.database, table_input,
                                               partition_dirs(s3, cfg.bucket, cfg.prefix, topic))
-    return CatalogSync(options.database, table_input["Name"], created, action, changes, added, existing)
+    return CatalogSync(options.database, table_input["Name"], created, action, changes, added, existing, skipped)

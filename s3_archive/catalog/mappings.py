@@ -4,10 +4,8 @@ table, with the reason. Pure.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from s3_archive.catalog.partitions import layout_reason
 from s3_archive.config.archive import ArchiveConfig
@@ -77,62 +75,6 @@ def _envelope(overrides: Mapping[str, tuple[str, str]]) -> list[dict[str, str]]:
     return _columns((n, *overrides.get(n, (t, c))) for n, t, c in ENVELOPE)
 
 
-# --- avro: the writer schema of Spark's avro data source, derived from the envelope --------------------------------
-
-_AVRO_PRIMITIVES = {"binary": "bytes", "string": "string", "int": "int", "bigint": "long",
-                    "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}
-
-
-def _split_top(text: str) -> list[str]:
-    """`a:int,b:array<x>` -> ['a:int', 'b:array<x>'] (commas inside <> stay)."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += (ch == "<") - (ch == ">")
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [*parts, cur]
-
-
-def _avro_type(hive_type: str, name: str, namespace: str) -> Any:
-    """A nullable Avro type for a Hive type, named as Spark's SchemaConverters.toAvroType names nested records
-    (record name = field name, namespace = the enclosing record's full name). Every envelope field is nullable
-    in Spark's Kafka source, and Spark writes a nullable field as the union [type, "null"]."""
-    if hive_type in _AVRO_PRIMITIVES:
-        base: Any = _AVRO_PRIMITIVES[hive_type]
-    elif hive_type.startswith("array<") and hive_type.endswith(">"):
-        base = {"type": "array", "items": _avro_type(hive_type[6:-1], name, namespace)}
-    elif hive_type.startswith("struct<") and hive_type.endswith(">"):
-        full = f"{namespace}.{name}" if namespace else name
-        fields = [f.split(":", 1) for f in _split_top(hive_type[7:-1])]
-        base = {"type": "record", "name": name, **({"namespace": namespace} if namespace else {}),
-                "fields": [{"name": n, "type": _avro_type(t, n, full)} for n, t in fields]}
-    else:
-        raise ValueError(f"no Avro type for Hive type {hive_type!r}")
-    return [base, "null"]
-
-
-def avro_writer_schema(columns: Sequence[str] | None = None, utf8_value: bool = False) -> dict[str, Any]:
-    """The schema Spark's avro writer puts in every archived `.avro` object's header (record `topLevelRecord`):
-    the envelope `columns` kept (all by default), the value as a string when decoded as UTF-8."""
-    keep = set(columns) if columns is not None else {n for n, _, _ in ENVELOPE}
-    return {"type": "record", "name": "topLevelRecord",
-            "fields": [{"name": n, "type": _avro_type("string" if n == "value" and utf8_value else t, n,
-                                                      "topLevelRecord")}
-                       for n, t, _ in ENVELOPE if n in keep]}
-
-
-def avro_schema_literal(cfg: ArchiveConfig | None = None) -> str:
-    """`avro.schema.literal` for the AvroSerDe: the writer schema itself, so Hive/Athena resolve nothing."""
-    if cfg is None:
-        schema = avro_writer_schema()
-    else:
-        schema = avro_writer_schema(cfg.envelope.columns(), cfg.value_decoding.type == "utf8")
-    return json.dumps(schema, separators=(",", ":"))
-
-
 # --- the table mapping of each format -------------------------------------------------------------------------------
 
 
@@ -149,13 +91,17 @@ class FormatMapping:
     # Whole-object compression read by the input format from the object's extension (.gz, .bz2); a parquet or
     # avro codec is inside the file, which Hive does not call compressed.
     whole_file_compression: bool = False
+    # The SerDe parameter holding the writer schema of an archived object (read at run time, avro_header.py).
+    writer_schema_parameter: str | None = None
 
 
 MAPPINGS: dict[str, FormatMapping] = {
     "parquet": FormatMapping(PARQUET_SERDE, PARQUET_INPUT, PARQUET_OUTPUT, "parquet", lambda cfg: _envelope({}),
                              lambda cfg: {"serialization.format": "1"}),
+    # The literal is exactly the writer schema in the objects' headers (record `topLevelRecord`, nullable unions
+    # `[type, "null"]`), so Hive/Athena resolve nothing.
     "avro": FormatMapping(AVRO_SERDE, AVRO_INPUT, AVRO_OUTPUT, "avro", lambda cfg: _envelope(_AVRO),
-                          lambda cfg: {"avro.schema.literal": avro_schema_literal(cfg)}),
+                          writer_schema_parameter="avro.schema.literal"),
     # A malformed line is an error to see, not a row to drop silently.
     "jsonl": FormatMapping(JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT, "json", lambda cfg: _envelope(_JSONL),
                            lambda cfg: {"ignore.malformed.json": "false"}, whole_file_compression=True),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
@@ -112,26 +113,41 @@ def partition_values(layout: OutputLayout, path: str) -> list[str]:
     return out
 
 
-def layout_partition_dirs(layout: OutputLayout, keys: Iterable[str]) -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class SkippedDirectory:
+    """A directory under the table location that the layout does not write: not registered as a partition."""
+
+    directory: str  # relative to the location, no trailing '/'; '' for objects directly under the location
+    key: str  # the first object found in it, relative to the location
+    reason: str
+
+
+def layout_partition_dirs(layout: OutputLayout, keys: Iterable[str],
+                          ) -> tuple[dict[str, list[str]], list[SkippedDirectory]]:
     """Partition directory (relative to the table location, no trailing '/') -> values, for object keys given
-    relative to the location. Keys outside partition_by directories are ignored. Two directories with the same
-    values (e.g. a non-UTF-8 key `(hex)FF` and the text '(hex)FF') cannot both be partitions: ValueError."""
+    relative to the location; and the directories that do not parse with the layout (for the caller to report).
+    Two directories with the same values (e.g. a non-UTF-8 key `(hex)FF` and the text '(hex)FF') cannot both be
+    partitions: ValueError."""
     dirs: dict[str, list[str]] = {}
+    skipped: dict[str, SkippedDirectory] = {}
     for key in keys:
         directory = key.rpartition("/")[0]
-        if directory in dirs or not directory:
+        if directory in dirs or directory in skipped:
+            continue
+        if not directory:
+            skipped[directory] = SkippedDirectory(directory, key, "not in a partition directory")
             continue
         try:
             dirs[directory] = partition_values(layout, directory)
-        except ValueError:
-            continue
+        except ValueError as e:
+            skipped[directory] = SkippedDirectory(directory, key, str(e))
     seen: dict[tuple[str, ...], str] = {}
     for directory, values in sorted(dirs.items()):
         other = seen.setdefault(tuple(values), directory)
         if other != directory:
             raise ValueError(f"directories {other!r} and {directory!r} have the same partition values {values}; "
                              "a table can register only one of them")
-    return dict(sorted(dirs.items()))
+    return dict(sorted(dirs.items())), sorted(skipped.values(), key=lambda d: d.directory)
 
 
 def layout_partition_input(table_input: dict[str, Any], directory: str, values: Sequence[str]) -> dict[str, Any]:

@@ -9,6 +9,25 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
 from s3_archive.catalog.mappings import mapping
 from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
@@ -71,41 +90,62 @@ def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
     return cols
 
 
-def hive_type(spark_type: Any) -> str:
-    """A Spark schema JSON type (as in a manifest's `schema`) as a Hive/Glue column type."""
-    simple = {"string": "string", "long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint",
-              "boolean": "boolean", "double": "double", "float": "float", "binary": "binary", "date": "date",
-              "timestamp": "timestamp", "timestamp_ntz": "timestamp"}
-    if isinstance(spark_type, str):
-        if spark_type.startswith("decimal"):
-            return spark_type.replace(" ", "")
-        return simple.get(spark_type, "string")  # variant, void, intervals: JSON text
-    kind = spark_type.get("type")
-    if kind == "struct":
-        return "struct<" + ",".join(f"{f['name']}:{hive_type(f['type'])}" for f in spark_type["fields"]) + ">"
-    if kind == "array":
-        return f"array<{hive_type(spark_type['elementType'])}>"
-    if kind == "map":
-        return f"map<{hive_type(spark_type['keyType'])},{hive_type(spark_type['valueType'])}>"
-    return "string"
+# Spark types whose simpleString() is the Hive/Glue type too. Anything else (variant, void, intervals, char and
+# varchar) has no Hive/Athena type a JSON-decoded field could use: its column is `string` (JSON text).
+_HIVE_ATOMIC = (LongType, IntegerType, ShortType, ByteType, BooleanType, DoubleType, FloatType, BinaryType, DateType,
+                TimestampType, DecimalType)
 
 
-def decoded_columns(cfg: ArchiveConfig, schemas: Iterable[str]) -> list[dict[str, str]]:
-    """Columns of decoded value fields found in archived windows' schemas (manifest `schema`, Spark JSON), in
-    order of first appearance; envelope columns are not repeated. A field whose type differs between windows
-    keeps its first type (Glue has one type per column)."""
+def hive_type(data_type: DataType) -> str:
+    """A Spark type (pyspark.sql.types, as parsed from a manifest's `schema`) as a Hive/Glue column type."""
+    if isinstance(data_type, StructType):
+        return "struct<" + ",".join(f"{f.name}:{hive_type(f.dataType)}" for f in data_type.fields) + ">"
+    if isinstance(data_type, ArrayType):
+        return f"array<{hive_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"map<{hive_type(data_type.keyType)},{hive_type(data_type.valueType)}>"
+    if isinstance(data_type, TimestampNTZType):
+        return "timestamp"  # Hive's timestamp has no zone either
+    if isinstance(data_type, _HIVE_ATOMIC):
+        return data_type.simpleString()
+    return "string"  # StringType too: its simpleString names a collation Hive does not know
+
+
+def parse_schema(text: str) -> StructType:
+    """A manifest's `schema` (Spark's StructType JSON); ValueError saying why it does not parse."""
+    try:
+        parsed = json.loads(text)
+        if not isinstance(parsed, dict) or parsed.get("type") != "struct":
+            raise ValueError("not a Spark struct type (JSON object with \"type\": \"struct\")")
+        return StructType.fromJson(parsed)
+    # pyspark raises KeyError/TypeError for missing or mistyped keys, and an AssertionError when it formats its
+    # own error for an unknown type name (pyspark 4.0)
+    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+
+
+def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
+                    ) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """Columns of decoded value fields found in archived windows' schemas (manifest key -> manifest `schema`,
+    Spark JSON), in order of first appearance; envelope columns are not repeated. A field whose type differs
+    between windows keeps its first type (Glue has one type per column). Also returns the schemas that do not
+    parse (manifest key -> why), for the caller to report: their fields are not columns."""
     envelope = {c for c, _ in ENVELOPE_COLUMNS}
     out: dict[str, dict[str, str]] = {}
-    for text in schemas:
+    skipped: dict[str, str] = {}
+    for key, text in schemas.items():
+        if not text:
+            continue  # no schema recorded: nothing to parse
         try:
-            fields = json.loads(text).get("fields", []) if text else []
-        except ValueError:
+            fields = parse_schema(text).fields
+        except ValueError as e:
+            skipped[key] = str(e)
             continue
         for f in fields:
-            if f["name"] not in envelope and f["name"] not in out:
-                out[f["name"]] = {"Name": f["name"], "Type": hive_type(f["type"]),
-                                  "Comment": "decoded from the record value (value_decoding: json)"}
-    return list(out.values())
+            if f.name not in envelope and f.name not in out:
+                out[f.name] = {"Name": f.name, "Type": hive_type(f.dataType),
+                               "Comment": "decoded from the record value (value_decoding: json)"}
+    return list(out.values()), skipped
 
 
 def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str, str]]) -> list[dict[str, str]]:
@@ -117,11 +157,20 @@ def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str
 
 
 def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
-                      columns: Sequence[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Glue `TableInput` for the topic; `columns` defaults to the columns of the archive's format."""
+                      columns: Sequence[dict[str, str]] | None = None,
+                      writer_schema: str | None = None) -> dict[str, Any]:
+    """Glue `TableInput` for the topic; `columns` defaults to the columns of the archive's format. `writer_schema`:
+    the schema in an archived object's header, required by the formats whose SerDe reads with it (avro; see
+    avro_header.newest_writer_schema), ignored by the others."""
     fm = mapping(cfg)
     if partition_count < 1:
         raise ValueError(f"topic {topic!r}: partition_count must be >= 1, got {partition_count}")
+    serde_params = fm.serde_parameters(cfg)
+    if fm.writer_schema_parameter is not None:
+        if writer_schema is None:
+            raise ValueError(f"topic {topic!r}: a {cfg.format} table needs the writer schema of an archived object "
+                             f"for {fm.writer_schema_parameter}")
+        serde_params[fm.writer_schema_parameter] = writer_schema
     loc = location(cfg, topic)
     params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
@@ -148,7 +197,7 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
             "InputFormat": fm.input_format,
             "OutputFormat": fm.output_format,
             "Compressed": fm.whole_file_compression and cfg.codec != "none",
-            "SerdeInfo": {"SerializationLibrary": fm.serde, "Parameters": fm.serde_parameters(cfg)},
+            "SerdeInfo": {"SerializationLibrary": fm.serde, "Parameters": serde_params},
         },
     }
 

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tenacity import RetryCallState, Retrying, retry_if_exception, retry_if_result, stop_after_delay, wait_fixed
+
 
 class StackError(RuntimeError):
     """Something the local stack cannot do; the message says what is wrong and what to do."""
@@ -69,18 +71,21 @@ def stop_pid(pid: int, timeout: float = 20.0) -> None:
 
 
 def wait_until(ready: Callable[[], bool], timeout: float, proc: subprocess.Popen, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Call `ready` every 0.25 s until it returns True, for at most `timeout` seconds; StackError at once if the
+    process exits."""
+
+    def attempt() -> bool:
         if proc.poll() is not None:
-            tail = _tail(log)
-            raise StackError(f"{what} exited with code {proc.returncode} while starting; log {log}:\n{tail}")
-        try:
-            if ready():
-                return
-        except Exception:  # not ready yet: connection refused, timeouts
-            pass
-        time.sleep(0.25)
-    raise StackError(f"{what} did not become ready within {timeout:.0f}s; see {log}")
+            raise StackError(f"{what} exited with code {proc.returncode} while starting; log {log}:\n{_tail(log)}")
+        return ready()
+
+    def gave_up(_: RetryCallState) -> None:
+        raise StackError(f"{what} did not become ready within {timeout:.0f}s; see {log}")
+
+    # An exception from `ready` means not ready yet (connection refused, timeouts); not an exit, nor an interrupt.
+    Retrying(retry=retry_if_result(lambda ok: not ok) | retry_if_exception(
+                 lambda e: isinstance(e, Exception) and not isinstance(e, StackError)),
+             stop=stop_after_delay(timeout), wait=wait_fixed(0.25), retry_error_callback=gave_up)(attempt)
 
 
 def _tail(log: Path, lines: int = 15) -> str:

@@ -6,11 +6,11 @@ for foreign sources (objects from the listing); the pure state rule is `foreign.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
+from tenacity import Retrying, retry_if_result, stop_after_delay
 
 from s3_archive.model.errors import ColdObjectsPending
 
@@ -95,18 +95,25 @@ def prepare_cold(s3: Any, bucket: str, objects: list[ListedObject], opts: ColdOp
             rep.requested += 1
     log.info(f"{what}: {len(cold)} objects are in GLACIER/DEEP_ARCHIVE; restore requested now for "
              f"{rep.requested} ({opts.tier} tier, {opts.days} days)")
-    deadline = time.monotonic() + opts.wait_seconds
-    while True:
-        pending = [o.key for o in cold if state(o) != "ready"]
-        rep.pending = len(pending)
-        if not pending:
-            return rep
-        if time.monotonic() >= deadline:
-            waited = f" after waiting {opts.wait_seconds:g} s" if opts.wait_seconds > 0 else ""
-            raise ColdObjectsPending(
-                f"{len(pending)} of {len(cold)} objects of {what} are still being restored from "
-                f"GLACIER/DEEP_ARCHIVE{waited} (restore requested by this run: {rep.requested}; e.g. "
-                f"s3://{bucket}/{pending[0]}). Nothing was produced. Run again once they are restored (Standard "
-                "tier: hours; DEEP_ARCHIVE: up to 48 h), or launch with wait_for_cold_seconds")
-        log.info(f"{what}: waiting for {len(pending)} objects to be restored from cold storage")
-        time.sleep(max(0.0, min(opts.poll_seconds, deadline - time.monotonic())))
+
+    def still_pending() -> list[str]:
+        keys = [o.key for o in cold if state(o) != "ready"]
+        rep.pending = len(keys)
+        return keys
+
+    # Poll every poll_seconds (the last wait cut to the deadline) while any is pending, for at most wait_seconds
+    # (0: look once); then give back what is still pending.
+    pending = Retrying(
+        retry=retry_if_result(bool), stop=stop_after_delay(opts.wait_seconds),
+        wait=lambda rs: max(0.0, min(opts.poll_seconds, opts.wait_seconds - rs.seconds_since_start)),
+        before_sleep=lambda _: log.info(f"{what}: waiting for {rep.pending} objects to be restored from cold "
+                                        "storage"),
+        retry_error_callback=lambda rs: rs.outcome.result())(still_pending)
+    if not pending:
+        return rep
+    waited = f" after waiting {opts.wait_seconds:g} s" if opts.wait_seconds > 0 else ""
+    raise ColdObjectsPending(
+        f"{len(pending)} of {len(cold)} objects of {what} are still being restored from "
+        f"GLACIER/DEEP_ARCHIVE{waited} (restore requested by this run: {rep.requested}; e.g. "
+        f"s3://{bucket}/{pending[0]}). Nothing was produced. Run again once they are restored (Standard "
+        "tier: hours; DEEP_ARCHIVE: up to 48 h), or launch with wait_for_cold_seconds")

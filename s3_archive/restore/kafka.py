@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import InvalidRestore, RestoreFailed, UnknownTopic
@@ -30,6 +31,31 @@ _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATO
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 
+def _ledger_busy(e: BaseException) -> bool:
+    # The group coordinator may be moving or loading (NOT_COORDINATOR is not flagged retriable), and a transaction
+    # of an earlier run may still be completing: its offsets are "unstable" a moment.
+    err = _kafka_error(e) if isinstance(e, KafkaException) else None
+    return err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY)
+
+
+def _retriable(e: BaseException) -> bool:
+    err = _kafka_error(e) if isinstance(e, KafkaException) else None
+    return err is not None and err.retriable()
+
+
+def ledger_retrying(timeout_s: float) -> Retrying:
+    """Reading the ledger while the coordinator is busy: retried for up to max(60 s, 4 client timeouts), waiting
+    0.05 s, doubling up to 1 s; any other error, or a busy one past that, is raised as it is."""
+    return Retrying(retry=retry_if_exception(_ledger_busy), stop=stop_after_delay(max(60.0, timeout_s * 4)),
+                    wait=wait_exponential(multiplier=0.05, max=1.0), reraise=True)
+
+
+def commit_retrying() -> Retrying:
+    """commit_transaction: at most 3 attempts, at once, while it fails with a retriable error (e.g. a timeout).
+    librdkafka does not retry the call itself: it leaves a retriable error to the caller."""
+    return Retrying(retry=retry_if_exception(_retriable), stop=stop_after_attempt(3), reraise=True)
+
+
 class LedgerStore:
     """The ledger as committed-offset metadata of consumer group `request.ledger_id` on the target topic."""
 
@@ -41,23 +67,11 @@ class LedgerStore:
 
     def read(self) -> dict[int, RangeSet]:
         tps = [TopicPartition(self.request.target_topic, b) for b in range(self.num_target)]
-        deadline = time.monotonic() + max(60.0, self.timeout * 4)
-        delay = 0.05
-        while True:
-            try:
-                got = self.consumer.committed(tps, timeout=self.timeout)
-                break
-            except KafkaException as e:
-                err = _kafka_error(e)
-                # The group coordinator may be moving or loading (NOT_COORDINATOR is not flagged retriable), and a
-                # transaction of an earlier run may still be completing: its offsets are "unstable" a moment.
-                if err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY) \
-                        and time.monotonic() < deadline:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 1.0)
-                    continue
-                raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
-                                    f"failed: {e}") from None
+        try:
+            got = ledger_retrying(self.timeout)(self.consumer.committed, tps, timeout=self.timeout)
+        except KafkaException as e:
+            raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                f"failed: {e}") from None
         for tp in got:
             if tp.error is not None:
                 raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
@@ -147,16 +161,8 @@ class Producer:
     def commit(self, offsets: list, group_metadata: Any) -> None:
         try:
             self.producer.send_offsets_to_transaction(offsets, group_metadata, self.timeout)
-            for attempt in range(3):
-                try:
-                    # Flushes first; fails if any record of the transaction was not delivered.
-                    self.producer.commit_transaction(self.timeout)
-                    break
-                except KafkaException as e:
-                    err = _kafka_error(e)
-                    if err is not None and err.retriable() and attempt < 2:
-                        continue
-                    raise
+            # Flushes first; fails if any record of the transaction was not delivered.
+            commit_retrying()(self.producer.commit_transaction, self.timeout)
         except KafkaException as e:
             err = _kafka_error(e)
             if err is not None and err.txn_requires_abort():

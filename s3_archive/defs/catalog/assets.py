@@ -19,8 +19,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from dagster_aws.s3 import S3Resource
 
+from s3_archive.catalog.avro_header import WriterSchema, WriterSchemaUnreadable, newest_writer_schema
 from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_catalog
-from s3_archive.catalog.mappings import no_table_reason
+from s3_archive.catalog.mappings import mapping, no_table_reason
 from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys
 from s3_archive.catalog.tables import (
     athena_ddl,
@@ -68,9 +69,15 @@ def glue_client(s3: S3Resource) -> Any:
                           config=Config(retries={"max_attempts": s3.max_attempts, "mode": "standard"}))
 
 
+# Stands in for the avro writer schema in the code version: it is read from an archived object at run time (no I/O
+# when definitions load), and the config it follows (envelope, value_decoding) shapes the hashed columns already.
+_WRITER_SCHEMA_AT_RUN_TIME = "(the writer schema in the newest archived object's header)"
+
+
 def _code_version(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> str:
-    # The table input minus what only Kafka knows at run time (the partition count): a config change re-runs it.
-    spec = build_table_input(cfg, topic, options, 1)
+    # The table input minus what only Kafka and S3 know at run time (the partition count, the avro writer schema):
+    # a config change re-runs it.
+    spec = build_table_input(cfg, topic, options, 1, writer_schema=_WRITER_SCHEMA_AT_RUN_TIME)
     spec["Parameters"].pop(f"projection.{PARTITION_KEY}.range", None)
     return hashlib.sha256(json.dumps([options.database, options.partitions, spec], sort_keys=True)
                           .encode()).hexdigest()[:16]
@@ -80,6 +87,24 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
     cols = [*table_input["StorageDescriptor"]["Columns"], *table_input["PartitionKeys"]]
     return dg.TableSchema(columns=[dg.TableColumn(c["Name"], c["Type"], description=c.get("Comment"))
                                    for c in cols])
+
+
+def _writer_schema(log: Any, s3: Any, cfg: ArchiveConfig, topic: str, qualified: str) -> WriterSchema | None:
+    """The avro table's writer schema, read from the newest archived object; None (said in the run log) before a
+    window with records is archived."""
+    try:
+        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic)
+    except WriterSchemaUnreadable as e:
+        raise dg.Failure(f"table {qualified} takes its avro.schema.literal from an archived object: {e}") from None
+    if writer is None:
+        return None
+    log.info(f"avro.schema.literal of {qualified}: the header of s3://{cfg.bucket}/{writer.object_key}")
+    expected = [c["Name"] for c in table_columns(cfg)]
+    if writer.field_names() != expected:  # the config changed since the newest window was archived
+        log.warning(f"s3://{cfg.bucket}/{writer.object_key} has the fields {writer.field_names()}, the config "
+                    f"declares the columns {expected}; the literal follows once a window is archived with this "
+                    "config")
+    return writer
 
 
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
@@ -104,10 +129,26 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         except (UnknownTopic, KafkaUnavailable) as e:
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
         columns = None
+        skipped_schemas: dict[str, str] = {}
         if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
-            columns = table_columns(cfg) + decoded_columns(
+            decoded, skipped_schemas = decoded_columns(
                 cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic))
-        table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns)
+            columns = table_columns(cfg) + decoded
+            for key, why in skipped_schemas.items():
+                context.log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the "
+                                    f"fields of that window are not added to {qualified}")
+        writer = None
+        if mapping(cfg).writer_schema_parameter is not None:  # avro: the literal is an archived object's header
+            writer = _writer_schema(context.log, s3.get_client(), cfg, topic, qualified)
+            if writer is None:
+                reason = (f"no window of {topic!r} with records is archived yet; table {qualified} is created by the "
+                          "first catalog run after one is (its avro.schema.literal is the writer schema in an "
+                          "archived object's header)")
+                context.log.info(reason)
+                return dg.MaterializeResult(metadata={"table_action": "deferred", "reason": reason,
+                                                      "location": location(cfg, topic)})
+        table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns,
+                                        writer.literal if writer else None)
         try:
             result = sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
         except ClientError as e:
@@ -116,6 +157,10 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                              f"{err.get('Message')}") from None
         except TableConflict as e:
             raise dg.Failure(str(e)) from None
+        for d in result.skipped_directories:
+            context.log.warning(f"{location(cfg, topic)}{d.directory + '/' if d.directory else ''} (e.g. object "
+                                f"{d.key!r}) is not a partition directory of the layout ({d.reason}); not registered "
+                                f"as a partition of {qualified}")
         context.log.info(f"table {qualified}: {result.table_action}"
                          + (f" ({', '.join(result.changes)})" if result.changes else "")
                          + (f"; partitions added: {result.partitions_added}" if result.partitions_added else ""))
@@ -131,6 +176,9 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             "partitions_added": dg.MetadataValue.json(result.partitions_added),
             "partitions_registered": len(result.partitions_added) + len(result.partitions_existing),
             "location": location(cfg, topic),
+            "skipped_schemas": len(skipped_schemas),
+            **({"avro_schema_from": f"s3://{cfg.bucket}/{writer.object_key}"} if writer else {}),
+            "skipped_directories": len(result.skipped_directories),
             "ddl": dg.MetadataValue.md(f"```sql\n{ddl}\n```"),
         })
 

@@ -16,6 +16,7 @@ import fastavro
 import pytest
 from botocore.exceptions import ClientError
 
+from s3_archive.catalog.avro_header import newest_writer_schema
 from s3_archive.catalog.glue import TableConflict, ensure_table, registered_partitions, sync_catalog
 from s3_archive.catalog.mappings import (
     JSON_SERDE,
@@ -24,7 +25,6 @@ from s3_archive.catalog.mappings import (
     PARQUET_SERDE,
     TEXT_INPUT,
     TEXT_OUTPUT,
-    avro_writer_schema,
 )
 from s3_archive.catalog.partitions import HIVE_NULL
 from s3_archive.catalog.tables import build_table_input, spark_schema_ddl, table_columns, table_name
@@ -195,12 +195,16 @@ def test_a_custom_hive_layout_gets_explicit_partitions_with_decoded_values_and_r
             timestamps=[t for t, _ in timed])
     cfg = archive_config(services.bucket, topic, f"catlay/{unique}/", layout=DAY_REGION)
     materialize(cfg, topic, [W(0, 0, 3), W(0, 3, 6)], res)
+    # An object the layout did not write (hidden to Spark's readers by its leading '_'): reported, not registered.
+    s3 = client(services, "s3")
+    s3.put_object(Bucket=services.bucket, Key=f"{cfg.prefix}{topic}/_tmp/stray.txt", Body=b"x")
     database = f"catlay_{unique}"
     [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=database)}).assets
 
     first, second = run_asset(asset, res), run_asset(asset, res)
 
     assert first["partition_mode"] == "explicit"  # the default for a layout projection cannot describe
+    assert first["skipped_directories"] == second["skipped_directories"] == 1
     expected = {("2024-03-31", "eu/west"): 2, ("2024-03-31", "us"): 1, ("2024-03-30", "eu/west"): 1,
                 ("2024-03-31", "a b=c"): 1, ("2024-03-30", HIVE_NULL): 1}
     assert sorted(first["partitions_added"]) == sorted([
@@ -260,7 +264,8 @@ def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(k
         options = CatalogOptions(database=f"catfmt_{unique}", table_prefix=f"{fmt}_")
         cfg = archive_config(services.bucket, topic, f"catfmt/{unique}/{fmt}/", format=fmt, compression=codec)
         materialize(cfg, topic, windows, res)
-        table_input = build_table_input(cfg, topic, options, 2)
+        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic) if fmt == "avro" else None
+        table_input = build_table_input(cfg, topic, options, 2, writer_schema=writer and writer.literal)
         assert sync_catalog(glue, s3, cfg, topic, options, table_input).table_action == "created"
         tables[fmt] = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
         tables[fmt]["_cfg"] = cfg
@@ -274,13 +279,16 @@ def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(k
         assert [tuple(r) for r in counts] == expected_counts, fmt
         return name
 
-    # avro: the schema literal is the writer schema in the archived objects' header, and reads them.
+    # avro: the table's schema literal is exactly the writer schema in every archived object's header (Spark's
+    # text, byte for byte), and reads them.
     avro = tables["avro"]
     literal = avro["StorageDescriptor"]["SerdeInfo"]["Parameters"]["avro.schema.literal"]
     cfg = avro["_cfg"]
-    first = sorted(final_objects(s3, cfg, topic))[0]
-    header = fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=first)["Body"].read()))
-    assert json.loads(header.metadata["avro.schema"]) == json.loads(literal) == avro_writer_schema()
+    for key in sorted(final_objects(s3, cfg, topic)):
+        header = fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read()))
+        assert header.metadata["avro.schema"] == literal, key
+    assert [f["name"] for f in json.loads(literal)["fields"]] == [
+        c["Name"] for c in avro["StorageDescriptor"]["Columns"]]
     name = view("avro", spark.read.format("avro").option("avroSchema", literal))
     rows = spark.sql(f"SELECT kafka_partition, offset, key, value, headers, timestamp FROM {name}").collect()
     assert sorted((r.kafka_partition, r.offset, r.key and bytes(r.key), r.value if r.value is None else bytes(r.value),
@@ -302,6 +310,45 @@ def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(k
     name = view("text", spark.read.format("text"))
     rows = spark.sql(f"SELECT kafka_partition, value FROM {name}").collect()
     assert sorted(tuple(r) for r in rows) == sorted((p.partition, (p.value or b"").decode()) for p in produced)
+
+
+def test_the_avro_table_waits_for_the_first_window_and_takes_its_literal_from_the_newest_object(
+        kafka, services, res, spark, s3, unique):
+    topic = create_topic(kafka, f"cat-avro-{unique}")
+    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())])
+                                      for i in range(8)])
+    cfg = archive_config(services.bucket, topic, f"catavro/{unique}/", format="avro", compression="snappy",
+                         value_decoding={"type": "utf8"})
+    database = f"catavro_{unique}"
+    [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=database)}).assets
+    glue = client(services, "glue")
+
+    before = run_asset(asset, res)  # nothing archived yet: no table, and the run says why
+    assert before["table_action"] == "deferred"
+    assert "no window of" in before["reason"] and "is created by the first catalog run after" in before["reason"]
+    with pytest.raises(ClientError, match="EntityNotFoundException"):
+        glue.get_table(DatabaseName=database, Name=table_name(topic))
+
+    materialize(cfg, topic, [W(0, 0, 4)], res)
+    materialize(cfg, topic, [W(0, 4, 8)], res)
+    after = run_asset(asset, res)
+    assert after["table_action"] == "created"
+    newest = manifest_key(cfg.prefix, topic, W(0, 4, 8))
+    first_object = json.loads(s3.get_object(Bucket=cfg.bucket, Key=newest)["Body"].read())["objects"][0]["key"]
+    assert after["avro_schema_from"] == f"s3://{cfg.bucket}/{first_object}"
+    table = glue.get_table(DatabaseName=database, Name=table_name(topic))["Table"]
+    literal = table["StorageDescriptor"]["SerdeInfo"]["Parameters"]["avro.schema.literal"]
+    header = fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=first_object)["Body"].read()))
+    assert literal == header.metadata["avro.schema"]
+    value_type = {f["name"]: f["type"] for f in json.loads(literal)["fields"]}["value"]
+    assert value_type == ["string", "null"], "value_decoding utf8: Spark wrote the value as a string"
+    assert run_asset(asset, res)["table_action"] == "unchanged"
+
+    # Spark reads the table's location with the table's literal and columns.
+    spark.read.format("avro").option("avroSchema", literal).schema(spark_schema_ddl(table)) \
+        .load(table["StorageDescriptor"]["Location"].replace("s3://", "s3a://")).createOrReplaceTempView(database)
+    rows = spark.sql(f"SELECT kafka_partition, offset, value FROM {database} ORDER BY offset").collect()
+    assert [tuple(r) for r in rows] == [(0, p.offset, p.value.decode()) for p in produced]
 
 
 def test_a_table_not_created_for_the_topic_is_never_taken_over(services, unique):

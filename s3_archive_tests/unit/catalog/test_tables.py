@@ -2,6 +2,7 @@
 
 import copy
 import datetime
+import io
 import json
 import re
 import string
@@ -12,15 +13,13 @@ import pytest
 from dagster_aws.s3 import S3Resource
 from pydantic import ValidationError
 
+from s3_archive.catalog.avro_header import header_schema
 from s3_archive.catalog.mappings import (
     CSV_SERDE_PARAMETERS,
     ENVELOPE,
     MAPPINGS,
     NO_TABLE,
     UnsupportedFormat,
-    _avro_type,
-    avro_schema_literal,
-    avro_writer_schema,
     no_table_reason,
 )
 from s3_archive.catalog.partitions import (
@@ -141,8 +140,9 @@ def test_jsonl_table_input_uses_the_openx_serde_and_base64_strings():
     assert ti["Parameters"]["projection.kafka_partition.range"] == "0,0"
 
 
-# What Spark 4.0's avro writer put in the header of an archived object (read with fastavro; the integration test
-# test_catalog_lifecycle.py compares it with a freshly archived object's header too).
+# What Spark 4.0's avro writer put in the header of an archived object (read with fastavro). The catalog reads the
+# literal from an archived object's header at run time (avro_header.py; the integration test
+# test_catalog_lifecycle.py checks the table's literal against a freshly archived object's header).
 SPARK_AVRO_HEADER = (
     '{"type":"record","name":"topLevelRecord","fields":[{"name":"key","type":["bytes","null"]},{"name":"value",'
     '"type":["bytes","null"]},{"name":"headers","type":[{"type":"array","items":[{"type":"record","name":"headers",'
@@ -153,14 +153,18 @@ SPARK_AVRO_HEADER = (
 
 
 def test_avro_table_reads_with_sparks_writer_schema():
-    ti = build_table_input(cfg("avro", compression="zstd"), "demo.orders", CatalogOptions(), 2)
+    ti = build_table_input(cfg("avro", compression="zstd"), "demo.orders", CatalogOptions(), 2,
+                           writer_schema=SPARK_AVRO_HEADER)
     sd = ti["StorageDescriptor"]
     assert (sd["SerdeInfo"]["SerializationLibrary"], sd["InputFormat"], sd["OutputFormat"]) == (
         "org.apache.hadoop.hive.serde2.avro.AvroSerDe", "org.apache.hadoop.hive.ql.io.avro.AvroContainerInputFormat",
         "org.apache.hadoop.hive.ql.io.avro.AvroContainerOutputFormat")
     assert sd["SerdeInfo"]["Parameters"] == {"avro.schema.literal": SPARK_AVRO_HEADER}
-    assert json.loads(avro_schema_literal()) == avro_writer_schema()
-    fastavro.parse_schema(avro_writer_schema())  # a valid Avro schema
+    # the columns are the fields Spark writes, in its order
+    assert [f["name"] for f in json.loads(SPARK_AVRO_HEADER)["fields"]] == [c["Name"] for c in sd["Columns"]]
+    with pytest.raises(ValueError, match="topic 'demo.orders': a avro table needs the writer schema of an archived "
+                                         "object for avro.schema.literal"):
+        build_table_input(cfg("avro"), "demo.orders", CatalogOptions(), 2)
     # timestamp-micros is a bigint to Hive's AvroSerDe and Athena (only timestamp-millis maps to timestamp).
     assert [(c["Name"], c["Type"]) for c in sd["Columns"]] == [
         ("key", "binary"), ("value", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
@@ -169,12 +173,18 @@ def test_avro_table_reads_with_sparks_writer_schema():
     assert sd["Compressed"] is False and ti["Parameters"]["classification"] == "avro"
 
 
-def test_avro_schema_follows_the_envelope_types():
-    fields = {f["name"]: f["type"] for f in avro_writer_schema()["fields"]}
-    assert list(fields) == [c for c, _ in ENVELOPE_COLUMNS]
-    assert all(t[-1] == "null" for t in fields.values()), "every field of Spark's Kafka source is nullable"
-    with pytest.raises(ValueError, match="no Avro type for Hive type 'decimal"):
-        _avro_type("decimal(10,2)", "d", "")
+def test_the_writer_schema_is_the_avro_header_verbatim_read_without_the_records():
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(json.loads(SPARK_AVRO_HEADER)),
+                    [{"key": b"k", "value": None, "headers": [], "topic": "t", "partition": 0, "offset": i,
+                      "timestamp": 0, "timestamp_type": 0} for i in range(10_000)], codec="deflate")
+    data = buf.getvalue()
+    stream = io.BytesIO(data)
+    literal = header_schema(stream)
+    assert literal.encode() in data and json.loads(literal)["name"] == "topLevelRecord"
+    assert stream.tell() < 2048 < len(data), "only the header is read"
+    with pytest.raises(ValueError, match="is it an avro file"):
+        header_schema(io.BytesIO(b"PAR1 not avro"))
 
 
 @pytest.mark.parametrize("fields", [["key", "value", "offset", "timestamp", "headers"], ["value"],
@@ -223,10 +233,9 @@ def test_envelope_selection_and_utf8_value_shape_the_columns():
     cols = build_table_input(c, "t", CatalogOptions(), 1)["StorageDescriptor"]["Columns"]
     assert [(x["Name"], x["Type"]) for x in cols] == [("key", "binary"), ("value", "string")]
     a = cfg("avro", envelope={"headers": False})
-    literal = json.loads(build_table_input(a, "t", CatalogOptions(), 1)["StorageDescriptor"]["SerdeInfo"]
-                         ["Parameters"]["avro.schema.literal"])
-    assert [f["name"] for f in literal["fields"]] == ["key", "value", "topic", "partition", "offset", "timestamp",
-                                                      "timestamp_type"]
+    avro_cols = build_table_input(a, "t", CatalogOptions(), 1, writer_schema="{}")["StorageDescriptor"]["Columns"]
+    assert [c["Name"] for c in avro_cols] == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                              "timestamp_type"]
 
 
 def test_avro_json_decoding_gets_no_table_with_a_reason():
@@ -247,9 +256,51 @@ def test_decoded_columns_from_window_schemas():
             {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "integer",
                                    "valueContainsNull": True}, "nullable": True, "metadata": {}}]},
          "nullable": True, "metadata": {}}]})
-    cols = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), [s1, s2, "", "not json"])
+    cols, _ = decoded_columns(cfg("parquet", value_decoding={"type": "json"}),
+                              {"m/1.json": s1, "m/2.json": s2, "m/3.json": "", "m/4.json": "not json"})
     assert [(c["Name"], c["Type"]) for c in cols] == [
         ("id", "bigint"), ("tags", "array<string>"), ("o", "struct<d:decimal(10,2),m:map<string,int>>")]
+
+
+def field(name: str, spark_type) -> dict:
+    return {"name": name, "type": spark_type, "nullable": True, "metadata": {}}
+
+
+def test_decoded_column_types_follow_sparks_types_and_hive_lacks_some():
+    nested = {"type": "struct", "fields": [field("ntz", "timestamp_ntz"), field("v", "variant")]}
+    schema = json.dumps({"type": "struct", "fields": [
+        field("b", "byte"), field("s", "short"), field("i", "integer"), field("l", "long"), field("f", "float"),
+        field("d", "double"), field("z", "boolean"), field("bin", "binary"), field("dt", "date"),
+        field("ts", "timestamp"), field("ntz", "timestamp_ntz"), field("dec", "decimal(38,0)"),
+        field("var", "variant"), field("nul", "void"), field("dti", "interval day to second"),
+        field("ymi", "interval year to month"), field("str", "string"),
+        field("arr", {"type": "array", "elementType": nested, "containsNull": True}),
+        field("map", {"type": "map", "keyType": "string", "valueType": "timestamp_ntz", "valueContainsNull": True})]})
+    cols, skipped = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), {"m.json": schema})
+    assert skipped == {}
+    assert [(c["Name"], c["Type"]) for c in cols] == [
+        ("b", "tinyint"), ("s", "smallint"), ("i", "int"), ("l", "bigint"), ("f", "float"), ("d", "double"),
+        ("z", "boolean"), ("bin", "binary"), ("dt", "date"), ("ts", "timestamp"), ("ntz", "timestamp"),
+        ("dec", "decimal(38,0)"), ("var", "string"), ("nul", "string"), ("dti", "string"), ("ymi", "string"),
+        ("str", "string"), ("arr", "array<struct<ntz:timestamp,v:string>>"), ("map", "map<string,timestamp>")]
+
+
+def test_a_schema_that_does_not_parse_is_reported_by_manifest_key_and_the_rest_still_count():
+    good = json.dumps({"type": "struct", "fields": [field("id", "long")]})
+    bad = {
+        "_manifests/t/kafka_partition=0/a.json": "not json",
+        "_manifests/t/kafka_partition=1/b.json": json.dumps({"type": "struct", "fields": [field("x", "weird")]}),
+        "_manifests/t/kafka_partition=2/c.json": json.dumps({"type": "struct", "fields": [{"name": "x"}]}),
+        "_manifests/t/kafka_partition=3/d.json": json.dumps(["id"]),
+    }
+    cols, skipped = decoded_columns(cfg("parquet", value_decoding={"type": "json"}),
+                                    {**bad, "_manifests/t/kafka_partition=4/e.json": good})
+    assert [(c["Name"], c["Type"]) for c in cols] == [("id", "bigint")]
+    assert list(skipped) == list(bad)
+    assert skipped["_manifests/t/kafka_partition=0/a.json"].startswith("JSONDecodeError: Expecting value")
+    assert "weird" in skipped["_manifests/t/kafka_partition=1/b.json"]
+    assert skipped["_manifests/t/kafka_partition=2/c.json"] == "KeyError: 'type'"
+    assert "not a Spark struct type" in skipped["_manifests/t/kafka_partition=3/d.json"]
 
 
 def test_merge_columns_keeps_what_older_windows_have():
@@ -305,7 +356,8 @@ def test_athena_ddl_matches_the_table_input():
 
 
 def test_avro_ddl_carries_the_schema_literal():
-    ddl = athena_ddl("s3_archive", build_table_input(cfg("avro"), "demo.orders", CatalogOptions(), 1))
+    ddl = athena_ddl("s3_archive", build_table_input(cfg("avro"), "demo.orders", CatalogOptions(), 1,
+                                                     writer_schema=SPARK_AVRO_HEADER))
     assert f"WITH SERDEPROPERTIES (\n  'avro.schema.literal' = '{SPARK_AVRO_HEADER}')" in ddl
     assert "  `timestamp` bigint COMMENT" in ddl
 
@@ -370,6 +422,9 @@ def test_code_version_follows_the_config_not_the_partition_count():
         return a.code_versions_by_key[a.key]
     assert version() == version() != version(fmt="jsonl")
     assert version(fmt="csv") != version(fmt="csv", csv_fields=["value", "key"])
+    # avro: no I/O at load (the writer schema is read at run time), yet the config that shapes it changes it
+    assert version(fmt="avro") == version(fmt="avro") != version(fmt="avro", envelope={"headers": False})
+    assert version(fmt="avro") != version(fmt="avro", value_decoding={"type": "utf8"})
 
 
 def test_the_table_refreshes_when_a_window_lands_even_while_other_windows_are_missing():
@@ -501,7 +556,8 @@ def test_layout_partition_dirs_from_object_keys():
             "day=2024-03-31/region=eu%2Fwest/t+0+9+00000.parquet",
             "day=2024-03-30/region=(null)/t+0+0+00000.parquet", "day=2024-03-30/region=(empty)/t+0+0+00000.parquet",
             "top-level-file", "day=2024-03-30/not-a-region/x", "other/dir/x", "day=2024-03-30/region=a%2f/x"]
-    assert layout_partition_dirs(layout, keys) == {
+    dirs, _ = layout_partition_dirs(layout, keys)
+    assert dirs == {
         "day=2024-03-30/region=(empty)": ["2024-03-30", ""],
         "day=2024-03-30/region=(null)": ["2024-03-30", HIVE_NULL],
         "day=2024-03-31/region=eu%2Fwest": ["2024-03-31", "eu/west"]}
@@ -515,3 +571,23 @@ def test_layout_partition_dirs_from_object_keys():
     with pytest.raises(ValueError,
                        match=r"directories 'kafka_key=%28hex%29FF' and 'kafka_key=\(hex\)FF' have the same"):
         layout_partition_dirs(kl, ["kafka_key=(hex)FF/a", "kafka_key=%28hex%29FF/b"])
+
+
+def test_directories_the_layout_does_not_parse_are_returned_with_an_object_and_the_reason():
+    layout = cfg("parquet", layout=DAY_REGION).layout
+    keys = ["day=2024-03-31/region=eu/t+0+0+00000.parquet", "top-level-file", "other/dir/x", "other/dir/y",
+            "day=2024-03-30/not-a-region/x", "day=31-03-2024/region=eu/x", "a/b/c/x", "day=2024-03-31/region=eu/z"]
+    dirs, skipped = layout_partition_dirs(layout, keys)
+    assert dirs == {"day=2024-03-31/region=eu": ["2024-03-31", "eu"]}
+    assert [(d.directory, d.key) for d in skipped] == [
+        ("", "top-level-file"), ("a/b/c", "a/b/c/x"), ("day=2024-03-30/not-a-region", "day=2024-03-30/not-a-region/x"),
+        ("day=31-03-2024/region=eu", "day=31-03-2024/region=eu/x"), ("other/dir", "other/dir/x")]
+    reasons = {d.directory: d.reason for d in skipped}
+    assert reasons[""] == "not in a partition directory"
+    # the layout's own parse error says why (keys.buckets.parse_path)
+    assert "path segments" in reasons["a/b/c"]
+    assert "'not-a-region'" in reasons["day=2024-03-30/not-a-region"] and "region=" in reasons[
+        "day=2024-03-30/not-a-region"]
+    assert "'day=31-03-2024'" in reasons["day=31-03-2024/region=eu"] and "path_format" in reasons[
+        "day=31-03-2024/region=eu"]
+    assert "'other'" in reasons["other/dir"]
