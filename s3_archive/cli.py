@@ -50,7 +50,7 @@ def refresh_topics_command(config: Path, forget: list[str]) -> int:
         if a.topic_pattern is None:
             continue
         known = result.known.get(a.name, [])
-        print(f"archive {a.name!r} (topic_pattern {a.topic_pattern!r}): {len(known)} known topics"
+        print(f"archive {a.name!r} (topic_pattern '{a.topic_pattern}'): {len(known)} known topics"
               + (f": {', '.join(known)}" if known else ""))
         if a.name in result.added:
             print(f"  new: {', '.join(result.added[a.name])}")

@@ -105,7 +105,7 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
     # The CLI, with the runs' Kafka settings from the environment.
     assert main(["refresh-topics", "--config", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"archive 'pat' (topic_pattern 'pat-{unique}\\\\..*'): 1 known topics: {a}\n  new: {a}" in out
+    assert f"archive 'pat' (topic_pattern 'pat-{unique}\\..*'): 1 known topics: {a}\n  new: {a}" in out
     assert "reload the code location" in out
 
     # The sensor does the same with the code location's kafka resource.
