@@ -22,7 +22,7 @@ class SensorCursor:
 
     @classmethod
     def parse(cls, text: str | None) -> SensorCursor:
-        """The cursor, or an empty one when there is none or it cannot be read (ValueError names the problem)."""
+        """The cursor; an empty one when there is none. ValueError, naming the problem, when it cannot be read."""
         if not text:
             return cls()
         try:

@@ -16,9 +16,9 @@ from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.checks import CONTIGUOUS, HEADROOM, OBJECTS, RETENTION, build_archive_checks
+from s3_archive.defs.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import checks_job_name
-from s3_archive.defs.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.defs.archive.sensors import (
     CUT_TAG,
     RANGE_END,

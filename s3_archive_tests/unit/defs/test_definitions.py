@@ -41,8 +41,8 @@ RICH = {
         {"name": "later", "topic_pattern": r"later\..*", "bucket": "rich-archive", "prefix": "later/"},
     ],
     "foreign_sources": [
-        {"name": "legacy_orders", "layout": "aiven", "bucket": "legacy-sink", "prefix": "kafka/", "topic": "orders.main",
-         "format": "jsonl", "fields": ["key", "value", "offset", "timestamp", "headers"]},
+        {"name": "legacy_orders", "layout": "aiven", "bucket": "legacy-sink", "prefix": "kafka/",
+         "topic": "orders.main", "format": "jsonl", "fields": ["key", "value", "offset", "timestamp", "headers"]},
     ],
 }
 KNOWN = {"orders": ["orders.eu", "orders.main", "orders.us"], "events": ["events.click", "events.view"],
