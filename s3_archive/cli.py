@@ -1,4 +1,4 @@
-"""`s3-archive`: the local stack and the demo."""
+"""`s3-archive`: the local stack, the demo, the topics of `topic_pattern`s, and the IAM policy."""
 
 from __future__ import annotations
 
@@ -10,10 +10,54 @@ from pathlib import Path
 
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
-from s3_archive.model.errors import InvalidConfig, MissingJars
+from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, MissingJars, TopicStateUnreadable
 
 # The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
+
+
+def refresh_topics_command(config: Path, forget: list[str]) -> int:
+    """`s3-archive refresh-topics`: with the Kafka settings of the runs (the same environment variables, so SASL and
+    TLS apply), add each `topic_pattern`'s new matches to the topic state; or forget topics."""
+    import dagster as dg
+
+    from s3_archive.config.settings import load_settings
+    from s3_archive.defs.archive.discovery import RELOAD_HINT
+    from s3_archive.defs.resources import check_env, kafka_resource
+    from s3_archive.io.paths import topic_state_file
+    from s3_archive.io.topic_state import forget_topics, refresh_topics
+
+    state = topic_state_file()
+    if forget:
+        removed = forget_topics(state, forget)
+        for name, topics in sorted(removed.items()):
+            print(f"archive {name!r}: forgot {', '.join(topics)}")
+        unknown = sorted(set(forget) - {t for ts in removed.values() for t in ts})
+        if unknown:
+            print(f"not known by any archive: {', '.join(unknown)}")
+        print(f"topic state: {state}" + ("; reload the code location to drop their assets" if removed else ""))
+        return 0
+    settings = load_settings(config)
+    if not any(a.topic_pattern for a in settings.archives):
+        print(f"no archive in {config} has a topic_pattern; nothing to refresh")
+        return 0
+    env = check_env(os.environ.get("S3_ARCHIVE_ENV", "local"))
+    if not os.environ.get("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS"):
+        raise KafkaUnavailable("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS is not set")
+    with dg.build_resources({"kafka": kafka_resource(env)}) as resources:
+        result = refresh_topics(settings, resources.kafka, state)
+    for a in settings.archives:
+        if a.topic_pattern is None:
+            continue
+        known = result.known.get(a.name, [])
+        print(f"archive {a.name!r} (topic_pattern '{a.topic_pattern}'): {len(known)} known topics"
+              + (f": {', '.join(known)}" if known else ""))
+        if a.name in result.added:
+            print(f"  new: {', '.join(result.added[a.name])}")
+        if a.name in result.gone:
+            print(f"  no longer in Kafka (kept; --forget TOPIC removes one): {', '.join(result.gone[a.name])}")
+    print(f"topic state: {state}" + (f"; {RELOAD_HINT}" if result.added else ""))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
     demo.add_argument("--port", type=int, default=3000)
+    refresh = sub.add_parser(
+        "refresh-topics", help="add the Kafka topics each topic_pattern now matches to the topic state (read "
+                               "when definitions load), with the runs' Kafka settings ($S3_ARCHIVE_KAFKA_*)")
+    refresh.add_argument("--config", type=Path, help="archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)")
+    refresh.add_argument("--forget", metavar="TOPIC", action="append", default=[],
+                         help="instead of refreshing, remove TOPIC from the known topics (repeatable; no Kafka "
+                              "connection). A topic that still exists and matches comes back at the next refresh")
     iam = sub.add_parser("iam-policy", help="print the least-privilege IAM policy for the configured archives")
     iam.add_argument("--config", type=Path, help="archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)")
     iam.add_argument("--region", default="*")
@@ -44,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         elif args.command == "local":
             print(stack.status())
+        elif args.command == "refresh-topics":
+            path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
+            return refresh_topics_command(path, args.forget)
         elif args.command == "iam-policy":
             from s3_archive.config.settings import load_settings
             from s3_archive.iam import iam_policy
@@ -55,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             from s3_archive.local import demo as demo_mod
 
             return demo_mod.run(port=args.port)
-    except (StackError, MissingJars, InvalidConfig) as e:
+    except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KafkaUnavailable as e:  # only refresh-topics reaches Kafka
+        print(f"error: {e}; the known topics are unchanged", file=sys.stderr)
         return 1
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from croniter import croniter
 from pydantic import Field, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
@@ -102,8 +103,8 @@ class ArchiveConfig(StrictModel):
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
     schedule_cron: str | None = Field(
-        default=None, description="a cron string (UTC): also build the schedule archive_<name>_cut, which cuts "
-                                  "windows like the sensor plus every partition's rest up to the last stable offset")
+        default=None, description="a cron string (UTC): at each of its ticks the offsets sensor also cuts every "
+                                  "partition's rest up to the last stable offset")
     retention_warn_fraction: float = Field(
         default=0.8, gt=0, le=1, description="retention_headroom warns when the oldest unarchived record is older "
                                              "than this fraction of the topic's retention.ms")
@@ -114,9 +115,8 @@ class ArchiveConfig(StrictModel):
     @field_validator("schedule_cron")
     @classmethod
     def _cron(cls, v: str | None) -> str | None:
-        from dagster._utils.schedules import is_valid_cron_string
-
-        if v is not None and not is_valid_cron_string(v):
+        # strict: refuse days that never come (e.g. '0 0 30 2 *'); five fields: minute resolution, no seconds.
+        if v is not None and not (croniter.is_valid(v, strict=True) and len(croniter.expand(v)[0]) == 5):
             raise ValueError(f"not a valid cron string: {v!r} (five fields, e.g. '*/15 * * * *')")
         return v
 

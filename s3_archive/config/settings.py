@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -82,11 +83,13 @@ def load_settings(path: Path) -> Settings:
     return parse_settings(data)
 
 
-def resolve_topic_patterns(settings: Settings, cluster_topics: list[str]) -> Settings:
-    """Settings with every archive's `topic_pattern` expanded against the cluster's topics (pure).
+def resolve_topic_patterns(settings: Settings, topics: Sequence[str] | Mapping[str, Sequence[str]]) -> Settings:
+    """Settings with every archive's `topic_pattern` expanded against candidate topics (pure).
 
-    A topic listed explicitly anywhere stays with that archive; a topic matched by several patterns goes to the
-    first archive; Kafka's internal topics (`__consumer_offsets`, `__transaction_state`, ...) never match.
+    `topics`: the cluster's topics (one list for every archive, as a refresh sees them), or per archive name the
+    topics that archive knows (the topic state, when definitions load). A topic listed explicitly anywhere stays
+    with that archive; a topic matched by several patterns goes to the first archive; Kafka's internal topics
+    (`__consumer_offsets`, `__transaction_state`, ...) never match.
     """
     taken = {t for a in settings.archives for t in a.topics}
     archives = []
@@ -94,8 +97,9 @@ def resolve_topic_patterns(settings: Settings, cluster_topics: list[str]) -> Set
         extra = []
         if a.topic_pattern is not None:
             pattern = re.compile(a.topic_pattern)
-            extra = sorted(t for t in cluster_topics
-                           if not t.startswith("__") and t not in taken and pattern.fullmatch(t))
+            candidates = topics.get(a.name, ()) if isinstance(topics, Mapping) else topics
+            extra = sorted({t for t in candidates
+                            if not t.startswith("__") and t not in taken and pattern.fullmatch(t)})
             taken |= set(extra)
         archives.append(a.model_copy(update={"topics": [*a.topics, *extra]}))
     return settings.model_copy(update={"archives": archives})

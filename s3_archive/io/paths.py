@@ -1,4 +1,5 @@
-"""Where s3-archive keeps things on disk: the JVM jar cache and the local stack's state.
+"""Where s3-archive keeps things on disk: the JVM jar cache, the local stack's state, and the state of the code
+location (the topics each `topic_pattern` knows).
 
 Everything lives under one home directory, `$S3_ARCHIVE_HOME` (default `~/.cache/s3-archive`), outside git.
 These are functions, not constants, so nothing is read from the environment at import time.
@@ -38,3 +39,13 @@ def jars(group: str) -> list[Path]:
 
 def local_stack_dir() -> Path:
     return Path(os.environ.get("S3_ARCHIVE_LOCAL_DIR", home() / "local")).expanduser()
+
+
+def state_dir() -> Path:
+    """The code location's own state (the topics each `topic_pattern` knows): `$S3_ARCHIVE_STATE_DIR`, default
+    `$S3_ARCHIVE_HOME/state`. It must outlive code-location restarts (a volume in a deployment)."""
+    return Path(os.environ.get("S3_ARCHIVE_STATE_DIR", home() / "state")).expanduser()
+
+
+def topic_state_file() -> Path:
+    return state_dir() / "topics.json"

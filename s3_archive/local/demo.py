@@ -15,12 +15,14 @@ import dagster as dg
 from confluent_kafka.admin import NewTopic
 
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.config.settings import load_settings
+from s3_archive.config.settings import load_settings, resolve_topic_patterns
 from s3_archive.definitions import DEMO_CONFIG, build_defs
+from s3_archive.defs.archive.discovery import describe
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import evaluate, sensor_name
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.paths import local_stack_dir
+from s3_archive.io.paths import local_stack_dir, topic_state_file
+from s3_archive.io.topic_state import refresh_topics
 from s3_archive.local import stack
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
@@ -73,9 +75,13 @@ def run(port: int = 3000) -> int:
     settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
     kafka = KafkaResource(bootstrap_servers=state.bootstrap_servers)
     seed_topics(kafka)
-    defs = build_defs(settings, "local")
+    # Definitions read the topics of topic_patterns from the topic state: refresh it before the UI loads them.
+    known = refresh_topics(settings, kafka, topic_state_file()).known
+    if known:
+        print(f"demo: topic_pattern topics: {describe(known)}", flush=True)
+    defs = build_defs(settings, "local", known)
     with dg.DagsterInstance.get() as instance:
-        for archive in settings.archives:
+        for archive in resolve_topic_patterns(settings, known).archives:
             for topic, new in cut_windows(instance, kafka, archive).items():
                 print(f"demo: {topic}: {len(new)} new windows", flush=True)
                 if not new:

@@ -56,3 +56,7 @@ class MissingJars(RuntimeError):
 
 class InvalidConfig(ValueError):
     """The configuration is wrong; the message names the key and the allowed values."""
+
+
+class TopicStateUnreadable(RuntimeError):
+    """The topic state file (the topics each topic_pattern knows) cannot be read or is not one."""

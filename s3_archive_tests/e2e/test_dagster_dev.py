@@ -38,6 +38,18 @@ def graphql(url: str, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
+def refresh_topics_cli(env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-m", "s3_archive.cli", "refresh-topics"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def archive_assets(url: str) -> set[str]:
+    nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
+    return {n["assetKey"]["path"][-1] for n in nodes if n["assetKey"]["path"][0] == "kafka_archive"}
+
+
 @pytest.fixture(scope="module")
 def dagster_dev(services, kafka, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
@@ -46,14 +58,21 @@ def dagster_dev(services, kafka, tmp_path_factory):
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
     topic = create_topic(kafka, f"e2e-{os.getpid()}")
     sensed = create_topic(kafka, f"e2e-sensed-{os.getpid()}", partitions=2)
+    pattern = f"e2e-pat-{os.getpid()}"
+    create_topic(kafka, f"{pattern}.a")
     config = root / "archives.yaml"
     config.write_text(json.dumps({"archives": [
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
+        # Every minute, the sensor also cuts every partition's rest (a cron tick, gated by its cursor).
         {"name": "e2e_sensed", "topics": [sensed], "bucket": services.bucket, "prefix": "e2e-sensed/",
-         "flush": {"count": 40, "interval_seconds": 3600}},
+         "flush": {"count": 40, "interval_seconds": 3600}, "schedule_cron": "* * * * *"},
+        {"name": "e2e_pattern", "topic_pattern": rf"{pattern}\..*", "bucket": services.bucket,
+         "prefix": "e2e-pattern/"},
     ]}))
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
-           "S3_ARCHIVE_ENV": "local"}
+           "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
+    # As the demo does: the topics of the pattern are known before the code location loads.
+    refresh_topics_cli(env)
     port = free_port()
     log = open(root / "dagster-dev.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
@@ -70,7 +89,7 @@ def dagster_dev(services, kafka, tmp_path_factory):
             except OSError:
                 assert time.monotonic() < deadline, "dagster dev did not come up in 180s"
                 time.sleep(1)
-        yield url, home, topic, sensed
+        yield url, home, topic, sensed, env, pattern
     finally:
         # dagster dev shuts its webserver and daemon down cleanly on SIGINT; SIGKILL only what lingers.
         for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
@@ -84,7 +103,7 @@ def dagster_dev(services, kafka, tmp_path_factory):
 
 
 def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafka, s3, services):
-    url, home, topic, _ = dagster_dev
+    url, home, topic, *_ = dagster_dev
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())])
                                       for i in range(150)])
     windows = [OffsetWindow(0, s, s + 50) for s in (0, 50, 100)]
@@ -122,7 +141,7 @@ def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafk
 
 
 def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, kafka, s3, services):
-    url, _, _, topic = dagster_dev
+    url, _, _, topic, *_ = dagster_dev
     produced = produce(kafka, topic, [(i % 2, None, f"v{i}".encode(), []) for i in range(160)])  # 80 per partition
     started = graphql(url, """
         mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
@@ -139,6 +158,16 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
         time.sleep(5)
     assert archived_records(s3, cfg, topic) == produced
 
+    # Rests younger than flush.interval_seconds: cut at the next cron tick of schedule_cron, by the same sensor.
+    produced = sorted(produced + produce(kafka, topic, [(i % 2, None, f"r{i}".encode(), []) for i in range(6)]),
+                      key=lambda r: (r.partition, r.offset))
+    rests = [OffsetWindow(p, 80, 83) for p in (0, 1)]
+    deadline = time.monotonic() + 300
+    while not all(manifest(s3, cfg, topic, w) for w in rests):
+        assert time.monotonic() < deadline, "the sensor did not cut the rests at a cron tick within 300 s"
+        time.sleep(5)
+    assert archived_records(s3, cfg, topic) == produced
+
     # Downstream, with no manual step either: the always-on sync sensor registers the Glue table.
     glue = boto3.client("glue", endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
                         aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
@@ -152,3 +181,24 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
             assert time.monotonic() < deadline, "the catalog asset did not register the table within 300 s"
             time.sleep(5)
     assert table["StorageDescriptor"]["Location"] == f"s3://{services.bucket}/e2e-sensed/{topic}/"
+
+
+def test_a_new_topic_of_a_pattern_appears_after_a_refresh_and_a_reload(dagster_dev, kafka):
+    url, _, _, _, env, pattern = dagster_dev
+    assert f"{pattern}.a" in archive_assets(url)
+    sensors = graphql(url, """{ sensorsOrError(repositorySelector: {repositoryLocationName: "s3_archive",
+        repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }""")
+    status = {s["name"]: s["sensorState"]["status"] for s in sensors["sensorsOrError"]["results"]}
+    assert status["s3_archive_topic_discovery"] == "RUNNING" and status["archive_e2e_pattern_offsets"] == "STOPPED"
+
+    create_topic(kafka, f"{pattern}.b")
+    assert f"  new: {pattern}.b" in refresh_topics_cli(env)
+    assert f"{pattern}.b" not in archive_assets(url)  # loading never looks at Kafka: the reload is the mechanism
+    reloaded = graphql(url, """mutation { reloadRepositoryLocation(repositoryLocationName: "s3_archive") {
+        __typename ... on WorkspaceLocationEntry { loadStatus } ... on PythonError { message } } }""")
+    assert reloaded["reloadRepositoryLocation"]["__typename"] == "WorkspaceLocationEntry", reloaded
+    deadline = time.monotonic() + 120
+    while f"{pattern}.b" not in archive_assets(url):
+        assert time.monotonic() < deadline, "the new topic's asset did not appear within 120 s of the reload"
+        time.sleep(2)
+    assert {f"{pattern}.a", f"{pattern}.b"} <= archive_assets(url)

@@ -1,6 +1,7 @@
 """The archive asset: one per topic; each partition is one offset window written to S3 exactly once."""
 
-
+import traceback
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,18 +22,24 @@ PARALLEL_WINDOWS = 4
 
 
 def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        key=archive_asset_key(topic),
-        partitions_def=window_partitions(topic),
-        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=cfg.windows_per_run),
-        group_name=f"archive_{cfg.name}",
-        kinds={"kafka", "spark", "s3"},
-        output_required=False,
-        metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
-                  "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
-        description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
-                    "Each partition is one offset window, written exactly once (manifest = commit point).",
-    )
+    with warnings.catch_warnings():
+        # backfill_policy is beta: we use it so that a UI backfill runs windows_per_run windows per run (one Spark
+        # session each), not one run per window. Silenced here only, so run logs are not flooded with it.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        archive_asset = dg.asset(
+            key=archive_asset_key(topic),
+            partitions_def=window_partitions(topic),
+            backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=cfg.windows_per_run),
+            group_name=f"archive_{cfg.name}",
+            kinds={"kafka", "spark", "s3"},
+            output_required=False,
+            metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
+                      "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
+            description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
+                        "Each partition is one offset window, written exactly once (manifest = commit point).",
+        )
+
+    @archive_asset
     def _archive(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
                  s3: S3Resource) -> Iterator[dg.AssetMaterialization]:
         windows = [OffsetWindow.parse(k) for k in context.partition_keys]
@@ -55,7 +62,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
         with ThreadPoolExecutor(max_workers=min(PARALLEL_WINDOWS, len(windows))) as pool:
             for w, r in zip(windows, pool.map(one, windows)):
                 if isinstance(r, BaseException):
-                    context.log.error(f"window {w.key}: {type(r).__name__}: {r}")
+                    # The whole traceback: the run's failure only lists each window's message.
+                    context.log.error(f"window {w.key} failed:\n" + "".join(traceback.format_exception(r)))
                     failures.append(f"{w.key}: {type(r).__name__}: {r}")
                     continue
                 mkey = manifest_key(cfg.prefix, topic, w)

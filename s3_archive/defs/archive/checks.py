@@ -104,6 +104,19 @@ def materialization_times(instance: dg.DagsterInstance, topic: str, keys: list[s
     return out
 
 
+def materialized_windows(instance: dg.DagsterInstance, topic: str, keys: list[str]) -> set[str]:
+    """The windows (partition keys) materialized at least once, i.e. committed.
+
+    The asset's partition status answers for most windows in one cached read; it reports a window whose latest run
+    is in progress or failed as such, even if an earlier run committed it, so those few are looked up in their
+    materialization records (a re-run of a committed window must not make it look uncommitted)."""
+    status = instance.get_status_by_partition(archive_asset_key(topic), keys, window_partitions(topic)) or {}
+    done = {k for k, s in status.items() if s == dg.AssetPartitionStatus.MATERIALIZED}
+    unsure = [k for k, s in status.items()
+              if s in (dg.AssetPartitionStatus.IN_PROGRESS, dg.AssetPartitionStatus.FAILED)]
+    return done | set(materialization_times(instance, topic, unsure) if unsure else {})
+
+
 def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topic: str,
                    now: datetime | None = None) -> dg.AssetCheckResult:
     """(2) Every committed manifest's objects exist with their recorded sizes; every materialized window has one.
@@ -145,7 +158,7 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
         problems += [f"window {m.get('window_key')} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
 
     windows, _ = read_windows(instance, topic)
-    materialized = instance.get_materialized_partitions(archive_asset_key(topic))
+    materialized = materialized_windows(instance, topic, [w.key for w in windows])
     unmanifested = [w for w in sorted(windows) if w.key in materialized and w.key not in committed]
     when = materialization_times(instance, topic, [w.key for w in unmanifested]) if days and unmanifested else {}
     for w in unmanifested:
@@ -176,7 +189,7 @@ def retention_result(instance: dg.DagsterInstance, kafka: KafkaResource, topic: 
     except UnknownTopic as e:
         return _result([str(e)], "", {})
     windows, _ = read_windows(instance, topic)
-    materialized = instance.get_materialized_partitions(archive_asset_key(topic))
+    materialized = materialized_windows(instance, topic, [w.key for w in windows])
     progress = archive_progress(windows, {w for w in windows if w.key in materialized}, log_start, high)
     problems = [f"topic {topic!r} partition {p.partition}: offsets [{a}, {b}) were deleted by Kafka (log start "
                 f"offset {p.log_start}) before they were archived" for p in progress for a, b in p.lost]
@@ -250,7 +263,7 @@ def headroom_result(instance: dg.DagsterInstance, kafka: KafkaResource, cfg: Arc
                                    metadata={**meta, "problems": 0, "details": dg.MetadataValue.text(""),
                                              "oldest_unarchived_age_seconds": dg.MetadataValue.json({})})
     windows, _ = read_windows(instance, topic)
-    materialized = instance.get_materialized_partitions(archive_asset_key(topic))
+    materialized = materialized_windows(instance, topic, [w.key for w in windows])
     progress = archive_progress(windows, {w for w in windows if w.key in materialized}, log_start, high)
     pending = {p.partition: max(p.first_unarchived, p.log_start) for p in progress
                if max(p.first_unarchived, p.log_start) < p.end_offset}

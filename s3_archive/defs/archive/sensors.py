@@ -1,8 +1,12 @@
-"""The offsets sensor: per archive, cut new offset windows from Kafka's offsets and request one run per window.
+"""The offsets sensor: per archive, cut new offset windows from Kafka's offsets and request the runs that archive them.
 
-The existing dynamic partition keys are the only record of which offsets have windows; the cursor holds nothing.
-A restarted sensor, a lost cursor, or a tick evaluated twice therefore plans the same windows from the same keys,
-and never cuts a window overlapping one that exists. Planning itself is pure (s3_archive/archive/plan.py).
+It is the one path that cuts windows: full windows (and rests older than flush.interval_seconds) at every tick and,
+with `schedule_cron`, every partition's rest at the first tick after each cron tick.
+
+The existing dynamic partition keys are the only record of which offsets have windows. The cursor
+(cursor.py) holds only the last cron tick handled and the `start_position: latest` anchors. A restarted sensor, a
+lost cursor, or a tick evaluated twice therefore plans the same windows from the same keys, and never cuts a window
+overlapping one that exists. Planning itself is pure (s3_archive/archive/plan.py).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
@@ -10,16 +14,17 @@ and never cuts a window overlapping one that exists. Planning itself is pure (s3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import dagster as dg
 from confluent_kafka.admin import OffsetSpec
-from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME
 
 from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows, window_size
 from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_record
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.checks import build_archive_checks, read_windows
+from s3_archive.defs.archive.cursor import SensorCursor, cron_due
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import build_checks_schedule
 from s3_archive.io.kafka import KafkaResource
@@ -73,16 +78,13 @@ class TopicScan:
     behind: list[str]  # partitions whose windows reach past what Kafka has: reported, never cut
 
 
-def start_anchor_key(topic: str, partition: int) -> str:
-    return f"s3_archive/start/{topic}/{partition}"
-
-
 def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: Sequence[int], end: dict[int, int],
-                  instance: dg.DagsterInstance | None) -> dict[int, int]:
+                  starts: dict[int, int] | None) -> dict[int, int]:
     """Where the first window of each partition in `parts` (partitions with no window yet) starts, per
     `cfg.start_position`: the log start offset; the last stable offset when the partition was first seen
-    ("latest", kept in the instance's key-value store so that records produced before its first window are not
-    skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that new: the end)."""
+    ("latest", remembered in `starts`, the topic's part of the sensor cursor, so that records produced before its
+    first window are not skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that
+    new: the end)."""
     if not parts:
         return {}
     pos = cfg.start_position
@@ -92,28 +94,28 @@ def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: S
         found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(pos) for p in parts})
         return {p: end[p] if o < 0 else o for p, o in found.items()}
     # "latest" (or -1): the end at the first tick that saw the partition, remembered until it has a window.
-    if instance is None:
-        raise ValueError("start_position 'latest' needs the Dagster instance to remember where partitions start")
-    keys = {p: start_anchor_key(topic, p) for p in parts}
-    stored = instance.run_storage.get_cursor_values(set(keys.values()))
-    out = {p: int(stored[k]) for p, k in keys.items() if k in stored}
+    if starts is None:
+        raise ValueError("start_position 'latest' needs the sensor cursor to remember where partitions start")
+    out = {p: starts[p] for p in parts if p in starts}
     new = {p: end[p] for p in parts if p not in out}
-    if new:
-        instance.run_storage.set_cursor_values({keys[p]: str(o) for p, o in new.items()})
+    starts.update(new)
     return out | new
 
 
 def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, windows: Sequence[OffsetWindow],
                      bytes_per_record: float | None, now_ms: int,
-                     instance: dg.DagsterInstance | None = None) -> TopicScan:
-    """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic."""
+                     starts: dict[int, int] | None = None) -> TopicScan:
+    """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic.
+    `starts`: the topic's `start_position: latest` anchors (sensor cursor), updated in place."""
     parts = kafka.partitions(topic)
     # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
     # records a read_committed reader cannot see yet and would record as absent.
     end = list_offsets(kafka, topic, {p: OffsetSpec.latest() for p in parts})
     nxt = next_offsets(list(windows))
+    for p in [p for p in starts or {} if p in nxt]:  # a partition with a window no longer needs its anchor
+        del starts[p]
     # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
-    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, instance)
+    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, starts)
     size, reason = window_size(cfg.flush, bytes_per_record)
     pending = [p for p in parts if end[p] > nxt[p]]
     aged: dict[int, int] = {}
@@ -160,19 +162,31 @@ NO_WINDOWS = ("no new windows: no partition has a full window of new records, no
 NO_WINDOWS_REST = "no new windows: every partition's windows reach its last stable offset"
 
 
-def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext, kafka: KafkaResource,
-             cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_TICK,
-             cut_rest: bool = False) -> dg.SensorResult:
-    """One tick for one archive: the windows to add, and one run request per `windows_per_run` windows.
+def read_cursor(context: dg.SensorEvaluationContext) -> SensorCursor:
+    try:
+        return SensorCursor.parse(context.cursor)
+    except ValueError as e:
+        context.log.warning(f"{e}; starting from an empty cursor (the partition keys still tell which offsets have "
+                            "windows)")
+        return SensorCursor()
 
-    `cut_rest` (the cut schedule): also cut every partition's partial rest up to its last stable offset."""
-    now_ms = int(time.time() * 1000)
+
+def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: ArchiveConfig,
+             max_windows: int = MAX_WINDOWS_PER_TICK, now: float | None = None) -> dg.SensorResult:
+    """One tick for one archive: the windows to add, one run request per `windows_per_run` windows, and the cursor.
+
+    With `schedule_cron`, the first tick after each cron tick also cuts every partition's partial rest up to its
+    last stable offset ("cut at the high watermark on a fixed cadence")."""
+    now = time.time() if now is None else now
+    cursor = read_cursor(context)
+    cut_rest, cron_tick = (False, None) if cfg.schedule_cron is None else \
+        cron_due(cfg.schedule_cron, cursor.cron_tick, now)
     states: list[PartitionState] = []
     for topic in cfg.topics:
         try:
             bpr = recent_bytes_per_record(context.instance, topic) if cfg.flush.bytes is not None else None
             scan = partition_states(kafka, cfg, topic, existing_windows(context.instance, topic, context.log), bpr,
-                                    now_ms, context.instance)
+                                    int(now * 1000), cursor.starts.setdefault(topic, {}))
         except UnknownTopic as e:
             # The other topics of the archive still get their windows; this one waits until it exists.
             context.log.warning(str(e))
@@ -181,8 +195,14 @@ def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext,
             context.log.warning(f"topic {topic!r} {msg} (was the topic deleted and recreated?); no window cut")
         states += scan.states
     cuts = plan_windows(states, max_windows, cut_rest)
+    # A cron tick whose cut hit the per-tick limit is not done: the next evaluation cuts the remaining rests.
+    if cron_tick is not None and not (cut_rest and len(cuts) >= max_windows):
+        cursor.cron_tick = cron_tick
+    if cut_rest:
+        context.log.info(f"cron tick {datetime.fromtimestamp(cron_tick, UTC).isoformat()} of schedule_cron "
+                         f"{cfg.schedule_cron!r}: cutting every partition's rest too")
     if not cuts:
-        return dg.SensorResult(skip_reason=NO_WINDOWS_REST if cut_rest else NO_WINDOWS)
+        return dg.SensorResult(skip_reason=NO_WINDOWS_REST if cut_rest else NO_WINDOWS, cursor=cursor.dump())
     cuts_by_topic: dict[str, list[Cut]] = {}
     for c in cuts:
         cuts_by_topic.setdefault(c.topic, []).append(c)
@@ -191,19 +211,23 @@ def evaluate(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext,
         run_requests=[r for t, cs in cuts_by_topic.items() for r in run_requests(t, cs, cfg.windows_per_run)],
         dynamic_partitions_requests=[window_partitions(t).build_add_request([c.window.key for c in cs])
                                      for t, cs in cuts_by_topic.items()],
+        cursor=cursor.dump(),
     )
 
 
 def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_TICK,
                          ) -> dg.SensorDefinition:
+    cron = "" if cfg.schedule_cron is None else \
+        f"; at each tick of {cfg.schedule_cron!r} (UTC) also every partition's rest up to its last stable offset"
+
     @dg.sensor(
         name=sensor_name(cfg),
         asset_selection=[archive_asset_key(t) for t in cfg.topics],
         minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Cuts offset windows of {', '.join(cfg.topics)} (flush.count {cfg.flush.count}, flush.bytes "
-                    f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}) and archives them, "
-                    f"{cfg.windows_per_run} windows per run, at most {max_windows} windows per tick.",
+                    f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}{cron}) and archives "
+                    f"them, {cfg.windows_per_run} windows per run, at most {max_windows} windows per tick.",
     )
     def _offsets_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource) -> dg.SensorResult:
         return evaluate(context, kafka, cfg, max_windows)
@@ -211,59 +235,11 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_
     return _offsets_sensor
 
 
-def cut_schedule_name(cfg: ArchiveConfig) -> str:
-    return f"archive_{cfg.name}_cut"
-
-
-def build_cut_schedule(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_TICK,
-                       ) -> dg.ScheduleDefinition:
-    """Cron mode (`schedule_cron`): on a fixed cadence, cut what the sensor cuts plus every partition's rest up to
-    its last stable offset ("cut at the high watermark").
-
-    Schedules cannot return partition requests: the tick adds its windows to the instance itself, then returns
-    the runs (the same run keys as the sensor's: unique per window range, so a re-evaluated tick launches nothing
-    twice). A run's window is given by tags (`dagster/partition`, or the range tags), not `partition_key`: the
-    schedule's job (the implicit asset job) spans every topic's asset, whose partitions definitions differ.
-    """
-    assert cfg.schedule_cron is not None
-
-    @dg.schedule(
-        name=cut_schedule_name(cfg),
-        cron_schedule=cfg.schedule_cron,
-        execution_timezone="UTC",
-        default_status=dg.DefaultScheduleStatus.STOPPED,
-        # The repository's implicit asset job (what the sensor's asset-selection runs use): an asset job over the
-        # archive's topics cannot be built, their partitions definitions differ.
-        job_name=IMPLICIT_ASSET_JOB_NAME,
-        description=f"Cuts offset windows of {', '.join(cfg.topics)} at {cfg.schedule_cron!r} (UTC): full windows "
-                    f"(flush.count {cfg.flush.count}, flush.bytes {cfg.flush.bytes}) and every partition's rest up "
-                    f"to its last stable offset, {cfg.windows_per_run} windows per run, at most {max_windows} "
-                    f"windows per tick.",
-    )
-    def _cut_schedule(context: dg.ScheduleEvaluationContext, kafka: KafkaResource):
-        result = evaluate(context, kafka, cfg, max_windows, cut_rest=True)
-        if result.skip_reason is not None:
-            return result.skip_reason
-        for req in result.dynamic_partitions_requests or []:
-            context.instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
-        return [r if r.partition_key is None else
-                r.with_replaced_attrs(partition_key=None, tags={**r.tags, PARTITION_TAG: r.partition_key})
-                for r in result.run_requests or []]
-
-    return _cut_schedule
-
-
-PARTITION_TAG = "dagster/partition"
-
-
 def build_archive_automation(settings: Settings) -> dg.Definitions:
-    """Sensors, asset checks, and the daily check schedule of every archive (needs the `kafka` and `s3` resources);
-    the cut schedule of archives with `schedule_cron`."""
+    """Sensors, asset checks, and the daily check schedule of every archive (needs the `kafka` and `s3` resources)."""
     sensors, checks, jobs, schedules = [], [], [], []
     for cfg in settings.archives:
         sensors.append(build_offsets_sensor(cfg))
-        if cfg.schedule_cron is not None:
-            schedules.append(build_cut_schedule(cfg))
         for topic in cfg.topics:
             checks += build_archive_checks(cfg, topic)
         job, schedule = build_checks_schedule(cfg)

@@ -5,6 +5,7 @@ windows of a partition are replayed in offset order). What to restore into, and 
 (`RestoreConfig`); the work is `s3_archive.restore.run.restore_windows`.
 """
 
+import warnings
 from collections.abc import Iterator
 
 import dagster as dg
@@ -47,20 +48,26 @@ def splits_windows(cfg: ArchiveConfig) -> bool:
 
 
 def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
-    @dg.asset(
-        key=restore_asset_key(topic),
-        deps=[archive_asset_key(topic)],
-        partitions_def=window_partitions(topic),
-        # One run per backfill: windows of a partition must reach the target in offset order, and runs of one
-        # restore fence each other (one transactional.id).
-        backfill_policy=dg.BackfillPolicy.single_run(),
-        group_name=f"restore_{cfg.name}",
-        kinds={"kafka", "s3"},
-        output_required=False,
-        metadata={"source_topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix},
-        description=f"Archived windows of `{topic}` (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
-                    "Kafka topic chosen at launch, exactly once (transactions + a restore ledger).",
-    )
+    with warnings.catch_warnings():
+        # backfill_policy is beta; we need it to keep a backfill in one run (below). Silenced here only, so run
+        # logs are not flooded with it.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        restore_asset = dg.asset(
+            key=restore_asset_key(topic),
+            deps=[archive_asset_key(topic)],
+            partitions_def=window_partitions(topic),
+            # One run per backfill: windows of a partition must reach the target in offset order, and runs of one
+            # restore fence each other (one transactional.id).
+            backfill_policy=dg.BackfillPolicy.single_run(),
+            group_name=f"restore_{cfg.name}",
+            kinds={"kafka", "s3"},
+            output_required=False,
+            metadata={"source_topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix},
+            description=f"Archived windows of `{topic}` (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
+                        "Kafka topic chosen at launch, exactly once (transactions + a restore ledger).",
+        )
+
+    @restore_asset
     def _restore(context: dg.AssetExecutionContext, config: RestoreConfig, kafka: KafkaResource,
                  s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
         try:

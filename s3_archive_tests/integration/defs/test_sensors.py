@@ -16,16 +16,16 @@ from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.checks import CONTIGUOUS, HEADROOM, OBJECTS, RETENTION, build_archive_checks
+from s3_archive.defs.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import checks_job_name
 from s3_archive.defs.archive.sensors import (
     CUT_TAG,
-    PARTITION_TAG,
     RANGE_END,
     RANGE_START,
     build_archive_automation,
     build_offsets_sensor,
-    cut_schedule_name,
+    sensor_name,
 )
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.windows import OffsetWindow, check_contiguous
@@ -334,7 +334,7 @@ def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_re
     assert result.get_asset_materialization_events() == []
 
 
-# --- cron mode, start position, retention headroom --------------------------------------------------------------
+# --- cron ticks, start position, retention headroom -------------------------------------------------------------
 
 
 def produce_at(kafka, topic: str, records: list[tuple[int, int]]) -> None:
@@ -345,52 +345,71 @@ def produce_at(kafka, topic: str, records: list[tuple[int, int]]) -> None:
     assert producer.flush(60) == 0
 
 
-def test_the_cut_schedule_also_cuts_every_rest_up_to_the_last_stable_offset(kafka, services, spark_resource,
-                                                                            unique):
+def test_at_each_cron_tick_the_sensor_also_cuts_every_rest_up_to_the_last_stable_offset(kafka, services,
+                                                                                          spark_resource, unique):
     a = create_topic(kafka, f"cron-a-{unique}", partitions=2)
     b = create_topic(kafka, f"cron-b-{unique}")
     produce(kafka, a, [(0, None, b"x", [])] * 25 + [(1, None, b"y", [])] * 3)
+    # Once a year, so no real cron tick passes during the test: a cursor that handled an older tick stands for
+    # "a cron tick passed since the last evaluation".
+    cron = "0 0 1 1 *"
     cfg = config(services, [a, b], unique, count=10, interval_seconds=None).model_copy(
-        update={"schedule_cron": "*/10 * * * *", "windows_per_run": 1})
+        update={"schedule_cron": cron, "windows_per_run": 1})
     defs = dg.Definitions.merge(dg.Definitions(assets=build_archive_assets([cfg]),
                                                resources=resources(services, kafka, spark_resource)),
                                 build_archive_automation(Settings(archives=[cfg])))
     dg.Definitions.validate_loadable(defs)
-    schedule = defs.get_repository_def().get_schedule_def(cut_schedule_name(cfg))
-    assert schedule.cron_schedule == "*/10 * * * *" and schedule.execution_timezone == "UTC"
-    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    repo = defs.get_repository_def()
+    # One cutting path: the offsets sensor; no cut schedule that could race it.
+    assert [s.name for s in repo.schedule_defs] == [f"{checks_job_name(cfg)}_daily"]
+    sensor = repo.get_sensor_def(sensor_name(cfg))
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED and f"at each tick of {cron!r} (UTC)" in \
+        sensor.description
 
     def spans(data) -> list[tuple[str, int, int, int, str]]:
         out = []
-        for r in data.run_requests:  # windows_per_run 1: one window per run, given by the partition tag
-            topic, w = r.asset_selection[0].path[-1], OffsetWindow.parse(r.tags[PARTITION_TAG])
-            assert r.run_key == f"{topic}/{w.key}" and r.partition_key is None and r.asset_check_keys == []
+        for r in data.run_requests:  # windows_per_run 1: one window per run
+            topic, w = r.asset_selection[0].path[-1], OffsetWindow.parse(r.partition_key)
+            assert r.run_key == f"{topic}/{w.key}" and r.asset_check_keys == []
             out.append((topic, w.partition, w.start, w.end, r.tags[CUT_TAG]))
         return sorted(out)
 
     with dg.instance_for_test() as instance:
-        def evaluate():
-            with dg.build_schedule_context(instance=instance, resources={"kafka": kafka},
-                                           repository_def=defs.get_repository_def()) as context:
-                return schedule.evaluate_tick(context)
+        def evaluate(cursor: str | None):
+            with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, cursor=cursor,
+                                         resources={"kafka": kafka}) as context:
+                data = sensor.evaluate_tick(context)
+            for req in data.dynamic_partitions_requests:  # as the daemon does before it launches the runs
+                instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+            return data
 
-        first = evaluate()
-        # Full windows as the sensor cuts them, and every rest up to the last stable offset, however young.
+        due = SensorCursor(cron_tick=0).dump()
+        first = evaluate(due)
+        # Full windows as at every tick, and every rest up to the last stable offset, however young.
         assert spans(first) == [(a, 0, 0, 10, "count"), (a, 0, 10, 20, "count"), (a, 0, 20, 25, "cron"),
                                 (a, 1, 0, 3, "cron")]
-        # The schedule added the windows itself (schedules cannot return partition requests).
         assert windows_of(instance, a) == [OffsetWindow(0, 0, 10), OffsetWindow(0, 10, 20), OffsetWindow(0, 20, 25),
                                            OffsetWindow(1, 0, 3)]
-        # Evaluated again (a retried tick): nothing new, so nothing is launched twice.
-        again = evaluate()
+        # The cron tick is handled: the cursor says so.
+        assert SensorCursor.parse(first.cursor).cron_tick == last_cron_tick(cron, time.time())
+        # Evaluated again with the old cursor (a retried tick): nothing new, so nothing is launched twice.
+        again = evaluate(due)
         assert not again.run_requests and "every partition's windows reach" in again.skip_message
 
         produce(kafka, a, [(0, None, b"x", [])] * 2)
         produce(kafka, b, [(0, None, b"z", [])] * 1)
-        third = evaluate()
+        # Until the next cron tick, young rests wait (flush.interval_seconds is off).
+        assert not evaluate(first.cursor).run_requests
+        third = evaluate(due)
         assert spans(third) == [(a, 0, 25, 27, "cron"), (b, 0, 0, 1, "cron")]
         assert not {r.run_key for r in first.run_requests} & {r.run_key for r in third.run_requests}
         assert check_contiguous(windows_of(instance, a)) == []
+
+        # Turned on (no cursor, or a reset one): like a schedule turned on, the rests wait for the next cron tick.
+        produce(kafka, a, [(1, None, b"y", [])])
+        turned_on = evaluate(None)
+        assert not turned_on.run_requests
+        assert SensorCursor.parse(turned_on.cursor).cron_tick == last_cron_tick(cron, time.time())
 
 
 def test_start_position_latest_skips_existing_records_and_archives_new_ones(kafka, services, unique):
@@ -404,14 +423,18 @@ def test_start_position_latest_skips_existing_records_and_archives_new_ones(kafk
     assert cut(first) == [] and "no new windows" in first.skip_reason.skip_message
 
     # Records produced after the first tick: archived from where the partition ended at that tick, not from where
-    # it ends at the tick that cuts (the start is remembered in the instance until the first window exists).
+    # it ends at the tick that cuts (the start is remembered in the sensor's cursor until the first window exists).
     produce(kafka, topic, [(0, None, b"x", [])] * 3)
-    assert cut(tick(cfg, kafka, instance)) == []
+    waiting = tick(cfg, kafka, instance, first.cursor)
+    assert cut(waiting) == []
+    assert SensorCursor.parse(waiting.cursor).starts == {topic: {0: 12, 1: 4}}
     produce(kafka, topic, [(0, None, b"x", [])] * 3 + [(1, None, b"y", [])] * 5)
-    second = tick(cfg, kafka, instance)
+    second = tick(cfg, kafka, instance, waiting.cursor)
     assert cut(second) == [(topic, 0, 12, 17), (topic, 1, 4, 9)]
     apply(second, instance)
-    assert cut(tick(cfg, kafka, instance)) == []
+    last = tick(cfg, kafka, instance, second.cursor)
+    assert cut(last) == []
+    assert SensorCursor.parse(last.cursor).starts == {}  # every partition has a window: no anchor is needed
 
 
 def test_start_position_timestamp_starts_at_the_first_record_at_or_after_it(kafka, services, unique):

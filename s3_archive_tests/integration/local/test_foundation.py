@@ -63,32 +63,6 @@ def test_broker_refuses_a_port_in_use(tmp_path):
             KafkaBroker(tmp_path / "kafka", port=port).start()
 
 
-def test_topic_pattern_archives_matching_topics_and_loading_survives_no_broker(kafka, services, unique, monkeypatch):
-    import time
-
-    from s3_archive.config.settings import parse_settings
-    from s3_archive.definitions import build_defs, discover_topics
-
-    for t in (f"pat-{unique}.a", f"pat-{unique}.b", f"other-{unique}"):
-        create_topic(kafka, t)
-    settings = parse_settings({"archives": [{"name": "pat", "topic_pattern": rf"pat-{unique}\..*",
-                                             "bucket": services.bucket}]})
-
-    monkeypatch.setenv("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS", services.bootstrap_servers)
-    keys = {a.key.path[-1] for a in build_defs(discover_topics(settings)).resolve_all_asset_specs()
-            if a.key.path[0] == "kafka_archive"}
-    assert keys == {f"pat-{unique}.a", f"pat-{unique}.b"}
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{s.getsockname()[1]}")
-        t = time.monotonic()
-        with pytest.warns(UserWarning, match="archiving only the explicitly listed topics"):
-            defs = build_defs(discover_topics(settings, timeout_s=2))
-    assert time.monotonic() - t < 15
-    assert not [a for a in defs.resolve_all_asset_specs() if a.key.path[0] == "kafka_archive"]
-
-
 def test_a_broker_that_never_becomes_ready_is_one_clear_error_and_leaves_no_process(tmp_path, monkeypatch):
     import s3_archive.local.kafka_broker as kafka_broker
     from s3_archive.local.processes import pid_alive

@@ -227,6 +227,8 @@ def test_archives_whose_rules_cover_each_other_are_rejected():
     check_disjoint(Settings(archives=[archive("a", "", ["x"]), archive("b", "x/", ["t"], bucket="bkt-two")]))
 
 
+# Dagster's own evaluate_automation_conditions passes the beta `include_sources` to AssetSelection.all: not ours.
+@pytest.mark.filterwarnings("ignore:Parameter `include_sources`:dagster.BetaWarning")
 def test_lifecycle_defs_one_unpartitioned_asset_per_archive_requested_once_when_deployed():
     settings = Settings(archives=[archive("a", "k/", ["t1"]), archive("b", "j/", ["t2"])])
     defs = build_lifecycle_defs(settings, {"b": policy(expiration_days=10)})

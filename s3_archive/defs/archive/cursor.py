@@ -1,0 +1,51 @@
+"""The offsets sensor's cursor (`context.cursor`, JSON): what a tick must remember that the partition keys cannot
+tell. Which offsets have windows is never in it: the dynamic partition keys are the only record of that, so a lost
+or stale cursor can never make a tick cut a window that overlaps one that exists.
+
+    {"cron_tick": 1767261600.0,        # schedule_cron: the latest cron tick whose rests were cut (epoch s, UTC)
+     "starts": {"<topic>": {"0": 12}}} # start_position latest: where each partition with no window yet starts
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from croniter import croniter
+
+
+@dataclass
+class SensorCursor:
+    cron_tick: float | None = None
+    starts: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | None) -> SensorCursor:
+        """The cursor; an empty one when there is none. ValueError, naming the problem, when it cannot be read."""
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+            tick = data.get("cron_tick")
+            starts = {str(t): {int(p): int(o) for p, o in ps.items()} for t, ps in data.get("starts", {}).items()}
+            return cls(float(tick) if tick is not None else None, starts)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ValueError(f"unreadable offsets sensor cursor {text[:80]!r}: {e}") from None
+
+    def dump(self) -> str:
+        starts = {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.starts.items()) if ps}
+        return json.dumps({"cron_tick": self.cron_tick, "starts": starts}, sort_keys=True)
+
+
+def last_cron_tick(cron: str, now: float) -> float:
+    """The latest tick of `cron` (UTC) before `now` (epoch seconds)."""
+    return croniter(cron, datetime.fromtimestamp(now, UTC)).get_prev(float)
+
+
+def cron_due(cron: str, handled: float | None, now: float) -> tuple[bool, float]:
+    """Whether a tick of `cron` passed since the one `handled`, and the latest tick. With none handled yet (the
+    sensor just started, or its cursor was reset) nothing is due: like a schedule turned on, the first cut comes
+    at the next tick."""
+    tick = last_cron_tick(cron, now)
+    return handled is not None and tick > handled, tick
