@@ -1,4 +1,5 @@
-"""StrictModel: the one pydantic base of every config model (config/, keys/layout.py)."""
+"""StrictModel: the one pydantic base of every config model (config/, keys/layout.py) and of the manifest
+(model/manifest.py)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,11 @@ class ArchiveIntegrityError(RuntimeError):
     """A committed window's objects are missing or changed in S3."""
 
 
+class InvalidManifest(ValueError):
+    """A window's manifest that cannot be read: not JSON, an unknown manifest_version, or a field missing, unknown
+    or of the wrong type (model/manifest.py)."""
+
+
 class DataLoss(RuntimeError):
     """Kafka no longer has (part of) a window."""
 

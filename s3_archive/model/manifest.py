@@ -1,0 +1,192 @@
+"""Manifest: the commit record of one window, JSON at
+`<prefix>_manifests/<topic>/kafka_partition=<p>/<window key>.json`, written once with `If-None-Match: *`
+(archive/commit.py). Every consumer reads it through `parse_manifest` (from S3: `io/s3.py::read_manifest`), never
+as a dict.
+
+Versions. Every manifest written so far says `manifest_version` 1. Those written before the output options
+(value decoding, envelope selection, dead letters) lack `envelope`, `value_decoding`, `undecodable_records`,
+`restorable` and `dead_letter_objects`, and their objects lack `offset`: they parse with those fields None (empty
+for dead letters) and serialize back without them. A version this code does not know, a key it does not know, a
+missing key or a value of the wrong type is refused with `InvalidManifest` naming what is wrong: a manifest is
+never half read. A new field therefore comes with a new `manifest_version` (and its reader here).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
+
+from s3_archive.model.base import StrictModel
+from s3_archive.model.errors import InvalidManifest
+from s3_archive.model.windows import InvalidWindow, OffsetWindow
+
+MANIFEST_VERSION = 1  # the version this code writes
+KNOWN_VERSIONS = (1,)  # the versions it reads
+
+# A `[from, to)` offset range, as JSON writes it: a two-element list.
+OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
+
+# Fields absent from manifests written before the output options; None means absent and is not written back.
+_LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable")
+
+
+class ManifestObject(StrictModel):
+    """One object of a committed window: its final key, size and ETag as published."""
+
+    key: str
+    size: int = Field(ge=0)
+    etag: str
+    offset: int | None = None  # the `bytes` format (one object per record): the record's offset
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if self.offset is None:
+            out.pop("offset", None)
+        return out
+
+
+class Manifest(StrictModel):
+    """The commit record of one window (see docs/commit-protocol.md, "Manifest fields")."""
+
+    # `schema` is a BaseModel attribute: the field is `spark_schema` in Python, `schema` in JSON.
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
+    manifest_version: Literal[1]
+    writer: str
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int  # exclusive
+    window_key: str
+    format: str
+    compression: str
+    envelope: list[str] | None = None  # the archived columns
+    value_decoding: str | None = None  # bytes | utf8 | json
+    undecodable_records: int | None = None  # records whose value did not decode (kept as dead letters)
+    restorable: bool | None = None  # None: written before the flag existed (restore judges by `format`)
+    record_count: int = Field(ge=0)
+    bytes_read: int = Field(ge=0)  # key + value + header bytes read from Kafka
+    bytes_written: int = Field(ge=0)  # sum of `objects` sizes
+    first_offset: int | None
+    last_offset: int | None
+    min_timestamp_ms: int | None
+    max_timestamp_ms: int | None
+    min_timestamp: str | None  # ISO-8601, UTC
+    max_timestamp: str | None
+    absent_offsets: list[OffsetRange]  # ranges with no committed record (compaction, markers, aborted)
+    absent_offsets_truncated: bool
+    absent_offset_count: int
+    lost_offsets: list[OffsetRange]  # ranges deleted by retention before they were archived
+    spark_schema: str = Field(alias="schema")  # the staged DataFrame's schema, Spark JSON
+    attempt: str
+    committed_at: str  # ISO-8601
+    objects: list[ManifestObject]
+    dead_letter_objects: list[ManifestObject] = []  # undecodable records, raw-envelope Parquet
+
+    @field_validator("committed_at")
+    @classmethod
+    def _iso_time(cls, v: str) -> str:
+        datetime.fromisoformat(v)  # a ValueError names the value
+        return v
+
+    @model_validator(mode="after")
+    def _window_matches(self) -> Manifest:
+        try:
+            key = OffsetWindow(self.partition, self.start_offset, self.end_offset).key
+        except InvalidWindow as e:
+            raise ValueError(str(e)) from None
+        if key != self.window_key:
+            raise ValueError(f"window_key {self.window_key!r} is not the window of partition {self.partition} "
+                             f"offsets [{self.start_offset}, {self.end_offset}) ({key})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        for name in _LATER_FIELDS:
+            if getattr(self, name) is None:
+                out.pop(name, None)
+        if not self.dead_letter_objects:
+            out.pop("dead_letter_objects", None)
+        return out
+
+    @property
+    def window(self) -> OffsetWindow:
+        return OffsetWindow(self.partition, self.start_offset, self.end_offset)
+
+    @property
+    def all_objects(self) -> list[ManifestObject]:
+        """The window's objects, then its dead letters: every object the window's commit published."""
+        return [*self.objects, *self.dead_letter_objects]
+
+    @property
+    def lost_offset_count(self) -> int:
+        return sum(b - a for a, b in self.lost_offsets)
+
+    @property
+    def committed_time(self) -> datetime:
+        """`committed_at` as an aware datetime (UTC when the text has no offset)."""
+        t = datetime.fromisoformat(self.committed_at)
+        return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+    def with_objects(self, objects: list[ManifestObject], dead_letter_objects: list[ManifestObject]) -> Manifest:
+        """This manifest with the window's published objects (and `bytes_written`, their total size)."""
+        return self.model_copy(update={"objects": list(objects), "dead_letter_objects": list(dead_letter_objects),
+                                       "bytes_written": sum(o.size for o in objects)})
+
+    def dumps(self) -> bytes:
+        """The JSON written to S3 (one-space indent, sorted keys)."""
+        return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True).encode()
+
+
+def _problems(errors: list[Any]) -> list[str]:
+    """Validation errors as `field: what is wrong (got value)`, the missing fields named together."""
+    missing, out = [], []
+    for err in errors:
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(p) for p in err["loc"])
+        if not where:  # a check across fields: the message names the values
+            out.append(msg)
+        elif err["type"] == "missing":
+            missing.append(f"`{where}`")
+        elif err["type"] == "extra_forbidden":
+            out.append(f"`{where}` is not a field of manifest_version {MANIFEST_VERSION}")
+        else:
+            out.append(f"`{where}`: {msg} (got {err['input']!r:.80})")
+    if missing:
+        out.insert(0, f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing")
+    return out
+
+
+def parse_manifest(data: bytes | str | Mapping[str, Any], source: str = "") -> Manifest:
+    """A manifest of any version written so far, from its JSON (or the decoded JSON object). `source` names it
+    in errors (e.g. its S3 URL). Raises InvalidManifest: not JSON, not an object, an unknown version, or fields
+    missing, unknown or of the wrong type."""
+    what = f"manifest {source}" if source else "manifest"
+    if isinstance(data, bytes | str):
+        try:
+            data = json.loads(data)
+        except ValueError as e:
+            raise InvalidManifest(f"{what} is not JSON: {e}") from None
+    if not isinstance(data, Mapping):
+        raise InvalidManifest(f"{what} is not a JSON object but {type(data).__name__}")
+    version = data.get("manifest_version")
+    if version is None:
+        raise InvalidManifest(f"{what} has no manifest_version; this s3-archive reads versions "
+                              f"{', '.join(map(str, KNOWN_VERSIONS))}")
+    if version not in KNOWN_VERSIONS or isinstance(version, bool):
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
+        raise InvalidManifest(
+            f"{what} has manifest_version {version!r}; this s3-archive reads versions "
+            f"{', '.join(map(str, KNOWN_VERSIONS))}" + ("; it was written by a newer s3-archive: upgrade to read it"
+                                                        if newer else ""))
+    try:
+        return Manifest.model_validate(dict(data))
+    except ValidationError as e:
+        raise InvalidManifest(f"{what} (manifest_version {version}) is malformed: "
+                              + "; ".join(_problems(e.errors(include_url=False)))) from None
