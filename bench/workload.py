@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import delete_keys, list_objects
 
 PARTITIONS = 4
 VALUE_BYTES = 500
@@ -211,10 +212,6 @@ def naive_archive(kafka: KafkaResource, s3, bucket: str, prefix: str, topic: str
 
 def empty_prefix(s3, bucket: str, prefix: str) -> int:
     """Delete every object under `prefix` (keeps moto's memory bounded between repeats); how many."""
-    n = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        for i in range(0, len(keys), 1000):
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
-        n += len(keys)
-    return n
+    keys = [o["Key"] for o in list_objects(s3, bucket, prefix)]
+    delete_keys(s3, bucket, keys)
+    return len(keys)

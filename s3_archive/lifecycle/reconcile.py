@@ -10,6 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from s3_archive.io.s3 import error_code
 from s3_archive.lifecycle.rules import LifecyclePlan, plan_lifecycle
 
 
@@ -18,7 +19,7 @@ def read_lifecycle(s3: Any, bucket: str) -> tuple[list[dict[str, Any]], dict[str
     try:
         r = s3.get_bucket_lifecycle_configuration(Bucket=bucket)
     except ClientError as e:
-        if str(e.response.get("Error", {}).get("Code", "")) == "NoSuchLifecycleConfiguration":
+        if error_code(e) == "NoSuchLifecycleConfiguration":
             return [], {}
         raise
     # A bucket-wide setting another tool may have chosen: writing without it would reset it to S3's default.

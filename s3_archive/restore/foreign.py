@@ -15,6 +15,7 @@ from typing import Any
 
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import list_objects
 from s3_archive.keys.foreign import aiven_parse, confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
@@ -96,11 +97,8 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
 
 
 def list_source(s3: Any, source: ForeignSource) -> list[ListedObject]:
-    out = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=source.key_prefix):
-        for o in page.get("Contents", ()):
-            out.append(ListedObject(o["Key"], o["Size"], o.get("StorageClass", "STANDARD")))
-    return out
+    return [ListedObject(o["Key"], o["Size"], o.get("StorageClass", "STANDARD"))
+            for o in list_objects(s3, source.bucket, source.key_prefix)]
 
 
 def prepare_cold(s3: Any, source: ForeignSource, windows: list[ForeignWindow], wait_seconds: float, log: Any,

@@ -18,6 +18,7 @@ from dagster_aws.s3 import S3Resource
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.settings import Settings
+from s3_archive.io.s3 import error_code, error_message
 from s3_archive.lifecycle.reconcile import reconcile_lifecycle
 from s3_archive.lifecycle.rules import build_rules, owner_prefix, policy_for
 
@@ -79,9 +80,8 @@ def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.Ass
         try:
             result = reconcile_lifecycle(s3.get_client(), cfg.bucket, rules, owner)
         except ClientError as e:
-            err = e.response.get("Error", {})
-            raise dg.Failure(f"{e.operation_name} on bucket {cfg.bucket!r} failed: {err.get('Code')}: "
-                             f"{err.get('Message')}") from None
+            raise dg.Failure(f"{e.operation_name} on bucket {cfg.bucket!r} failed: {error_code(e)}: "
+                             f"{error_message(e)}") from None
         plan = result.plan
         context.log.info(f"bucket {cfg.bucket}: " + ("wrote lifecycle configuration" if result.written
                                                      else "lifecycle rules already as declared")
