@@ -53,9 +53,9 @@ def main() -> None:
             res = archive_window(spark, kafka, s3, cfg, "bench", OffsetWindow(0, 0, args.records),
                                  logging.getLogger("bench"))
             dt = time.monotonic() - t
-            assert res.manifest["record_count"] == args.records
+            assert res.manifest.record_count == args.records
             print(f"run {r}{' (warm-up)' if r == 0 else ''}: {dt:.2f}s, {args.records / dt:,.0f} records/s, "
-                  f"{res.manifest['bytes_read'] / dt / 1e6:.1f} MB/s read, {res.manifest['bytes_written']:,} bytes "
+                  f"{res.manifest.bytes_read / dt / 1e6:.1f} MB/s read, {res.manifest.bytes_written:,} bytes "
                   "written")
             if r:
                 secs.append(dt)

@@ -29,8 +29,9 @@ from confluent_kafka.admin import NewTopic
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.local.stack import local_s3_client, temporary_stack
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreRequest, record_bytes
 from s3_archive.restore.run import restore_windows
 
 TOPIC = "bench.source"
@@ -62,11 +63,17 @@ def _write_archive(s3: Any, bucket: str, prefix: str, recs: list) -> list[Offset
         buf = io.BytesIO()
         pq.write_table(table, buf, compression="snappy")
         key = object_key(prefix, TOPIC, w, 0, ".parquet")
-        s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue())
-        manifest = {"topic": TOPIC, "window_key": w.key, "format": "parquet", "record_count": len(chunk),
-                    "objects": [{"key": key, "size": buf.tell()}], "min_timestamp_ms": BASE_TS + start,
-                    "max_timestamp_ms": BASE_TS + start + len(chunk) - 1}
-        s3.put_object(Bucket=bucket, Key=manifest_key(prefix, TOPIC, w), Body=json.dumps(manifest))
+        etag = s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue())["ETag"].strip('"')
+        obj = ManifestObject(key=key, size=buf.tell(), etag=etag)
+        manifest = Manifest(
+            manifest_version=MANIFEST_VERSION, writer="bench/restore_vs_produce.py", topic=TOPIC, partition=0,
+            start_offset=w.start, end_offset=w.end, window_key=w.key, format="parquet", compression="snappy",
+            record_count=len(chunk), bytes_read=sum(record_bytes(*r) for r in chunk), bytes_written=obj.size,
+            first_offset=w.start, last_offset=w.end - 1, min_timestamp_ms=BASE_TS + start,
+            max_timestamp_ms=BASE_TS + start + len(chunk) - 1, min_timestamp=None, max_timestamp=None,
+            absent_offsets=[], absent_offsets_truncated=False, absent_offset_count=0, lost_offsets=[],
+            spark_schema="{}", attempt="bench", committed_at="2023-11-14T22:13:20+00:00", objects=[obj])
+        s3.put_object(Bucket=bucket, Key=manifest_key(prefix, TOPIC, w), Body=manifest.dumps())
         windows.append(w)
     return windows
 

@@ -85,8 +85,8 @@ def main() -> None:
             boto3_calls = dict(sorted(calls.items()))
             wl.empty_prefix(s3, BUCKET, cfg.prefix)
             print(json.dumps({"run": tag, "variant": variant, "seconds": round(dt, 2), "windows": len(windows),
-                              "records": sum(o.manifest["record_count"] for o in out),
-                              "objects": sum(len(o.manifest["objects"]) for o in out), "s3_requests": requests,
+                              "records": sum(o.manifest.record_count for o in out),
+                              "objects": sum(len(o.manifest.objects) for o in out), "s3_requests": requests,
                               "boto3_calls": boto3_calls,
                               "spark_jobs": len(sc.statusTracker().getJobIdsForGroup(None)) - jobs0}), flush=True)
 

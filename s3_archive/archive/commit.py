@@ -18,7 +18,6 @@ leaves a committed window whose stale staging the next attempt (or the staging l
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from s3_archive.keys.objects import (
     window_scan_prefix,
 )
 from s3_archive.model.errors import ArchiveIntegrityError
+from s3_archive.model.manifest import Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
 Fault = Callable[[str], None]
@@ -114,7 +114,7 @@ def publish_compressed(s3: Any, bucket: str, source: str, final: str, codec: str
 
 
 def publish_records(s3: Any, bucket: str, parts: list[dict], key_for: Callable[[int], str],
-                    threads: int = 16) -> list[dict]:
+                    threads: int = 16) -> list[ManifestObject]:
     """The `bytes` format: each staged record (parquet: offset, value) becomes one object holding its value,
     at a key made from its offset. Streams the staged parts through a temp file, a row group at a time."""
     import tempfile
@@ -122,19 +122,19 @@ def publish_records(s3: Any, bucket: str, parts: list[dict], key_for: Callable[[
 
     import pyarrow.parquet as pq
 
-    def put(offset: int, value: bytes | None) -> dict:
+    def put(offset: int, value: bytes | None) -> ManifestObject:
         body = value or b""
         r = s3.put_object(Bucket=bucket, Key=key_for(offset), Body=body)
-        return {"key": key_for(offset), "size": len(body), "etag": r["ETag"].strip('"'), "offset": offset}
+        return ManifestObject(key=key_for(offset), size=len(body), etag=r["ETag"].strip('"'), offset=offset)
 
-    objects: list[dict] = []
+    objects: list[ManifestObject] = []
     with ThreadPoolExecutor(max_workers=threads) as pool, tempfile.TemporaryDirectory() as tmp:
         for part in parts:
             local = f"{tmp}/part.parquet"
             s3.download_file(bucket, part["Key"], local)
             for batch in pq.ParquetFile(local).iter_batches(batch_size=256, columns=["offset", "value"]):
                 objects += pool.map(put, batch.column("offset").to_pylist(), batch.column("value").to_pylist())
-    return sorted(objects, key=lambda o: o["offset"])
+    return sorted(objects, key=lambda o: o.offset)
 
 
 def window_data_keys(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow, suffix: str,
@@ -162,15 +162,16 @@ def clean_staging(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
 
 @dataclass(frozen=True)
 class CommitResult:
-    manifest: dict
+    manifest: Manifest
     committed_by_us: bool  # False: another attempt committed this window first; we adopted its manifest
 
 
 def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow, attempt: str,
-                  suffix: str, manifest_fields: dict, has_records: bool, fault: Fault = no_fault,
+                  suffix: str, draft: Manifest, has_records: bool, fault: Fault = no_fault,
                   per_record: bool = False, dead_letter_attempt: str | None = None,
                   out_layout: OutputLayout | None = None, publish_codec: str | None = None) -> CommitResult:
-    """`per_record`: the `bytes` format (one object per record, see publish_records). `dead_letter_attempt`: the
+    """`draft`: the window's manifest but for its objects (and bytes_written), which this fills in.
+    `per_record`: the `bytes` format (one object per record, see publish_records). `dead_letter_attempt`: the
     staging attempt holding the window's undecodable records, published under the dead-letter prefix.
     `out_layout`: the archive's key template and partition_by (None: the default layout, keys.objects).
     `publish_codec`: compress each data part while publishing it (text formats' zstd, see model/formats.py)."""
@@ -188,7 +189,7 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
         return won
 
     def copy_all(staged: list[dict], key_for: Callable[[str | None, int], str], codec: str | None = None,
-                 ) -> list[dict] | CommitResult:
+                 ) -> list[ManifestObject] | CommitResult:
         out = []
         for i, (part, final) in enumerate(zip(staged, final_keys(staged, key_for), strict=True)):
             try:
@@ -199,12 +200,12 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
                 if error_code(e) in ("NoSuchKey", "404") and (won := adopt()) is not None:
                     return won
                 raise
-            out.append({"key": obj["key"], "size": obj["size"], "etag": obj["etag"]})
+            out.append(ManifestObject(key=obj["key"], size=obj["size"], etag=obj["etag"]))
             fault(f"final:{i}")
         return out
 
     if per_record:
-        objects: list[dict] | CommitResult = publish_records(
+        objects: list[ManifestObject] | CommitResult = publish_records(
             s3, bucket, parts, lambda offset: record_object_key(prefix, topic, window, offset, suffix))
     else:
         objects = copy_all(parts, lambda b, i: object_key(prefix, topic, window, i, suffix, out_layout, b),
@@ -216,19 +217,16 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
         return dead_objects
     fault("final_written")
 
-    ours = {o["key"] for o in objects} | {o["key"] for o in dead_objects}
+    ours = {o.key for o in objects} | {o.key for o in dead_objects}
     stale = [o["Key"] for o in list_objects(s3, bucket, dead_letter_stem(prefix, topic, window))
              if o["Key"] not in ours]
     stale += [k for k in window_data_keys(s3, bucket, prefix, topic, window, suffix, out_layout) if k not in ours]
     delete_keys(s3, bucket, stale)
 
-    manifest = {**manifest_fields, "attempt": attempt, "objects": objects,
-                "bytes_written": sum(o["size"] for o in objects)}
-    if dead_objects:
-        manifest["dead_letter_objects"] = dead_objects
+    manifest = draft.with_objects(objects, dead_objects)
     try:
-        s3.put_object(Bucket=bucket, Key=mkey, Body=json.dumps(manifest, indent=1, sort_keys=True).encode(),
-                      ContentType="application/json", IfNoneMatch="*")
+        s3.put_object(Bucket=bucket, Key=mkey, Body=manifest.dumps(), ContentType="application/json",
+                      IfNoneMatch="*")
     except ClientError as e:
         if error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
             if (won := adopt()) is not None:

@@ -29,34 +29,33 @@ from s3_archive.io.s3 import read_manifest, verify_manifest
 from s3_archive.keys.objects import dead_letter_stem, manifest_key, staging_prefix
 from s3_archive.model.errors import ArchiveIntegrityError, DataLoss, WindowNotAvailable
 from s3_archive.model.formats import FORMATS
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest
 from s3_archive.model.windows import OffsetWindow
-
-MANIFEST_VERSION = 1
 
 
 @dataclass(frozen=True)
 class WindowResult:
     window: OffsetWindow
-    manifest: dict
+    manifest: Manifest
     outcome: str  # "committed" | "already_committed" | "committed_by_concurrent_attempt"
     seconds: float
 
     def metadata(self, bucket: str, manifest_key: str) -> dict[str, Any]:
         m = self.manifest
-        records = m["record_count"]
+        records = m.record_count
         return {
             "outcome": self.outcome,
             "records": records,
-            "bytes_read": m["bytes_read"],
-            "bytes_written": m["bytes_written"],
-            "objects": len(m["objects"]),
-            "first_offset": m["first_offset"],
-            "last_offset": m["last_offset"],
-            "min_timestamp": m["min_timestamp"],
-            "max_timestamp": m["max_timestamp"],
-            "absent_offsets": m["absent_offset_count"],
-            "lost_offsets": sum(b - a for a, b in m["lost_offsets"]),
-            "undecodable_records": m.get("undecodable_records", 0),
+            "bytes_read": m.bytes_read,
+            "bytes_written": m.bytes_written,
+            "objects": len(m.objects),
+            "first_offset": m.first_offset,
+            "last_offset": m.last_offset,
+            "min_timestamp": m.min_timestamp,
+            "max_timestamp": m.max_timestamp,
+            "absent_offsets": m.absent_offset_count,
+            "lost_offsets": m.lost_offset_count,
+            "undecodable_records": m.undecodable_records or 0,
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
             "manifest": f"s3://{bucket}/{manifest_key}",
@@ -140,41 +139,44 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
     elif stats.records == 0 and expected > 0:
         absent = [[read_start, window.end]]
 
-    fields = {
-        "manifest_version": MANIFEST_VERSION,
-        "writer": f"s3-archive {__version__}",
-        "topic": topic,
-        "partition": window.partition,
-        "start_offset": window.start,
-        "end_offset": window.end,
-        "window_key": window.key,
-        "format": cfg.format,
-        "compression": cfg.codec,
-        "envelope": list(out.columns),
-        "value_decoding": cfg.value_decoding.type,
-        "undecodable_records": stats.undecodable,
-        "restorable": cfg.restorable,
-        "record_count": stats.records,
-        "bytes_read": stats.bytes_read,
-        "first_offset": stats.first_offset,
-        "last_offset": stats.last_offset,
-        "min_timestamp_ms": stats.min_timestamp_ms,
-        "max_timestamp_ms": stats.max_timestamp_ms,
-        "min_timestamp": _iso(stats.min_timestamp_ms),
-        "max_timestamp": _iso(stats.max_timestamp_ms),
-        "absent_offsets": absent,
-        "absent_offsets_truncated": truncated,
-        "absent_offset_count": expected - stats.records,
-        "lost_offsets": lost,
-        "schema": stats.schema_json,
-        "committed_at": datetime.now(UTC).isoformat(),
-    }
+    draft = Manifest(
+        manifest_version=MANIFEST_VERSION,
+        writer=f"s3-archive {__version__}",
+        topic=topic,
+        partition=window.partition,
+        start_offset=window.start,
+        end_offset=window.end,
+        window_key=window.key,
+        format=cfg.format,
+        compression=cfg.codec,
+        envelope=list(out.columns),
+        value_decoding=cfg.value_decoding.type,
+        undecodable_records=stats.undecodable,
+        restorable=cfg.restorable,
+        record_count=stats.records,
+        bytes_read=stats.bytes_read,
+        bytes_written=0,  # commit_window fills in the objects
+        first_offset=stats.first_offset,
+        last_offset=stats.last_offset,
+        min_timestamp_ms=stats.min_timestamp_ms,
+        max_timestamp_ms=stats.max_timestamp_ms,
+        min_timestamp=_iso(stats.min_timestamp_ms),
+        max_timestamp=_iso(stats.max_timestamp_ms),
+        absent_offsets=absent,
+        absent_offsets_truncated=truncated,
+        absent_offset_count=expected - stats.records,
+        lost_offsets=lost,
+        spark_schema=stats.schema_json,
+        attempt=attempt,
+        committed_at=datetime.now(UTC).isoformat(),
+        objects=[],
+    )
     if stats.undecodable:
         log.warning(f"window {window.key} of {topic!r}: {stats.undecodable} record(s) with an undecodable value "
                     f"(first at offset {stats.first_undecodable_offset}) go to "
                     f"s3://{cfg.bucket}/{dead_letter_stem(cfg.prefix, topic, window)}…")
     result: CommitResult = commit_window(s3, cfg.bucket, cfg.prefix, topic, window, attempt,
-                                         fmt.object_suffix(cfg.codec), fields,
+                                         fmt.object_suffix(cfg.codec), draft,
                                          stats.records > stats.undecodable, fault, per_record=fmt.name == "bytes",
                                          dead_letter_attempt=dead_attempt if stats.undecodable else None,
                                          out_layout=cfg.layout, publish_codec=fmt.publish_codec(cfg.codec))

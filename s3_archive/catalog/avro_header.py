@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from s3_archive.io.s3 import error_code, list_objects, read_manifest
 from s3_archive.keys.objects import manifest_prefix
+from s3_archive.model.errors import InvalidManifest
 
 
 class WriterSchemaUnreadable(ValueError):
@@ -40,17 +41,22 @@ def header_schema(stream: BinaryIO) -> str:
         raise ValueError("its header has no avro.schema") from None
 
 
-def newest_writer_schema(s3: Any, bucket: str, prefix: str, topic: str) -> WriterSchema | None:
+def newest_writer_schema(s3: Any, bucket: str, prefix: str, topic: str, log: Any) -> WriterSchema | None:
     """The writer schema of the first object of the most recently committed window that has objects (one LIST of
     the manifests, a GET of manifests newest first until one has objects, and the start of one object); None while
-    no window with records is archived."""
+    no window with records is archived. A manifest that does not parse is a logged warning naming it; the next
+    newest is read instead."""
     manifests = sorted(list_objects(s3, bucket, manifest_prefix(prefix, topic)),
                        key=lambda o: (o["LastModified"], o["Key"]), reverse=True)
     for listed in manifests:
-        m = read_manifest(s3, bucket, listed["Key"])
-        if not m or not m.get("objects"):
+        try:
+            m = read_manifest(s3, bucket, listed["Key"])
+        except InvalidManifest as e:
+            log.warning(f"catalog of {topic!r}: {e}; the avro.schema.literal is read from an older window")
+            continue
+        if not m or not m.objects:
             continue  # gone since the listing, or a window without records
-        key = m["objects"][0]["key"]
+        key = m.objects[0].key
         what = f"s3://{bucket}/{key} (first object of the window committed by {listed['Key']})"
         try:
             body = s3.get_object(Bucket=bucket, Key=key)["Body"]

@@ -21,24 +21,30 @@ from s3_archive.catalog.partitions import (
 from s3_archive.catalog.tables import merge_columns, table_changes, update_input
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.io.s3 import error_code, list_objects, read_manifest
+from s3_archive.io.s3 import error_code, list_objects, list_prefixes, read_manifest
 from s3_archive.keys.objects import manifest_prefix
+from s3_archive.model.errors import InvalidManifest
 
 _PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
 BATCH = 100  # BatchCreatePartition's limit per call
 
 
-def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str) -> dict[str, str]:
-    """Manifest key -> `schema` of the newest committed window of each Kafka partition (one GET per partition)."""
+def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str, log: Any) -> dict[str, str]:
+    """Manifest key -> `schema` of the newest committed window of each Kafka partition (one GET per partition). A
+    manifest that does not parse is a logged warning naming it: its partition's schema is left out."""
     newest: dict[str, str] = {}
     for o in list_objects(s3, bucket, manifest_prefix(prefix, topic)):
         directory = o["Key"].rsplit("/", 1)[0]
         newest[directory] = max(newest.get(directory, ""), o["Key"])  # window keys sort by start offset
     schemas = {}
     for key in sorted(newest.values()):
-        m = read_manifest(s3, bucket, key)
-        if m and m.get("schema"):
-            schemas[key] = m["schema"]
+        try:
+            m = read_manifest(s3, bucket, key)
+        except InvalidManifest as e:
+            log.warning(f"catalog of {topic!r}: {e}; the decoded columns leave out this window's schema")
+            continue
+        if m and m.spark_schema:
+            schemas[key] = m.spark_schema
     return schemas
 
 
@@ -100,12 +106,10 @@ def ensure_table(glue: Any, database: str, table_input: dict[str, Any]) -> tuple
 def partition_dirs(s3: Any, bucket: str, prefix: str, topic: str) -> list[int]:
     """The Kafka partitions that have a `kafka_partition=<p>/` directory (at least one object) under the topic."""
     found = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}{topic}/",
-                                                              Delimiter="/"):
-        for cp in page.get("CommonPrefixes", []):
-            m = _PART_DIR.search(cp["Prefix"])
-            if m:
-                found.append(int(m.group(1)))
+    for directory in list_prefixes(s3, bucket, f"{prefix}{topic}/"):
+        m = _PART_DIR.search(directory)
+        if m:
+            found.append(int(m.group(1)))
     return sorted(found)
 
 

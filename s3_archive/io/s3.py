@@ -1,21 +1,34 @@
-"""S3 helpers every stage uses: the one paginator (`list_objects`), the one ClientError reader (`error_code`),
-batch deletes, reading a window's manifest and checking its objects, and probing a bucket with a clear error.
+"""S3 helpers every stage uses: the one paginator (`list_objects`, `list_prefixes`), the one ClientError reader
+(`error_code`, `error_message`), batch deletes, reading a window's manifest and checking its objects, and probing a
+bucket with a clear error.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
 from s3_archive.model.errors import S3Unavailable
+from s3_archive.model.manifest import Manifest, parse_manifest
+
+
+def _pages(s3: Any, bucket: str, prefix: str, **kw: Any) -> Iterator[dict]:
+    yield from s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, **kw)
 
 
 def list_objects(s3: Any, bucket: str, prefix: str) -> Iterator[dict]:
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    """Every object under `prefix` (ListObjectsV2 `Contents` entries: Key, Size, StorageClass, ...), in key order."""
+    for page in _pages(s3, bucket, prefix):
         yield from page.get("Contents", [])
+
+
+def list_prefixes(s3: Any, bucket: str, prefix: str, delimiter: str = "/") -> Iterator[str]:
+    """The "directories" directly under `prefix`: each common prefix up to the next `delimiter`."""
+    for page in _pages(s3, bucket, prefix, Delimiter=delimiter):
+        for cp in page.get("CommonPrefixes", []):
+            yield cp["Prefix"]
 
 
 def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
@@ -24,33 +37,41 @@ def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
 
 
 def error_code(e: ClientError) -> str:
+    """The S3 (or Glue) error code of a ClientError, e.g. `NoSuchKey`, `404`; empty when it has none."""
     return str(e.response.get("Error", {}).get("Code", ""))
 
 
-def read_manifest(s3: Any, bucket: str, key: str) -> dict | None:
+def error_message(e: ClientError) -> str:
+    """The service's message of a ClientError; empty when it has none."""
+    return str(e.response.get("Error", {}).get("Message", ""))
+
+
+def read_manifest(s3: Any, bucket: str, key: str) -> Manifest | None:
+    """The window's manifest at `key`; None when there is none (not committed). Raises InvalidManifest when it
+    does not parse (model/manifest.py)."""
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as e:
         if error_code(e) in ("NoSuchKey", "404"):
             return None
         raise
-    return json.loads(body)
+    return parse_manifest(body, f"s3://{bucket}/{key}")
 
 
-def verify_manifest(s3: Any, bucket: str, manifest: dict) -> list[str]:
+def verify_manifest(s3: Any, bucket: str, manifest: Manifest) -> list[str]:
     """What is wrong with a committed window's objects in S3 (empty when all exist with their recorded sizes)."""
     problems = []
-    for obj in [*manifest["objects"], *manifest.get("dead_letter_objects", [])]:
+    for obj in manifest.all_objects:
         try:
-            head = s3.head_object(Bucket=bucket, Key=obj["key"])
+            head = s3.head_object(Bucket=bucket, Key=obj.key)
         except ClientError as e:
             if error_code(e) in ("404", "NoSuchKey", "NotFound"):
-                problems.append(f"missing: s3://{bucket}/{obj['key']}")
+                problems.append(f"missing: s3://{bucket}/{obj.key}")
                 continue
             raise
-        if head["ContentLength"] != obj["size"]:
-            problems.append(f"size changed: s3://{bucket}/{obj['key']} is {head['ContentLength']} bytes, "
-                            f"manifest says {obj['size']}")
+        if head["ContentLength"] != obj.size:
+            problems.append(f"size changed: s3://{bucket}/{obj.key} is {head['ContentLength']} bytes, "
+                            f"manifest says {obj.size}")
     return problems
 
 
@@ -62,7 +83,7 @@ def check_bucket(s3: Any, bucket: str, prefix: str = "") -> None:
     try:
         s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
     except ClientError as e:
-        code = str(e.response.get("Error", {}).get("Code", ""))
+        code = error_code(e)
         if code in ("404", "NoSuchBucket", "NotFound"):
             raise S3Unavailable(f"bucket {bucket!r} does not exist at {endpoint}; create it or fix `bucket`") from None
         if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):

@@ -6,13 +6,16 @@ for foreign sources (objects from the listing); the pure state rule is `foreign.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 from tenacity import Retrying, retry_if_result, stop_after_delay
 
+from s3_archive.io.s3 import error_code
 from s3_archive.model.errors import ColdObjectsPending
+from s3_archive.model.manifest import ManifestObject
 
 # Storage classes whose objects must be restored (RestoreObject) before a GET; GLACIER_IR is read directly.
 COLD_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
@@ -62,12 +65,12 @@ class ColdReport:
     pending: int = 0  # still being restored when the run gave up or went on
 
 
-def head_storage_classes(s3: Any, bucket: str, objects: list[dict]) -> list[ListedObject]:
-    """Objects named by manifests (`key`, `size`) with their storage class (HeadObject; absent means STANDARD)."""
+def head_storage_classes(s3: Any, bucket: str, objects: Iterable[ManifestObject]) -> list[ListedObject]:
+    """Objects named by manifests with their storage class (HeadObject; absent means STANDARD)."""
     out = []
     for o in objects:
-        head = s3.head_object(Bucket=bucket, Key=o["key"])
-        out.append(ListedObject(o["key"], o["size"], head.get("StorageClass", "STANDARD")))
+        head = s3.head_object(Bucket=bucket, Key=o.key)
+        out.append(ListedObject(o.key, o.size, head.get("StorageClass", "STANDARD")))
     return out
 
 
@@ -90,7 +93,7 @@ def prepare_cold(s3: Any, bucket: str, objects: list[ListedObject], opts: ColdOp
                 s3.restore_object(Bucket=bucket, Key=o.key,
                                   RestoreRequest={"Days": opts.days, "GlacierJobParameters": {"Tier": opts.tier}})
             except ClientError as e:
-                if e.response.get("Error", {}).get("Code") != "RestoreAlreadyInProgress":
+                if error_code(e) != "RestoreAlreadyInProgress":
                     raise
             rep.requested += 1
     log.info(f"{what}: {len(cold)} objects are in GLACIER/DEEP_ARCHIVE; restore requested now for "

@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
 from s3_archive.restore.kafka import LedgerStore, Producer, target_partition_count, target_warnings
@@ -59,7 +60,7 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
     check_restorable(topic, manifests)
     f = request.filters
     to_read = [manifests[w] for w in ws if f.offset_scope(w) is not None
-               and f.time_may_match(manifests[w].get("min_timestamp_ms"), manifests[w].get("max_timestamp_ms"))]
+               and f.time_may_match(manifests[w].min_timestamp_ms, manifests[w].max_timestamp_ms)]
     if cold is not None:
         objects = head_storage_classes(s3, bucket, [o for m in to_read for o in window_objects(m)])
         if any(o.storage_class in COLD_CLASSES for o in objects):
@@ -68,9 +69,9 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
 
     prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
-    def source(w: OffsetWindow, m: dict) -> WindowSource:
-        return WindowSource(w, lambda: window_records(s3, bucket, w, m, interleaved, prefetch), m["record_count"],
-                            m.get("min_timestamp_ms"), m.get("max_timestamp_ms"))
+    def source(w: OffsetWindow, m: Manifest) -> WindowSource:
+        return WindowSource(w, lambda: window_records(s3, bucket, w, m, interleaved, prefetch), m.record_count,
+                            m.min_timestamp_ms, m.max_timestamp_ms)
 
     try:
         yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)

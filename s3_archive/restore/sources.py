@@ -15,6 +15,7 @@ from s3_archive.io.s3 import read_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore, WindowNotArchived
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
+from s3_archive.model.manifest import Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.readers import (
     _text_stream,
@@ -34,8 +35,9 @@ _OFFSET = operator.itemgetter(1)  # a record's offset
 
 
 def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
-                   windows: list[OffsetWindow]) -> dict[OffsetWindow, dict]:
-    """Every window's manifest, or one error naming every window that is not archived yet."""
+                   windows: list[OffsetWindow]) -> dict[OffsetWindow, Manifest]:
+    """Every window's manifest, or one error naming every window that is not archived yet. A manifest that does
+    not parse raises InvalidManifest."""
     out, missing = {}, []
     for w in windows:
         key = manifest_key(prefix, topic, w)
@@ -44,27 +46,27 @@ def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
             missing.append(f"window {w.key} of topic {topic!r} is not archived yet (no manifest at "
                            f"s3://{bucket}/{key})")
             continue
-        if m.get("topic") != topic or m.get("window_key") != w.key:
-            raise ArchiveIntegrityError(f"manifest s3://{bucket}/{key} is for topic {m.get('topic')!r} window "
-                                        f"{m.get('window_key')!r}, not {topic!r} {w.key}")
+        if m.topic != topic or m.window_key != w.key:
+            raise ArchiveIntegrityError(f"manifest s3://{bucket}/{key} is for topic {m.topic!r} window "
+                                        f"{m.window_key!r}, not {topic!r} {w.key}")
         out[w] = m
     if missing:
         raise WindowNotArchived("; ".join(missing) + ". Materialize the archive asset for these windows first")
     return out
 
 
-def spool(s3: Any, bucket: str, obj: dict) -> Any:
+def spool(s3: Any, bucket: str, obj: ManifestObject) -> Any:
     """The object downloaded to a temporary file (not memory), its size checked against the manifest's; the
     caller closes it."""
-    key = obj["key"]
+    key = obj.key
     f = tempfile.TemporaryFile(prefix="s3-archive-restore-")
     try:
         s3.download_fileobj(bucket, key, f)
         # Not f.tell(): a multipart download (objects over 8 MB) writes its ranges out of order, so the position
         # after the last write need not be the end.
         size = f.seek(0, 2)
-        if size != obj["size"]:
-            raise ArchiveIntegrityError(f"s3://{bucket}/{key} is {size} bytes, its manifest says {obj['size']}; "
+        if size != obj.size:
+            raise ArchiveIntegrityError(f"s3://{bucket}/{key} is {size} bytes, its manifest says {obj.size}; "
                                         "the archive was changed after it was committed")
         f.seek(0)
         return f
@@ -73,7 +75,7 @@ def spool(s3: Any, bucket: str, obj: dict) -> Any:
         raise
 
 
-Opener = Callable[[dict], Any]  # manifest object -> spooled file (see spool, Prefetch)
+Opener = Callable[[ManifestObject], Any]  # manifest object -> spooled file (see spool, Prefetch)
 
 
 class Prefetch:
@@ -82,7 +84,7 @@ class Prefetch:
     and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
     downloaded on the spot."""
 
-    def __init__(self, s3: Any, bucket: str, objects: list[dict]) -> None:
+    def __init__(self, s3: Any, bucket: str, objects: list[ManifestObject]) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
@@ -95,10 +97,10 @@ class Prefetch:
         if self.pos < len(self.order):
             obj = self.order[self.pos]
             self.pos += 1
-            self.pending = (obj["key"], self.pool.submit(spool, self.s3, self.bucket, obj))
+            self.pending = (obj.key, self.pool.submit(spool, self.s3, self.bucket, obj))
 
-    def __call__(self, obj: dict) -> Any:
-        if self.pending is not None and self.pending[0] == obj["key"]:
+    def __call__(self, obj: ManifestObject) -> Any:
+        if self.pending is not None and self.pending[0] == obj.key:
             fut = self.pending[1]
             self._next()
             return fut.result()
@@ -116,12 +118,12 @@ class Prefetch:
         self.pool.shutdown(wait=True)
 
 
-def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None,
+def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
                    opener: Opener | None = None) -> Iterator[list[tuple]]:
     """One archived object's records in file order, in lists (ArchivedRecords, or plain tuples in its field
     order). The object is spooled to a temporary file (not memory; `opener`, default `spool`), then read a batch
     at a time."""
-    key = obj["key"]
+    key = obj.key
     if fmt not in FORMATS:
         raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
     if fmt not in RESTORABLE_FORMATS:
@@ -140,24 +142,25 @@ def object_batches(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None 
                     yield from batched(json_array_records(stream, f"s3://{bucket}/{key}"))
 
 
-def object_records(s3: Any, bucket: str, obj: dict, fmt: str, codec: str | None = None) -> Iterator[ArchivedRecord]:
+def object_records(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
+                   ) -> Iterator[ArchivedRecord]:
     """One archived object's records, in file order."""
     for batch in object_batches(s3, bucket, obj, fmt, codec):
         yield from map(ArchivedRecord._make, batch)
 
 
-def _batches(s3: Any, bucket: str, objects: list[dict], fmt: str, codec: str | None,
+def _batches(s3: Any, bucket: str, objects: list[ManifestObject], fmt: str, codec: str | None,
              opener: Opener | None) -> Iterator[list[tuple]]:
     for obj in objects:
         yield from object_batches(s3, bucket, obj, fmt, codec, opener)
 
 
-def window_objects(manifest: dict) -> list[dict]:
+def window_objects(manifest: Manifest) -> list[ManifestObject]:
     """A window's objects in the order `window_records` opens them: its objects, then its dead letters."""
-    return [*manifest["objects"], *manifest.get("dead_letter_objects", ())]
+    return manifest.all_objects
 
 
-def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
+def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: Manifest,
                    interleaved: bool = False, opener: Opener | None = None) -> Iterator[tuple]:
     """A committed window's records in offset order (tuples in ArchivedRecord's field order); checks they
     belong to the window.
@@ -167,12 +170,12 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
     offset order. Dead letters (records whose value did not decode, kept apart as raw-envelope Parquet) are
     such a bucket too. Everything that does not simply follow is merged by offset (a k-way merge: every merged
     object is open at once, one batch of each in memory)."""
-    fmt, codec = manifest["format"], manifest.get("compression")
-    main = manifest["objects"]
+    fmt, codec = manifest.format, manifest.compression
+    main = manifest.objects
     streams = ([_batches(s3, bucket, [o], fmt, codec, opener) for o in main] if interleaved
                else [_batches(s3, bucket, main, fmt, codec, opener)])
     streams += [_batches(s3, bucket, [o], "parquet", None, opener)
-                for o in manifest.get("dead_letter_objects", ())]
+                for o in manifest.dead_letter_objects]
     if len(streams) == 1:
         batches: Iterator[list[tuple]] = streams[0]
     else:
@@ -185,7 +188,7 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
                         "restore called without interleaved objects cannot tell") \
                     if not interleaved and len(main) > 1 else ""
                 raise ArchiveIntegrityError(
-                    f"window {window.key} (s3://{bucket}/, objects {[o['key'] for o in main][:3]}…): record at "
+                    f"window {window.key} (s3://{bucket}/, objects {[o.key for o in main][:3]}…): record at "
                     f"partition {r[0]} offset {r[1]} does not follow offset {last} inside the window; the archive "
                     f"is corrupt{hint}")
             last = r[1]
@@ -195,27 +198,27 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: dict,
 _ENVELOPE = [c for c, _ in ENVELOPE_COLUMNS]
 
 
-def unrestorable_reason(manifest: dict) -> str | None:
+def unrestorable_reason(manifest: Manifest) -> str | None:
     """Why a committed window cannot be restored byte for byte; None when it can. Manifests from before
     `restorable` existed are judged by their format (they always kept the whole envelope as bytes)."""
-    fmt = manifest.get("format")
+    fmt = manifest.format
     reasons = []
     if fmt not in RESTORABLE_FORMATS:
         reasons.append(f"format {fmt!r} does not keep key, value and headers byte for byte (restorable formats: "
                        f"{', '.join(RESTORABLE_FORMATS)})")
-    env = manifest.get("envelope")
-    missing = [c for c in _ENVELOPE if c not in env] if isinstance(env, list) else []
+    env = manifest.envelope
+    missing = [c for c in _ENVELOPE if c not in env] if env is not None else []
     if missing and fmt in RESTORABLE_FORMATS:
         reasons.append(f"its envelope lacks {', '.join(missing)} (a restore needs every part: key, value, headers, "
                        "metadata)")
-    if manifest.get("value_decoding") == "utf8":
+    if manifest.value_decoding == "utf8":
         reasons.append("its values were stored as UTF-8 text (value_decoding utf8), not as their bytes")
-    if not reasons and manifest.get("restorable") is False:
+    if not reasons and manifest.restorable is False:
         reasons.append("its manifest says restorable: false")
     return "; ".join(reasons) or None
 
 
-def check_restorable(topic: str, manifests: dict[OffsetWindow, dict]) -> None:
+def check_restorable(topic: str, manifests: dict[OffsetWindow, Manifest]) -> None:
     """Refuse, before anything is produced, windows whose archive cannot be replayed (naming each, and why)."""
     bad = [(w, why) for w, m in sorted(manifests.items()) if (why := unrestorable_reason(m)) is not None]
     if bad:

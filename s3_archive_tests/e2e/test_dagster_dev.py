@@ -136,7 +136,7 @@ def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafk
         ... on PartitionBackfill { runs { runId status } } } }""", {"id": backfill_id})
     run_list = runs["partitionBackfillOrError"]["runs"]
     assert len(run_list) == 1 and run_list[0]["status"] == "SUCCESS", run_list  # three windows, one Spark run
-    assert all(manifest(s3, cfg, topic, w)["record_count"] == 50 for w in windows)
+    assert all(manifest(s3, cfg, topic, w).record_count == 50 for w in windows)
     assert archived_records(s3, cfg, topic) == produced
 
 

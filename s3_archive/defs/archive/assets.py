@@ -67,7 +67,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                     failures.append(f"{w.key}: {type(r).__name__}: {r}")
                     continue
                 mkey = manifest_key(cfg.prefix, topic, w)
-                context.log.info(f"window {w.key}: {r.outcome}, {r.manifest['record_count']} records")
+                context.log.info(f"window {w.key}: {r.outcome}, {r.manifest.record_count} records")
                 yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
                                               metadata=r.metadata(cfg.bucket, mkey))
         if failures:

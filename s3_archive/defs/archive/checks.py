@@ -25,7 +25,8 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import list_objects, read_manifest, verify_manifest
 from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.lifecycle.rules import expiry_due, policy_for
-from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
+from s3_archive.model.errors import InvalidManifest, KafkaUnavailable, UnknownTopic
+from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import InvalidWindow, OffsetWindow, check_contiguous
 
 CONTIGUOUS = "windows_contiguous"
@@ -76,14 +77,6 @@ def contiguity_result(instance: dg.DagsterInstance, topic: str) -> dg.AssetCheck
     })
 
 
-def _committed_at(manifest: dict) -> datetime | None:
-    try:
-        t = datetime.fromisoformat(str(manifest.get("committed_at")))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
 def materialization_times(instance: dg.DagsterInstance, topic: str, keys: list[str]) -> dict[str, datetime]:
     """When each window (partition key) was last materialized: the newest, so a window is never taken for older
     than its objects may be."""
@@ -122,12 +115,13 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
     """(2) Every committed manifest's objects exist with their recorded sizes; every materialized window has one.
 
     Two listings instead of a HEAD per object; only a manifest that the listings disagree with is checked object by
-    object (commit.verify_manifest), so a listing quirk cannot raise a false alarm.
+    object (io/s3.py::verify_manifest), so a listing quirk cannot raise a false alarm.
 
     With a lifecycle `expiration_days`, S3 deletes a window's objects and its manifest once they are that old (the
     lifecycle rules expire `_manifests/` at the same age). A window old enough to be expiring (lifecycle.expiry_due:
     by its manifest's `committed_at`, or its latest materialization when the manifest is gone) whose objects or
-    manifest are absent is counted as expired in the metadata, not as a problem. A changed size is always a problem.
+    manifest are absent is counted as expired in the metadata, not as a problem. A changed size is always a problem,
+    and so is a manifest that does not parse (model/manifest.py), named with its key.
     """
     now = now or datetime.now(UTC)
     days = policy_for(cfg).expiration_days
@@ -136,30 +130,43 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
     manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, topic))
                      if o["Key"].endswith(".json")]
     sizes = {o["Key"]: o["Size"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{topic}/")}
+
+    def read(key: str) -> Manifest | InvalidManifest | None:
+        try:
+            return read_manifest(s3, cfg.bucket, key)
+        except InvalidManifest as e:  # one bad manifest is a problem of its window, not a failed check
+            return e
+
     with ThreadPoolExecutor(max_workers=READERS) as pool:
-        manifests = list(pool.map(lambda k: read_manifest(s3, cfg.bucket, k), manifest_keys))
+        manifests = list(pool.map(read, manifest_keys))
 
     problems: list[str] = []
     expired: list[str] = []
     objects = size = 0
     committed: set[str] = set()
+    unreadable: set[str] = set()  # window keys (from the manifest's name) whose manifest does not parse
     for mkey, m in zip(manifest_keys, manifests):
         if m is None:  # deleted between the listing and the read
             continue
-        committed.add(str(m.get("window_key", "")))
-        objects += len(m["objects"])
-        size += sum(o["size"] for o in m["objects"])
-        if all(sizes.get(o["key"]) == o["size"] for o in m["objects"]):
+        if isinstance(m, InvalidManifest):
+            unreadable.add(mkey.rsplit("/", 1)[-1].removesuffix(".json"))
+            problems.append(str(m))
             continue
-        absent_only = all(o["key"] not in sizes or sizes[o["key"]] == o["size"] for o in m["objects"])
-        if absent_only and expiry_due(_committed_at(m), days, now):
-            expired.append(str(m.get("window_key")))
+        committed.add(m.window_key)
+        objects += len(m.objects)
+        size += sum(o.size for o in m.objects)
+        if all(sizes.get(o.key) == o.size for o in m.objects):
             continue
-        problems += [f"window {m.get('window_key')} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
+        absent_only = all(o.key not in sizes or sizes[o.key] == o.size for o in m.objects)
+        if absent_only and expiry_due(m.committed_time, days, now):
+            expired.append(m.window_key)
+            continue
+        problems += [f"window {m.window_key} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
 
     windows, _ = read_windows(instance, topic)
     materialized = materialized_windows(instance, topic, [w.key for w in windows])
-    unmanifested = [w for w in sorted(windows) if w.key in materialized and w.key not in committed]
+    unmanifested = [w for w in sorted(windows)
+                    if w.key in materialized and w.key not in committed and w.key not in unreadable]
     when = materialization_times(instance, topic, [w.key for w in unmanifested]) if days and unmanifested else {}
     for w in unmanifested:
         if expiry_due(when.get(w.key), days, now):

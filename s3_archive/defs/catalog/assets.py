@@ -38,6 +38,7 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import error_code, error_message
 from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
 
 CATALOG_PREFIX = "kafka_catalog"
@@ -93,7 +94,7 @@ def _writer_schema(log: Any, s3: Any, cfg: ArchiveConfig, topic: str, qualified:
     """The avro table's writer schema, read from the newest archived object; None (said in the run log) before a
     window with records is archived."""
     try:
-        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic)
+        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic, log)
     except WriterSchemaUnreadable as e:
         raise dg.Failure(f"table {qualified} takes its avro.schema.literal from an archived object: {e}") from None
     if writer is None:
@@ -132,7 +133,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         skipped_schemas: dict[str, str] = {}
         if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
             decoded, skipped_schemas = decoded_columns(
-                cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic))
+                cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, context.log))
             columns = table_columns(cfg) + decoded
             for key, why in skipped_schemas.items():
                 context.log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the "
@@ -152,9 +153,8 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         try:
             result = sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
         except ClientError as e:
-            err = e.response.get("Error", {})
-            raise dg.Failure(f"{e.operation_name} for table {qualified} failed: {err.get('Code')}: "
-                             f"{err.get('Message')}") from None
+            raise dg.Failure(f"{e.operation_name} for table {qualified} failed: {error_code(e)}: "
+                             f"{error_message(e)}") from None
         except TableConflict as e:
             raise dg.Failure(str(e)) from None
         for d in result.skipped_directories:

@@ -21,6 +21,7 @@ from s3_archive.io.s3 import check_bucket
 from s3_archive.model.errors import (
     ArchiveIntegrityError,
     ColdObjectsPending,
+    InvalidManifest,
     InvalidRestore,
     KafkaUnavailable,
     RestoreFailed,
@@ -39,7 +40,7 @@ def restore_asset_key(topic: str) -> dg.AssetKey:
 
 # Errors whose message says everything: shown as the run's failure without a stack trace.
 _CLEAR_ERRORS = (InvalidRestore, WindowNotArchived, RestoreFailed, ArchiveIntegrityError, InvalidWindow,
-                 S3Unavailable, KafkaUnavailable, ColdObjectsPending)
+                 S3Unavailable, KafkaUnavailable, ColdObjectsPending, InvalidManifest)
 
 
 def splits_windows(cfg: ArchiveConfig) -> bool:

@@ -102,8 +102,8 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, s
     committed = manifest(s3, cfg, topic, window)
     assert result.outcome == ("already_committed" if step == "manifest_written" else "committed")
     assert archived_records(s3, cfg, topic) == produced
-    assert sorted(final_objects(s3, cfg, topic)) == sorted(o["key"] for o in committed["objects"])
-    assert len(committed["objects"]) == 3
+    assert sorted(final_objects(s3, cfg, topic)) == sorted(o.key for o in committed.objects)
+    assert len(committed.objects) == 3
     assert staging_objects(s3, cfg, topic) == []
 
 
@@ -147,7 +147,7 @@ def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, ser
 
     assert errors == []
     assert sorted(r.outcome for r in results) == ["committed", "committed_by_concurrent_attempt"]
-    assert results[0].manifest["attempt"] == results[1].manifest["attempt"]
+    assert results[0].manifest.attempt == results[1].manifest.attempt
     records = archived_records(s3, cfg, topic)
     assert records == produced
     assert max(Counter(r.offset for r in records).values()) == 1
@@ -180,9 +180,9 @@ def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka
         for fmt in ("parquet", "jsonl"):
             cfg = archive_config(services.bucket, topic, f"minparts/{unique}/{fmt}/", format=fmt)
             committed = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
-            objs = committed["objects"]
+            objs = committed.objects
             assert len(objs) == 3, objs
-            bodies = [(o["key"], s3.get_object(Bucket=cfg.bucket, Key=o["key"])["Body"].read()) for o in objs]
+            bodies = [(o.key, s3.get_object(Bucket=cfg.bucket, Key=o.key)["Body"].read()) for o in objs]
             per_object = [[r.offset for r in (parquet_records(b) if fmt == "parquet"
                                                else jsonl_records(b, gzipped=k.endswith(".gz")))] for k, b in bodies]
             assert [o[0] for o in per_object] == [0, 20, 40]
@@ -208,7 +208,7 @@ def test_the_s3a_magic_committer_stages_what_the_commit_publishes(kafka, s3, ser
     finally:
         for k, v in saved.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
-    assert [len(m["objects"]) for m in manifests] == [1, 1]
+    assert [len(m.objects) for m in manifests] == [1, 1]
     assert archived_records(s3, cfg, topic) == produced
     assert staging_objects(s3, cfg, topic) == []
     everything = [o["Key"] for o in s3.list_objects_v2(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Contents", [])]
@@ -255,9 +255,9 @@ def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s
 
     assert [r.value for r in archived_records(s3, cfg, topic)] == committed_values
     m = manifest(s3, cfg, topic, window)
-    assert meta["records"] == 10 and meta["absent_offsets"] == end - 10 == m["absent_offset_count"]
-    assert sum(b - a for a, b in m["absent_offsets"]) == end - 10
-    assert m["lost_offsets"] == []
+    assert meta["records"] == 10 and meta["absent_offsets"] == end - 10 == m.absent_offset_count
+    assert sum(b - a for a, b in m.absent_offsets) == end - 10
+    assert m.lost_offsets == []
 
 
 def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique):
@@ -278,7 +278,7 @@ def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3,
 
     tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap")
     result = archive_window(spark, kafka, s3, tolerant, topic, window, log)
-    assert result.manifest["lost_offsets"] == [[0, 12]]
+    assert result.manifest.lost_offsets == [[0, 12]]
     assert archived_records(s3, tolerant, topic) == produced[12:]
 
 
@@ -354,9 +354,9 @@ def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, 
     assert [(r.offset, r.key, r.value) for r in archived] == [(m.offset(), m.key(), m.value()) for m in survivors]
     m = manifest(s3, cfg, topic, window)
     present = {r.offset for r in archived}
-    absent = {o for a, b in m["absent_offsets"] for o in range(a, b)}
+    absent = {o for a, b in m.absent_offsets for o in range(a, b)}
     assert absent and absent == set(range(end)) - present
-    assert m["absent_offset_count"] == end - len(archived) and m["lost_offsets"] == []
+    assert m.absent_offset_count == end - len(archived) and m.lost_offsets == []
 
 
 def test_secrets_never_reach_logs_metadata_or_errors(kafka, services, res, unique):

@@ -84,7 +84,7 @@ def test_format_and_codec_round_trip(fmt, codec, topic_and_records, kafka, s3, s
     [key] = final_objects(s3, cfg, topic)
     assert key.endswith(FORMATS[fmt].object_suffix(codec))
     data = _decompress(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read(), key)
-    assert result.manifest["record_count"] == len(RECORDS)
+    assert result.manifest.record_count == len(RECORDS)
 
     if fmt == "parquet":
         assert parquet_records(data) == produced
@@ -125,7 +125,7 @@ def test_bytes_is_one_object_per_record_named_by_offset(topic_and_records, kafka
     assert [k.rsplit("+", 1)[1] for k in keys] == [f"{r.offset:019d}.bin" for r in produced]
     # the value's bytes, nothing else; a tombstone is an empty object
     assert [s3.get_object(Bucket=cfg.bucket, Key=k)["Body"].read() for k in keys] == [r.value or b"" for r in produced]
-    assert [o["key"] for o in result.manifest["objects"]] == keys
-    assert not result.manifest["restorable"]
+    assert [o.key for o in result.manifest.objects] == keys
+    assert not result.manifest.restorable
     again = archive_window(spark, kafka, s3, cfg, topic, window, log)
     assert again.outcome == "already_committed"

@@ -55,8 +55,8 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     window = OffsetWindow(0, 0, len(VALUES))
     result = archive_window(spark, kafka, s3, cfg, topic, window, log)
     m = result.manifest
-    assert m["record_count"] == len(VALUES) and m["undecodable_records"] == 3
-    assert m["absent_offsets"] == [] and m["absent_offset_count"] == 0  # dead letters are not gaps
+    assert m.record_count == len(VALUES) and m.undecodable_records == 3
+    assert m.absent_offsets == [] and m.absent_offset_count == 0  # dead letters are not gaps
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
     assert t.column("offset").to_pylist() == [0, 2, 4, 6]
@@ -64,7 +64,7 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     assert t.column("v_id").to_pylist() == ["1", "2", None, "three"]  # mixed types: as text
     assert t.column("v_name").to_pylist() == ["a", None, None, None]
     assert t.column("v_extra").to_pylist()[1] == {"deep": True}
-    [dead] = [o["key"] for o in m["dead_letter_objects"]]
+    [dead] = [o.key for o in m.dead_letter_objects]
     assert dead.startswith(f"{cfg.prefix}{DEAD_LETTER}/{topic}/kafka_partition=0/")
     assert parquet_records(s3.get_object(Bucket=cfg.bucket, Key=dead)["Body"].read()) == [produced[i] for i in (1, 3, 5)]
     assert staging_objects(s3, cfg, topic) == []
@@ -105,7 +105,7 @@ def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, serv
     result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log)
     [key] = final_objects(s3, cfg, topic)
     assert _table(s3, cfg.bucket, key).column_names == ["key", "value"]
-    assert result.manifest["envelope"] == ["key", "value"] and not result.manifest["restorable"]
+    assert result.manifest.envelope == ["key", "value"] and not result.manifest.restorable
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,7 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
         day = "2024-03-31" if ts >= 1711839600000 else "2024-03-30"  # Berlin midnight = 2024-03-30T23:00Z
         assert v["partition_by"] == [f"day={day}", region]
     assert f"{cfg.prefix}{topic}/day=2024-03-31/region=eu%2Fwest/" in "".join(keys)
-    assert sorted(o["key"] for o in result.manifest["objects"]) == keys
+    assert sorted(o.key for o in result.manifest.objects) == keys
     assert produced  # the records above are the produced ones
 
 
@@ -223,5 +223,5 @@ def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka,
     for fmt, extra in (("parquet", {"max_records_per_object": 2}), ("json", {})):
         cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra)
         result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, end), log)
-        assert result.manifest["record_count"] == 0 and result.manifest["objects"] == []
-        assert result.manifest["absent_offsets"] == [[0, end]]
+        assert result.manifest.record_count == 0 and result.manifest.objects == []
+        assert result.manifest.absent_offsets == [[0, end]]

@@ -41,8 +41,9 @@ from s3_archive.lifecycle.reconcile import reconcile_lifecycle
 from s3_archive.lifecycle.rules import build_rules, owner_prefix
 from s3_archive.model.windows import OffsetWindow as W
 from s3_archive_tests.credentials import TEST_AWS
-from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, materialize, resources
+from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.manifests import hand_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -264,7 +265,7 @@ def test_avro_csv_and_text_archives_are_queryable_through_their_catalog_tables(k
         options = CatalogOptions(database=f"catfmt_{unique}", table_prefix=f"{fmt}_")
         cfg = archive_config(services.bucket, topic, f"catfmt/{unique}/{fmt}/", format=fmt, compression=codec)
         materialize(cfg, topic, windows, res)
-        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic) if fmt == "avro" else None
+        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic, log) if fmt == "avro" else None
         table_input = build_table_input(cfg, topic, options, 2, writer_schema=writer and writer.literal)
         assert sync_catalog(glue, s3, cfg, topic, options, table_input).table_action == "created"
         tables[fmt] = glue.get_table(DatabaseName=options.database, Name=table_input["Name"])["Table"]
@@ -491,10 +492,9 @@ def test_windows_expired_by_the_lifecycle_are_not_reported_missing(services, uni
         key = object_key(expiring.prefix, topic, w, 0, ".parquet")
         if data:
             s3.put_object(Bucket=expiring.bucket, Key=key, Body=b"12345")
-        manifest = {"window_key": w.key, "committed_at": committed.isoformat(),
-                    "objects": [{"key": key, "size": 5, "etag": "x"}]}
-        s3.put_object(Bucket=expiring.bucket, Key=manifest_key(expiring.prefix, topic, w),
-                      Body=json.dumps(manifest).encode())
+        manifest = hand_manifest(topic, w, [{"key": key, "size": 5, "etag": "x"}],
+                                 committed_at=committed.isoformat())
+        s3.put_object(Bucket=expiring.bucket, Key=manifest_key(expiring.prefix, topic, w), Body=manifest.dumps())
         return key
 
     commit(w_old_gone, now - timedelta(days=40), data=False)

@@ -21,7 +21,7 @@ def test_a_failed_window_logs_its_traceback_and_fails_the_run_naming_it(kafka, s
     result = materialize(cfg, topic, [ok, beyond], resources(services, kafka, spark_resource), instance,
                          raise_on_error=False)
 
-    assert not result.success and manifest(s3, cfg, topic, ok)["record_count"] == 3
+    assert not result.success and manifest(s3, cfg, topic, ok).record_count == 3
     (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     message = failure.event_specific_data.error.message
     assert f"1 of 2 windows failed:\n{beyond.key}: WindowNotAvailable: " in message

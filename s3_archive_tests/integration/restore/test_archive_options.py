@@ -5,7 +5,6 @@ boto3's 8 MB multipart threshold; real broker, moto server and Spark."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 
@@ -17,6 +16,7 @@ from s3_archive.archive.window import archive_window
 from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.errors import ArchiveIntegrityError, ColdObjectsPending, InvalidRestore
+from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreRequest
@@ -24,6 +24,7 @@ from s3_archive.restore.run import restore_windows
 from s3_archive_tests.integration.archive_helpers import archive_config, log, resources
 from s3_archive_tests.integration.restore.test_restore import body, consume_all, materialize_restore, restore_metadata
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
+from s3_archive_tests.manifests import hand_manifest
 from s3_archive_tests.moto_helpers import moto_transition
 
 pytestmark = pytest.mark.integration
@@ -50,8 +51,8 @@ def test_json_array_archive_with_dead_letters_restores_every_record_byte_for_byt
     assert cfg.restorable
     window = OffsetWindow(0, 0, len(produced))
     m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
-    assert m["restorable"] is True and m["format"] == "json" and len(m["objects"]) > 1
-    assert m["undecodable_records"] > 3 and m["dead_letter_objects"]
+    assert m.restorable is True and m.format == "json" and len(m.objects) > 1
+    assert m.undecodable_records > 3 and m.dead_letter_objects
     target = create_topic(kafka, f"rjson-target-{unique}")
 
     [rep] = restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, target), [window], log)
@@ -74,7 +75,7 @@ def test_a_layout_that_splits_windows_and_dead_letters_restore_in_offset_order(k
                          value_decoding={"type": "json", "on_error": "dead_letter"})
     window = OffsetWindow(0, 0, len(produced))
     m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
-    assert len(m["objects"]) >= 3 and m["dead_letter_objects"]  # eu, us, (null) buckets
+    assert len(m.objects) >= 3 and m.dead_letter_objects  # eu, us, (null) buckets
     res = resources(services, kafka, spark_resource)
 
     # Read one object after the other, the records go backwards: refused, nothing produced.
@@ -92,7 +93,7 @@ def test_a_layout_that_splits_windows_and_dead_letters_restore_in_offset_order(k
 
 
 def _hand_archive(s3, bucket: str, prefix: str, topic: str, window: OffsetWindow, values: list[bytes],
-                  storage_class: str = "STANDARD", **manifest_fields) -> dict:
+                  storage_class: str = "STANDARD", **manifest_fields) -> Manifest:
     """A Parquet window in our layout, written directly (no Spark): key i, value, one header, timestamp."""
     n = len(values)
     table = pa.table({
@@ -109,11 +110,11 @@ def _hand_archive(s3, bucket: str, prefix: str, topic: str, window: OffsetWindow
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="none", row_group_size=4)
     key = object_key(prefix, topic, window, 0, ".parquet")
-    s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue(), StorageClass=storage_class)
-    manifest = {"topic": topic, "window_key": window.key, "format": "parquet", "record_count": n,
-                "objects": [{"key": key, "size": buf.tell()}], "min_timestamp_ms": 1_700_000_000_000,
-                "max_timestamp_ms": 1_700_000_000_000 + n - 1, **manifest_fields}
-    s3.put_object(Bucket=bucket, Key=manifest_key(prefix, topic, window), Body=json.dumps(manifest))
+    etag = s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue(), StorageClass=storage_class)["ETag"].strip('"')
+    manifest = hand_manifest(topic, window, [{"key": key, "size": buf.tell(), "etag": etag}], record_count=n,
+                             min_timestamp_ms=1_700_000_000_000, max_timestamp_ms=1_700_000_000_000 + n - 1,
+                             **manifest_fields)
+    s3.put_object(Bucket=bucket, Key=manifest_key(prefix, topic, window), Body=manifest.dumps())
     return manifest
 
 
@@ -124,7 +125,7 @@ def test_an_object_over_the_multipart_threshold_restores(kafka, s3, services, un
     values = [os.urandom(1 << 20) for _ in range(9)]  # incompressible, uncompressed: the object is over 9 MiB
     window = OffsetWindow(0, 0, len(values))
     m = _hand_archive(s3, services.bucket, prefix, topic, window, values)
-    assert m["objects"][0]["size"] > 9 << 20
+    assert m.objects[0].size > 9 << 20
     target = create_topic(kafka, f"rbig-target-{unique}", config={"max.message.bytes": str(2 << 20),
                                                                    "retention.ms": "-1"})
 

@@ -34,6 +34,7 @@ from s3_archive.restore.routing import PartitionMapping, murmur2_partition
 from s3_archive.restore.run import restore_windows
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
+from s3_archive_tests.manifests import hand_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -241,10 +242,10 @@ def test_zstd_jsonl_objects_written_by_another_tool_restore(kafka, s3, services,
         z.write(text)
     data = sink.getvalue().to_pybytes()
     key = object_key(prefix, topic, window, 0, ".jsonl.zst")
-    s3.put_object(Bucket=services.bucket, Key=key, Body=data)
-    manifest = {"topic": topic, "window_key": window.key, "format": "jsonl", "record_count": 3,
-                "objects": [{"key": key, "size": len(data)}], "min_timestamp_ms": None, "max_timestamp_ms": None}
-    s3.put_object(Bucket=services.bucket, Key=manifest_key(prefix, topic, window), Body=json.dumps(manifest))
+    etag = s3.put_object(Bucket=services.bucket, Key=key, Body=data)["ETag"].strip('"')
+    manifest = hand_manifest(topic, window, [{"key": key, "size": len(data), "etag": etag}], format="jsonl",
+                             compression="zstd", record_count=3, absent_offsets=[[12, 13]], absent_offset_count=1)
+    s3.put_object(Bucket=services.bucket, Key=manifest_key(prefix, topic, window), Body=manifest.dumps())
 
     reports = list(restore_windows(kafka, s3, services.bucket, prefix, RestoreRequest(topic, target), [window], log))
 

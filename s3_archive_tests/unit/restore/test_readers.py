@@ -4,6 +4,7 @@ format, which windows are restorable, cold-storage options."""
 import base64
 import io
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,11 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore
+from s3_archive.model.manifest import parse_manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.readers import _headers_and_sizes, json_array_records, parquet_records
 from s3_archive.restore.request import ArchivedRecord, record_bytes
 from s3_archive.restore.sources import check_restorable, unrestorable_reason
+from s3_archive_tests.manifests import hand_manifest
 
 pytestmark = pytest.mark.unit
 
@@ -121,13 +124,18 @@ FULL = ["key", "value", "headers", "topic", "partition", "offset", "timestamp", 
     ({"format": "parquet", "envelope": FULL, "restorable": False}, "its manifest says restorable: false"),
 ])
 def test_unrestorable_reason(manifest, reason):
-    got = unrestorable_reason(manifest)
+    got = unrestorable_reason(hand_manifest(**manifest))
     assert got == reason if reason is None else reason in got
 
 
+def test_a_real_manifest_from_before_restorable_is_judged_by_its_format():
+    old = (Path(__file__).parents[1] / "model" / "manifests" / "before-output-options.json").read_bytes()
+    assert unrestorable_reason(parse_manifest(old)) is None
+
+
 def test_check_restorable_names_every_bad_window():
-    ok = {"format": "parquet", "restorable": True}
-    bad = {"format": "text", "restorable": False}
+    ok = hand_manifest(format="parquet", restorable=True)
+    bad = hand_manifest(format="text", restorable=False)
     manifests = {OffsetWindow(0, i * 10, i * 10 + 10): (bad if i % 2 else ok) for i in range(14)}
     with pytest.raises(InvalidRestore) as e:
         check_restorable("orders", manifests)
