@@ -1,67 +1,71 @@
 """The errors users see, in one place. Each message names the bad value and what is allowed (or what to do);
-none carries a credential. Stages raise them; the Dagster assets turn them into a run failure without a stack
-trace where the message says everything.
+none carries a credential. Stages raise them; the Dagster assets show a `UserError` as the run's failure without a
+stack trace, because its message says everything.
 """
 
 from __future__ import annotations
 
 
-class ArchiveIntegrityError(RuntimeError):
+class UserError(Exception):
+    """An error whose message says everything a user needs to act on (shown without a stack trace)."""
+
+
+class ArchiveIntegrityError(UserError, RuntimeError):
     """A committed window's objects are missing or changed in S3."""
 
 
-class InvalidManifest(ValueError):
+class InvalidManifest(UserError, ValueError):
     """A window's manifest that cannot be read: not JSON, an unknown manifest_version, or a field missing, unknown
     or of the wrong type (model/manifest.py)."""
 
 
-class DataLoss(RuntimeError):
+class DataLoss(UserError, RuntimeError):
     """Kafka no longer has (part of) a window."""
 
 
-class WindowNotAvailable(ValueError):
+class WindowNotAvailable(UserError, ValueError):
     """A window reaches past what Kafka has written (or names a partition the topic lacks)."""
 
 
-class S3Unavailable(RuntimeError):
+class S3Unavailable(UserError, RuntimeError):
     """The bucket is missing, unreachable, or the credentials are refused."""
 
 
-class InvalidForeignObject(ValueError):
+class InvalidForeignObject(UserError, ValueError):
     """An object of a foreign archive whose name or contents do not fit its configured layout."""
 
 
-class ColdObjectsPending(RuntimeError):
+class ColdObjectsPending(UserError, RuntimeError):
     """Objects in GLACIER / DEEP_ARCHIVE are not readable yet; their restore was requested."""
 
 
-class InvalidRestore(ValueError):
+class InvalidRestore(UserError, ValueError):
     """The restore request is wrong (bad topic, mapping, filter); the message names the bad value."""
 
 
-class WindowNotArchived(RuntimeError):
+class WindowNotArchived(UserError, RuntimeError):
     """A requested window has no manifest in S3."""
 
 
-class RestoreFailed(RuntimeError):
+class RestoreFailed(UserError, RuntimeError):
     """Kafka refused the restore mid-way (delivery error, fenced, transaction aborted)."""
 
 
-class KafkaUnavailable(RuntimeError):
+class KafkaUnavailable(UserError, RuntimeError):
     """The broker could not be reached or refused us."""
 
 
-class UnknownTopic(ValueError):
+class UnknownTopic(UserError, ValueError):
     """A configured topic does not exist on the cluster."""
 
 
-class MissingJars(RuntimeError):
+class MissingJars(UserError, RuntimeError):
     """The JVM jars have not been fetched yet."""
 
 
-class InvalidConfig(ValueError):
+class InvalidConfig(UserError, ValueError):
     """The configuration is wrong; the message names the key and the allowed values."""
 
 
-class TopicStateUnreadable(RuntimeError):
+class TopicStateUnreadable(UserError, RuntimeError):
     """The topic state file (the topics each topic_pattern knows) cannot be read or is not one."""

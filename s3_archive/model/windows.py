@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from s3_archive.model.errors import UserError
+
 PARTITION_DIGITS = 5
 OFFSET_DIGITS = 19  # Kafka offsets are signed 64-bit: at most 9223372036854775807, 19 digits
 MAX_PARTITION = 10**PARTITION_DIGITS - 1
@@ -18,7 +20,7 @@ MAX_OFFSET = 2**63 - 1
 _KEY = re.compile(rf"p([0-9]{{{PARTITION_DIGITS}}})-([0-9]{{{OFFSET_DIGITS}}})-([0-9]{{{OFFSET_DIGITS}}})")
 
 
-class InvalidWindow(ValueError):
+class InvalidWindow(UserError, ValueError):
     pass
 
 

@@ -18,17 +18,8 @@ from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_assets
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
-from s3_archive.model.errors import (
-    ArchiveIntegrityError,
-    ColdObjectsPending,
-    InvalidManifest,
-    InvalidRestore,
-    KafkaUnavailable,
-    RestoreFailed,
-    S3Unavailable,
-    WindowNotArchived,
-)
-from s3_archive.model.windows import InvalidWindow, OffsetWindow
+from s3_archive.model.errors import UserError
+from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.run import restore_windows
 
 RESTORE_PREFIX = "kafka_restore"
@@ -37,10 +28,6 @@ RESTORE_PREFIX = "kafka_restore"
 def restore_asset_key(topic: str) -> dg.AssetKey:
     return dg.AssetKey([RESTORE_PREFIX, topic])
 
-
-# Errors whose message says everything: shown as the run's failure without a stack trace.
-_CLEAR_ERRORS = (InvalidRestore, WindowNotArchived, RestoreFailed, ArchiveIntegrityError, InvalidWindow,
-                 S3Unavailable, KafkaUnavailable, ColdObjectsPending, InvalidManifest)
 
 
 def splits_windows(cfg: ArchiveConfig) -> bool:
@@ -94,7 +81,7 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             context.log.info(f"{'would restore' if request.dry_run else 'restored'} into "
                              f"{request.target_topic!r}, per target partition (records, bytes): "
                              + (", ".join(f"{p}: {r}, {b}" for p, (r, b) in sorted(totals.items())) or "nothing"))
-        except _CLEAR_ERRORS as e:
+        except UserError as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
 
     return _restore

@@ -15,15 +15,7 @@ from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.config import ForeignRestoreConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
-from s3_archive.model.errors import (
-    ArchiveIntegrityError,
-    ColdObjectsPending,
-    InvalidForeignObject,
-    InvalidRestore,
-    KafkaUnavailable,
-    RestoreFailed,
-    S3Unavailable,
-)
+from s3_archive.model.errors import UserError
 from s3_archive.restore.cold import ColdReport
 from s3_archive.restore.foreign import restore_foreign
 
@@ -33,9 +25,6 @@ FOREIGN_PREFIX = "kafka_restore_foreign"
 def foreign_asset_key(name: str) -> dg.AssetKey:
     return dg.AssetKey([FOREIGN_PREFIX, name])
 
-
-_CLEAR_ERRORS = (InvalidRestore, RestoreFailed, ArchiveIntegrityError, InvalidForeignObject, ColdObjectsPending,
-                 S3Unavailable, KafkaUnavailable)
 
 
 def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
@@ -91,7 +80,7 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                 yield dg.AssetObservation(asset_key=context.asset_key, metadata=meta)
             else:
                 yield dg.MaterializeResult(metadata=meta)
-        except _CLEAR_ERRORS as e:
+        except UserError as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
 
     return _restore
