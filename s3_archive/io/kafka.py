@@ -1,10 +1,13 @@
 """KafkaResource: a Kafka cluster, reached with confluent-kafka (admin, producer, consumer) and by Spark's Kafka
-source with the same settings. Holds connection settings only; the SASL password is bound with `dg.EnvVar` and
-never logged; errors name the bootstrap servers, never a credential.
+source with the same settings: bootstrap servers, security protocol, SASL (PLAIN, SCRAM-SHA-256/512) and TLS (a CA,
+a client certificate and key for mTLS, hostname verification). Each setting is its own environment variable
+(`KAFKA_ENV`, bound in defs/resources.py). Secrets (the SASL password, the key's password) are never logged, and
+no error carries one: errors name the bootstrap servers and the user.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import dagster as dg
@@ -12,66 +15,224 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pydantic import Field
 
-from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
+from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, UnknownTopic
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+# Each KafkaResource setting and the environment variable it is read from (docs/configuration.md, "Environment").
+KAFKA_ENV = {
+    "bootstrap_servers": "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS",
+    "security_protocol": "S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL",
+    "sasl_mechanism": "S3_ARCHIVE_KAFKA_SASL_MECHANISM",
+    "sasl_username": "S3_ARCHIVE_KAFKA_SASL_USERNAME",
+    "sasl_password": "S3_ARCHIVE_KAFKA_SASL_PASSWORD",
+    "ssl_ca_location": "S3_ARCHIVE_KAFKA_SSL_CA_LOCATION",
+    "ssl_certificate_location": "S3_ARCHIVE_KAFKA_SSL_CERTIFICATE_LOCATION",
+    "ssl_key_location": "S3_ARCHIVE_KAFKA_SSL_KEY_LOCATION",
+    "ssl_key_password": "S3_ARCHIVE_KAFKA_SSL_KEY_PASSWORD",
+    "ssl_verify_hostname": "S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME",
+}
+_AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+_REFUSALS = _AUTH_CODES | {KafkaError._SSL}
+
+
+class _Refusals:
+    """A client's `error_cb`: keeps the authentication and TLS errors it reports. librdkafka reports them only
+    there (a call just times out or sees a transport failure), and delivers them on `poll`."""
+
+    def __init__(self) -> None:
+        self.seen: list[KafkaError] = []
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() in _REFUSALS:
+            self.seen.append(err)
+
+    def first(self, client: Any) -> KafkaError | None:
+        client.poll(0)
+        return self.seen[0] if self.seen else None
+
+
+def jaas_string(value: str) -> str:
+    """`value` as a double-quoted string of Kafka's JAAS parser (java.io.StreamTokenizer): a backslash escapes the
+    next character, and a quoted string may not span lines, so backslash, quote, CR and LF are escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+def jaas_config(mechanism: str, username: str, password: str) -> str:
+    """The `sasl.jaas.config` of a Java Kafka client logging in as `username` (quoted, never concatenated raw)."""
+    return (f"{LOGIN_MODULES[mechanism]} required username={jaas_string(username)} "
+            f"password={jaas_string(password)};")
+
+
+def _env(field: str) -> str:
+    return f"${KAFKA_ENV[field]}"
 
 
 class KafkaResource(dg.ConfigurableResource):
-    """A Kafka cluster, reached with confluent-kafka (admin, producer, consumer) and by Spark's Kafka source."""
+    """A Kafka cluster, reached with confluent-kafka (admin, producer, consumer) and by Spark's Kafka source.
+
+    Settings are checked when a client is made (`check`), each error naming the environment variable to fix."""
 
     bootstrap_servers: str = Field(description="host:port[,host:port…]")
     security_protocol: str = Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
     sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
     sasl_username: str | None = None
     sasl_password: str | None = Field(default=None, description="bind with dg.EnvVar; never logged")
-    ssl_ca_location: str | None = None
+    ssl_ca_location: str | None = Field(default=None, description="CA certificate(s), PEM; None: the system's CAs")
+    ssl_certificate_location: str | None = Field(default=None, description="client certificate, PEM (mTLS)")
+    ssl_key_location: str | None = Field(default=None, description="client private key, PEM (PKCS#8 for Spark)")
+    ssl_key_password: str | None = Field(default=None, description="the client key's password; bind with dg.EnvVar")
+    ssl_verify_hostname: bool = Field(default=True, description="False skips checking that the broker's "
+                                      "certificate names the host (the certificate is still verified)")
     timeout_s: float = Field(default=15.0, description="admin request timeout")
 
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.upper().startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol.upper() in ("SSL", "SASL_SSL")
+
+    def check(self) -> None:
+        """InvalidConfig naming the variable when the settings cannot work together (never echoing a secret)."""
+        protocol = self.security_protocol.upper()
+        if protocol not in PROTOCOLS:
+            raise InvalidConfig(f"Kafka security protocol {self.security_protocol!r} ({_env('security_protocol')}) "
+                                f"is not supported; allowed: {', '.join(PROTOCOLS)}")
+        if self.sasl:
+            if (self.sasl_mechanism or "").upper() not in MECHANISMS:
+                raise InvalidConfig(f"Kafka security protocol {protocol} needs a SASL mechanism "
+                                    f"({_env('sasl_mechanism')}); got {self.sasl_mechanism!r}, allowed: "
+                                    f"{', '.join(MECHANISMS)}")
+            missing = [_env(f) for f in ("sasl_username", "sasl_password") if not getattr(self, f)]
+            if missing:
+                raise InvalidConfig(f"Kafka security protocol {protocol} needs {' and '.join(missing)}")
+        else:
+            given = [_env(f) for f in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, f)]
+            if given:
+                raise InvalidConfig(f"{', '.join(given)} set, but the Kafka security protocol is {protocol} "
+                                    f"({_env('security_protocol')}): use SASL_SSL or SASL_PLAINTEXT, or unset them")
+        tls_fields = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location", "ssl_key_password")
+        if not self.tls:
+            given = [_env(f) for f in tls_fields if getattr(self, f)]
+            if given:
+                raise InvalidConfig(f"{', '.join(given)} set, but the Kafka security protocol is {protocol} "
+                                    f"({_env('security_protocol')}): use SSL or SASL_SSL, or unset them")
+        if bool(self.ssl_certificate_location) != bool(self.ssl_key_location):
+            raise InvalidConfig(f"a Kafka client certificate needs its key: set both {_env('ssl_certificate_location')}"
+                                f" and {_env('ssl_key_location')}, or neither")
+        for f in tls_fields[:3]:
+            path = getattr(self, f)
+            if path and not os.path.isfile(path):
+                raise InvalidConfig(f"{_env(f)} is {path!r}, which is not a readable file")
+
+    @property
+    def who(self) -> str:
+        """The cluster and the login, for errors: 'Kafka at host:9096 as user 'archiver' (SCRAM-SHA-512)'."""
+        who = f"Kafka at {self.bootstrap_servers}"
+        if self.sasl and self.sasl_username:
+            who += f" as user {self.sasl_username!r} ({self.sasl_mechanism})"
+        return who
+
     def client_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings of an admin client, producer or consumer (plus `extra`)."""
+        self.check()
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers,
-                                "security.protocol": self.security_protocol}
-        if self.sasl_mechanism:
-            conf |= {"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+                                "security.protocol": self.security_protocol.upper()}
+        if self.sasl:
+            conf |= {"sasl.mechanism": self.sasl_mechanism.upper(), "sasl.username": self.sasl_username,
                      "sasl.password": self.sasl_password}
-        if self.ssl_ca_location:
-            conf["ssl.ca.location"] = self.ssl_ca_location
+        if self.tls:
+            conf |= {k: v for k, v in (("ssl.ca.location", self.ssl_ca_location),
+                                       ("ssl.certificate.location", self.ssl_certificate_location),
+                                       ("ssl.key.location", self.ssl_key_location),
+                                       ("ssl.key.password", self.ssl_key_password)) if v}
+            if not self.ssl_verify_hostname:
+                conf["ssl.endpoint.identification.algorithm"] = "none"
         return conf | extra
 
     def spark_options(self) -> dict[str, str]:
-        """The same connection as `kafka.*` options for Spark's Kafka source (a Java client)."""
+        """The same connection as `kafka.*` options for Spark's Kafka source (a Java client). They travel with the
+        query (to the executors, or a Spark Connect server), never on a command line; Spark redacts
+        `sasl.jaas.config` in its logs and UI. Files (CA) must exist at the same path where executors run; the
+        client certificate and key are passed inline (PEM), so they need not."""
+        self.check()
         opts = {"kafka.bootstrap.servers": self.bootstrap_servers,
-                "kafka.security.protocol": self.security_protocol}
-        if self.sasl_mechanism:
-            module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if self.sasl_mechanism == "PLAIN"
-                      else "org.apache.kafka.common.security.scram.ScramLoginModule")
-            opts |= {"kafka.sasl.mechanism": self.sasl_mechanism,
-                     "kafka.sasl.jaas.config": f'{module} required username="{self.sasl_username}" '
-                                               f'password="{self.sasl_password}";'}
-        if self.ssl_ca_location:
-            opts |= {"kafka.ssl.truststore.location": self.ssl_ca_location, "kafka.ssl.truststore.type": "PEM"}
+                "kafka.security.protocol": self.security_protocol.upper()}
+        if self.sasl:
+            mechanism = self.sasl_mechanism.upper()
+            opts |= {"kafka.sasl.mechanism": mechanism,
+                     "kafka.sasl.jaas.config": jaas_config(mechanism, self.sasl_username, self.sasl_password)}
+        if self.tls:
+            if self.ssl_ca_location:
+                opts |= {"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": self.ssl_ca_location}
+            if self.ssl_certificate_location:
+                with open(self.ssl_certificate_location) as cert, open(self.ssl_key_location) as key:
+                    opts |= {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": cert.read(),
+                             "kafka.ssl.keystore.key": key.read()}
+                if self.ssl_key_password:
+                    opts["kafka.ssl.key.password"] = self.ssl_key_password
+            if not self.ssl_verify_hostname:
+                opts["kafka.ssl.endpoint.identification.algorithm"] = ""
         return opts
 
-    def admin(self) -> AdminClient:
-        return AdminClient(self.client_config())
+    def scrub(self, text: str) -> str:
+        """`text` without any secret of this resource (a last guard on messages built from client errors)."""
+        for secret in (self.sasl_password, self.ssl_key_password):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
-    def _unavailable(self, e: BaseException) -> KafkaUnavailable:
+    def admin(self) -> AdminClient:
+        """An admin client; its authentication and TLS errors are kept for `unavailable` (`refusals`)."""
+        refusals = _Refusals()
+        admin = AdminClient(self.client_config(error_cb=refusals))
+        admin.refusals = refusals
+        return admin
+
+    def unavailable(self, e: BaseException, client: Any = None, what: str = "") -> KafkaUnavailable:
+        """One clear KafkaUnavailable for a failed call of `client` (made by `admin`): refused credentials or a
+        failed TLS handshake say so, naming the servers and the user, never a secret."""
         err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-        reason = err.str() if err is not None else str(e)
-        return KafkaUnavailable(f"cannot reach Kafka at {self.bootstrap_servers} within {self.timeout_s:.0f}s: "
-                                f"{reason}. Check bootstrap_servers, the network and the credentials")
+        refusals = getattr(client, "refusals", None)
+        refused = refusals.first(client) if refusals is not None else None
+        if refused is None and err is not None and err.code() in _REFUSALS:
+            refused = err
+        doing = f" ({what})" if what else ""
+        if refused is not None:
+            reason = self.scrub(refused.str())
+            if refused.code() == KafkaError._SSL:
+                fix = f"Check {_env('ssl_ca_location')} (the CA that signed the broker's certificate)"
+                if self.ssl_certificate_location:
+                    fix += f" and the client certificate {_env('ssl_certificate_location')}"
+                return KafkaUnavailable(f"the TLS handshake with {self.who} failed{doing}: {reason}. {fix}")
+            fix = (f"Check {_env('sasl_username')} and {_env('sasl_password')}" if self.sasl
+                   else f"Check the client certificate {_env('ssl_certificate_location')} and key")
+            return KafkaUnavailable(f"{self.who} refused the login{doing}: {reason}. {fix}")
+        reason = self.scrub(err.str() if err is not None else str(e))
+        return KafkaUnavailable(f"cannot reach {self.who} within {self.timeout_s:.0f}s{doing}: {reason}. Check "
+                                "bootstrap_servers, the network and the credentials")
 
     def topics(self) -> list[str]:
         """Every topic on the cluster (one metadata request)."""
+        admin = self.admin()
         try:
-            return sorted(self.admin().list_topics(timeout=self.timeout_s).topics)
+            return sorted(admin.list_topics(timeout=self.timeout_s).topics)
         except KafkaException as e:
-            raise self._unavailable(e) from e
+            raise self.unavailable(e, admin) from e
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, or UnknownTopic / KafkaUnavailable."""
+        admin = self.admin()
         try:
-            md = self.admin().list_topics(topic=topic, timeout=self.timeout_s)
+            md = admin.list_topics(topic=topic, timeout=self.timeout_s)
         except KafkaException as e:
-            raise self._unavailable(e) from e
+            raise self.unavailable(e, admin) from e
         t = md.topics.get(topic)
         if t is None or t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise UnknownTopic(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
@@ -98,7 +259,7 @@ class KafkaResource(dg.ConfigurableResource):
                                          isolation_level=level, request_timeout=self.timeout_s)
             return {tp.partition: f.result(timeout=self.timeout_s + 5).offset for tp, f in futures.items()}
         except (KafkaException, TimeoutError) as e:
-            raise self._unavailable(e) from e
+            raise self.unavailable(e, admin) from e
 
     def producer(self, **extra: Any):
         from confluent_kafka import Producer

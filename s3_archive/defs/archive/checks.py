@@ -14,18 +14,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.archive.plan import archive_progress, retention_headroom
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import list_objects, read_manifest, verify_manifest
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.lifecycle.rules import expiry_due, policy_for
-from s3_archive.model.errors import InvalidManifest, KafkaUnavailable, UnknownTopic
+from s3_archive.model.errors import InvalidManifest, UnknownTopic
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import InvalidWindow, OffsetWindow, check_contiguous
 
@@ -219,9 +219,7 @@ def topic_retention_ms(kafka: KafkaResource, topic: str) -> int:
         entries = admin.describe_configs([resource], request_timeout=kafka.timeout_s)[resource].result(
             timeout=kafka.timeout_s + 5)
     except (KafkaException, TimeoutError) as e:
-        err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-        raise KafkaUnavailable(f"describing the configs of topic {topic!r} on {kafka.bootstrap_servers} failed: "
-                               f"{err.str() if err is not None else e}") from e
+        raise kafka.unavailable(e, admin, f"describing the configs of topic {topic!r}") from e
     return int(entries["retention.ms"].value)
 
 
