@@ -12,6 +12,8 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from s3_archive.io import paths
+from s3_archive.io.s3_resource import S3_ENV, check_storage_class
+from s3_archive.io.truststore import TRUSTSTORE_PASSWORD, java_truststore
 from s3_archive.model.errors import MissingJars
 
 # Spark conf key through which `SparkResource.kafka_min_partitions` reaches `archive.write.read_window` (a conf, not an
@@ -31,6 +33,9 @@ MAGIC_COMMITTER_CONF = {
     "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
 }
 S3_COMMITTERS = ("file", "magic")
+# s3a's credentials without static keys: the AWS SDK's default chain (environment, profile, web identity, container
+# and instance roles), as boto3 does.
+DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -50,8 +55,14 @@ class SparkResource(dg.ConfigurableResource):
     s3_endpoint_url: str | None = Field(default=None, description="S3-compatible endpoint; None for AWS")
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = Field(default=None, description="None: the default AWS credential chain")
-    s3_secret_access_key: str | None = Field(default=None, description="bind with dg.EnvVar; never logged")
+    s3_secret_access_key: str | None = Field(default=None, description="bind with dg.EnvVar; never logged, never "
+                                             "on a command line (set in the session at run time)")
+    s3_session_token: str | None = Field(default=None, description="with temporary static keys; like the secret")
     s3_path_style: bool = False
+    s3_ca_bundle: str | None = Field(default=None, description="PEM CA bundle of a custom endpoint: the JVMs get a "
+                                     "truststore of the JDK's CAs plus these (same path needed on executors)")
+    s3_sse_kms_key_id: str | None = Field(default=None, description="SSE-KMS key for every object s3a writes")
+    s3_storage_class: str | None = Field(default=None, description="storage class of the objects s3a writes")
     s3_committer: str = Field(default="file", description="file: Hadoop's FileOutputCommitter v2 (a task's files "
                               "are renamed into staging: a server-side copy and a delete each); magic: the S3A magic "
                               "committer (uploaded once, no copy; needs the spark-hadoop-cloud jar, which "
@@ -85,10 +96,6 @@ class SparkResource(dg.ConfigurableResource):
             # No _SUCCESS markers in staging: our manifest is the commit record.
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
-            "spark.hadoop.fs.s3a.endpoint.region": self.s3_region,
-            "spark.hadoop.fs.s3a.path.style.access": str(self.s3_path_style).lower(),
-            "spark.hadoop.fs.s3a.retry.limit": "3",
-            "spark.hadoop.fs.s3a.attempts.maximum": "3",
         }
         if self.kafka_min_partitions is not None:
             conf[KAFKA_MIN_PARTITIONS_CONF] = str(self.kafka_min_partitions)
@@ -108,21 +115,61 @@ class SparkResource(dg.ConfigurableResource):
                      "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
         else:
             conf |= {"spark.master": self.master, "spark.jars": ",".join(jars)}
-        if self.s3_endpoint_url:
-            conf["spark.hadoop.fs.s3a.endpoint"] = self.s3_endpoint_url
-            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(self.s3_endpoint_url.startswith("https")).lower()
-        if self.s3_access_key_id:
-            conf |= {
-                "spark.hadoop.fs.s3a.aws.credentials.provider":
-                    "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-                "spark.hadoop.fs.s3a.access.key": self.s3_access_key_id,
-                "spark.hadoop.fs.s3a.secret.key": self.s3_secret_access_key or "",
-            }
+        conf |= self.s3a_conf()
+        if self.s3_ca_bundle and not self.remote:
+            conf |= self.s3a_truststore_conf(conf)
         return conf | self.extra_conf
+
+    def s3a_conf(self) -> dict[str, str]:
+        """s3a's settings that hold no secret (they are on the driver JVM's command line): endpoint, region, path
+        style, which credentials, SSE-KMS and storage class of what it writes."""
+        check_storage_class(self.s3_storage_class, f"${S3_ENV['storage_class']}")
+        s3a = {
+            "endpoint.region": self.s3_region,
+            "path.style.access": str(self.s3_path_style).lower(),
+            "retry.limit": "3",
+            "attempts.maximum": "3",
+            # Static keys come through the session at run time (s3a_secret_conf), never through this conf.
+            "aws.credentials.provider": (DEFAULT_CREDENTIALS if not self.s3_access_key_id
+                                         else "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+                                         if self.s3_session_token
+                                         else "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"),
+        }
+        if self.s3_endpoint_url:
+            s3a |= {"endpoint": self.s3_endpoint_url,
+                    "connection.ssl.enabled": str(self.s3_endpoint_url.startswith("https")).lower()}
+        if self.s3_sse_kms_key_id:
+            s3a |= {"encryption.algorithm": "SSE-KMS", "encryption.key": self.s3_sse_kms_key_id}
+        if self.s3_storage_class:
+            s3a["create.storage.class"] = self.s3_storage_class
+        return {f"spark.hadoop.fs.s3a.{k}": v for k, v in s3a.items()}
+
+    def s3a_secret_conf(self) -> dict[str, str]:
+        """Static S3 keys as Hadoop settings of the session, set at run time (`session`): they reach s3a in the
+        driver and, with each query's Hadoop conf, the executors, but no command line (`ps`); Spark's redaction
+        (`spark.redaction.regex`: secret, token, access.key) hides them in its UI. Without keys: none (the JVMs'
+        default chain, e.g. AWS_* in their environment, which the driver JVM inherits from this process)."""
+        if not self.s3_access_key_id:
+            return {}
+        secret = {"fs.s3a.access.key": self.s3_access_key_id, "fs.s3a.secret.key": self.s3_secret_access_key or ""}
+        if self.s3_session_token:
+            secret["fs.s3a.session.token"] = self.s3_session_token
+        return secret
+
+    def s3a_truststore_conf(self, conf: dict[str, str]) -> dict[str, str]:
+        """JVM options making driver and executors trust `s3_ca_bundle` (appended to any already in `conf`)."""
+        store = java_truststore(self.s3_ca_bundle, f"${S3_ENV['ca_bundle']}")
+        opts = (f"-Djavax.net.ssl.trustStore={store} -Djavax.net.ssl.trustStoreType=PKCS12 "
+                f"-Djavax.net.ssl.trustStorePassword={TRUSTSTORE_PASSWORD}")
+        keys = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+        return {k: f"{conf[k]} {opts}" if conf.get(k) else opts for k in keys}
 
     def session(self):
         """The SparkSession (one per process: a second call, or another resource instance, reuses it)."""
         if self._lazy is None:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._lazy = LazyPySparkResource(spark_config=self.spark_conf())
-        return self._lazy.spark_session
+        spark = self._lazy.spark_session
+        for key, value in self.s3a_secret_conf().items():
+            spark.conf.set(key, value)
+        return spark

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.archive.window import WindowResult, archive_window
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import manifest_key, partition_dir
 from s3_archive.model.windows import OffsetWindow

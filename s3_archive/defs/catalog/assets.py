@@ -13,11 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import boto3
 import dagster as dg
-from botocore.config import Config
 from botocore.exceptions import ClientError
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.catalog.avro_header import WriterSchema, WriterSchemaUnreadable, newest_writer_schema
 from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_catalog
@@ -39,6 +36,7 @@ from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import error_code, error_message
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
 
 CATALOG_PREFIX = "kafka_catalog"
@@ -58,16 +56,6 @@ log = logging.getLogger(__name__)
 
 def catalog_asset_key(topic: str) -> dg.AssetKey:
     return dg.AssetKey([CATALOG_PREFIX, topic])
-
-
-def glue_client(s3: S3Resource) -> Any:
-    """A Glue client with the S3 resource's connection settings (never logged)."""
-    session = boto3.session.Session(profile_name=s3.profile_name, region_name=s3.region_name,
-                                    aws_access_key_id=s3.aws_access_key_id,
-                                    aws_secret_access_key=s3.aws_secret_access_key,
-                                    aws_session_token=s3.aws_session_token)
-    return session.client("glue", endpoint_url=s3.endpoint_url, use_ssl=s3.use_ssl, verify=s3.verify,
-                          config=Config(retries={"max_attempts": s3.max_attempts, "mode": "standard"}))
 
 
 # Stands in for the avro writer schema in the code version: it is read from an archived object at run time (no I/O
@@ -151,7 +139,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns,
                                         writer.literal if writer else None)
         try:
-            result = sync_catalog(glue_client(s3), s3.get_client(), cfg, topic, options, table_input)
+            result = sync_catalog(s3.glue_client(), s3.get_client(), cfg, topic, options, table_input)
         except ClientError as e:
             raise dg.Failure(f"{e.operation_name} for table {qualified} failed: {error_code(e)}: "
                              f"{error_message(e)}") from None

@@ -13,12 +13,12 @@ from typing import Any
 
 import dagster as dg
 from botocore.exceptions import ClientError
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.settings import Settings
 from s3_archive.io.s3 import error_code, error_message
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.lifecycle.reconcile import reconcile_lifecycle
 from s3_archive.lifecycle.rules import build_rules, owner_prefix, policy_for
 

@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Iterator
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
@@ -18,6 +17,7 @@ from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_assets
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.run import restore_windows

@@ -8,13 +8,13 @@ a re-run restores only what earlier runs did not (and a crashed run's leftovers 
 from collections.abc import Iterator
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.config import ForeignRestoreConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.restore.cold import ColdReport
 from s3_archive.restore.foreign import restore_foreign

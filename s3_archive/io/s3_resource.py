@@ -1,0 +1,119 @@
+"""S3Resource: the S3 connection of every stage (and the Glue client of the catalog), one setting per environment
+variable (`S3_ENV`, bound in defs/resources.py): an endpoint or AWS's own, the region, static keys or AWS's default
+credential chain, path-style addressing, a CA bundle for a custom endpoint, and how objects are written (SSE-KMS key,
+storage class). The same settings reach Spark's s3a through `SparkResource` (io/spark.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from botocore import UNSIGNED
+from botocore.config import Config
+from dagster_aws.s3 import S3Resource as DagsterS3Resource
+from pydantic import Field
+
+from s3_archive.keys.objects import MANIFESTS
+from s3_archive.model.errors import InvalidConfig
+
+# Classes whose objects can be read at once: the archive re-reads what it writes (checks, catalog, restore). The
+# archive tiers (GLACIER, DEEP_ARCHIVE) come by a lifecycle transition (docs/catalog-and-lifecycle.md).
+STORAGE_CLASSES = ("STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "REDUCED_REDUNDANCY")
+# Each S3Resource setting and the environment variable it is read from (docs/configuration.md, "Environment").
+S3_ENV = {
+    "endpoint_url": "S3_ARCHIVE_S3_ENDPOINT_URL",
+    "region_name": "S3_ARCHIVE_S3_REGION",
+    "aws_access_key_id": "S3_ARCHIVE_S3_ACCESS_KEY_ID",
+    "aws_secret_access_key": "S3_ARCHIVE_S3_SECRET_ACCESS_KEY",
+    "aws_session_token": "S3_ARCHIVE_S3_SESSION_TOKEN",
+    "path_style": "S3_ARCHIVE_S3_PATH_STYLE",
+    "ca_bundle": "S3_ARCHIVE_S3_CA_BUNDLE",
+    "sse_kms_key_id": "S3_ARCHIVE_S3_SSE_KMS_KEY_ID",
+    "storage_class": "S3_ARCHIVE_S3_STORAGE_CLASS",
+    "glue_endpoint_url": "S3_ARCHIVE_GLUE_ENDPOINT_URL",
+}
+# The calls that create an object: each gets the write settings unless it names them itself.
+_WRITES = ("PutObject", "CopyObject", "CreateMultipartUpload")
+
+
+def _env(field: str) -> str:
+    return f"${S3_ENV[field]}"
+
+
+def check_storage_class(value: str | None, where: str) -> None:
+    if value is not None and value not in STORAGE_CLASSES:
+        raise InvalidConfig(f"S3 storage class {value!r} ({where}) is not supported; allowed: "
+                            f"{', '.join(STORAGE_CLASSES)} (GLACIER and DEEP_ARCHIVE by a lifecycle transition)")
+
+
+def check_ca_bundle(path: str | None, where: str) -> None:
+    if path and not os.path.isfile(path):
+        raise InvalidConfig(f"{where} is {path!r}, which is not a readable file")
+
+
+class S3Resource(DagsterS3Resource):
+    """dagster-aws's S3Resource plus what the archive needs: path-style addressing, a CA bundle for a custom
+    endpoint, SSE-KMS and a storage class applied to every object the client writes, and the Glue client.
+
+    No static keys: boto3's default chain (environment, profile, web identity, container or instance role)."""
+
+    path_style: bool = Field(default=False, description="path-style addressing (most S3-compatible servers)")
+    ca_bundle: str | None = Field(default=None, description="PEM CA bundle that signed a custom endpoint's "
+                                  "certificate; None: the system's CAs")
+    sse_kms_key_id: str | None = Field(default=None, description="SSE-KMS key id or ARN for every object written; "
+                                       "None: the bucket's default encryption")
+    storage_class: str | None = Field(default=None, description="storage class of the data objects written "
+                                      "(manifests stay STANDARD); None: STANDARD")
+    glue_endpoint_url: str | None = Field(default=None, description="Glue endpoint; None: endpoint_url (a local "
+                                          "server serving both); '': AWS's own")
+
+    def check(self) -> None:
+        check_storage_class(self.storage_class, _env("storage_class"))
+        check_ca_bundle(self.ca_bundle, _env("ca_bundle"))
+
+    def _session(self) -> boto3.session.Session:
+        return boto3.session.Session(profile_name=self.profile_name, region_name=self.region_name,
+                                     aws_access_key_id=self.aws_access_key_id,
+                                     aws_secret_access_key=self.aws_secret_access_key,
+                                     aws_session_token=self.aws_session_token)
+
+    def _verify(self) -> bool | str | None:
+        return self.ca_bundle or self.verify
+
+    def _config(self, **kw: Any) -> Config:
+        return Config(retries={"max_attempts": self.max_attempts, "mode": "standard"},
+                      signature_version=UNSIGNED if self.use_unsigned_session else None, **kw)
+
+    def object_write_args(self, key: str) -> dict[str, str]:
+        """The PutObject / CreateMultipartUpload / CopyObject arguments for an object at `key`: the SSE-KMS key and,
+        for data objects, the storage class. For writers that do not use `get_client` (e.g. on executors)."""
+        args: dict[str, str] = {}
+        if self.sse_kms_key_id:
+            args |= {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": self.sse_kms_key_id}
+        if self.storage_class and MANIFESTS not in key.split("/"):
+            args["StorageClass"] = self.storage_class
+        return args
+
+    def _apply_write_args(self, params: dict[str, Any], **_: Any) -> None:
+        for k, v in self.object_write_args(params.get("Key", "")).items():
+            params.setdefault(k, v)
+
+    def get_client(self) -> Any:
+        """A boto3 S3 client; every object it creates gets `object_write_args`."""
+        self.check()
+        client = self._session().client(
+            "s3", endpoint_url=self.endpoint_url or None, use_ssl=self.use_ssl, verify=self._verify(),
+            config=self._config(s3={"addressing_style": "path" if self.path_style else "auto"}))
+        if self.sse_kms_key_id or self.storage_class:
+            for op in _WRITES:
+                client.meta.events.register(f"before-parameter-build.s3.{op}", self._apply_write_args)
+        return client
+
+    def glue_client(self) -> Any:
+        """A Glue client with the same credentials, region and CA bundle (never logged)."""
+        self.check()
+        endpoint = self.endpoint_url if self.glue_endpoint_url is None else self.glue_endpoint_url
+        return self._session().client("glue", endpoint_url=endpoint or None, use_ssl=self.use_ssl,
+                                      verify=self._verify(), config=self._config())
