@@ -17,13 +17,13 @@ DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
 
 
 def refresh_topics_command(config: Path, forget: list[str]) -> int:
-    """`s3-archive refresh-topics`: with the Kafka settings of the runs (the same environment variables, so SASL and
-    TLS apply), add each `topic_pattern`'s new matches to the topic state; or forget topics."""
+    """`s3-archive refresh-topics`: with the Kafka settings of the runs (the same resource from the same environment
+    variables, so SASL and TLS apply), add each `topic_pattern`'s new matches to the topic state; or forget topics."""
     import dagster as dg
 
     from s3_archive.config.settings import load_settings
     from s3_archive.defs.archive.discovery import RELOAD_HINT
-    from s3_archive.defs.resources import check_env, kafka_resource
+    from s3_archive.defs.resources import kafka_resource, retired_env_warning
     from s3_archive.io.paths import topic_state_file
     from s3_archive.io.topic_state import forget_topics, refresh_topics
 
@@ -41,10 +41,10 @@ def refresh_topics_command(config: Path, forget: list[str]) -> int:
     if not any(a.topic_pattern for a in settings.archives):
         print(f"no archive in {config} has a topic_pattern; nothing to refresh")
         return 0
-    env = check_env(os.environ.get("S3_ARCHIVE_ENV", "local"))
+    retired_env_warning()
     if not os.environ.get("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS"):
         raise KafkaUnavailable("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS is not set")
-    with dg.build_resources({"kafka": kafka_resource(env)}) as resources:
+    with dg.build_resources({"kafka": kafka_resource()}) as resources:
         result = refresh_topics(settings, resources.kafka, state)
     for a in settings.archives:
         if a.topic_pattern is None:
@@ -68,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--fresh", action="store_true", help="up: wipe the local data first")
     local.add_argument("--kafka-port", type=int, default=0, help="up: broker port (default: a free one)")
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
+    security = {"choices": ["plaintext", "sasl_ssl"], "default": None,
+                "help": "up: the broker's listener: plaintext, or sasl_ssl (SCRAM-SHA-512 user 's3-archive', TLS "
+                        "with a local CA; the variables are in stack.env). Default: as the local data was made, "
+                        "else plaintext"}
+    local.add_argument("--kafka-security", **security)
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
     demo.add_argument("--port", type=int, default=3000)
+    demo.add_argument("--kafka-security", **security)
     refresh = sub.add_parser(
         "refresh-topics", help="add the Kafka topics each topic_pattern now matches to the topic state (read "
                                "when definitions load), with the runs' Kafka settings ($S3_ARCHIVE_KAFKA_*)")
@@ -87,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "local" and args.action == "up":
-            stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port)
+            stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port,
+                     kafka_security=args.kafka_security)
             print(stack.status())
             print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
         elif args.command == "local" and args.action == "down":
@@ -108,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "demo":
             from s3_archive.local import demo as demo_mod
 
-            return demo_mod.run(port=args.port)
+            return demo_mod.run(port=args.port, kafka_security=args.kafka_security)
     except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -2,8 +2,8 @@
 
 Loading touches no network and needs no running service. Three things are read here, once:
 - the archive config file: `$S3_ARCHIVE_CONFIG`, default the demo config shipped with the package;
-- the environment (`$S3_ARCHIVE_ENV`): `local` (default: the embedded stack's endpoints, path-style S3) or `aws`
-  (no endpoint override; AWS's default credential chain unless keys are given);
+- the connection settings (defs/resources.py): one environment variable per Kafka, S3 and Spark setting, each on its
+  own (docs/configuration.md, "Environment");
 - for archives with a `topic_pattern`, the topics it knows: the topic state file in `$S3_ARCHIVE_STATE_DIR`,
   written by `s3-archive refresh-topics` and the sensor `s3_archive_topic_discovery`, never by loading.
 Every connection value is a `dg.EnvVar`, resolved when a run or a sensor tick starts, never at import.
@@ -34,8 +34,7 @@ REFRESH_HINT = ("run `s3-archive refresh-topics` (or let the sensor s3_archive_t
                 "the code location")
 
 
-def build_defs(settings: Settings, env: str = "local",
-               known_topics: Mapping[str, Sequence[str]] | None = None) -> dg.Definitions:
+def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | None = None) -> dg.Definitions:
     """Each domain contributes its own definitions; resources are shared.
 
     `known_topics`: per archive name, the topics its `topic_pattern` knows (the topic state); an archive gets its
@@ -45,7 +44,7 @@ def build_defs(settings: Settings, env: str = "local",
     if idle:  # a topic_pattern that knows no topic yet: no assets, sensors or checks for that archive
         warnings.warn(f"archives whose topic_pattern knows no topic yet: {', '.join(idle)}; {REFRESH_HINT}",
                       stacklevel=2)
-    parts = [dg.Definitions(resources=build_resources(env))]
+    parts = [dg.Definitions(resources=build_resources())]
     if any(a.topic_pattern is not None for a in settings.archives):
         parts.append(dg.Definitions(sensors=[build_topic_discovery_sensor(settings)]))
     active = resolved.model_copy(update={"archives": [a for a in resolved.archives if a.topics]})
@@ -68,11 +67,10 @@ def build_defs(settings: Settings, env: str = "local",
 
 
 def load_defs() -> dg.Definitions:
-    """The code location's definitions from the environment: config file, resource set, topic state."""
+    """The code location's definitions from the environment: config file, connection settings, topic state."""
     settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
     patterns = any(a.topic_pattern is not None for a in settings.archives)
-    return build_defs(settings, os.environ.get("S3_ARCHIVE_ENV", "local"),
-                      read_known_topics(topic_state_file()) if patterns else None)
+    return build_defs(settings, read_known_topics(topic_state_file()) if patterns else None)
 
 
 defs = load_defs()

@@ -1,49 +1,103 @@
-"""The resources every definition shares (`kafka`, `s3`, `spark`), bound to environment variables with `dg.EnvVar`
-(resolved when a run or a sensor tick starts, never at import). `$S3_ARCHIVE_ENV` picks the set: `local` (the
-embedded stack's endpoints, path-style S3) or `aws` (no endpoint override; AWS's default credential chain).
+"""The resources every definition shares (`kafka`, `s3`, `spark`), built here and only here from the environment.
+
+One connection model: every setting is its own variable (`KAFKA_ENV` in io/kafka.py, `S3_ENV` in io/s3_resource.py,
+`SPARK_ENV` here; docs/configuration.md, "Environment"), so Kafka's security, the S3 endpoint and credentials and the
+Spark master combine freely. Definitions loading, the sensors, `s3-archive refresh-topics`, the runs (Spark's Kafka
+source and s3a, the restore's producer and ledger, the checks, the catalog's Glue client) all get them from here.
+
+Values are bound with `dg.EnvVar`: resolved when a run or a sensor tick starts, never at import, and shown in the UI
+as the variable's name (secrets never appear in run config or metadata). A variable unset (or empty) when definitions
+load leaves its setting at the default. The two on/off settings are read when definitions load.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
+from collections.abc import Mapping
+
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
-from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.kafka import KAFKA_ENV, KafkaResource
+from s3_archive.io.s3_resource import S3_ENV, S3Resource
 from s3_archive.io.spark import SparkResource
+from s3_archive.model.errors import InvalidConfig
 
-ENVS = ("local", "aws")
+SPARK_ENV = {"master": "S3_ARCHIVE_SPARK_MASTER", "remote": "S3_ARCHIVE_SPARK_REMOTE"}
+# The region: ours, else the AWS SDKs' own variables (which boto3's and Java's default chains read too).
+REGION_VARS = (S3_ENV["region_name"], "AWS_REGION", "AWS_DEFAULT_REGION")
+RETIRED_ENV = "S3_ARCHIVE_ENV"
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-def check_env(env: str) -> str:
-    if env not in ENVS:
-        raise ValueError(f"S3_ARCHIVE_ENV must be 'local' or 'aws', got {env!r}")
-    return env
+def _is_set(var: str) -> bool:
+    return bool(os.environ.get(var))
 
 
-def kafka_resource(env: str) -> KafkaResource:
-    """The Kafka connection of the runs, sensors and `s3-archive refresh-topics` alike (SASL/TLS in `aws`)."""
-    return KafkaResource(
-        bootstrap_servers=dg.EnvVar("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS"),
-        **({} if check_env(env) == "local" else {
-            "security_protocol": dg.EnvVar("S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL"),
-            "sasl_mechanism": dg.EnvVar("S3_ARCHIVE_KAFKA_SASL_MECHANISM"),
-            "sasl_username": dg.EnvVar("S3_ARCHIVE_KAFKA_SASL_USERNAME"),
-            "sasl_password": dg.EnvVar("S3_ARCHIVE_KAFKA_SASL_PASSWORD"),
-        }),
+def _bound(env: Mapping[str, str], fields: tuple[str, ...]) -> dict[str, dg.EnvVar]:
+    """`field: dg.EnvVar(var)` for each of `fields` whose variable is set."""
+    return {f: dg.EnvVar(env[f]) for f in fields if _is_set(env[f])}
+
+
+def flag(var: str, default: bool) -> bool:
+    """An on/off variable (true/false, 1/0, yes/no, on/off); unset or empty: `default`."""
+    value = os.environ.get(var, "").strip().lower()
+    if not value:
+        return default
+    if value not in _TRUE + _FALSE:
+        raise InvalidConfig(f"${var} is {os.environ[var]!r}; allowed: true or false")
+    return value in _TRUE
+
+
+def retired_env_warning() -> None:
+    if RETIRED_ENV in os.environ:
+        warnings.warn(f"${RETIRED_ENV} is no longer read: each Kafka, S3 and Spark setting is its own variable "
+                      "(docs/configuration.md, 'Environment'); unset it", stacklevel=2)
+
+
+def kafka_resource() -> KafkaResource:
+    """The Kafka connection of the runs, sensors, checks and `s3-archive refresh-topics` alike."""
+    optional = tuple(f for f in KAFKA_ENV if f not in ("bootstrap_servers", "ssl_verify_hostname"))
+    return KafkaResource(bootstrap_servers=dg.EnvVar(KAFKA_ENV["bootstrap_servers"]),
+                         ssl_verify_hostname=flag(KAFKA_ENV["ssl_verify_hostname"], True),
+                         **_bound(KAFKA_ENV, optional))
+
+
+def _region() -> dict[str, dg.EnvVar]:
+    var = next((v for v in REGION_VARS if _is_set(v)), None)
+    return {"region_name": dg.EnvVar(var)} if var else {}
+
+
+def s3_resource() -> S3Resource:
+    """The S3 (and Glue) connection. Path style defaults to on with an endpoint (S3-compatible servers)."""
+    fields = ("endpoint_url", "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "ca_bundle",
+              "sse_kms_key_id", "storage_class")
+    glue = S3_ENV["glue_endpoint_url"]
+    return S3Resource(path_style=flag(S3_ENV["path_style"], _is_set(S3_ENV["endpoint_url"])),
+                      **_bound(S3_ENV, fields), **_region(),
+                      # Set but empty means AWS's own Glue endpoint (with an S3-compatible server for S3).
+                      **({"glue_endpoint_url": dg.EnvVar(glue)} if glue in os.environ else {}))
+
+
+def spark_resource() -> SparkResource:
+    """Spark (local, `spark://…` or Spark Connect `sc://…`) with the S3 connection of `s3_resource` for s3a."""
+    if _is_set(SPARK_ENV["master"]) and _is_set(SPARK_ENV["remote"]):
+        raise InvalidConfig(f"set one of ${SPARK_ENV['master']} (local[*], spark://…) and ${SPARK_ENV['remote']} "
+                            "(Spark Connect, sc://…), not both")
+    s3 = s3_resource()
+    region = _region()
+    return SparkResource(
+        **_bound(SPARK_ENV, tuple(SPARK_ENV)),
+        **({"s3_region": region["region_name"]} if region else {}),
+        s3_path_style=s3.path_style,
+        **{f"s3_{name}": dg.EnvVar(S3_ENV[field]) for field, name in (
+            ("endpoint_url", "endpoint_url"), ("aws_access_key_id", "access_key_id"),
+            ("aws_secret_access_key", "secret_access_key"), ("aws_session_token", "session_token"),
+            ("ca_bundle", "ca_bundle"), ("sse_kms_key_id", "sse_kms_key_id"), ("storage_class", "storage_class"))
+           if _is_set(S3_ENV[field])},
     )
 
 
-def build_resources(env: str) -> dict[str, dg.ConfigurableResource]:
-    kafka = kafka_resource(env)
-    if env == "local":
-        endpoint = dg.EnvVar("S3_ARCHIVE_S3_ENDPOINT_URL")
-        s3 = S3Resource(endpoint_url=endpoint, region_name=dg.EnvVar("AWS_REGION"),
-                        aws_access_key_id=dg.EnvVar("AWS_ACCESS_KEY_ID"),
-                        aws_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY"))
-        spark = SparkResource(s3_endpoint_url=endpoint, s3_region=dg.EnvVar("AWS_REGION"),
-                              s3_access_key_id=dg.EnvVar("AWS_ACCESS_KEY_ID"),
-                              s3_secret_access_key=dg.EnvVar("AWS_SECRET_ACCESS_KEY"), s3_path_style=True)
-    else:
-        s3 = S3Resource(region_name=dg.EnvVar("AWS_REGION"))
-        spark = SparkResource(s3_region=dg.EnvVar("AWS_REGION"), master=dg.EnvVar("S3_ARCHIVE_SPARK_MASTER"))
-    return {"kafka": kafka, "s3": s3, "spark": spark}
+def build_resources() -> dict[str, dg.ConfigurableResource]:
+    retired_env_warning()
+    return {"kafka": kafka_resource(), "s3": s3_resource(), "spark": spark_resource()}

@@ -20,6 +20,7 @@ from s3_archive.definitions import DEMO_CONFIG, build_defs
 from s3_archive.defs.archive.discovery import describe
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import evaluate, sensor_name
+from s3_archive.defs.resources import kafka_resource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.paths import local_stack_dir, topic_state_file
 from s3_archive.io.topic_state import refresh_topics
@@ -60,10 +61,10 @@ def cut_windows(instance: dg.DagsterInstance, kafka: KafkaResource, archive: Arc
     return {t: added.get(window_partitions(t).name, []) for t in archive.topics}
 
 
-def run(port: int = 3000) -> int:
+def run(port: int = 3000, kafka_security: str | None = None) -> int:
     root = local_stack_dir()
     print(f"demo: starting the local stack in {root} …", flush=True)
-    state = stack.up(root)
+    state = stack.up(root, kafka_security=kafka_security)
     os.environ.update(state.env())
     print(stack.status(root), flush=True)
     dagster_home = root / "dagster_home"
@@ -73,13 +74,14 @@ def run(port: int = 3000) -> int:
         shutil.copyfile(repo_yaml, dagster_home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
-    kafka = KafkaResource(bootstrap_servers=state.bootstrap_servers)
+    with dg.build_resources({"kafka": kafka_resource()}) as resources:  # as the runs connect: from state.env()
+        kafka = resources.kafka
     seed_topics(kafka)
     # Definitions read the topics of topic_patterns from the topic state: refresh it before the UI loads them.
     known = refresh_topics(settings, kafka, topic_state_file()).known
     if known:
         print(f"demo: topic_pattern topics: {describe(known)}", flush=True)
-    defs = build_defs(settings, "local", known)
+    defs = build_defs(settings, known)
     with dg.DagsterInstance.get() as instance:
         for archive in resolve_topic_patterns(settings, known).archives:
             for topic, new in cut_windows(instance, kafka, archive).items():
