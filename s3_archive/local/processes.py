@@ -31,6 +31,13 @@ def ensure_port_free(port: int, what: str) -> None:
             raise StackError(f"port {port} for {what} is already in use ({e.strerror}); pick another port") from e
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (it holds a secret), replacing any file there."""
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -1,12 +1,16 @@
 """`s3-archive local up | down | status`: the broker and the moto server as background processes.
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
-their command line is still the one we started (a recycled PID is left alone).
+their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
+the broker with a SASL_SSL listener only (SCRAM-SHA-512 user `s3-archive`, a local CA); its password is made once
+and kept, like `stack.json` and `stack.env`, in files only their owner can read.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -18,13 +22,14 @@ from typing import Any
 import boto3
 
 from s3_archive.io.paths import local_stack_dir
-from s3_archive.local.kafka_broker import KafkaBroker
+from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
-from s3_archive.local.processes import StackError, pid_alive, stop_pid
+from s3_archive.local.processes import StackError, pid_alive, stop_pid, write_private
 
 # moto accepts any credentials; these are the local stack's, never real ones.
 LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack", "AWS_REGION": "us-east-1"}
 DEFAULT_BUCKET = "s3-archive-local"
+KAFKA_USER = "s3-archive"  # the client login of a sasl_ssl local broker
 
 
 @dataclass
@@ -34,15 +39,32 @@ class StackState:
     bucket: str
     broker_pid: int
     moto_pid: int
+    kafka_security: str = "plaintext"
+    kafka_password: str | None = None  # sasl_ssl: of KAFKA_USER
+    kafka_ca_file: str | None = None  # sasl_ssl: the local CA (PEM)
 
     def env(self) -> dict[str, str]:
-        """The environment the project's resources read (see `s3_archive/definitions.py` and `s3_archive/io/`)."""
+        """The environment the project's resources read (defs/resources.py, docs/configuration.md)."""
+        kafka = {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers}
+        if self.kafka_security == "sasl_ssl":
+            kafka |= {"S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "S3_ARCHIVE_KAFKA_SASL_MECHANISM": SCRAM,
+                      "S3_ARCHIVE_KAFKA_SASL_USERNAME": KAFKA_USER,
+                      "S3_ARCHIVE_KAFKA_SASL_PASSWORD": self.kafka_password or "",
+                      "S3_ARCHIVE_KAFKA_SSL_CA_LOCATION": self.kafka_ca_file or ""}
         return {
-            "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            **kafka,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
             **LOCAL_AWS,
         }
+
+
+def _kafka_password(root: Path) -> str:
+    """The local client user's password: made once per stack directory (the broker keeps its SCRAM users)."""
+    f = root / "kafka-user.password"
+    if not f.exists():
+        write_private(f, secrets.token_urlsafe(18) + "\n")
+    return f.read_text().strip()
 
 
 def _state_file(root: Path) -> Path:
@@ -91,17 +113,27 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
-       kafka_port: int = 0, s3_port: int = 0) -> StackState:
+       kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None) -> StackState:
+    """Start the stack (or return the running one). `kafka_security`: plaintext or sasl_ssl; None: as it runs,
+    else plaintext."""
+    if kafka_security is not None and kafka_security not in SECURITY:
+        raise StackError(f"--kafka-security {kafka_security!r} is not supported; allowed: {', '.join(SECURITY)}")
     root = root or local_stack_dir()
     state = read_state(root)
     if state is not None and _running(state):
+        if kafka_security not in (None, state.kafka_security):
+            raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
+                             f"local down` first, then `up --kafka-security {kafka_security}`")
         return state
     if state is not None:
         down(root)  # half-dead stack from an earlier session: clear it before starting anew
     if fresh and root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
-    broker = KafkaBroker(root / "kafka", port=kafka_port)
+    security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
+    password = _kafka_password(root) if security == "sasl_ssl" else None
+    broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
+                         users={KAFKA_USER: password} if password else {})
     moto = MotoServer(root / "moto", port=s3_port)
     broker.start()
     try:
@@ -111,10 +143,10 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         broker.stop()
         moto.stop()
         raise
-    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid)
-    _state_file(root).write_text(json.dumps(state.__dict__, indent=2))
-    env_file = root / "stack.env"
-    env_file.write_text("".join(f"export {k}={v}\n" for k, v in state.env().items()))
+    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid,
+                       security, password, str(broker.ca_file) if broker.secured else None)
+    write_private(_state_file(root), json.dumps(state.__dict__, indent=2))
+    write_private(root / "stack.env", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in state.env().items()))
     return state
 
 
@@ -157,7 +189,8 @@ def status(root: Path | None = None) -> str:
         pid = getattr(state, key)
         alive = pid_alive(pid) and _ours(pid, marker)
         lines.append(f"{marker}: {'running' if alive else 'STOPPED'} (pid {pid})")
-    lines.append(f"kafka bootstrap servers: {state.bootstrap_servers}")
+    lines.append(f"kafka bootstrap servers: {state.bootstrap_servers} ({state.kafka_security}"
+                 + (f", user {KAFKA_USER!r}, CA {state.kafka_ca_file})" if state.kafka_security == "sasl_ssl" else ")"))
     lines.append(f"s3 endpoint: {state.s3_endpoint_url}  bucket: {state.bucket}")
     return "\n".join(lines)
 
