@@ -1,4 +1,5 @@
-"""Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession.
+"""Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession; and,
+for the tests of secured connections only, one SASL_SSL broker with one HTTPS moto server (`secure_services`).
 
 Integration tests share them and isolate themselves by topic name and S3 prefix.
 """
@@ -15,14 +16,21 @@ import boto3
 import pytest
 
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
-from s3_archive.local.kafka_broker import KafkaBroker
+from s3_archive.local.kafka_broker import SCRAM, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
+from s3_archive.local.processes import write_private
 from s3_archive.local.stack import create_bucket
+from s3_archive.local.tls import server_tls
 from s3_archive_tests.credentials import TEST_AWS
 
 BUCKET = "s3-archive-test"
-
+SECURE_BUCKET = "s3-archive-secure"
+# A SCRAM user whose name and password hold quotes, spaces and backslashes: every client (librdkafka, and Spark's
+# Java client through its JAAS config) must pass them through unchanged.
+SECURE_USER = 'arch "iver" \\ one'
+SECURE_S3_KEY_ID = "secure-access-key"
 
 
 @dataclass
@@ -49,6 +57,88 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
         yield Services(broker.bootstrap_servers, moto.endpoint_url, BUCKET, root)
     finally:
         moto.stop()
+        broker.stop()
+
+
+@dataclass
+class SecureServices:
+    """A broker whose only listener is SASL_SSL (SCRAM-SHA-512, a local CA) and a moto server on HTTPS with a
+    certificate of the same CA (an S3-compatible endpoint with a custom CA); secrets unique to the session."""
+
+    bootstrap_servers: str
+    ca_file: str
+    password: str  # of SECURE_USER
+    s3_endpoint_url: str
+    s3_secret: str
+    kms_key_id: str
+    bucket: str
+    data_dir: Path
+
+    def env(self, password: str | None = None) -> dict[str, str]:
+        """The variables a deployment sets (docs/configuration.md): SASL_SSL + the CA, the endpoint + its CA bundle,
+        static S3 keys of our own variables."""
+        return {
+            "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "S3_ARCHIVE_KAFKA_SASL_MECHANISM": SCRAM,
+            "S3_ARCHIVE_KAFKA_SASL_USERNAME": SECURE_USER,
+            "S3_ARCHIVE_KAFKA_SASL_PASSWORD": self.password if password is None else password,
+            "S3_ARCHIVE_KAFKA_SSL_CA_LOCATION": self.ca_file,
+            "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
+            "S3_ARCHIVE_S3_REGION": "us-east-1",
+            "S3_ARCHIVE_S3_ACCESS_KEY_ID": SECURE_S3_KEY_ID,
+            "S3_ARCHIVE_S3_SECRET_ACCESS_KEY": self.s3_secret,
+            "S3_ARCHIVE_S3_CA_BUNDLE": self.ca_file,
+            "S3_ARCHIVE_BUCKET": self.bucket,
+        }
+
+    def kafka(self, password: str | None = None, timeout_s: float = 15.0) -> KafkaResource:
+        return KafkaResource(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_SSL",
+                             sasl_mechanism=SCRAM, sasl_username=SECURE_USER,
+                             sasl_password=self.password if password is None else password,
+                             ssl_ca_location=self.ca_file, timeout_s=timeout_s)
+
+    def s3(self) -> S3Resource:
+        return S3Resource(endpoint_url=self.s3_endpoint_url, region_name="us-east-1", path_style=True,
+                          aws_access_key_id=SECURE_S3_KEY_ID, aws_secret_access_key=self.s3_secret,
+                          ca_bundle=self.ca_file)
+
+
+def _pem_pair(tls_dir: Path, out: Path) -> tuple[Path, Path]:
+    """The local CA's server certificate (with its chain) and key as PEM files, for moto's HTTPS."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    tls = server_tls(tls_dir)
+    key, cert, chain = pkcs12.load_key_and_certificates(tls.keystore.read_bytes(), tls.password.encode())
+    out.mkdir(parents=True, exist_ok=True)
+    cert_file, key_file = out / "server.crt", out / "server.key"
+    cert_file.write_bytes(b"".join(c.public_bytes(serialization.Encoding.PEM) for c in [cert, *chain]))
+    write_private(key_file, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()).decode())
+    return cert_file, key_file
+
+
+@pytest.fixture(scope="session")
+def secure_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServices]:
+    root = tmp_path_factory.mktemp("secure")
+    password = f'pa ss "{uuid.uuid4().hex}" \\ end'
+    broker = KafkaBroker(root / "kafka", security="sasl_ssl", users={SECURE_USER: password})
+    broker.start()
+    try:
+        moto = MotoServer(root / "moto", tls=_pem_pair(broker.data_dir / "tls", root / "moto-tls"))
+        moto.start()
+        try:
+            secret = f"s3-secret-{uuid.uuid4().hex}"
+            aws = {"endpoint_url": moto.endpoint_url, "region_name": "us-east-1", "verify": str(broker.ca_file),
+                   "aws_access_key_id": SECURE_S3_KEY_ID, "aws_secret_access_key": secret}
+            boto3.client("s3", **aws).create_bucket(Bucket=SECURE_BUCKET)
+            kms_key = boto3.client("kms", **aws).create_key(Description="s3-archive tests")["KeyMetadata"]["KeyId"]
+            yield SecureServices(broker.bootstrap_servers, str(broker.ca_file), password, moto.endpoint_url, secret,
+                                 kms_key, SECURE_BUCKET, root)
+        finally:
+            moto.stop()
+    finally:
         broker.stop()
 
 

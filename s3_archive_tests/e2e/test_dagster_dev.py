@@ -70,7 +70,7 @@ def dagster_dev(services, kafka, tmp_path_factory):
          "prefix": "e2e-pattern/"},
     ]}))
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
-           "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
+           "S3_ARCHIVE_STATE_DIR": str(root / "state")}
     # As the demo does: the topics of the pattern are known before the code location loads.
     refresh_topics_cli(env)
     port = free_port()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.io.s3 import list_objects, read_manifest
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import STAGING, manifest_key
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS

@@ -10,7 +10,6 @@ import string
 import dagster as dg
 import fastavro
 import pytest
-from dagster_aws.s3 import S3Resource
 from pydantic import ValidationError
 
 from s3_archive.catalog.avro_header import header_schema
@@ -46,6 +45,7 @@ from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.catalog.assets import build_catalog_defs, catalog_asset_key
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.buckets import render_path
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 

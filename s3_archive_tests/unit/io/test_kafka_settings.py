@@ -1,0 +1,126 @@
+"""KafkaResource: each setting on its own, checked with errors naming the variable; the same connection for
+librdkafka and for Spark's Java client (JAAS quoting); errors that never carry a secret."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from hypothesis import given
+from hypothesis import strategies as st
+
+from s3_archive.io.kafka import KafkaResource, jaas_config, jaas_string
+from s3_archive.model.errors import InvalidConfig
+
+pytestmark = pytest.mark.unit
+
+SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "archiver",
+        "sasl_password": "pw-never-shown"}
+
+
+def stream_tokenizer_quoted(text: str) -> tuple[str, str]:
+    """How java.io.StreamTokenizer (Kafka's JAAS parser) reads a quoted string at the start of `text`: the string
+    and the rest. A backslash escapes (a b f n r t v, 1-3 octal digits, else the character itself); a newline
+    ends the string."""
+    quote, i, out = text[0], 1, []
+    escapes = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+    while i < len(text) and text[i] not in (quote, "\n", "\r"):
+        c = text[i]
+        if c == "\\":
+            i += 1
+            c = text[i]
+            if c in "01234567":
+                digits = c
+                while len(digits) < (3 if digits[0] <= "3" else 2) and text[i + 1] in "01234567":
+                    i += 1
+                    digits += text[i]
+                c = chr(int(digits, 8))
+            else:
+                c = escapes.get(c, c)
+        out.append(c)
+        i += 1
+    return "".join(out), text[i + 1:]
+
+
+@given(st.text())
+def test_jaas_strings_read_back_as_written(value):
+    parsed, rest = stream_tokenizer_quoted(jaas_string(value) + ";")
+    assert (parsed, rest) == (value, ";")
+
+
+def test_jaas_config_quotes_names_and_passwords_with_quotes_spaces_and_backslashes():
+    conf = jaas_config("SCRAM-SHA-512", 'arch "iver" \\ one', 'p;w "x" \\ y\n')
+    assert conf == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                    'username="arch \\"iver\\" \\\\ one" password="p;w \\"x\\" \\\\ y\\n";')
+    assert jaas_config("PLAIN", "u", "p").startswith("org.apache.kafka.common.security.plain.PlainLoginModule ")
+
+
+def test_sasl_ssl_with_a_ca_for_librdkafka_and_spark(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("pem")
+    k = KafkaResource(bootstrap_servers="b:9096", ssl_ca_location=str(ca), **SASL)
+    assert k.client_config() == {"bootstrap.servers": "b:9096", "security.protocol": "SASL_SSL",
+                                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "archiver",
+                                 "sasl.password": "pw-never-shown", "ssl.ca.location": str(ca)}
+    assert k.spark_options() == {
+        "kafka.bootstrap.servers": "b:9096", "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": jaas_config("SCRAM-SHA-512", "archiver", "pw-never-shown"),
+        "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(ca)}
+
+
+def test_mtls_and_no_hostname_check(tmp_path):
+    cert, key = tmp_path / "client.crt", tmp_path / "client.key"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nc\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nk\n-----END PRIVATE KEY-----\n")
+    k = KafkaResource(bootstrap_servers="b:9093", security_protocol="ssl", ssl_certificate_location=str(cert),
+                      ssl_key_location=str(key), ssl_key_password="kpw", ssl_verify_hostname=False)
+    assert k.client_config() == {"bootstrap.servers": "b:9093", "security.protocol": "SSL",
+                                 "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
+                                 "ssl.key.password": "kpw", "ssl.endpoint.identification.algorithm": "none"}
+    opts = k.spark_options()
+    # Inline PEM: executors (or a Spark Connect server) need no copy of the files.
+    assert (opts["kafka.ssl.keystore.type"], opts["kafka.ssl.keystore.certificate.chain"],
+            opts["kafka.ssl.keystore.key"], opts["kafka.ssl.key.password"]) == ("PEM", cert.read_text(),
+                                                                               key.read_text(), "kpw")
+    assert opts["kafka.ssl.endpoint.identification.algorithm"] == ""
+    assert "kafka.ssl.truststore.location" not in opts  # the JVM's CAs
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"security_protocol": "TLS"}, r"security protocol 'TLS' \(\$S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL\) is not "
+                                   r"supported; allowed: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({**SASL, "sasl_mechanism": "GSSAPI"}, r"SASL_SSL needs a SASL mechanism \(\$S3_ARCHIVE_KAFKA_SASL_MECHANISM\); "
+                                           r"got 'GSSAPI', allowed: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    ({**SASL, "sasl_password": None}, r"SASL_SSL needs \$S3_ARCHIVE_KAFKA_SASL_PASSWORD$"),
+    ({"sasl_username": "u", "sasl_password": "p"},
+     r"\$S3_ARCHIVE_KAFKA_SASL_USERNAME, \$S3_ARCHIVE_KAFKA_SASL_PASSWORD set, but the Kafka security protocol "
+     r"is PLAINTEXT .*use SASL_SSL or SASL_PLAINTEXT, or unset them"),
+    ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "p",
+      "ssl_ca_location": "/ca.pem"}, r"\$S3_ARCHIVE_KAFKA_SSL_CA_LOCATION set, but the Kafka security protocol is "
+                                     r"SASL_PLAINTEXT .*use SSL or SASL_SSL"),
+    ({"security_protocol": "SSL", "ssl_certificate_location": "/c.pem"},
+     r"needs its key: set both \$S3_ARCHIVE_KAFKA_SSL_CERTIFICATE_LOCATION and \$S3_ARCHIVE_KAFKA_SSL_KEY_LOCATION"),
+    ({"security_protocol": "SSL", "ssl_ca_location": "/nowhere/ca.pem"},
+     r"\$S3_ARCHIVE_KAFKA_SSL_CA_LOCATION is '/nowhere/ca.pem', which is not a readable file"),
+])
+def test_settings_that_cannot_work_name_the_variable(settings, message):
+    k = KafkaResource(bootstrap_servers="b:9092", **settings)
+    for make in (k.client_config, k.spark_options):
+        with pytest.raises(InvalidConfig, match=message) as e:
+            make()
+        assert "pw-never-shown" not in str(e.value) and "'p'" not in str(e.value)
+
+
+def test_a_refused_login_names_servers_and_user_never_the_password():
+    k = KafkaResource(bootstrap_servers="b:9096", **SASL)
+    # Even if a client's message quoted it, the password is scrubbed.
+    err = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: bad pw-never-shown")
+    msg = str(k.unavailable(KafkaException(err), what="listing topics"))
+    assert msg.startswith("Kafka at b:9096 as user 'archiver' (SCRAM-SHA-512) refused the login (listing topics)")
+    assert "$S3_ARCHIVE_KAFKA_SASL_USERNAME and $S3_ARCHIVE_KAFKA_SASL_PASSWORD" in msg
+    assert "pw-never-shown" not in msg and "bad ***" in msg
+    tls = str(k.unavailable(KafkaException(KafkaError(KafkaError._SSL, "SSL handshake failed"))))
+    assert tls.startswith("the TLS handshake with Kafka at b:9096 as user 'archiver'") and \
+        "$S3_ARCHIVE_KAFKA_SSL_CA_LOCATION" in tls
+    down = str(k.unavailable(KafkaException(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))))
+    assert down.startswith("cannot reach Kafka at b:9096 as user 'archiver' (SCRAM-SHA-512) within 15s")
