@@ -36,6 +36,7 @@ S3_COMMITTERS = ("file", "magic")
 # s3a's credentials without static keys: the AWS SDK's default chain (environment, profile, web identity, container
 # and instance roles), as boto3 does.
 DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+REDACTED_OPTIONS = r"(?i)url|sasl\.jaas|ssl\.keystore\.key|private key"
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -116,6 +117,9 @@ class SparkResource(dg.ConfigurableResource):
         else:
             conf |= {"spark.master": self.master, "spark.jars": ",".join(jars)}
         conf |= self.s3a_conf()
+        # Data source options in plans (UI, logs): Spark redacts keys or values matching secret|password|token by
+        # default; also the Kafka source's inline client key (KafkaResource.spark_options).
+        conf["spark.sql.redaction.options.regex"] = REDACTED_OPTIONS
         if self.s3_ca_bundle and not self.remote:
             conf |= self.s3a_truststore_conf(conf)
         return conf | self.extra_conf
