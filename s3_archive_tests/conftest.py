@@ -1,6 +1,7 @@
-"""Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession.
+"""Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession, and
+(started only by the tests that ask for it) one PostgreSQL server.
 
-Integration tests share them and isolate themselves by topic name and S3 prefix.
+Integration tests share them and isolate themselves by topic name, S3 prefix and database.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.moto_server import MotoServer
+from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.stack import create_bucket
 from s3_archive_tests.credentials import TEST_AWS
 
@@ -50,6 +52,18 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     finally:
         moto.stop()
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (Dagster instances on Postgres); each user creates its own database."""
+    # fsync off: a test server's data need not survive a crash of this machine.
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"), settings={"fsync": "off"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
