@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--fresh", action="store_true", help="up: wipe the local data first")
     local.add_argument("--kafka-port", type=int, default=0, help="up: broker port (default: a free one)")
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
+    local.add_argument("--postgres", action="store_true",
+                       help="up: also PostgreSQL for a Dagster instance of the deployed shape "
+                            "(deploy/dagster.postgres.yaml)")
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
     demo.add_argument("--port", type=int, default=3000)
     refresh = sub.add_parser(
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "local" and args.action == "up":
-            stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port)
+            stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port, postgres=args.postgres)
             print(stack.status())
             print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
         elif args.command == "local" and args.action == "down":

@@ -1,4 +1,5 @@
-"""`s3-archive local up | down | status`: the broker and the moto server as background processes.
+"""`s3-archive local up | down | status`: the broker and the moto server (and, with `--postgres`, PostgreSQL for a
+Dagster instance of the deployed shape) as background processes.
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
 their command line is still the one we started (a recycled PID is left alone).
@@ -20,6 +21,7 @@ import boto3
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.moto_server import MotoServer
+from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid
 
 # moto accepts any credentials; these are the local stack's, never real ones.
@@ -34,14 +36,21 @@ class StackState:
     bucket: str
     broker_pid: int
     moto_pid: int
+    postgres_pid: int | None = None
+    postgres_port: int | None = None
 
     def env(self) -> dict[str, str]:
-        """The environment the project's resources read (see `s3_archive/definitions.py` and `s3_archive/io/`)."""
+        """The environment the project's resources read (see `s3_archive/definitions.py` and `s3_archive/io/`), and
+        with PostgreSQL, what deploy/dagster.postgres.yaml reads except the password (in `postgres/password`)."""
+        pg = {} if self.postgres_port is None else {
+            "DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(self.postgres_port),
+            "DAGSTER_PG_USERNAME": DEFAULT_USER, "DAGSTER_PG_DB": DEFAULT_DATABASE}
         return {
             "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
             **LOCAL_AWS,
+            **pg,
         }
 
 
@@ -91,10 +100,10 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
-       kafka_port: int = 0, s3_port: int = 0) -> StackState:
+       kafka_port: int = 0, s3_port: int = 0, postgres: bool = False) -> StackState:
     root = root or local_stack_dir()
     state = read_state(root)
-    if state is not None and _running(state):
+    if state is not None and _running(state) and (state.postgres_pid is not None or not postgres):
         return state
     if state is not None:
         down(root)  # half-dead stack from an earlier session: clear it before starting anew
@@ -103,18 +112,26 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
     root.mkdir(parents=True, exist_ok=True)
     broker = KafkaBroker(root / "kafka", port=kafka_port)
     moto = MotoServer(root / "moto", port=s3_port)
+    pg = PostgresServer(root / "postgres") if postgres else None
     broker.start()
     try:
         moto.start()
         create_bucket(moto.endpoint_url, bucket)
+        if pg is not None:
+            pg.start()
     except BaseException:
         broker.stop()
         moto.stop()
+        if pg is not None:
+            pg.stop()
         raise
-    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid)
+    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid,
+                       pg.proc.pid if pg else None, pg.port if pg else None)
     _state_file(root).write_text(json.dumps(state.__dict__, indent=2))
     env_file = root / "stack.env"
-    env_file.write_text("".join(f"export {k}={v}\n" for k, v in state.env().items()))
+    # The database password stays in its file (mode 0600): the env file reads it when sourced.
+    secret = f'export DAGSTER_PG_PASSWORD="$(cat {pg.password_file})"\n' if pg else ""
+    env_file.write_text("".join(f"export {k}={v}\n" for k, v in state.env().items()) + secret)
     return state
 
 
@@ -126,11 +143,16 @@ def _ours(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
-_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server"}
+_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "postgres_pid": "postgres"}
+
+
+def _started(state: StackState) -> dict[str, str]:
+    """The markers of the processes this stack started (PostgreSQL only with --postgres)."""
+    return {k: m for k, m in _MARKERS.items() if getattr(state, k) is not None}
 
 
 def _running(state: StackState) -> bool:
-    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _MARKERS.items())
+    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _started(state).items())
 
 
 def down(root: Path | None = None) -> list[str]:
@@ -139,7 +161,7 @@ def down(root: Path | None = None) -> list[str]:
     stopped: list[str] = []
     if state is None:
         return stopped
-    for key, marker in _MARKERS.items():
+    for key, marker in _started(state).items():
         pid = getattr(state, key)
         if pid_alive(pid) and _ours(pid, marker):
             stop_pid(pid)
@@ -153,12 +175,14 @@ def status(root: Path | None = None) -> str:
     if state is None:
         return "local stack: not running"
     lines = []
-    for key, marker in _MARKERS.items():
+    for key, marker in _started(state).items():
         pid = getattr(state, key)
         alive = pid_alive(pid) and _ours(pid, marker)
         lines.append(f"{marker}: {'running' if alive else 'STOPPED'} (pid {pid})")
     lines.append(f"kafka bootstrap servers: {state.bootstrap_servers}")
     lines.append(f"s3 endpoint: {state.s3_endpoint_url}  bucket: {state.bucket}")
+    if state.postgres_port is not None:
+        lines.append(f"postgres: 127.0.0.1:{state.postgres_port} (Dagster instance: deploy/dagster.postgres.yaml)")
     return "\n".join(lines)
 
 

@@ -84,3 +84,14 @@ def test_setup_installs_nothing_when_a_server_is_there(tmp_path):
     assert done.returncode == 0, done.stderr
     assert calls == ""
     assert done.stdout.strip() == f"setup: PostgreSQL server in {tmp_path / 'lib' / '15' / 'bin'}"
+
+
+def test_the_stack_env_names_postgres_but_not_its_password():
+    from s3_archive.local.stack import StackState
+
+    plain = StackState("127.0.0.1:1", "http://127.0.0.1:2", "b", 10, 11)
+    assert not any(k.startswith("DAGSTER_PG_") for k in plain.env())
+    with_pg = StackState("127.0.0.1:1", "http://127.0.0.1:2", "b", 10, 11, postgres_pid=12, postgres_port=5433)
+    pg = {k: v for k, v in with_pg.env().items() if k.startswith("DAGSTER_PG_")}
+    assert pg == {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": "5433", "DAGSTER_PG_USERNAME": "dagster",
+                  "DAGSTER_PG_DB": "dagster"}
