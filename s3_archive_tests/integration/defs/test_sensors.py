@@ -28,6 +28,7 @@ from s3_archive.defs.archive.checks import (
 )
 from s3_archive.defs.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.retire import retire_job_name
 from s3_archive.defs.archive.schedules import build_checks_schedule, checks_job_name
 from s3_archive.defs.archive.sensors import (
     CUT_TAG,
@@ -386,8 +387,10 @@ def test_at_each_cron_tick_the_sensor_also_cuts_every_rest_up_to_the_last_stable
                                 build_archive_automation(Settings(archives=[cfg])))
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
-    # One cutting path: the offsets sensor; no cut schedule that could race it.
-    assert [s.name for s in repo.schedule_defs] == [f"{checks_job_name(cfg)}_daily"]
+    # One cutting path: the offsets sensor; no cut schedule that could race it (the other schedules run the checks
+    # and the window retirement, which cut nothing).
+    assert sorted(s.name for s in repo.schedule_defs) == [f"{checks_job_name(cfg)}_daily",
+                                                          f"{retire_job_name(cfg)}_daily"]
     sensor = repo.get_sensor_def(sensor_name(cfg))
     assert sensor.default_status == dg.DefaultSensorStatus.STOPPED and f"at each tick of {cron!r} (UTC)" in \
         sensor.description
