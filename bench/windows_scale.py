@@ -6,10 +6,11 @@ topic (~7 months of 10-minute windows), measured as the deployed shape sees it.
 `run()` returns a dict of figures (for `make bench`). It starts its own Kafka broker, moto server and PostgreSQL
 (s3_archive.local), fills the instance, and measures two states of the same 1M windows:
 
-- `retired` (the default, `retire_after_days: 7`): the last 7 days of windows are dynamic partitions, the older ones
-  retired (one range per Kafka partition in the retirement record); every window's materialization is in the event
-  log, as it would be after 7 months of runs;
-- `all_live` (`retire_after_days: null`, the shape before retirement): all 1M windows are dynamic partitions.
+- `retired` (the default, `retire_after_days: 7`): the last 7 days of windows are dynamic partitions and have their
+  materializations in the event log; the older ones are retired (one range per Kafka partition in the retirement
+  record), and the runs that materialized them deleted, as the daily retirement leaves it;
+- `all_live` (`retire_after_days: null`, the shape before retirement): all 1M windows are dynamic partitions with
+  their materializations.
 
 In each: the offsets sensor's tick (with no cursor, i.e. a lost one, which reads every key; with the cursor of the
 previous tick; and the tick after the daemon added that tick's windows), the four checks in one step, the UI's
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -91,8 +93,8 @@ def _metadata(w: OffsetWindow) -> dict[str, Any]:
             "manifest": f"s3://{BUCKET}/_manifests/{TOPIC}/{w.key}.json"}
 
 
-def fill_materializations(instance: Any, windows: list[OffsetWindow], start: datetime) -> float:
-    """One materialization per window, timestamped every 10 minutes per partition from `start`; seconds taken."""
+def _store_materializations(home: str, windows: list[OffsetWindow], start: datetime) -> None:
+    """One materialization per window, timestamped every 10 minutes per partition from `start` (a worker)."""
     import dagster as dg
     from dagster._core.events import StepMaterializationData
 
@@ -101,6 +103,7 @@ def fill_materializations(instance: Any, windows: list[OffsetWindow], start: dat
     key = archive_asset_key(TOPIC)
     t = time.monotonic()
     run_id = str(uuid.uuid4())
+    instance = dg.DagsterInstance.from_config(home)
     for i in range(0, len(windows), EVENT_BATCH):
         batch = []
         for j, w in enumerate(windows[i:i + EVENT_BATCH]):
@@ -117,7 +120,22 @@ def fill_materializations(instance: Any, windows: list[OffsetWindow], start: dat
                                           dagster_event=event))
         instance.event_log_storage.store_event_batch(batch)
         if (i // EVENT_BATCH) % 50 == 0:
-            say(f"  {i + len(batch)} materializations ({time.monotonic() - t:.0f}s)")
+            say(f"  {i + len(batch)} of {len(windows)} materializations ({time.monotonic() - t:.0f}s)")
+    instance.dispose()
+
+
+def fill_materializations(home: Path, windows: list[OffsetWindow], start: datetime, workers: int = 2) -> float:
+    """The materializations of `windows`, written by `workers` processes (serializing events is CPU-bound)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    t = time.monotonic()
+    # Whole runs per worker: windows_per_run 8 keeps a run's windows in one worker.
+    step = -(-len(windows) // workers // 8) * 8
+    # spawn, not fork: the parent's instance holds open database connections.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for f in [pool.submit(_store_materializations, str(home), windows[i:i + step], start)
+                  for i in range(0, len(windows), step)]:
+            f.result()
     return time.monotonic() - t
 
 
@@ -149,6 +167,14 @@ def produce(kafka: Any, partitions: int, per: int) -> None:
             if i % 20_000 == 0:
                 producer.poll(0)
     producer.flush(300)
+
+
+def produce_more(kafka: Any, partitions: int, n: int) -> None:
+    producer = kafka.producer()
+    for p in range(partitions):
+        for _ in range(n):
+            producer.produce(TOPIC, value=b"x", partition=p)
+    producer.flush(60)
 
 
 def sensor_ticks(instance: Any, kafka: Any, cfg: Any) -> dict[str, Any]:
@@ -247,6 +273,32 @@ def ui_queries(url: str, instance: Any) -> dict[str, Any]:
     return out
 
 
+def status_cache_profile(instance: Any, top: int = 12) -> str:
+    """cProfile of the asset's partition status cache being rebuilt after a change of its partition set (what the
+    first UI query after a tick pays), the top entries by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+
+    from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+
+    name = window_partitions(TOPIC).name
+    extra = f"bench-profile-{uuid.uuid4().hex[:8]}"
+    instance.add_dynamic_partitions(name, [extra])
+    prof = cProfile.Profile()
+    try:
+        prof.enable()
+        get_and_update_asset_status_cache_value(instance, archive_asset_key(TOPIC), window_partitions(TOPIC))
+        prof.disable()
+    finally:
+        instance.delete_dynamic_partition(name, extra)
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
 def definitions_load(env: dict[str, str]) -> float:
     code = "import time; t = time.monotonic(); import s3_archive.definitions; print(time.monotonic() - t)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -265,6 +317,7 @@ def measure(label: str, instance: Any, kafka: Any, s3: Any, cfg: Any, env: dict[
         out["ui_query"] = ui_queries(url, instance)
     out["definitions_load_s"] = definitions_load(env)
     say(f"{label}: {json.dumps(out)}")
+    out["status_cache_profile"] = status_cache_profile(instance)
     return out
 
 
@@ -304,18 +357,19 @@ def run(windows: int = 1_000_000, partitions: int = 32, live_days: float = 7.0, 
         instance = stack.enter_context(dg.DagsterInstance.from_config(str(home)))
         every = list(_keys_in_time_order(per, partitions))
         start = datetime.now(UTC) - timedelta(minutes=WINDOW_MINUTES * per)
-        say(f"filling {len(every)} materializations")
-        out["fill_materializations_s"] = round(fill_materializations(instance, every, start), 1)
         old, live = every[:(per - live_per) * partitions], every[(per - live_per) * partitions:]
-        say(f"adding {len(live)} live partitions; {len(old)} retired")
+        say(f"retired state: {len(live)} live windows and their materializations; {len(old)} retired")
+        out["fill_live_materializations_s"] = round(fill_materializations(home, live, start), 1)
         out["fill_live_partitions_s"] = round(add_partitions(instance, live), 1)
         record_retired(instance, TOPIC, Retired({p: OffsetWindow(p, 0, per - live_per) for p in range(partitions)},
                                                 len(old)), "bench: windows before the horizon retired")
         out["retired"] = measure("retired", instance, kafka, s3, cfg, env, root)
 
-        say(f"adding the {len(old)} older windows back as partitions (retirement off)")
+        say(f"all-live state: the {len(old)} older windows and their materializations back (retirement off)")
+        out["fill_old_materializations_s"] = round(fill_materializations(home, old, start), 1)
         out["fill_old_partitions_s"] = round(add_partitions(instance, old), 1)
         record_retired(instance, TOPIC, Retired({}, 0), "bench: retirement off")
+        produce_more(kafka, partitions, 2)  # so that this state's first tick cuts windows too
         # What retirement's instance side costs per window (the S3 side is a GET and a HEAD per window).
         sample = old[:2000]
         t = time.monotonic()

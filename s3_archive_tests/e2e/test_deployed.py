@@ -47,19 +47,29 @@ def deployed(services, kafka, postgres, tmp_path_factory):
            "S3_ARCHIVE_CONFIG": str(config), "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
     port = free_port()
     workspace = ["-w", str(REPO / "workspace.yaml")]
+    bin_dir = Path(sys.executable).parent  # the venv's console scripts, as a deployment runs them
     # Two processes, as deployed (not `dagster dev`): the daemon runs sensors and dequeues runs; the webserver serves
     # the UI's GraphQL. Both read the instance from $DAGSTER_HOME/dagster.yaml.
-    daemon = spawn([sys.executable, "-m", "dagster", "daemon", "run", *workspace], root / "daemon.log", env=env)
-    web = spawn([sys.executable, "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(port), *workspace],
+    daemon = spawn([str(bin_dir / "dagster-daemon"), "run", *workspace], root / "daemon.log", env=env)
+    web = spawn([str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), *workspace],
                 root / "webserver.log", env=env)
     url = f"http://127.0.0.1:{port}"
+    # This process opens the same instance (to add partitions as a user would): it needs the same variables.
+    saved = {k: os.environ.get(k) for k in env if k.startswith("DAGSTER_PG_")}
+    os.environ.update({k: env[k] for k in saved})
     try:
         def up() -> bool:
             with urllib.request.urlopen(f"{url}/server_info", timeout=2):
                 return True
         wait_until(up, 180, web, "dagster-webserver", root / "webserver.log")
-        yield url, home, env, sensed, filled, postgres
+        assert daemon.poll() is None, (root / "daemon.log").read_text()[-3000:]
+        yield url, home, env, sensed, filled, postgres, daemon
     finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         for proc in (web, daemon):
             stop_pid(proc.pid)
         for log in ("daemon.log", "webserver.log"):
@@ -73,7 +83,7 @@ def runs(url: str) -> list[dict]:
 
 
 def test_the_instance_is_postgres_with_queued_runs_and_a_healthy_daemon(deployed):
-    url, home, env, *_ , postgres = deployed
+    url, home, _, _, _, postgres, _ = deployed
     info = graphql(url, """{ instance { runLauncher { name } runQueuingSupported
         runQueueConfig { maxConcurrentRuns tagConcurrencyLimitsYaml }
         daemonHealth { allDaemonStatuses { daemonType healthy required } } } }""")["instance"]
@@ -98,7 +108,7 @@ def test_the_instance_is_postgres_with_queued_runs_and_a_healthy_daemon(deployed
 
 
 def test_a_sensor_launched_archive_runs_through_the_queue(deployed, kafka, s3, services):
-    url, _, _, topic, *_ = deployed
+    url, _, _, topic, _, _, daemon = deployed
     produced = produce(kafka, topic, [(i % 2, None, f"v{i}".encode(), []) for i in range(160)])  # 80 per partition
     started = graphql(url, """
         mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
@@ -111,6 +121,7 @@ def test_a_sensor_launched_archive_runs_through_the_queue(deployed, kafka, s3, s
     windows = [OffsetWindow(p, s, s + 40) for p in (0, 1) for s in (0, 40)]
     deadline = time.monotonic() + 420
     while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert daemon.poll() is None, "the daemon exited"
         assert time.monotonic() < deadline, "the sensor's runs did not archive the windows within 420 s"
         time.sleep(5)
     assert archived_records(s3, cfg, topic) == produced
@@ -119,7 +130,7 @@ def test_a_sensor_launched_archive_runs_through_the_queue(deployed, kafka, s3, s
 
 
 def test_a_ui_backfill_runs_through_the_queue(deployed, kafka, s3, services):
-    url, home, _, _, topic, _ = deployed
+    url, home, _, _, topic, _, daemon = deployed
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
     windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -137,6 +148,7 @@ def test_a_ui_backfill_runs_through_the_queue(deployed, kafka, s3, services):
                          {"id": launched["backfillId"]})["partitionBackfillOrError"]
         if status["status"] not in ("REQUESTED",):
             break
+        assert daemon.poll() is None, "the daemon exited"
         assert time.monotonic() < deadline, "the backfill did not finish within 420 s"
         time.sleep(3)
     assert status["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), status

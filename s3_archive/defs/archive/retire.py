@@ -2,9 +2,12 @@
 Dagster instance's partition set once their manifests are verified (docs/windows.md).
 
 The manifests in S3 stay the record of every window; the instance keeps the retired offsets per Kafka partition as
-one range (windows.py), written before the partitions are deleted. The job reads every live key once, and for the
-windows it may retire one manifest GET and one HEAD per object (8 at a time), so a day's windows cost a day's
-requests.
+one range (windows.py), written before the partitions are deleted. Then the runs whose every materialization is of
+a retired window are deleted (their events with them): Dagster reads an asset's materializations whole whenever its
+partition set changes, so the event log must stay the horizon's size too, not only the partition set.
+
+The job reads every live key once, and for the windows it may retire one manifest GET and one HEAD per object (8 at
+a time), so a day's windows cost a day's requests.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
@@ -19,12 +22,12 @@ from dagster_aws.s3 import S3Resource
 
 from s3_archive.archive.retire import extend, retire_candidates
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.windows import Retired, read_retired, read_windows, record_retired
 from s3_archive.io.s3 import read_manifest, verify_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.errors import InvalidManifest
-from s3_archive.model.windows import OffsetWindow
+from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
 RETIRE_CRON = "30 5 * * *"  # daily, before the checks (06:00 UTC), which then see the retired ranges
 READERS = 8  # manifests read (and objects HEADed) at once
@@ -39,6 +42,41 @@ def retire_job_name(cfg: ArchiveConfig) -> str:
 class Retirement:
     retired: int  # windows retired by this run
     kept: dict[int, str]  # per Kafka partition with candidates left: why the next one stays
+    runs_deleted: int = 0
+
+
+def retired_runs(instance: dg.DagsterInstance, topic: str, retired: Retired, keys: list[str]) -> list[str]:
+    """The finished runs that materialized any of `keys` and nothing but windows of `topic` now retired."""
+    asset_key = archive_asset_key(topic)
+    run_ids: set[str] = set()
+    for i in range(0, len(keys), 500):
+        cursor = None
+        while True:
+            page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset_key,
+                                                                         asset_partitions=keys[i:i + 500]),
+                                                   limit=1000, cursor=cursor)
+            run_ids |= {r.run_id for r in page.records if r.run_id}
+            if not page.has_more:
+                break
+            cursor = page.cursor
+    out = []
+    for run_id in sorted(run_ids):
+        run = instance.get_run_by_id(run_id)
+        if run is None or not run.is_finished:
+            continue
+        records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION,
+                                               limit=10_000).records
+        if all(r.asset_key == asset_key and r.partition_key is not None and _retired_key(retired, r.partition_key)
+               for r in records):
+            out.append(run_id)
+    return out
+
+
+def _retired_key(retired: Retired, key: str) -> bool:
+    try:
+        return retired.covers(OffsetWindow.parse(key))
+    except InvalidWindow:
+        return False
 
 
 def _verdict(s3: Any, cfg: ArchiveConfig, topic: str, w: OffsetWindow, horizon: datetime) -> str | None:
@@ -94,7 +132,12 @@ def retire_topic(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topi
         for w in chunk:
             instance.delete_dynamic_partition(name, w.key)
         log.info(f"topic {topic!r}: retired {i + len(chunk)} of {len(accepted)} windows")
-    return Retirement(len(accepted), kept)
+    runs = retired_runs(instance, topic, Retired(ranges, count), [w.key for w in accepted]) if accepted else []
+    for run_id in runs:
+        instance.delete_run(run_id)
+    if runs:
+        log.info(f"topic {topic!r}: deleted {len(runs)} runs that materialized only retired windows")
+    return Retirement(len(accepted), kept, len(runs))
 
 
 def build_retire_schedule(cfg: ArchiveConfig) -> tuple[dg.JobDefinition, dg.ScheduleDefinition]:
@@ -108,7 +151,7 @@ def build_retire_schedule(cfg: ArchiveConfig) -> tuple[dg.JobDefinition, dg.Sche
         now = datetime.now(UTC)
         for topic in cfg.topics:
             r = retire_topic(context.instance, client, cfg, topic, now, context.log)
-            context.log.info(f"topic {topic!r}: {r.retired} windows retired"
+            context.log.info(f"topic {topic!r}: {r.retired} windows retired, {r.runs_deleted} runs deleted"
                              + "".join(f"; partition {p} keeps the rest: {why}" for p, why in sorted(r.kept.items())))
 
     @dg.job(name=retire_job_name(cfg), description=f"Window retirement of archive {cfg.name!r} (docs/windows.md).")

@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from s3_archive.defs.archive.checks import contiguity_result, objects_result, retention_result
-from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.retire import retire_topic
 from s3_archive.defs.archive.sensors import build_offsets_sensor
 from s3_archive.defs.archive.windows import read_retired
@@ -41,7 +41,8 @@ def test_retired_windows_leave_the_partition_set_and_stay_checked(kafka, service
     res = resources(services, kafka, spark_resource)
     instance = dg.DagsterInstance.ephemeral()
     ws = [OffsetWindow(p, s, s + 10) for s in (0, 10, 20, 30) for p in (0, 1)]
-    materialize(cfg, topic, ws, res, instance)
+    old_run = materialize(cfg, topic, ws[:4], res, instance).run_id  # offsets 0-20: all retired below
+    new_run = materialize(cfg, topic, ws[4:], res, instance).run_id  # 20-40: keeps each partition's last window
     client = res["s3"].get_client()
 
     # Committed just now: within retire_after_days, nothing goes.
@@ -54,6 +55,11 @@ def test_retired_windows_leave_the_partition_set_and_stay_checked(kafka, service
     assert sorted(keys(instance, topic)) == sorted([OffsetWindow(0, 30, 40).key, OffsetWindow(1, 30, 40).key])
     retired = read_retired(instance, topic)
     assert retired.ranges == {0: OffsetWindow(0, 0, 30), 1: OffsetWindow(1, 0, 30)} and retired.windows == 6
+    # The run that materialized only retired windows is deleted with its events; the other one stays.
+    assert later.runs_deleted == 1 and instance.get_run_by_id(old_run) is None
+    assert instance.get_run_by_id(new_run) is not None
+    left = instance.fetch_materializations(archive_asset_key(topic), limit=100).records
+    assert sorted(r.partition_key for r in left) == sorted(w.key for w in ws[4:])
 
     # The checks still see every window.
     contiguous = contiguity_result(instance, topic)
