@@ -32,6 +32,9 @@ from s3_archive.model.windows import InvalidWindow, OffsetWindow
 RETIRE_CRON = "30 5 * * *"  # daily, before the checks (06:00 UTC), which then see the retired ranges
 READERS = 8  # manifests read (and objects HEADed) at once
 BATCH = 1000  # windows per retirement record + deletes: a run cut short keeps what it did
+# Windows retired per topic and run: a day's windows are far fewer; an instance with a long history (retirement
+# turned on late) catches up over a few daily runs instead of one run of hours.
+MAX_PER_RUN = 50_000
 
 
 def retire_job_name(cfg: ArchiveConfig) -> str:
@@ -107,6 +110,10 @@ def retire_topic(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topi
             return list(pool.map(lambda w: _verdict(s3, cfg, topic, w, horizon), ws))
 
         for p, (inside, run) in retire_candidates(windows, retired.ranges).items():
+            room = MAX_PER_RUN - len(accepted)
+            if len(inside) + len(run) > room:
+                kept[p] = f"at most {MAX_PER_RUN} windows are retired per run and topic; the next run goes on"
+                inside, run = inside[:room], run[:max(0, room - len(inside))]
             accepted += [w for w, v in zip(inside, verdicts(inside)) if v is None]
             # The continuing windows in offset order, a page at a time: stop at the first that must stay.
             for i in range(0, len(run), 4 * READERS):
