@@ -299,6 +299,23 @@ def status_cache_profile(instance: Any, top: int = 12) -> str:
     return out.getvalue()
 
 
+def range_run_keys(instance: Any) -> dict[str, Any]:
+    """What a range run (the sensor's runs of windows_per_run windows, a backfill's runs) pays to resolve its keys:
+    Dagster reads the whole partition set to slice the range from it."""
+    import dagster as dg
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    from s3_archive.defs.archive.partitions import window_partitions
+
+    pdef = window_partitions(TOPIC)
+    page = instance.get_paginated_dynamic_partitions(pdef.name, limit=8, ascending=False)
+    last, first = page.results[0], page.results[-1]
+    t = time.monotonic()
+    with partition_loading_context(dynamic_partitions_store=instance):  # how a run worker resolves its range
+        keys = pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first, last))
+    return {"seconds": round(time.monotonic() - t, 3), "keys": len(keys)}
+
+
 def definitions_load(env: dict[str, str]) -> float:
     code = "import time; t = time.monotonic(); import s3_archive.definitions; print(time.monotonic() - t)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -312,6 +329,7 @@ def measure(label: str, instance: Any, kafka: Any, s3: Any, cfg: Any, env: dict[
     out: dict[str, Any] = {"sensor": sensor_ticks(instance, kafka, cfg)}
     say(f"{label}: checks")
     out["checks"] = checks(instance, kafka, s3, cfg)
+    out["range_run_keys"] = range_run_keys(instance)
     say(f"{label}: the UI's partition status query")
     with webserver(env, root / f"webserver-{label}.log") as url:
         out["ui_query"] = ui_queries(url, instance)
