@@ -129,9 +129,9 @@ def retire_topic(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topi
     count = retired.windows
     for i in range(0, len(accepted), BATCH):
         chunk = accepted[i:i + BATCH]
+        count += sum(not Retired(ranges).covers(w) for w in chunk)  # a window added back was counted already
         for w in chunk:
             ranges[w.partition] = extend(ranges.get(w.partition), w)
-        count += len(chunk)
         # The record first: a run cut short between the two leaves windows retired and live, never a hole.
         record_retired(instance, topic, Retired(ranges, count),
                        f"{len(chunk)} windows committed before {horizon.isoformat()} retired from the partition set "
