@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                         "with a local CA; the variables are in stack.env). Default: as the local data was made, "
                         "else plaintext"}
     local.add_argument("--kafka-security", **security)
+    local.add_argument("--postgres", action="store_true",
+                       help="up: also PostgreSQL for a Dagster instance of the deployed shape "
+                            "(deploy/dagster.postgres.yaml)")
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
     demo.add_argument("--port", type=int, default=3000)
     demo.add_argument("--kafka-security", **security)
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "local" and args.action == "up":
             stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port,
-                     kafka_security=args.kafka_security)
+                     kafka_security=args.kafka_security, postgres=args.postgres)
             print(stack.status())
             print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
         elif args.command == "local" and args.action == "down":

@@ -1,7 +1,8 @@
 """Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession; and,
-for the tests of secured connections only, one SASL_SSL broker with one HTTPS moto server (`secure_services`).
+started only by the tests that ask for them, one SASL_SSL broker with one HTTPS moto server (`secure_services`, for
+the tests of secured connections) and one PostgreSQL server.
 
-Integration tests share them and isolate themselves by topic name and S3 prefix.
+Integration tests share them and isolate themselves by topic name, S3 prefix and database.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
 from s3_archive.local.kafka_broker import SCRAM, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
+from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import write_private
 from s3_archive.local.stack import create_bucket
 from s3_archive.local.tls import server_tls
@@ -140,6 +142,18 @@ def secure_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
             moto.stop()
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (Dagster instances on Postgres); each user creates its own database."""
+    # fsync off: a test server's data need not survive a crash of this machine.
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"), settings={"fsync": "off"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -99,6 +99,10 @@ class ArchiveConfig(StrictModel):
         default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
                                     "lost range in the manifest and archive what is left")
     windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
+    retire_after_days: float | None = Field(
+        default=7, gt=0, description="windows committed longer ago leave the Dagster instance's partition set once "
+                                     "their manifests are verified (the manifests stay the record; docs/windows.md); "
+                                     "null: every window stays a partition")
     lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")

@@ -1,4 +1,5 @@
-"""`s3-archive local up | down | status`: the broker and the moto server as background processes.
+"""`s3-archive local up | down | status`: the broker and the moto server (and, with `--postgres`, PostgreSQL for a
+Dagster instance of the deployed shape) as background processes.
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
 their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
@@ -24,6 +25,7 @@ import boto3
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
+from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid, write_private
 
 # moto accepts any credentials; these are the local stack's, never real ones.
@@ -42,20 +44,27 @@ class StackState:
     kafka_security: str = "plaintext"
     kafka_password: str | None = None  # sasl_ssl: of KAFKA_USER
     kafka_ca_file: str | None = None  # sasl_ssl: the local CA (PEM)
+    postgres_pid: int | None = None
+    postgres_port: int | None = None
 
     def env(self) -> dict[str, str]:
-        """The environment the project's resources read (defs/resources.py, docs/configuration.md)."""
+        """The environment the project's resources read (defs/resources.py, docs/configuration.md), and with
+        PostgreSQL, what deploy/dagster.postgres.yaml reads except the password (in `postgres/password`)."""
         kafka = {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers}
         if self.kafka_security == "sasl_ssl":
             kafka |= {"S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "S3_ARCHIVE_KAFKA_SASL_MECHANISM": SCRAM,
                       "S3_ARCHIVE_KAFKA_SASL_USERNAME": KAFKA_USER,
                       "S3_ARCHIVE_KAFKA_SASL_PASSWORD": self.kafka_password or "",
                       "S3_ARCHIVE_KAFKA_SSL_CA_LOCATION": self.kafka_ca_file or ""}
+        pg = {} if self.postgres_port is None else {
+            "DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(self.postgres_port),
+            "DAGSTER_PG_USERNAME": DEFAULT_USER, "DAGSTER_PG_DB": DEFAULT_DATABASE}
         return {
             **kafka,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
             **LOCAL_AWS,
+            **pg,
         }
 
 
@@ -113,9 +122,10 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
-       kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None) -> StackState:
+       kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None,
+       postgres: bool = False) -> StackState:
     """Start the stack (or return the running one). `kafka_security`: plaintext or sasl_ssl; None: as it runs,
-    else plaintext."""
+    else plaintext. `postgres`: also PostgreSQL (a running stack without it is restarted with it)."""
     if kafka_security is not None and kafka_security not in SECURITY:
         raise StackError(f"--kafka-security {kafka_security!r} is not supported; allowed: {', '.join(SECURITY)}")
     root = root or local_stack_dir()
@@ -124,6 +134,7 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         if kafka_security not in (None, state.kafka_security):
             raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
                              f"local down` first, then `up --kafka-security {kafka_security}`")
+    if state is not None and _running(state) and (state.postgres_pid is not None or not postgres):
         return state
     if state is not None:
         down(root)  # half-dead stack from an earlier session: clear it before starting anew
@@ -135,18 +146,27 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
     broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
                          users={KAFKA_USER: password} if password else {})
     moto = MotoServer(root / "moto", port=s3_port)
+    pg = PostgresServer(root / "postgres") if postgres else None
     broker.start()
     try:
         moto.start()
         create_bucket(moto.endpoint_url, bucket)
+        if pg is not None:
+            pg.start()
     except BaseException:
         broker.stop()
         moto.stop()
+        if pg is not None:
+            pg.stop()
         raise
     state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid,
-                       security, password, str(broker.ca_file) if broker.secured else None)
+                       security, password, str(broker.ca_file) if broker.secured else None,
+                       pg.proc.pid if pg else None, pg.port if pg else None)
     write_private(_state_file(root), json.dumps(state.__dict__, indent=2))
-    write_private(root / "stack.env", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in state.env().items()))
+    # The database password stays in its file (mode 0600): the env file reads it when sourced.
+    secret = f'export DAGSTER_PG_PASSWORD="$(cat {shlex.quote(str(pg.password_file))})"\n' if pg else ""
+    write_private(root / "stack.env",
+                  "".join(f"export {k}={shlex.quote(v)}\n" for k, v in state.env().items()) + secret)
     return state
 
 
@@ -158,11 +178,16 @@ def _ours(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
-_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server"}
+_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "postgres_pid": "postgres"}
+
+
+def _started(state: StackState) -> dict[str, str]:
+    """The markers of the processes this stack started (PostgreSQL only with --postgres)."""
+    return {k: m for k, m in _MARKERS.items() if getattr(state, k) is not None}
 
 
 def _running(state: StackState) -> bool:
-    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _MARKERS.items())
+    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _started(state).items())
 
 
 def down(root: Path | None = None) -> list[str]:
@@ -171,7 +196,7 @@ def down(root: Path | None = None) -> list[str]:
     stopped: list[str] = []
     if state is None:
         return stopped
-    for key, marker in _MARKERS.items():
+    for key, marker in _started(state).items():
         pid = getattr(state, key)
         if pid_alive(pid) and _ours(pid, marker):
             stop_pid(pid)
@@ -185,13 +210,15 @@ def status(root: Path | None = None) -> str:
     if state is None:
         return "local stack: not running"
     lines = []
-    for key, marker in _MARKERS.items():
+    for key, marker in _started(state).items():
         pid = getattr(state, key)
         alive = pid_alive(pid) and _ours(pid, marker)
         lines.append(f"{marker}: {'running' if alive else 'STOPPED'} (pid {pid})")
     lines.append(f"kafka bootstrap servers: {state.bootstrap_servers} ({state.kafka_security}"
                  + (f", user {KAFKA_USER!r}, CA {state.kafka_ca_file})" if state.kafka_security == "sasl_ssl" else ")"))
     lines.append(f"s3 endpoint: {state.s3_endpoint_url}  bucket: {state.bucket}")
+    if state.postgres_port is not None:
+        lines.append(f"postgres: 127.0.0.1:{state.postgres_port} (Dagster instance: deploy/dagster.postgres.yaml)")
     return "\n".join(lines)
 
 

@@ -2,15 +2,25 @@
 deleted anything before it was archived.
 
 They scan every window of the topic, so the sensor's window runs leave them out; the daily schedule
-(schedules.py) runs them, and they can be run from the UI at any time.
+(schedules.py) runs them, and they can be run from the UI at any time. The four checks of a topic are one step
+(a multi-asset check): the partition keys, the retirement record and the materialization status are read once
+(`TopicView`) and shared by whichever checks are selected.
+
+Retired windows (windows.py) are checked too: the contiguity check takes each partition's retired range as one
+window, and the objects check verifies every manifest in S3 (retired windows' included) and that the manifests
+cover every retired range.
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
 
+import re
 import time
 import uuid
+import zlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 import dagster as dg
@@ -20,6 +30,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from s3_archive.archive.plan import archive_progress, retention_headroom
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.windows import Retired, read_retired, read_windows
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import list_objects, read_manifest, verify_manifest
 from s3_archive.io.s3_resource import S3Resource
@@ -37,15 +48,44 @@ SHOWN = 20  # problems spelled out in a result; the count is always complete
 READERS = 8  # manifests fetched concurrently
 
 
-def read_windows(instance: dg.DagsterInstance, topic: str) -> tuple[list[OffsetWindow], list[str]]:
-    """The topic's windows (its dynamic partition keys), and the keys that are not windows."""
-    windows, bad = [], []
-    for key in instance.get_dynamic_partitions(window_partitions(topic).name):
-        try:
-            windows.append(OffsetWindow.parse(key))
-        except InvalidWindow:
-            bad.append(key)
-    return windows, bad
+class TopicView:
+    """What the checks of one topic read from the Dagster instance, each read at most once per check step."""
+
+    def __init__(self, instance: dg.DagsterInstance, topic: str) -> None:
+        self.instance, self.topic = instance, topic
+
+    @cached_property
+    def _keys(self) -> tuple[list[OffsetWindow], list[str]]:
+        return read_windows(self.instance, self.topic)
+
+    @property
+    def windows(self) -> list[OffsetWindow]:
+        """The live windows (dynamic partition keys)."""
+        return self._keys[0]
+
+    @property
+    def bad(self) -> list[str]:
+        """Partition keys that are not windows."""
+        return self._keys[1]
+
+    @cached_property
+    def retired(self) -> Retired:
+        return read_retired(self.instance, self.topic)
+
+    @cached_property
+    def materialized(self) -> set[str]:
+        """The live windows' keys materialized at least once (committed)."""
+        return materialized_windows(self.instance, self.topic, [w.key for w in self.windows])
+
+    @cached_property
+    def live_and_retired(self) -> list[OffsetWindow]:
+        """Every window as far as offsets go: the live ones, and each retired range as one window. Live windows
+        inside a retired range (added back, e.g. to restore one) are part of the range."""
+        return [w for w in self.windows if not self.retired.covers(w)] + list(self.retired.ranges.values())
+
+    def committed(self) -> set[OffsetWindow]:
+        """live_and_retired's committed windows (retired ones were committed and verified)."""
+        return {w for w in self.windows if w.key in self.materialized} | set(self.retired.ranges.values())
 
 
 def _summary(problems: list[str]) -> str:
@@ -61,17 +101,23 @@ def _result(problems: list[str], ok: str, metadata: dict[str, Any]) -> dg.AssetC
     )
 
 
-def contiguity_result(instance: dg.DagsterInstance, topic: str) -> dg.AssetCheckResult:
-    """(1) Per Kafka partition, the windows neither overlap nor leave offsets out.
+def contiguity_result(instance: dg.DagsterInstance, topic: str, view: TopicView | None = None,
+                      ) -> dg.AssetCheckResult:
+    """(1) Per Kafka partition, the windows (each partition's retired range counting as one) neither overlap nor
+    leave offsets out.
 
     Offsets lost to retention are recorded inside a window's manifest, never as a hole between windows (the
     sensor always starts the next window where the last one ends), so every hole is a problem.
     """
-    windows, bad = read_windows(instance, topic)
-    problems = [f"partition key {k!r} of {topic!r} is not a window key" for k in bad]
+    view = view or TopicView(instance, topic)
+    windows = view.live_and_retired
+    problems = [f"partition key {k!r} of {topic!r} is not a window key" for k in view.bad]
     problems += [f"topic {topic!r} {p}" for p in check_contiguous(windows)]
-    return _result(problems, f"{len(windows)} windows of {topic!r}, contiguous", {
-        "windows": len(windows),
+    ok = f"{len(view.windows)} windows of {topic!r}" + (f" and {view.retired.windows} retired" if view.retired.ranges
+                                                        else "") + ", contiguous"
+    return _result(problems, ok, {
+        "windows": len(view.windows),
+        "retired_windows": view.retired.windows,
         "kafka_partitions": len({w.partition for w in windows}),
         "offsets_in_windows": sum(w.size for w in windows),
     })
@@ -110,8 +156,32 @@ def materialized_windows(instance: dg.DagsterInstance, topic: str, keys: list[st
     return done | set(materialization_times(instance, topic, unsure) if unsure else {})
 
 
+def retired_gaps(retired: Retired, manifested: set[str]) -> dict[int, list[tuple[int, int]]]:
+    """Per Kafka partition, the offsets of its retired range that no manifest's window covers."""
+    by_partition: dict[int, list[OffsetWindow]] = {}
+    for key in manifested:
+        try:
+            w = OffsetWindow.parse(key)
+        except InvalidWindow:
+            continue
+        if retired.covers(w):
+            by_partition.setdefault(w.partition, []).append(w)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for p, r in retired.ranges.items():
+        pos, gaps = r.start, []
+        for w in sorted(by_partition.get(p, [])):
+            if w.start > pos:
+                gaps.append((pos, w.start))
+            pos = max(pos, w.end)
+        if pos < r.end:
+            gaps.append((pos, r.end))
+        if gaps:
+            out[p] = gaps
+    return out
+
+
 def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, topic: str,
-                   now: datetime | None = None) -> dg.AssetCheckResult:
+                   now: datetime | None = None, view: TopicView | None = None) -> dg.AssetCheckResult:
     """(2) Every committed manifest's objects exist with their recorded sizes; every materialized window has one.
 
     Two listings instead of a HEAD per object; only a manifest that the listings disagree with is checked object by
@@ -163,10 +233,9 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
             continue
         problems += [f"window {m.window_key} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
 
-    windows, _ = read_windows(instance, topic)
-    materialized = materialized_windows(instance, topic, [w.key for w in windows])
-    unmanifested = [w for w in sorted(windows)
-                    if w.key in materialized and w.key not in committed and w.key not in unreadable]
+    view = view or TopicView(instance, topic)
+    unmanifested = [w for w in sorted(view.windows)
+                    if w.key in view.materialized and w.key not in committed and w.key not in unreadable]
     when = materialization_times(instance, topic, [w.key for w in unmanifested]) if days and unmanifested else {}
     for w in unmanifested:
         if expiry_due(when.get(w.key), days, now):
@@ -174,6 +243,15 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
             continue
         problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
                         f"s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, w)}")
+    # Retired windows are only in S3: their manifests must cover each retired range. With expiration_days, S3
+    # expires the oldest first, so a gap at the start of a range is expired, any other gap a problem.
+    for p, gaps in sorted(retired_gaps(view.retired, committed | unreadable).items()):
+        for i, (a, b) in enumerate(gaps):
+            if days and i == 0 and a == view.retired.ranges[p].start:
+                expired.append(f"retired p{p} [{a}, {b})")
+                continue
+            problems.append(f"topic {topic!r} partition {p}: retired offsets [{a}, {b}) have no manifest under "
+                            f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}")
     ok = f"{len(committed)} committed windows of {topic!r}: all objects present"
     if expired:
         ok += f"; {len(expired)} older windows expired by the lifecycle policy (expiration_days {days})"
@@ -188,16 +266,16 @@ def objects_result(instance: dg.DagsterInstance, s3: Any, cfg: ArchiveConfig, to
     })
 
 
-def retention_result(instance: dg.DagsterInstance, kafka: KafkaResource, topic: str) -> dg.AssetCheckResult:
+def retention_result(instance: dg.DagsterInstance, kafka: KafkaResource, topic: str,
+                     view: TopicView | None = None) -> dg.AssetCheckResult:
     """(3) Kafka's log start has not passed an offset that is in no committed window; archive lag as metadata."""
     try:
         log_start = kafka.offsets(topic, "earliest")
         high = kafka.offsets(topic, "latest", sorted(log_start))
     except UnknownTopic as e:
         return _result([str(e)], "", {})
-    windows, _ = read_windows(instance, topic)
-    materialized = materialized_windows(instance, topic, [w.key for w in windows])
-    progress = archive_progress(windows, {w for w in windows if w.key in materialized}, log_start, high)
+    view = view or TopicView(instance, topic)
+    progress = archive_progress(view.live_and_retired, view.committed(), log_start, high)
     problems = [f"topic {topic!r} partition {p.partition}: offsets [{a}, {b}) were deleted by Kafka (log start "
                 f"offset {p.log_start}) before they were archived" for p in progress for a, b in p.lost]
     return _result(problems, f"nothing of {topic!r} lost to retention", {
@@ -252,7 +330,7 @@ def first_record_timestamps(kafka: KafkaResource, topic: str, offsets: dict[int,
 
 
 def headroom_result(instance: dg.DagsterInstance, kafka: KafkaResource, cfg: ArchiveConfig,
-                    topic: str) -> dg.AssetCheckResult:
+                    topic: str, view: TopicView | None = None) -> dg.AssetCheckResult:
     """(4) WARN when the oldest unarchived record of a partition is older than retention_warn_fraction x the
     topic's retention.ms: Kafka will soon delete records the archive does not have yet."""
     try:
@@ -267,9 +345,8 @@ def headroom_result(instance: dg.DagsterInstance, kafka: KafkaResource, cfg: Arc
                                    description=f"{topic!r} has infinite retention (retention.ms -1)",
                                    metadata={**meta, "problems": 0, "details": dg.MetadataValue.text(""),
                                              "oldest_unarchived_age_seconds": dg.MetadataValue.json({})})
-    windows, _ = read_windows(instance, topic)
-    materialized = materialized_windows(instance, topic, [w.key for w in windows])
-    progress = archive_progress(windows, {w for w in windows if w.key in materialized}, log_start, high)
+    view = view or TopicView(instance, topic)
+    progress = archive_progress(view.live_and_retired, view.committed(), log_start, high)
     pending = {p.partition: max(p.first_unarchived, p.log_start) for p in progress
                if max(p.first_unarchived, p.log_start) < p.end_offset}
     now_ms = int(time.time() * 1000)
@@ -289,30 +366,43 @@ def headroom_result(instance: dg.DagsterInstance, kafka: KafkaResource, cfg: Arc
     )
 
 
+def check_step_name(topic: str) -> str:
+    """An op name for the topic's checks: topic names may hold '.' and '-', op names may not (hence the hash)."""
+    return f"kafka_archive_checks_{re.sub(r'[^A-Za-z0-9_]', '_', topic)}_{zlib.crc32(topic.encode()):08x}"
+
+
 def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksDefinition]:
+    """The topic's four checks as one multi-asset check (one step; any subset of them can run)."""
     key = archive_asset_key(topic)
+    specs = {
+        CONTIGUOUS: "Per Kafka partition, the windows (partition keys, and the retired range) neither overlap nor "
+                    "leave gaps.",
+        OBJECTS: "Every committed window's objects exist in S3 with the sizes in its manifest, and manifests cover the "
+                 "retired windows; windows old enough for the lifecycle's expiration_days may be gone (counted as "
+                 "expired).",
+        RETENTION: "Kafka has not deleted (retention) offsets that are in no committed window.",
+        HEADROOM: f"WARN when a partition's oldest unarchived record is older than {cfg.retention_warn_fraction:g} x "
+                  "the topic's retention.ms.",
+    }
 
-    @dg.asset_check(asset=key, name=CONTIGUOUS,
-                    description="Per Kafka partition, the windows (partition keys) neither overlap nor leave gaps.")
-    def _contiguous(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        return contiguity_result(context.instance, topic)
+    @dg.multi_asset_check(specs=[dg.AssetCheckSpec(n, asset=key, description=d) for n, d in specs.items()],
+                          name=check_step_name(topic), can_subset=True,
+                          description=f"The asset checks of {topic!r}, reading the instance once.")
+    def _checks(context: dg.AssetCheckExecutionContext, kafka: KafkaResource,
+                s3: S3Resource) -> Iterator[dg.AssetCheckResult]:
+        view = TopicView(context.instance, topic)
+        selected = {k.name for k in context.selected_asset_check_keys}
+        run = {
+            CONTIGUOUS: lambda: contiguity_result(context.instance, topic, view),
+            # Windows S3 expired under the archive's lifecycle expiration_days are reported as expired, not missing.
+            OBJECTS: lambda: objects_result(context.instance, s3.get_client(), cfg, topic, view=view),
+            RETENTION: lambda: retention_result(context.instance, kafka, topic, view),
+            HEADROOM: lambda: headroom_result(context.instance, kafka, cfg, topic, view),
+        }
+        for name in specs:
+            if name in selected:
+                r = run[name]()
+                yield dg.AssetCheckResult(asset_key=key, check_name=name, passed=r.passed, severity=r.severity,
+                                          description=r.description, metadata=r.metadata)
 
-    @dg.asset_check(asset=key, name=OBJECTS,
-                    description="Every committed window's objects exist in S3 with the sizes in its manifest; windows "
-                                "old enough for the lifecycle's expiration_days may be gone (counted as expired).")
-    def _objects(context: dg.AssetCheckExecutionContext, s3: S3Resource) -> dg.AssetCheckResult:
-        # Windows S3 expired under the archive's lifecycle expiration_days are reported as expired, not missing.
-        return objects_result(context.instance, s3.get_client(), cfg, topic)
-
-    @dg.asset_check(asset=key, name=RETENTION,
-                    description="Kafka has not deleted (retention) offsets that are in no committed window.")
-    def _retention(context: dg.AssetCheckExecutionContext, kafka: KafkaResource) -> dg.AssetCheckResult:
-        return retention_result(context.instance, kafka, topic)
-
-    @dg.asset_check(asset=key, name=HEADROOM,
-                    description=f"WARN when a partition's oldest unarchived record is older than "
-                                f"{cfg.retention_warn_fraction:g} x the topic's retention.ms.")
-    def _headroom(context: dg.AssetCheckExecutionContext, kafka: KafkaResource) -> dg.AssetCheckResult:
-        return headroom_result(context.instance, kafka, cfg, topic)
-
-    return [_contiguous, _objects, _retention, _headroom]
+    return [_checks]

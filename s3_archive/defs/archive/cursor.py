@@ -1,9 +1,16 @@
 """The offsets sensor's cursor (`context.cursor`, JSON): what a tick must remember that the partition keys cannot
-tell. Which offsets have windows is never in it: the dynamic partition keys are the only record of that, so a lost
-or stale cursor can never make a tick cut a window that overlaps one that exists.
+tell, and a summary of the keys it has read so that a tick reads only the keys added since.
 
-    {"cron_tick": 1767261600.0,        # schedule_cron: the latest cron tick whose rests were cut (epoch s, UTC)
-     "starts": {"<topic>": {"0": 12}}} # start_position latest: where each partition with no window yet starts
+    {"cron_tick": 1767261600.0,          # schedule_cron: the latest cron tick whose rests were cut (epoch s, UTC)
+     "starts": {"<topic>": {"0": 12}},   # start_position latest: where each partition with no window yet starts
+     "tails": {"<topic>": {"after": "<instance position>", "next": {"0": 5000}}}}
+
+`tails` is only a summary of the keys: per Kafka partition the end of its last window (`next`), as of the
+instance's position `after` (insertion order of the topic's dynamic partition keys). A tick reads the keys added
+after that position (usually its own previous tick's) and takes the highest end. Which offsets have windows is still
+only known from the keys (and the retirement record, windows.py): a lost cursor rebuilds `tails` from all keys, and
+a stale one (a tick evaluated again) reads from an older position and sees every key added since, so neither can
+make a tick cut a window that overlaps one that exists.
 """
 
 from __future__ import annotations
@@ -16,9 +23,18 @@ from croniter import croniter
 
 
 @dataclass
+class Tail:
+    """Where each Kafka partition's windows end, as of the instance position `after` (None: before any key)."""
+
+    after: str | None
+    next: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
 class SensorCursor:
     cron_tick: float | None = None
     starts: dict[str, dict[int, int]] = field(default_factory=dict)
+    tails: dict[str, Tail] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str | None) -> SensorCursor:
@@ -29,13 +45,18 @@ class SensorCursor:
             data = json.loads(text)
             tick = data.get("cron_tick")
             starts = {str(t): {int(p): int(o) for p, o in ps.items()} for t, ps in data.get("starts", {}).items()}
-            return cls(float(tick) if tick is not None else None, starts)
-        except (ValueError, TypeError, AttributeError) as e:
+            tails = {str(t): Tail(None if v["after"] is None else str(v["after"]),
+                                  {int(p): int(o) for p, o in v["next"].items()})
+                     for t, v in data.get("tails", {}).items()}
+            return cls(float(tick) if tick is not None else None, starts, tails)
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
             raise ValueError(f"unreadable offsets sensor cursor {text[:80]!r}: {e}") from None
 
     def dump(self) -> str:
         starts = {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.starts.items()) if ps}
-        return json.dumps({"cron_tick": self.cron_tick, "starts": starts}, sort_keys=True)
+        tails = {t: {"after": v.after, "next": {str(p): o for p, o in sorted(v.next.items())}}
+                 for t, v in sorted(self.tails.items())}
+        return json.dumps({"cron_tick": self.cron_tick, "starts": starts, "tails": tails}, sort_keys=True)
 
 
 def last_cron_tick(cron: str, now: float) -> float:

@@ -3,10 +3,11 @@
 It is the one path that cuts windows: full windows (and rests older than flush.interval_seconds) at every tick and,
 with `schedule_cron`, every partition's rest at the first tick after each cron tick.
 
-The existing dynamic partition keys are the only record of which offsets have windows. The cursor
-(cursor.py) holds only the last cron tick handled and the `start_position: latest` anchors. A restarted sensor, a
-lost cursor, or a tick evaluated twice therefore plans the same windows from the same keys, and never cuts a window
-overlapping one that exists. Planning itself is pure (s3_archive/archive/plan.py).
+The existing dynamic partition keys (and the retired ranges, windows.py) are the only record of which offsets have
+windows. The cursor (cursor.py) holds the last cron tick handled, the `start_position: latest` anchors, and per topic
+where each partition's windows end as of the last key it read, so a tick reads only the keys added since, not all of
+them. A restarted sensor, a lost cursor, or a tick evaluated twice therefore plans the same windows from the same
+keys, and never cuts a window overlapping one that exists. Planning itself is pure (s3_archive/archive/plan.py).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
@@ -23,13 +24,15 @@ from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, p
 from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_record
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
-from s3_archive.defs.archive.checks import build_archive_checks, read_windows
-from s3_archive.defs.archive.cursor import SensorCursor, cron_due
+from s3_archive.defs.archive.checks import build_archive_checks
+from s3_archive.defs.archive.cursor import SensorCursor, Tail, cron_due
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.retire import build_retire_schedule
 from s3_archive.defs.archive.schedules import build_checks_schedule
+from s3_archive.defs.archive.windows import read_keys, read_retired
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import UnknownTopic
-from s3_archive.model.windows import OffsetWindow, next_offsets
+from s3_archive.model.windows import OffsetWindow
 
 MINIMUM_INTERVAL_SECONDS = 30
 RECENT_WINDOWS = 20  # materializations averaged for the bytes/record estimate
@@ -52,13 +55,22 @@ def list_offsets(kafka: KafkaResource, topic: str, specs: dict[int, OffsetSpec])
     return kafka.list_offsets(topic, specs, read_committed=True)
 
 
-def existing_windows(instance: dg.DagsterInstance, topic: str, log: dg.DagsterLogManager) -> list[OffsetWindow]:
-    """The topic's windows: its dynamic partition keys. A key that is not a window covers no offsets: skipped
-    here, and failed by the contiguity check."""
-    windows, bad = read_windows(instance, topic)
-    for key in bad:
+def window_ends(instance: dg.DagsterInstance, topic: str, tail: Tail | None, log: dg.DagsterLogManager) -> Tail:
+    """Per Kafka partition, where its windows end: `tail` (the cursor's summary) updated with the keys added since
+    its position; with no summary (a new or lost cursor), from every key and the retired ranges. A key that is not a
+    window covers no offsets: skipped here, and failed by the contiguity check."""
+    if tail is None:
+        read = read_keys(instance, topic)
+        # Retirement never removes a partition's last window; the retired ranges make that hold for a cursor too.
+        nxt = {p: r.end for p, r in read_retired(instance, topic).ranges.items()}
+    else:
+        read = read_keys(instance, topic, tail.after)
+        nxt = dict(tail.next)
+    for w in read.windows:
+        nxt[w.partition] = max(nxt.get(w.partition, 0), w.end)
+    for key in read.bad:
         log.warning(f"topic {topic!r}: ignoring partition key {key!r}: not a window key")
-    return windows
+    return Tail(read.after, nxt)
 
 
 def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float | None:
@@ -102,16 +114,17 @@ def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: S
     return out | new
 
 
-def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, windows: Sequence[OffsetWindow],
+def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, ends: dict[int, int],
                      bytes_per_record: float | None, now_ms: int,
                      starts: dict[int, int] | None = None) -> TopicScan:
     """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic.
-    `starts`: the topic's `start_position: latest` anchors (sensor cursor), updated in place."""
+    `ends`: where each partition's windows end (`window_ends`). `starts`: the topic's `start_position: latest`
+    anchors (sensor cursor), updated in place."""
     parts = kafka.partitions(topic)
     # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
     # records a read_committed reader cannot see yet and would record as absent.
     end = list_offsets(kafka, topic, {p: OffsetSpec.latest() for p in parts})
-    nxt = next_offsets(list(windows))
+    nxt = dict(ends)
     for p in [p for p in starts or {} if p in nxt]:  # a partition with a window no longer needs its anchor
         del starts[p]
     # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
@@ -185,8 +198,10 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     for topic in cfg.topics:
         try:
             bpr = recent_bytes_per_record(context.instance, topic) if cfg.flush.bytes is not None else None
-            scan = partition_states(kafka, cfg, topic, existing_windows(context.instance, topic, context.log), bpr,
-                                    int(now * 1000), cursor.starts.setdefault(topic, {}))
+            tail = window_ends(context.instance, topic, cursor.tails.get(topic), context.log)
+            cursor.tails[topic] = tail
+            scan = partition_states(kafka, cfg, topic, tail.next, bpr, int(now * 1000),
+                                    cursor.starts.setdefault(topic, {}))
         except UnknownTopic as e:
             # The other topics of the archive still get their windows; this one waits until it exists.
             context.log.warning(str(e))
@@ -236,7 +251,8 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_
 
 
 def build_archive_automation(settings: Settings) -> dg.Definitions:
-    """Sensors, asset checks, and the daily check schedule of every archive (needs the `kafka` and `s3` resources)."""
+    """Sensors, asset checks, the daily check schedule and the window retirement of every archive (needs the `kafka`
+    and `s3` resources)."""
     sensors, checks, jobs, schedules = [], [], [], []
     for cfg in settings.archives:
         sensors.append(build_offsets_sensor(cfg))
@@ -245,4 +261,8 @@ def build_archive_automation(settings: Settings) -> dg.Definitions:
         job, schedule = build_checks_schedule(cfg)
         jobs.append(job)
         schedules.append(schedule)
+        if cfg.retire_after_days is not None:
+            job, schedule = build_retire_schedule(cfg)
+            jobs.append(job)
+            schedules.append(schedule)
     return dg.Definitions(sensors=sensors, asset_checks=checks, jobs=jobs, schedules=schedules)

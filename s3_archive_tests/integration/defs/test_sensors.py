@@ -15,10 +15,21 @@ from s3_archive.archive.plan import DEFAULT_BYTES_PER_RECORD
 from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.assets import build_archive_assets
-from s3_archive.defs.archive.checks import CONTIGUOUS, HEADROOM, OBJECTS, RETENTION, build_archive_checks
+from s3_archive.defs.archive.checks import (
+    CONTIGUOUS,
+    HEADROOM,
+    OBJECTS,
+    RETENTION,
+    build_archive_checks,
+    contiguity_result,
+    headroom_result,
+    objects_result,
+    retention_result,
+)
 from s3_archive.defs.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.archive.schedules import checks_job_name
+from s3_archive.defs.archive.retire import retire_job_name
+from s3_archive.defs.archive.schedules import build_checks_schedule, checks_job_name
 from s3_archive.defs.archive.sensors import (
     CUT_TAG,
     RANGE_END,
@@ -251,8 +262,24 @@ def test_byte_cap_uses_the_bytes_per_record_of_archived_windows(kafka, archived)
 
 def run_check(cfg: ArchiveConfig, topic: str, name: str, instance: dg.DagsterInstance,
               res: dict | None = None) -> dg.AssetCheckResult:
-    (check,) = [c for c in build_archive_checks(cfg, topic) if c.check_key.name == name]
-    return check(dg.build_asset_check_context(instance=instance, resources=res or {}))
+    """One check of the topic's checks step, through the same function the step calls for it."""
+    res = res or {}
+    run = {CONTIGUOUS: lambda: contiguity_result(instance, topic),
+           OBJECTS: lambda: objects_result(instance, res["s3"].get_client(), cfg, topic),
+           RETENTION: lambda: retention_result(instance, res["kafka"], topic),
+           HEADROOM: lambda: headroom_result(instance, res["kafka"], cfg, topic)}
+    return run[name]()
+
+
+def test_the_checks_job_runs_the_four_checks_in_one_step(archived):
+    cfg, topic, instance, res = archived.cfg, archived.topic, archived.instance, archived.res
+    defs = dg.Definitions(assets=build_archive_assets([cfg]), asset_checks=build_archive_checks(cfg, topic),
+                          jobs=[build_checks_schedule(cfg)[0]], resources=res)
+    result = defs.get_job_def(checks_job_name(cfg)).execute_in_process(instance=instance)
+    assert result.success and len(result.get_step_success_events()) == 1
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert sorted(evaluations) == sorted([CONTIGUOUS, OBJECTS, RETENTION, HEADROOM])
+    assert all(e.passed for e in evaluations.values()), evaluations
 
 
 def test_contiguity_check_names_overlaps_holes_and_bad_keys(services, unique):
@@ -360,8 +387,10 @@ def test_at_each_cron_tick_the_sensor_also_cuts_every_rest_up_to_the_last_stable
                                 build_archive_automation(Settings(archives=[cfg])))
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
-    # One cutting path: the offsets sensor; no cut schedule that could race it.
-    assert [s.name for s in repo.schedule_defs] == [f"{checks_job_name(cfg)}_daily"]
+    # One cutting path: the offsets sensor; no cut schedule that could race it (the other schedules run the checks
+    # and the window retirement, which cut nothing).
+    assert sorted(s.name for s in repo.schedule_defs) == [f"{checks_job_name(cfg)}_daily",
+                                                          f"{retire_job_name(cfg)}_daily"]
     sensor = repo.get_sensor_def(sensor_name(cfg))
     assert sensor.default_status == dg.DefaultSensorStatus.STOPPED and f"at each tick of {cron!r} (UTC)" in \
         sensor.description

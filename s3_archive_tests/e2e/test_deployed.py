@@ -1,0 +1,159 @@
+"""The deployed shape: Dagster on PostgreSQL (deploy/dagster.postgres.yaml) with the queued run coordinator, and
+`dagster-daemon` + `dagster-webserver` as separate processes, driven over GraphQL like the UI: a sensor-launched
+archive and a backfill, checked in S3."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.archive.sensors import TOPIC_TAG
+from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
+from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.e2e.test_dagster_dev import graphql
+from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+DATABASE = "e2e_deployed"
+
+
+@pytest.fixture(scope="module")
+def deployed(services, kafka, postgres, tmp_path_factory):
+    root = tmp_path_factory.mktemp("deployed")
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "deploy" / "dagster.postgres.yaml", home / "dagster.yaml")
+    postgres.create_database(DATABASE)
+    sensed = create_topic(kafka, f"deployed-sensed-{os.getpid()}", partitions=2)
+    filled = create_topic(kafka, f"deployed-backfill-{os.getpid()}")
+    config = root / "archives.yaml"
+    config.write_text(f"""archives:
+  - {{name: deployed_sensed, topics: [{sensed}], bucket: {services.bucket}, prefix: deployed-sensed/,
+     flush: {{count: 40, interval_seconds: null}}, windows_per_run: 2}}
+  - {{name: deployed_backfill, topics: [{filled}], bucket: {services.bucket}, prefix: deployed-backfill/}}
+""")
+    env = {**os.environ, **services.env(), **postgres.env(), "DAGSTER_PG_DB": DATABASE, "DAGSTER_HOME": str(home),
+           "S3_ARCHIVE_CONFIG": str(config), "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
+    port = free_port()
+    workspace = ["-w", str(REPO / "workspace.yaml")]
+    bin_dir = Path(sys.executable).parent  # the venv's console scripts, as a deployment runs them
+    # Two processes, as deployed (not `dagster dev`): the daemon runs sensors and dequeues runs; the webserver serves
+    # the UI's GraphQL. Both read the instance from $DAGSTER_HOME/dagster.yaml.
+    daemon = spawn([str(bin_dir / "dagster-daemon"), "run", *workspace], root / "daemon.log", env=env)
+    web = spawn([str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), *workspace],
+                root / "webserver.log", env=env)
+    url = f"http://127.0.0.1:{port}"
+    # This process opens the same instance (to add partitions as a user would): it needs the same variables.
+    saved = {k: os.environ.get(k) for k in env if k.startswith("DAGSTER_PG_")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        def up() -> bool:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=2):
+                return True
+        wait_until(up, 180, web, "dagster-webserver", root / "webserver.log")
+        assert daemon.poll() is None, (root / "daemon.log").read_text()[-3000:]
+        yield url, home, env, sensed, filled, postgres, daemon
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for proc in (web, daemon):
+            stop_pid(proc.pid)
+        for log in ("daemon.log", "webserver.log"):
+            print(f"--- {log} (tail)\n" + "\n".join((root / log).read_text(errors="replace").splitlines()[-40:]))
+
+
+def runs(url: str) -> list[dict]:
+    data = graphql(url, """{ runsOrError(limit: 100) { ... on Runs { results {
+        runId status tags { key value } } } } }""")
+    return data["runsOrError"]["results"]
+
+
+def test_the_instance_is_postgres_with_queued_runs_and_a_healthy_daemon(deployed):
+    url, home, _, _, _, postgres, _ = deployed
+    info = graphql(url, """{ instance { runLauncher { name } runQueuingSupported
+        runQueueConfig { maxConcurrentRuns tagConcurrencyLimitsYaml }
+        daemonHealth { allDaemonStatuses { daemonType healthy required } } } }""")["instance"]
+    assert info["runQueuingSupported"] and info["runQueueConfig"]["maxConcurrentRuns"] == 4
+    assert "s3_archive/topic" in info["runQueueConfig"]["tagConcurrencyLimitsYaml"]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
+    deadline = time.monotonic() + 120
+    while True:  # the daemon reports its heartbeats through the shared instance
+        statuses = graphql(url, "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }")
+        required = [s for s in statuses["instance"]["daemonHealth"]["allDaemonStatuses"] if s["required"]]
+        if required and all(s["healthy"] for s in required):
+            break
+        assert time.monotonic() < deadline, f"the daemon is not healthy: {required}"
+        time.sleep(3)
+    assert {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR"} <= {s["daemonType"] for s in required}
+    # The database password is given through the environment only, never on a command line.
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert postgres.password not in ps
+
+
+def test_a_sensor_launched_archive_runs_through_the_queue(deployed, kafka, s3, services):
+    url, _, _, topic, _, _, daemon = deployed
+    produced = produce(kafka, topic, [(i % 2, None, f"v{i}".encode(), []) for i in range(160)])  # 80 per partition
+    started = graphql(url, """
+        mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+          __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
+                      {"s": {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__",
+                             "sensorName": "archive_deployed_sensed_offsets"}})["startSensor"]
+    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
+
+    cfg = archive_config(services.bucket, topic, "deployed-sensed/")
+    windows = [OffsetWindow(p, s, s + 40) for p in (0, 1) for s in (0, 40)]
+    deadline = time.monotonic() + 420
+    while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert daemon.poll() is None, "the daemon exited"
+        assert time.monotonic() < deadline, "the sensor's runs did not archive the windows within 420 s"
+        time.sleep(5)
+    assert archived_records(s3, cfg, topic) == produced
+    mine = [r for r in runs(url) if {"key": TOPIC_TAG, "value": topic} in r["tags"]]
+    assert len(mine) == 2 and {r["status"] for r in mine} == {"SUCCESS"}  # windows_per_run 2, one topic at a time
+
+
+def test_a_ui_backfill_runs_through_the_queue(deployed, kafka, s3, services):
+    url, home, _, _, topic, _, daemon = deployed
+    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
+    windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    launched = graphql(url, """
+        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+                       {"p": {"partitionNames": [w.key for w in windows],
+                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    deadline = time.monotonic() + 420
+    while True:
+        status = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+            ... on PartitionBackfill { status runs { status tags { key value } } } } }""",
+                         {"id": launched["backfillId"]})["partitionBackfillOrError"]
+        if status["status"] not in ("REQUESTED",):
+            break
+        assert daemon.poll() is None, "the daemon exited"
+        assert time.monotonic() < deadline, "the backfill did not finish within 420 s"
+        time.sleep(3)
+    assert status["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), status
+    (run,) = status["runs"]  # three windows, one run (windows_per_run 8)
+    assert run["status"] == "SUCCESS" and any(t["key"] == "dagster/backfill" for t in run["tags"])
+    cfg = archive_config(services.bucket, topic, "deployed-backfill/")
+    assert all(manifest(s3, cfg, topic, w) for w in windows)
+    assert archived_records(s3, cfg, topic) == produced
