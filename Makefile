@@ -23,5 +23,7 @@ down:
 	.venv/bin/s3-archive local down
 
 # Benchmarks (docs/benchmarks.md): starts its own broker and moto; e.g. `make bench BENCH_ARGS="--mb 50 --repeats 1"`.
+# Fetches the peers' jars (Kafka Connect + Iceberg sink, Flink) first: only the benchmark needs them.
 bench: setup
+	scripts/fetch-jars bench
 	BENCH_FROM_MAKE=1 .venv/bin/python -m bench.run $(BENCH_ARGS)
