@@ -42,6 +42,7 @@ def _train(archive: Path) -> None:
             producer.produce(TOPIC, key=f"k{i % 7}".encode(), value=f'{{"id":{i},"v":"x{i}"}}'.encode(),
                              headers=[("trace", f"{i:08x}".encode())], partition=0)
         producer.flush(60)
+        del producer, admin  # librdkafka clients left alive would log refused connections once the stack stops
         spark = SparkResource(
             s3_endpoint_url=moto.endpoint_url, s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
             s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True, app_name="cds-training",
@@ -79,7 +80,7 @@ def build(force: bool = False) -> Path:
     tmp.unlink(missing_ok=True)
     t = time.monotonic()
     print("cds: training the Spark driver's AppCDS archive (a few small windows against a temporary broker and "
-          "moto server; about a minute)", flush=True)
+          "moto server; a minute or two)", flush=True)
     _train(tmp)
     if not tmp.is_file():
         raise RuntimeError(f"the training JVM exited without writing {tmp}; see its output above")
