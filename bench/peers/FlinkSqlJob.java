@@ -8,17 +8,19 @@ import org.apache.flink.table.api.EnvironmentSettings;
 import org.apache.flink.table.api.TableEnvironment;
 import org.apache.flink.table.api.TableResult;
 
+import java.util.Map;
+
 public class FlinkSqlJob {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], path = args[2], endpoint = args[3];
         String checkpointInterval = args[4], parallelism = args[5];
-        Configuration conf = new Configuration();
         // flink-s3-fs-hadoop maps s3.* to its shaded fs.s3a.*; the credentials come from the environment (S3A default chain)
-        conf.setString("s3.endpoint", endpoint);
-        conf.setString("s3.path.style.access", "true");
-        conf.setString("s3.endpoint.region", "us-east-1");
-        conf.setString("execution.checkpointing.interval", checkpointInterval);
-        conf.setString("parallelism.default", parallelism);
+        Configuration conf = Configuration.fromMap(Map.of(
+            "s3.endpoint", endpoint,
+            "s3.path.style.access", "true",
+            "s3.endpoint.region", "us-east-1",
+            "execution.checkpointing.interval", checkpointInterval,
+            "parallelism.default", parallelism));
         FileSystem.initialize(conf, null);
         TableEnvironment t = TableEnvironment.create(
             EnvironmentSettings.newInstance().inStreamingMode().withConfiguration(conf).build());
