@@ -251,7 +251,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     workload = {
         "records": n, "bytes": x["payload"], "mb": f"{args.mb:g}", "value_bytes": wl.VALUE_BYTES,
         "produce_s": x["produce_s"],
-        "size_note": (f"`--mb {args.mb:g}`; the default 200 MB keeps `make bench` within about 30 minutes here, "
+        "size_note": ("The default 200 MB keeps `make bench` within about 30 minutes here; "
                       "`BENCH_ARGS=\"--mb 1000\"` runs the issue's 1 GB.")}
     return {"command": command, "repeats": args.repeats, "started": x["started"], "wall_s": wall_s,
             "machine": x["machine"], "workload": workload, "measures": m,
