@@ -80,6 +80,7 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     table = f"events_{tag}".replace("-", "_")
     log = workdir / f"connect-{tag}.log"
     (workdir / "log4j2.properties").write_text(LOG4J2.format(log=log))
+    rest = f"http://127.0.0.1:{free_port()}"
     worker = workdir / "worker.properties"
     worker.write_text(_props({
         "bootstrap.servers": bootstrap_servers,
@@ -88,7 +89,7 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
         "value.converter.schemas.enable": "false",
         "offset.storage.file.filename": str(workdir / f"offsets-{tag}"),
         "plugin.path": str(plugins),
-        "listeners": f"http://127.0.0.1:{free_port()}",
+        "listeners": rest,
     }))
     sink = workdir / f"iceberg-{tag}.properties"
     sink.write_text(_props({
@@ -131,6 +132,10 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
                 raise PeerUnavailable(f"the Iceberg sink committed {total} of {records} records in {timeout_s:.0f}s;"
                                       f" log {log}:\n{_errors(log)}")
             time.sleep(0.5)
+            failed = _failed_task(rest, f"iceberg-{tag}")
+            if failed:
+                raise PeerUnavailable(f"a task of the Iceberg sink failed after {time.monotonic() - t0:.0f}s: "
+                                      f"{failed}")
             snaps = _snapshots(catalog_db, table, s3, bucket)
             total = int(snaps[-1]["summary"].get("total-records", 0)) if snaps else 0
         visible = time.monotonic() - t0
@@ -145,6 +150,25 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     return PeerResult(records=total, visible_s=visible, commits=commits, steady_records_per_s=steady_rate(commits),
                       objects=files, bytes_written=written,
                       extra={"commit_interval_ms": commit_interval_ms, "tasks": tasks, "snapshots": len(snaps)})
+
+
+def _failed_task(rest: str, connector: str) -> str | None:
+    """The trace of a FAILED task of the connector (Connect's REST API), None while none failed or the worker is
+    still starting."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{rest}/connectors/{connector}/status", timeout=2) as r:
+            status = json.loads(r.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    for t in status.get("tasks", []):
+        if t.get("state") == "FAILED":
+            trace = t.get("trace", "").splitlines()
+            causes = [ln for ln in trace if ln.startswith("Caused by")]
+            return "; ".join((trace[:1] + causes[-2:]))[:1500]
+    return None
 
 
 def _errors(log: Path, lines: int = 12) -> str:
