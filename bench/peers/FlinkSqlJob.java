@@ -1,5 +1,5 @@
-// The Flink SQL peer of `make bench` (bench/peers/flink.py runs it with `java -cp <jvm/bench-flink jars> FlinkSqlJob.java`,
-// the JDK's single-file source launcher): Kafka -> Parquet files on s3://, keeping key, value, headers, partition,
+// The Flink SQL peer of `make bench` (bench/peers/flink.py compiles it and runs it on the jvm/bench-flink jars):
+// Kafka -> Parquet files on s3://, keeping key, value, headers, partition,
 // offset and timestamp, bounded at the topic's end offsets. Prints one line per phase on stdout for the timing.
 
 import org.apache.flink.configuration.Configuration;

@@ -1,7 +1,7 @@
 """Peer: Apache Flink 2.0.0 (jvm/bench-flink), a Flink SQL job Kafka → Parquet filesystem sink on `s3://`, keeping
 key, value, headers, partition, offset and timestamp: the closest peer to our archive model.
 
-One JVM runs the job in a local MiniCluster (bench/peers/FlinkSqlJob.java through the JDK's source launcher),
+One JVM runs the job in a local MiniCluster (bench/peers/FlinkSqlJob.java, compiled before the clock starts),
 bounded at the topic's end offsets (`scan.bounded.mode = latest-offset`). The filesystem sink makes its files
 visible at checkpoints (every `checkpoint_interval`) and at the end of the input, so the job's end is the time
 until every record is visible; the finished files' row counts are checked, and their upload times give the
@@ -10,6 +10,7 @@ commits from which the steady rate is taken.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,12 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     log = workdir / f"flink-{tag}.log"
     (workdir / "flink-log4j2.properties").write_text(LOG4J2.format(log=log))
     prefix = f"flink-{tag}/"
+    classes = workdir / "classes"
+    if not (classes / "FlinkSqlJob.class").exists():
+        javac = subprocess.run([str(Path(java()).resolve().parent / "javac"), "-cp", f"{jars}/*", "-d", str(classes),
+                                str(JOB)], capture_output=True, text=True)
+        if javac.returncode != 0:
+            raise PeerUnavailable(f"compiling {JOB.name} failed: {javac.stderr[-2000:]}")
     env = {"AWS_ACCESS_KEY_ID": LOCAL_AWS["AWS_ACCESS_KEY_ID"],
            "AWS_SECRET_ACCESS_KEY": LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], "AWS_REGION": LOCAL_AWS["AWS_REGION"]}
     out = workdir / f"flink-{tag}.out"
@@ -61,7 +68,7 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
            "--add-opens=java.base/java.time=ALL-UNNAMED", "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
            "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED",
            "--add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED",
-           "-cp", f"{jars}/*", str(JOB), bootstrap_servers, topic, f"s3://{bucket}/{prefix}", s3_endpoint_url,
+           "-cp", f"{classes}:{jars}/*", "FlinkSqlJob", bootstrap_servers, topic, f"s3://{bucket}/{prefix}", s3_endpoint_url,
            checkpoint_interval, str(parallelism)]
     t0, wall0 = time.monotonic(), time.time()
     proc = JavaProcess(cmd, out, env)
