@@ -418,10 +418,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return x
 
 
+SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "archive_vs_connect_iceberg",
+             "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
+             "s3_requests_per_window", "jvm_peak_16x_over_1x")
+
+
+def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]]) -> dict[str, str]:
+    """The headline figures of every size run by this command, side by side."""
+    head = "| figure | " + " | ".join(f"{a.mb:g} MB ({a.repeats} repeat{'s' * (a.repeats > 1)})" for a, _ in runs)
+    rows = [head + " |", "|" + " --- |" * (len(runs) + 1)]
+    for k in SIZE_KEYS:
+        vals = [r["json"].get(k) for _, r in runs]
+        rows.append(f"| `{k}` | " + " | ".join("—" if v is None else f"{v:g}" for v in vals) + " |")
+    rows.append("| minutes | " + " | ".join(f"{r['wall_s'] / 60:.1f}" for _, r in runs) + " |")
+    return {"title": "Sizes side by side", "body": (
+        "Every size of this command (`--mb`), each a full run of its own (its own broker, moto and workload); the "
+        f"page above is the {runs[0][0].mb:g} MB run, `benchmarks-<size>mb.json` has each run's figures.\n\n"
+        + "\n".join(rows))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=float, default=DEFAULT_MB, help="workload size: MB of keys + values + headers")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mb", default=str(DEFAULT_MB), help="workload size: MB of keys + values + headers; a comma-"
+                                                          "separated list runs each size in turn (e.g. 200,1000)")
+    ap.add_argument("--repeats", default="3", help="rounds; one value, or one per --mb size (e.g. 3,1)")
     ap.add_argument("--window-records", type=int, default=100_000, help="records per window of the archive run "
                                                                        "(and per object of the naive baseline)")
     ap.add_argument("--catchup-window-records", type=int, default=200)
@@ -435,22 +455,41 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where benchmarks.md and .json are written")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, broker data)")
     args = ap.parse_args()
-    if args.repeats < 1:
-        ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    try:
+        sizes = [float(v) for v in args.mb.split(",")]
+        repeats = [int(v) for v in args.repeats.split(",")]
+    except ValueError:
+        ap.error(f"--mb and --repeats take numbers, comma-separated; got {args.mb!r} and {args.repeats!r}")
+    if len(repeats) == 1:
+        repeats *= len(sizes)
+    if len(repeats) != len(sizes) or min(repeats) < 1 or min(sizes) <= 0:
+        ap.error(f"--repeats needs one value >= 1, or one per --mb size ({len(sizes)}); got {args.repeats!r}")
     unknown = set(p for p in args.peers.split(",") if p) - set(PEERS)
     if unknown:
         ap.error(f"--peers: unknown {', '.join(sorted(unknown))}; allowed: {', '.join(PEERS)}")
-    command = "make bench" if os.environ.get("BENCH_FROM_MAKE") else shlex.join(
-        ["python", "-m", "bench.run", *sys.argv[1:]])
-    if os.environ.get("BENCH_FROM_MAKE") and len(sys.argv) > 1:
+    target = os.environ.get("BENCH_FROM_MAKE")  # the make target that ran this, if any
+    command = f"make {target}" if target else shlex.join(["python", "-m", "bench.run", *sys.argv[1:]])
+    if target == "bench" and len(sys.argv) > 1:
         command += f" BENCH_ARGS={shlex.quote(shlex.join(sys.argv[1:]))}"
-    x = run(args)
-    r = report(args, x, command, wall_s=time.monotonic() - T0)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "benchmarks.md").write_text(render_markdown(r))
-    (args.out / "benchmarks.json").write_text(json.dumps(build_json(r), indent=2) + "\n")
+    runs: list[tuple[argparse.Namespace, dict[str, Any]]] = []
+    for i, (mb, reps) in enumerate(zip(sizes, repeats)):
+        a = argparse.Namespace(**{**vars(args), "mb": mb, "repeats": reps})
+        a.skip_windows = args.skip_windows or i > 0  # the years-of-windows figures do not depend on --mb
+        t = time.monotonic()
+        say(f"=== {mb:g} MB, {reps} repeat(s) ===")
+        x = run(a)
+        r = report(a, x, command, wall_s=time.monotonic() - t)
+        runs.append((a, r))
+        (args.out / f"benchmarks-{mb:g}mb.json").write_text(json.dumps(build_json(r), indent=2) + "\n")
+    first = runs[0][1]
+    if len(runs) > 1:
+        first["sections"].insert(0, sizes_section(runs))
+        first["json"]["sizes"] = {f"{a.mb:g}mb": {k: r["json"].get(k) for k in SIZE_KEYS} for a, r in runs}
+    (args.out / "benchmarks.md").write_text(render_markdown(first))
+    (args.out / "benchmarks.json").write_text(json.dumps(build_json(first), indent=2) + "\n")
     say(f"wrote {args.out / 'benchmarks.md'} and {args.out / 'benchmarks.json'}")
-    print(json.dumps(r["json"], indent=2))
+    print(json.dumps(first["json"], indent=2, default=str))
 
 
 DEFAULT_MB = 200
