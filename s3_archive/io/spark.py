@@ -65,7 +65,7 @@ class SparkResource(dg.ConfigurableResource):
         "least this many Spark tasks (and as many staged files, hence objects); None: one task per window")
     jvm_profile: str = Field(default="short", description="the driver JVM's flags (s3_archive/io/jvm.py): short "
                              "for a run's own process (C1 JIT only: starts fast), long for a session kept across "
-                             f"runs (C2 too); both map the AppCDS archive that scripts/setup builds. One of "
+                             "runs (C2 too); both map the AppCDS archive that scripts/setup builds. One of "
                              f"{', '.join(JVM_PROFILES)}; ignored over Spark Connect")
     ui_enabled: bool = Field(default=False, description="Spark's web UI (off: nothing listens on port 4040)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
