@@ -1,119 +1,62 @@
-"""`make bench`: every benchmark of issue #8 in one command; writes docs/benchmarks.md and docs/benchmarks.json.
+"""`make bench`: every benchmark of issues #8, #14 and #16 in one command; writes docs/benchmarks.md and .json.
 
-    .venv/bin/python -m bench.run [--mb 400] [--repeats 3] [--out docs]
+    .venv/bin/python -m bench.run [--mb 200] [--repeats 3] [--out docs] [--peers connect_iceberg,flink,spark_streaming]
 
 Starts its own Kafka broker and moto server (s3_archive.local) under a temporary directory, produces the workload
-once, runs the contenders in interleaved rounds, then the one-off figures (run overhead, memory, catch-up, sensor
-tick), and stops everything it started. Progress goes to stdout.
+once, runs the contenders in interleaved rounds (the limits, the naive consumer, Spark's own read, s3-archive,
+restore, bare produce, and the peers: Kafka Connect + Iceberg sink, Flink SQL, Spark Structured Streaming), then the
+one-off figures (per format, run overhead per JVM flag, memory, catch-up, a whole-workload run in a fresh process,
+the years-of-windows figures of `bench/windows_*.py`), and stops everything it started. Progress goes to stdout.
+Run it under `flock /tmp/locks/heavy` on a shared machine: the page says whether it held the lock.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
+import traceback
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
+from bench.machine import _read, machine, other_work
+from bench.oneoff import catchup_topic, sensor_tick
+from bench.peers import connect_iceberg, flink
+from bench.peers.common import PeerResult, steady_rate
+from bench.report import BYTES_FORMAT_RECORDS, report
 from bench.restore_bench import restore_throughput
-from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
+from bench.stats import Measure, Summary, build_json, render_markdown, slower_of
 from bench.worker import RESULT
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.stack import local_s3_client, temporary_stack
+from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "bench"
 TOPIC = "bench"
 T0 = time.monotonic()
-
-AIVEN_NOTE = (
-    "Not run: Aiven's S3 sink cannot be obtained on this machine. The Maven Central reachable here has no "
-    "`io.aiven:s3-connector-for-apache-kafka` (2.15.0, the version Central's index lists, and 3.1.0-3.4.1 all "
-    "answer \"Could not find artifact\"; `io.aiven:gcs-connector-for-apache-kafka` likewise), while "
-    "`org.apache.kafka:connect-runtime:4.1.1` resolves. Building it from its source (Aiven-Open/"
-    "cloud-storage-connectors-for-apache-kafka) is no way out either: its parquet and avro writers import "
-    "`io.confluent.connect.avro.AvroData` from `io.confluent:kafka-connect-avro-data`, which is published only to "
-    "Confluent's own repository, not Maven Central. So `archive_vs_aiven` is null and no `jvm/connect/pom.xml` "
-    "was added (it would make `scripts/fetch-jars`, hence `make test`, fail).")
+PEERS = ("connect_iceberg", "flink", "spark_streaming")
+# Run-overhead variants: the driver's JVM flags, one step at a time (s3_archive/io/jvm.py).
+JVM_VARIANTS = {
+    "tiered JIT, no AppCDS (before)": {"jvm_profile": "long", "cds": False},
+    "C1 only": {"jvm_profile": "short", "cds": False},
+    "tiered JIT + AppCDS": {"jvm_profile": "long", "cds": True},
+    "C1 only + AppCDS (default)": {"jvm_profile": "short", "cds": True},
+}
 
 
 def say(msg: str) -> None:
     print(f"[bench {time.monotonic() - T0:7.1f}s] {msg}", flush=True)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# machine
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _ppid(pid: str) -> int:
-    stat = _read(f"/proc/{pid}/stat")
-    return int(stat.rsplit(")", 1)[1].split()[1]) if stat else 0
-
-
-def other_work() -> str:
-    """Processes that this benchmark did not start and that compete for the 2 cores (other workers' tests)."""
-    me = os.getpid()
-    procs = [d.name for d in Path("/proc").iterdir() if d.name.isdigit()]
-    parent = {int(p): _ppid(p) for p in procs}
-
-    def ours(pid: int) -> bool:
-        for _ in range(64):
-            if pid == me:
-                return True
-            if pid <= 1:
-                return False
-            pid = parent.get(pid, 0)
-        return False
-
-    counts = {"pytest": 0, "kafka.Kafka": 0, "org.apache.spark": 0, "moto.server": 0, "bench/": 0}
-    for p in procs:
-        if ours(int(p)):
-            continue
-        cmd = _read(f"/proc/{p}/cmdline").replace("\0", " ")
-        for k in counts:
-            if k in cmd:
-                counts[k] += 1
-    busy = {k: v for k, v in counts.items() if v}
-    if not busy:
-        return "no other test processes were seen running"
-    return ("other work was running on the machine (processes not started by this benchmark: "
-            + ", ".join(f"{v} × {k}" for k, v in busy.items()) + "); figures are noisier for it")
-
-
-def machine() -> dict[str, Any]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
-                if ln.startswith("model name")), platform.processor() or "unknown")
-    mem_kb = next((int(ln.split()[1]) for ln in _read("/proc/meminfo").splitlines() if ln.startswith("MemTotal")), 0)
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    import confluent_kafka
-    import dagster
-    import pyarrow
-    import pyspark
-
-    return {"cpu": cpu, "nproc": int(nproc or 0), "mem_gb": mem_kb / 1024 / 1024,
-            "kernel": f"Linux {platform.release()}", "load_start": " ".join(_read("/proc/loadavg").split()[:3]),
-            "other_work": other_work(),
-            "software": f"Python {platform.python_version()}, {java}, pyspark {pyspark.__version__} (local[*]), "
-                        f"dagster {dagster.__version__}, confluent-kafka {confluent_kafka.version()[0]} "
-                        f"(librdkafka {confluent_kafka.libversion()[0]}), pyarrow {pyarrow.__version__}, "
-                        "Kafka 4.1.1 broker (KRaft), moto server"}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -160,7 +103,7 @@ def once(stack: dict[str, Any], log: Path, **cmd: Any) -> dict[str, Any]:
     t = time.monotonic()
     with log.open("ab") as err:
         p = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(stack), "--once", json.dumps(cmd)],
-                           cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, timeout=1800)
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600)
     wall = time.monotonic() - t
     for line in p.stdout.splitlines():
         if line.startswith(RESULT):
@@ -168,61 +111,69 @@ def once(stack: dict[str, Any], log: Path, **cmd: Any) -> dict[str, Any]:
     raise RuntimeError(f"the Spark worker for {cmd['cmd']} exited with {p.returncode} and no result (see {log})")
 
 
+def moto_requests(log: Path) -> int:
+    """HTTP requests moto has logged so far (one line each)."""
+    try:
+        return sum("HTTP/1.1" in ln for ln in log.read_text(errors="replace").splitlines())
+    except OSError:
+        return 0
+
+
 # --------------------------------------------------------------------------------------------------------------
-# one-off figures
+# the peers
 
 
-def sensor_tick(kafka: KafkaResource, windows_total: int = 100_000, ticks: int = 3) -> dict[str, Any]:
-    """Tick time of the offsets sensor with `windows_total` existing windows (dynamic partitions) of a 4-partition
-    topic, in a temporary (sqlite) Dagster instance."""
-    import dagster as dg
+class Peers:
+    """Runs each selected peer once per round; a peer that fails is reported with its error and not run again."""
 
-    from s3_archive.config.archive import ArchiveConfig
-    from s3_archive.defs.archive.partitions import window_partitions
-    from s3_archive.defs.archive.sensors import build_offsets_sensor
+    def __init__(self, names: list[str], ctx: dict[str, Any]) -> None:
+        self.names = names
+        self.ctx = ctx
+        self.results: dict[str, list[PeerResult]] = {n: [] for n in names}
+        self.failed: dict[str, str] = {}
 
-    topic = "ticks"
-    per = windows_total // wl.PARTITIONS
-    wl.create_topic(kafka, topic)
-    producer = kafka.producer(**{"linger.ms": 50})
-    for p in range(wl.PARTITIONS):
-        for i in range(per + 10):  # 10 records past the last window: the tick plans, and cuts nothing (count 10k)
-            producer.produce(topic, value=b"x", partition=p)
-            if i % 10_000 == 0:
-                producer.poll(0)
-    producer.flush(120)
-    cfg = ArchiveConfig(name="ticks", topics=[topic], bucket=BUCKET)
-    keys = [OffsetWindow(p, i, i + 1).key for p in range(wl.PARTITIONS) for i in range(per)]
-    out: dict[str, Any] = {"windows": len(keys)}
-    with dg.instance_for_test() as instance:
-        t = time.monotonic()
-        for i in range(0, len(keys), 10_000):
-            instance.add_dynamic_partitions(window_partitions(topic).name, keys[i:i + 10_000])
-        out["add_partitions_s"] = time.monotonic() - t
-        sensor = build_offsets_sensor(cfg)
-        secs, skip = [], None
-        for _ in range(ticks):
-            with dg.build_sensor_context(instance=instance, resources={"kafka": kafka}) as ctx:
-                t = time.monotonic()
-                result = sensor(ctx)
-                secs.append(time.monotonic() - t)
-                skip = result.skip_reason.skip_message if result.skip_reason else None
-        out["tick_s"] = secs
-        out["skip_reason"] = skip
-    return out
-
-
-def catchup_topic(kafka: KafkaResource, window_records: int, windows: int = 100) -> str:
-    topic = "catchup"
-    wl.create_topic(kafka, topic)
-    per = windows // wl.PARTITIONS * window_records
-    producer = kafka.producer(**wl.PRODUCER_CONF)
-    for i, (p, k, v, h) in enumerate(wl.records(per * wl.PARTITIONS)):
-        producer.produce(topic, value=v, key=k, headers=h, partition=p)
-        if i % 5000 == 0:
-            producer.poll(0)
-    producer.flush(120)
-    return topic
+    def run_round(self, r: int, worker: SparkWorker) -> None:
+        c = self.ctx
+        for name in self.names:
+            if name in self.failed:
+                continue
+            tag = f"r{r}"
+            try:
+                if name == "spark_streaming":
+                    out = worker.call(cmd="streaming", topic=TOPIC, prefix=f"streaming-{tag}/")
+                    if out["records"] != c["records"]:
+                        raise RuntimeError(f"the streaming query wrote {out['records']} rows, expected "
+                                           f"{c['records']}")
+                    # a batch commits when it ends: its start (`at`) plus its duration; times from the first start
+                    commits, acc = [], 0
+                    starts = [datetime.fromisoformat(b["at"].replace("Z", "+00:00")).timestamp()
+                              for b in out["batches"]]
+                    for b, start in zip(out["batches"], starts):
+                        acc += b["rows"]
+                        commits.append((start - starts[0] + b["ms"] / 1000, acc))
+                    res = PeerResult(records=out["records"], visible_s=out["seconds"], commits=commits,
+                                     steady_records_per_s=steady_rate(commits),
+                                     extra={"batches": len(out["batches"])})
+                else:
+                    mod = {"connect_iceberg": connect_iceberg, "flink": flink}[name]
+                    res = mod.run(bootstrap_servers=c["bootstrap_servers"], s3_endpoint_url=c["s3_endpoint_url"],
+                                  s3=c["s3"], bucket=BUCKET, topic=TOPIC, records=c["records"],
+                                  workdir=c["workdir"] / name, tag=tag)
+                self.results[name].append(res)
+                steady = (f"{res.steady_records_per_s:,.0f} rec/s steady"
+                          if res.steady_records_per_s else "steady rate: fewer than two commits")
+                say(f"  peer {name}: every record visible after {res.visible_s:.1f}s; {steady}; "
+                    f"{len(res.commits)} commits")
+            except Exception as e:  # reported on the page with its error, never replaced by a guess
+                self.failed[name] = f"{type(e).__name__}: {e}"
+                say(f"  peer {name} FAILED (not run again): {self.failed[name][:2000]}")
+                c["workdir"].mkdir(parents=True, exist_ok=True)
+                (c["workdir"] / f"{name}-error.txt").write_text(traceback.format_exc())
+            finally:
+                if name != "spark_streaming":
+                    wl.empty_prefix(c["s3"], BUCKET, f"{'iceberg' if name == 'connect_iceberg' else name}-{tag}/")
+                else:
+                    wl.empty_prefix(c["s3"], BUCKET, f"streaming-{tag}/")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -234,19 +185,45 @@ def windows_for(ends: dict[int, int], window_records: int) -> list[OffsetWindow]
             for s in range(0, end, window_records)]
 
 
+def years_of_windows(args: argparse.Namespace, ctx: dict[str, Any]) -> dict[str, Any]:
+    """The hook for issue #16's 1M-window figures: every `bench/windows_*.py` with a `run()` returning figures,
+    called with the arguments its signature asks for among those offered here."""
+    found = sorted(p.stem for p in (ROOT / "bench").glob("windows_*.py"))
+    out: dict[str, Any] = {"modules": found, "figures": {}, "errors": {}}
+    if args.skip_windows:
+        out["skipped"] = "--skip-windows"
+        return out
+    offered = {"windows": args.windows, "bootstrap_servers": ctx["bootstrap_servers"],
+               "s3_endpoint_url": ctx["s3_endpoint_url"], "bucket": BUCKET, "workdir": ctx["workdir"] / "windows",
+               "log": say}
+    for name in found:
+        try:
+            mod = importlib.import_module(f"bench.{name}")
+            params = inspect.signature(mod.run).parameters
+            say(f"years of windows: bench.{name}.run({', '.join(k for k in offered if k in params)})")
+            out["figures"][name] = mod.run(**{k: v for k, v in offered.items() if k in params})
+        except Exception as e:  # shown on the page; the rest of the benchmark stands
+            out["errors"][name] = f"{type(e).__name__}: {e}"
+            say(f"years of windows: bench.{name} FAILED: {out['errors'][name][:1000]}")
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     mach = machine()
-    say(f"machine: {mach['cpu']}, nproc {mach['nproc']}, load {mach['load_start']}; {mach['other_work']}")
+    say(f"machine: {mach['cpu']}, nproc {mach['nproc']}, load {mach['load_start']}; {mach['other_work']}; "
+        f"{mach['heavy_lock']}")
     worker: SparkWorker | None = None
+    x: dict[str, Any] = {"started": started, "machine": mach}
     with ExitStack() as cleanup:
         broker, moto, root = cleanup.enter_context(temporary_stack("s3a-bench-", BUCKET, remove=not args.keep))
         cleanup.callback(lambda: worker.stop() if worker is not None else None)  # before the stack stops
         logs = root / "logs"
         logs.mkdir()
+        moto_log = root / "moto" / "moto.log"
         say(f"stack up: broker {broker.bootstrap_servers}, moto {moto.endpoint_url} (logs under {root})")
         stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
-                 "bucket": BUCKET}
+                 "bucket": BUCKET, "remote": args.spark_remote}
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
         s3 = local_s3_client(moto.endpoint_url)
 
@@ -262,13 +239,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per_partition = n // wl.PARTITIONS
         window_records = min(args.window_records, per_partition)
         windows = windows_for(ends, window_records)
+        wlist = [[w.partition, w.start, w.end] for w in windows]
         object_bytes = payload // len(windows)
+        x |= {"n": n, "payload": payload, "produce_s": produce_s, "windows": windows,
+              "window_records": window_records, "per_partition": per_partition}
 
         # --- warm-up of the long-lived Spark worker (not counted) ---
-        worker = SparkWorker(stack, logs / "spark-worker.log")
-        say("Spark worker: warm-up archive of one small window (not counted)")
-        worker.call(cmd="archive", topic=TOPIC, prefix="warmup/",
-                    windows=[[0, 0, min(10_000, per_partition)]])
+        worker = SparkWorker(stack | {"jvm_profile": "long"}, logs / "spark-worker.log")
+        say("Spark worker (jvm_profile long): warm-up archive of one small window (not counted)")
+        worker.call(cmd="archive", topic=TOPIC, prefix="warmup/", windows=[[0, 0, min(10_000, per_partition)]])
         wl.empty_prefix(s3, BUCKET, "warmup/")
 
         m = {
@@ -277,6 +256,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "put": Measure("put", f"limit: bare PUT of the same bytes (boto3, {len(windows)} objects of "
                                   f"{object_bytes / 1e6:.1f} MB, 4 threads)", records=n, bytes=payload),
             "limit": Measure("limit", "limit: the slower of the two, per round", records=n, bytes=payload),
+            "spark_read": Measure("spark_read", "Spark's own read: a batch count of the same offset ranges",
+                                  records=n, bytes=payload, note="warm session; no write"),
             "naive": Measure("naive", "naive: one Python process, confluent-kafka + pyarrow + boto3 → Parquet",
                              records=n, bytes=payload, note=f"objects of ≤ {window_records:,} records"),
             "archive": Measure("archive", "s3-archive: dg.materialize of the archive asset, commit included",
@@ -288,7 +269,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "produce": Measure("produce", "bare produce of the same records (idempotent, acks=all)", records=n,
                                bytes=payload, note="the restore's producer settings, no transaction"),
         }
+        peers = Peers([p for p in args.peers.split(",") if p],
+                      {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url, "s3": s3,
+                       "records": n, "workdir": root / "peers"})
         profile: list[dict[str, Any]] = []
+        requests: list[dict[str, int]] = []
         restore_src = "archive-r0/"
         for r in range(args.repeats):
             say(f"round {r + 1}/{args.repeats}")
@@ -300,21 +285,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             m["put"].seconds.append(s)
             wl.empty_prefix(s3, BUCKET, f"put-r{r}/")
             say(f"  bare PUT: {s:.2f}s, {payload / s / 1e6:.1f} MB/s")
+            out = worker.call(cmd="spark_read", topic=TOPIC, windows=wlist)
+            assert out["records"] == n, out
+            m["spark_read"].seconds.append(out["seconds"])
+            say(f"  Spark's own read (count): {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s")
             s, got, objs = wl.naive_archive(kafka, s3, BUCKET, f"naive-r{r}/", TOPIC, window_records)
             assert got == n, (got, n)
             m["naive"].seconds.append(s)
             wl.empty_prefix(s3, BUCKET, f"naive-r{r}/")
             say(f"  naive: {s:.2f}s, {n / s:,.0f} rec/s, {objs} objects")
-            out = worker.call(cmd="archive", topic=TOPIC, prefix=f"archive-r{r}/",
-                              windows=[[w.partition, w.start, w.end] for w in windows])
+            before = moto_requests(moto_log)
+            out = worker.call(cmd="archive", topic=TOPIC, prefix=f"archive-r{r}/", windows=wlist)
+            requests.append({"requests": moto_requests(moto_log) - before, "objects": out["objects"],
+                             "windows": out["windows"]})
             assert out["records"] == n and out["windows"] == len(windows), out
             m["archive"].seconds.append(out["seconds"])
             profile.append(out)
             if r:
                 wl.empty_prefix(s3, BUCKET, f"archive-r{r}/")
             say(f"  s3-archive: {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s ({out['objects']} objects, "
-                f"{out['bytes_written'] / 1e6:.0f} MB written; Spark jobs {out['stage_s']:.1f}s, commits "
-                f"{out['commit_s']:.1f}s summed over windows)")
+                f"{out['bytes_written'] / 1e6:.0f} MB written, {requests[-1]['requests']} S3 requests; Spark jobs "
+                f"{out['stage_s']:.1f}s, commits {out['commit_s']:.1f}s summed over windows)")
             target = f"restored-r{r}"
             wl.create_topic(kafka, target)
             res = restore_throughput(kafka, s3, BUCKET, restore_src, TOPIC, target, windows)
@@ -329,54 +320,81 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             m["produce"].seconds.append(s)
             wl.delete_topic(kafka, target)
             say(f"  bare produce: {s:.2f}s, {n / s:,.0f} rec/s")
+            peers.run_round(r, worker)
         m["limit"].seconds = slower_of(m["consume"].seconds, m["put"].seconds)
-        # --- experiment: one window (a whole partition), as the Kafka source reads it today (one Spark task) and
-        # with minPartitions = 2 (two tasks, both cores) ---
-        experiment: dict[str, dict[str, Any]] = {}
-        for mp in (None, 2):
-            out = worker.call(cmd="archive", topic=TOPIC, prefix=f"exp-{mp}/", windows=[[0, 0, per_partition]],
-                              min_partitions=mp)
-            assert out["records"] == per_partition, out
-            wl.empty_prefix(s3, BUCKET, f"exp-{mp}/")
-            experiment["today" if mp is None else f"minPartitions={mp}"] = out
-            say(f"experiment, one window of {per_partition:,} records, minPartitions={mp}: {out['seconds']:.2f}s, "
-                f"{per_partition / out['seconds']:,.0f} rec/s, {out['objects']} objects")
-        # --- experiment: the committer; the rounds' run of every window with the default (FileOutputCommitter v2)
-        # and with the S3A magic committer (s3_committer = "magic"), in pairs ---
-        committers: dict[str, list[dict[str, Any]]] = {"file": [], "magic": []}
-        for r in range(COMMITTER_PAIRS):
-            for c in ("file", "magic"):
-                out = worker.call(cmd="archive", topic=TOPIC, prefix=f"committer-{c}-{r}/",
-                                  windows=[[w.partition, w.start, w.end] for w in windows],
-                                  committer=None if c == "file" else c)
-                assert out["records"] == n, out
-                wl.empty_prefix(s3, BUCKET, f"committer-{c}-{r}/")
-                committers[c].append(out)
-                say(f"experiment, committer {c}: {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s "
-                    f"(Spark jobs {out['stage_s']:.1f}s summed)")
-        experiment["committers"] = committers
+        x |= {"measures": m, "profile": profile, "requests": requests, "peers": peers}
+
+        # --- every format, once, in the warm session ---
+        formats: dict[str, dict[str, Any]] = {}
+        for fmt in [f for f in args.formats.split(",") if f]:
+            ws = wlist if fmt != "bytes" else [[p, 0, min(BYTES_FORMAT_RECORDS, e)] for p, e in sorted(ends.items())]
+            recs = sum(e - s for _, s, e in ws)
+            before = moto_requests(moto_log)
+            try:
+                out = worker.call(cmd="format", topic=TOPIC, prefix=f"fmt-{fmt}/", windows=ws, format=fmt)
+                assert out["records"] == recs, out
+                out |= {"requests": moto_requests(moto_log) - before, "payload": recs * wl.record_bytes()}
+                say(f"format {fmt}: {out['seconds']:.2f}s, {recs / out['seconds']:,.0f} rec/s, {out['objects']} "
+                    f"objects, {out['bytes_written'] / 1e6:.1f} MB written")
+            except Exception as e:  # shown on the page
+                out = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                say(f"format {fmt} FAILED: {out['error']}")
+            formats[fmt] = out
+            wl.empty_prefix(s3, BUCKET, f"fmt-{fmt}/")
+        x["formats"] = formats
         worker.stop()
         worker = None
         wl.empty_prefix(s3, BUCKET, restore_src)
 
-        # --- run overhead and memory: per window size (1x, 4x, 16x) one fresh process, which first runs a
-        # one-record window twice (session starting in the run, then warm), then the window of that size ---
+        # --- run overhead per JVM variant: a one-record window first thing in a fresh process ---
         one = "one"
         wl.create_topic(kafka, one)
         wl.produce(kafka, one, 2 * wl.PARTITIONS)  # round robin: offsets 0 and 1 of partition 0
+        overhead: dict[str, list[dict[str, Any]]] = {v: [] for v in JVM_VARIANTS}
+        for i in range(args.overhead_repeats):
+            for variant, spec in JVM_VARIANTS.items():
+                conf = {} if spec["cds"] else {"spark.driver.extraJavaOptions":
+                                               "-XX:TieredStopAtLevel=1" if spec["jvm_profile"] == "short" else
+                                               "-Xshare:auto"}  # the JVM's default: a no-op
+                out = once(stack | {"jvm_profile": spec["jvm_profile"], "spark_conf": conf}, logs / "fresh.log",
+                           cmd="one", one_topic=one, prefix=f"one-{i}/")
+                overhead[variant].append(out)
+                wl.empty_prefix(s3, BUCKET, f"one-{i}/")
+                say(f"run overhead, {variant}: {out['seconds']:.1f}s in the run (session start included); process "
+                    f"start to done {out['process_to_done_s']:.1f}s (imports {out['import_s']:.1f}s); JVM options "
+                    f"{out['java_options']!r}")
+        x["overhead"] = overhead
+        if args.spark_remote:
+            remote = [once(stack | {"remote": args.spark_remote}, logs / "fresh.log", cmd="one", one_topic=one,
+                           prefix=f"one-remote-{i}/") for i in range(args.overhead_repeats)]
+            x["overhead_remote"] = remote
+            say(f"run overhead over Spark Connect ({args.spark_remote}): "
+                f"{Summary.of([o['seconds'] for o in remote]).fmt(1)}s")
+
+        # --- memory: one window per size (1x, 4x, 16x), each in a fresh process (default JVM flags) ---
         base = per_partition // 16
         memory: dict[int, dict[str, Any]] = {}
         for mult in (1, 4, 16):
-            out = once(stack, logs / "fresh.log", cmd="fresh", one_topic=one, prefix=f"fresh-{mult}x/", topic=TOPIC,
-                       partition=1, records=base * mult)
+            out = once(stack | {"jvm_profile": "short"}, logs / "fresh.log", cmd="fresh", one_topic=one,
+                       prefix=f"fresh-{mult}x/", topic=TOPIC, partition=1, records=base * mult)
             memory[mult] = out
             wl.empty_prefix(s3, BUCKET, f"fresh-{mult}x/")
-            say(f"fresh process {mult}x: one-record window {out['cold_s']:.1f}s with the Spark session starting in "
-                f"the run, {out['warm_s']:.1f}s warm (process {out['process_s']:.1f}s in all); window of "
-                f"{base * mult:,} records ({base * mult * wl.record_bytes() / 1e6:.0f} MB): JVM peak RSS "
-                f"{out['jvm_peak_mb']:.0f} MB (sampled max {out['jvm_rss_max_mb']:.0f} MB), Python driver peak "
-                f"{out['python_peak_mb']:.0f} MB, {out['seconds']:.1f}s")
-        overhead = list(memory.values())
+            say(f"memory {mult}x: window of {base * mult:,} records ({base * mult * wl.record_bytes() / 1e6:.0f} MB)"
+                f": JVM peak RSS {out['jvm_peak_mb']:.0f} MB (sampled max {out['jvm_rss_max_mb']:.0f} MB), Python "
+                f"driver peak {out['python_peak_mb']:.0f} MB, {out['seconds']:.1f}s")
+        x |= {"memory": memory, "memory_base": base}
+
+        # --- the whole workload in one fresh process, per JVM profile (what a deployed run of it costs) ---
+        fresh_full: dict[str, dict[str, Any]] = {}
+        for prof in ("short", "long"):
+            out = once(stack | {"jvm_profile": prof}, logs / "fresh.log", cmd="archive", topic=TOPIC,
+                       prefix=f"full-{prof}/", windows=wlist)
+            assert out["records"] == n, out
+            fresh_full[prof] = out
+            wl.empty_prefix(s3, BUCKET, f"full-{prof}/")
+            say(f"whole workload in a fresh process, jvm_profile {prof}: run {out['seconds']:.1f}s, process "
+                f"{out['process_s']:.1f}s")
+        x["fresh_full"] = fresh_full
 
         # --- catch-up of 100 windows ---
         ct = catchup_topic(kafka, args.catchup_window_records)
@@ -385,207 +403,96 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert catchup["windows"] == 100, catchup
         say(f"catch-up of 100 windows: {catchup['seconds']:.1f}s, {catchup['runs']} runs, {catchup['spark_sessions']}"
             " Spark sessions")
+        x["catchup"] = catchup
 
-        # --- sensor tick with 100k windows ---
+        # --- sensor tick with 100k windows (sqlite), and the years-of-windows hook ---
         tick = sensor_tick(kafka)
         say(f"sensor tick with {tick['windows']:,} windows: {Summary.of(tick['tick_s']).fmt(2)}s "
             f"(adding them took {tick['add_partitions_s']:.1f}s)")
+        x["tick"] = tick
+        x["windows_figures"] = years_of_windows(args, {"bootstrap_servers": broker.bootstrap_servers,
+                                                       "s3_endpoint_url": moto.endpoint_url, "workdir": root})
 
         mach["load_end"] = " ".join(_read("/proc/loadavg").split()[:3])
         mach["other_work_end"] = other_work()
-        return {"started": started, "machine": mach, "measures": m, "profile": profile, "overhead": overhead,
-                "memory": memory, "memory_base": base, "catchup": catchup, "tick": tick, "n": n, "payload": payload,
-                "produce_s": produce_s, "windows": windows, "window_records": window_records,
-                "experiment": experiment, "per_partition": per_partition}
+        return x
 
 
-# --------------------------------------------------------------------------------------------------------------
-# the page
+SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "archive_vs_connect_iceberg",
+             "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
+             "s3_requests_per_window", "jvm_peak_16x_over_1x")
 
 
-def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[str, Any]:
-    m: dict[str, Measure] = x["measures"]
-    vs_limit = paired_ratios(m["archive"].seconds, m["limit"].seconds)
-    vs_naive = paired_ratios(m["archive"].seconds, m["naive"].seconds)
-    vs_produce = paired_ratios(m["restore"].seconds, m["produce"].seconds)
-    overhead = Summary.of([o["cold_s"] for o in x["overhead"]])
-    warm = Summary.of([o["warm_s"] for o in x["overhead"]])
-    peaks = {k * x["memory_base"]: v["jvm_peak_mb"] for k, v in x["memory"].items()}
-    py_peaks = {k * x["memory_base"]: v["python_peak_mb"] for k, v in x["memory"].items()}
-    mem_growth = growth(peaks)
-    tick = Summary.of(x["tick"]["tick_s"])
-    c = x["catchup"]
-    prof = x["profile"]
-    stage = Summary.of([p["stage_s"] for p in prof])
-    comm = x["experiment"]["committers"]
-    cm, cf = (Summary.of([o["seconds"] for o in comm[c]]) for c in ("magic", "file"))
-    cm_stage, cf_stage = (Summary.of([o["stage_s"] for o in comm[c]]) for c in ("magic", "file"))
-    committer_ratio = paired_ratios([o["seconds"] for o in comm["magic"]], [o["seconds"] for o in comm["file"]])
-    commit = Summary.of([p["commit_s"] for p in prof])
-
-    targets = {
-        "archive / limit": {"value": vs_limit, "target": 0.7},
-        "archive / naive": {"value": vs_naive, "target": 2.0},
-        "archive / Aiven S3 sink": {"value": None, "target": 1.5, "note": "not measured: see below"},
-        "restore / bare produce": {"value": vs_produce, "target": 0.7},
-    }
-    for t in targets.values():
-        v = t["value"]
-        t["value_fmt"] = "—" if v is None else v.fmt(2)
-        t["target_fmt"] = f"≥ {t['target']}×"
-        t["verdict"] = "not measured" if v is None else verdict(v.median, t["target"])
-    targets["run overhead (one-record window)"] = {
-        "value_fmt": overhead.fmt(1) + " s", "target_fmt": "≤ 15 s", "verdict": verdict(overhead.median, 15, False),
-        "note": f"Spark session started inside the run, as in a deployed run; {warm.fmt(1)} s with a warm session"}
-    targets["driver peak memory, 16× vs 1× window"] = {
-        "value_fmt": f"{mem_growth:.2f}×", "target_fmt": "flat", "verdict": "reached" if mem_growth <= 1.25 else
-        "NOT reached", "note": "JVM peak resident set (VmHWM); ≤ 1.25× counted as flat"}
-
-    mem_rows = "\n".join(
-        f"| {k}× | {k * x['memory_base']:,} | {k * x['memory_base'] * wl.record_bytes() / 1e6:,.0f} | "
-        f"{v['jvm_peak_mb']:,.0f} | {v['jvm_rss_max_mb']:,.0f} | {v['python_peak_mb']:,.0f} | {v['seconds']:.1f} |"
-        for k, v in sorted(x["memory"].items()))
-    sections = [
-        {"title": "The peer: Aiven's S3 sink on Kafka Connect", "body": AIVEN_NOTE},
-        {"title": "Profile of the slowest stage", "body": (
-            "s3-archive's run, split with timers wrapped around the two heavy calls of `archive_window` (bench/worker.py; "
-            "the code under test is unchanged), summed over the run's windows (4 windows run at once, so the sums "
-            f"exceed the wall time): the Spark job that reads the window from Kafka and writes it to the staging "
-            f"prefix took {stage.fmt(1)} s, the commit (server-side copies to the final keys, manifest, staging "
-            f"cleanup) {commit.fmt(1)} s, per run of {len(x['windows'])} windows; the run's wall time was "
-            f"{Summary.of(m['archive'].seconds).fmt(1)} s. The Spark job is the slowest stage. "
-            + f"Per window the Spark job took {stage.median / len(x['windows']):.1f} s on average "
-              f"({x['window_records']:,} records); a run's fixed cost with a warm session (the warm one-record "
-              f"window below) is {warm.median:.1f} s, paid once per run. " + PROFILE_NOTE)},
-        {"title": "Experiment: one window on both cores (minPartitions)", "body": (
-            f"One window of {x['per_partition']:,} records (all of partition 0) in the warm session, once each: as "
-            f"today, {x['experiment']['today']['seconds']:.2f} s ({x['experiment']['today']['objects']} object); "
-            f"with `SparkResource.kafka_min_partitions` = 2 (the Kafka source option `minPartitions`), "
-            f"{x['experiment']['minPartitions=2']['seconds']:.2f} s ({x['experiment']['minPartitions=2']['objects']} "
-            "objects). Spark's Kafka source maps one topic-partition offset range to one task unless minPartitions "
-            "asks for more, so a run of a single window uses one core; the run of many windows above already keeps "
-            "both cores busy (4 windows at once). One repeat only: a hint, not a figure. So "
-            "`kafka_min_partitions` is off by default: with several windows per run it only adds objects and S3 "
-            "calls.")},
-        {"title": "Experiment: the S3A magic committer", "body": (
-            f"The rounds' run of {len(x['windows'])} windows in the warm session, {COMMITTER_PAIRS} pairs run back to "
-            f"back: with the default `s3_committer` = file (FileOutputCommitter v2: a task writes under "
-            f"`_temporary/` and its commit renames the file into staging, i.e. a server-side copy of every byte and "
-            f"a delete), {cf.fmt(2)} s (Spark jobs {cf_stage.fmt(1)} s summed); with `magic` (the S3A magic "
-            f"committer: the file is uploaded once, as a multipart upload that the job commit completes), "
-            f"{cm.fmt(2)} s (Spark jobs {cm_stage.fmt(1)} s summed); file / magic seconds per pair "
-            f"{committer_ratio.fmt(2)} (above 1: magic faster). moto keeps objects in memory, so the copy the magic "
-            "committer saves costs little here, while the multipart upload and the committer's pending files add "
-            "about 4 requests per window; on S3 a copy takes time in proportion to the object's size. The window's "
-            "own commit (copy to the final keys, manifest) is the same with either.")},
-        {"title": "Run overhead", "body": (
-            f"A one-record window materialized first thing in a fresh process (`dg.materialize`, commit included), "
-            f"once in each of the {len(x['overhead'])} fresh processes of the memory figure: {overhead.fmt(1)} s (min / median / max) including the Spark session start "
-            f"inside the run, which a deployed run (one process per run) pays too; {warm.fmt(1)} s for the next "
-            f"one-record window in the same process with the session warm. `run_overhead_s` is the first figure.")},
-        {"title": "Catch-up of 100 windows", "body": (
-            f"100 windows of {args.catchup_window_records:,} records (25 per partition) behind: one tick of the offsets "
-            f"sensor (`build_sensor_context`) cut them in {c['tick_s']:.2f} s and requested {c['runs']} runs of at "
-            f"most windows_per_run = {c['windows_per_run']} windows (the multi-run backfill policy). Executing those "
-            f"runs one after the other with `dg.materialize`, stopping the Spark session after each run so that every "
-            f"run starts its own, took {c['seconds']:.1f} s in all, with {c['spark_sessions']} Spark sessions "
-            f"started (one per run, not one per window). The runs share one process and JVM here; a deployed "
-            "run is a fresh process, which adds the fresh-process start of the run-overhead figure to each run.")},
-        {"title": "Memory as the window grows", "body": (
-            "One window of partition 1, materialized in a fresh process per size (after the run-overhead figure's "
-            "two one-record windows). In local mode the driver and the "
-            "executors are the same JVM, so its figure is theirs together. Peak resident set from /proc "
-            "(VmHWM of the JVM over its life; the 0.2 s-sampled maximum during this window's run; the Python driver's "
-            "VmHWM).\n\n"
-            "| window | records | MB | JVM peak RSS (MB) | JVM RSS sampled max (MB) | Python driver peak (MB) | "
-            "seconds |\n| --- | --- | --- | --- | --- | --- | --- |\n" + mem_rows + "\n\n"
-            f"Growth 16× over 1×: JVM {mem_growth:.2f}×, Python {growth(py_peaks):.2f}×. The Python driver only "
-            "plans and commits. The JVM's peak is mostly its heap's size, not live data: G1 (`spark.driver.memory` = "
-            "2g) grows the heap as a run allocates, and two fresh processes with the same settings and the same "
-            "50 MB window peaked 739 and 1,121 MB (a trial by hand, outside this run, 2026-11-22). The Parquet "
-            "writer's buffer is not the cause at these sizes: a 50 MB window writes one ~26 MB row group whether "
-            "`SparkResource.parquet_block_size_mb` is 32 or 128; that setting caps the buffer only for larger "
-            "windows. Not flat, and not fixed here (see docs/roadmap.md).")},
-        {"title": "Sensor tick with 100k windows", "body": (
-            f"{x['tick']['windows']:,} windows (dynamic partitions) of a 4-partition topic in a temporary sqlite "
-            f"Dagster instance (adding them took {x['tick']['add_partitions_s']:.1f} s); the offsets sensor "
-            f"evaluated with `build_sensor_context` {len(x['tick']['tick_s'])} times: {tick.fmt(2)} s per tick "
-            f"(it cut nothing: \"{x['tick']['skip_reason']}\").")},
-        {"title": "What the figures mean", "body": (
-            "- The limit is the slower of a bare consume and a bare PUT of the same bytes, per round: a pipeline "
-            "that overlaps reading and writing can at best go as fast as its slower side. Both run on the same 2 "
-            "cores as everything else (broker, moto and the contender itself), so none of the contenders reaches it.\n"
-            "- moto is a Python server keeping objects in memory on the same 2 cores: its CPU competes with the "
-            "contender's. Every contender writes to it alike.\n"
-            "- The s3-archive figure is a run with a warm Spark session (the benchmark's worker process keeps it "
-            "across rounds, after a warm-up window); the cost of a session start is in the run-overhead figure.\n"
-            "- Records/s and MB/s are over the workload's records and their key + value + header bytes, for every "
-            "contender alike.")},
-    ]
-    x["workload"] = {
-        "records": x["n"], "bytes": x["payload"], "mb": f"{args.mb:g}", "value_bytes": wl.VALUE_BYTES,
-        "produce_s": x["produce_s"],
-        "size_note": (f"The default `--mb {DEFAULT_MB}` (not 1 GB) keeps the whole `make bench` within 30 minutes on "
-                      "this 2-core machine even while other workers load it (a 50 MB trial under a load average of "
-                      "13 took 18 minutes, most of it Spark session starts); `--mb 1000` runs the issue's size.")}
-    json_out = {
-        "archive_vs_limit": round(vs_limit.median, 3),
-        "archive_vs_naive": round(vs_naive.median, 3),
-        "archive_vs_aiven": None,
-        "archive_vs_aiven_reason": "Aiven's S3 sink is not on the Maven Central reachable here (see docs/benchmarks.md)",
-        "restore_vs_produce": round(vs_produce.median, 3),
-        "run_overhead_s": round(overhead.median, 2),
-        "run_overhead_warm_s": round(warm.median, 2),
-        "catchup_100_spark_sessions": c["spark_sessions"],
-        "catchup_100_runs": c["runs"],
-        "catchup_100_s": round(c["seconds"], 1),
-        "driver_peak_mb": {f"{k}x": round(v["jvm_peak_mb"], 1) for k, v in sorted(x["memory"].items())},
-        "driver_window_records": {f"{k}x": k * x["memory_base"] for k in sorted(x["memory"])},
-        "python_driver_peak_mb": {f"{k}x": round(v["python_peak_mb"], 1) for k, v in sorted(x["memory"].items())},
-        "sensor_tick_s_100k": round(tick.median, 3),
-        "ratios_min_median_max": {"archive_vs_limit": vs_limit.as_dict(), "archive_vs_naive": vs_naive.as_dict(),
-                                  "restore_vs_produce": vs_produce.as_dict()},
-        "experiment_one_window_s": {k: round(v["seconds"], 2) for k, v in x["experiment"].items()
-                                    if k != "committers"},
-        "experiment_committer_s": {c: [round(o["seconds"], 2) for o in comm[c]] for c in comm},
-        "committer_file_vs_magic": round(committer_ratio.median, 3),
-        "archive_profile_s": {"spark_jobs_summed": stage.as_dict(2), "commits_summed": commit.as_dict(2)},
-    }
-    return {"command": command, "repeats": args.repeats, "started": x["started"],
-            "wall_s": time.monotonic() - T0, "machine": x["machine"], "workload": x["workload"], "measures": m,
-            "throughput_order": ["consume", "put", "limit", "naive", "archive", "restore", "produce"],
-            "targets": targets, "sections": sections, "json": json_out}
-
-
-DEFAULT_MB = 200
-COMMITTER_PAIRS = 2
-PROFILE_NOTE = ""
+def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]]) -> dict[str, str]:
+    """The headline figures of every size run by this command, side by side."""
+    head = "| figure | " + " | ".join(f"{a.mb:g} MB ({a.repeats} repeat{'s' * (a.repeats > 1)})" for a, _ in runs)
+    rows = [head + " |", "|" + " --- |" * (len(runs) + 1)]
+    for k in SIZE_KEYS:
+        vals = [r["json"].get(k) for _, r in runs]
+        rows.append(f"| `{k}` | " + " | ".join("—" if v is None else f"{v:g}" for v in vals) + " |")
+    rows.append("| minutes | " + " | ".join(f"{r['wall_s'] / 60:.1f}" for _, r in runs) + " |")
+    return {"title": "Sizes side by side", "body": (
+        "Every size of this command (`--mb`), each a full run of its own (its own broker, moto and workload); the "
+        f"page above is the {runs[0][0].mb:g} MB run, `benchmarks-<size>mb.json` has each run's figures.\n\n"
+        + "\n".join(rows))}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=float, default=DEFAULT_MB, help="workload size: MB of keys + values + headers")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mb", default=str(DEFAULT_MB), help="workload size: MB of keys + values + headers; a comma-"
+                                                          "separated list runs each size in turn (e.g. 200,1000)")
+    ap.add_argument("--repeats", default="3", help="rounds; one value, or one per --mb size (e.g. 3,1)")
     ap.add_argument("--window-records", type=int, default=100_000, help="records per window of the archive run "
                                                                        "(and per object of the naive baseline)")
     ap.add_argument("--catchup-window-records", type=int, default=200)
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated, of {', '.join(PEERS)}; '' for none")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="archive formats measured once each; '' for none")
+    ap.add_argument("--overhead-repeats", type=int, default=2, help="fresh processes per JVM variant")
+    ap.add_argument("--spark-remote", default=None, help="a running Spark Connect server (sc://host:port): adds "
+                                                         "the run overhead over Connect")
+    ap.add_argument("--windows", type=int, default=1_000_000, help="windows for bench/windows_*.py")
+    ap.add_argument("--skip-windows", action="store_true", help="do not run bench/windows_*.py")
     ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where benchmarks.md and .json are written")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, broker data)")
     args = ap.parse_args()
-    if args.repeats < 1:
-        ap.error(f"--repeats must be >= 1, got {args.repeats}")
-    command = "make bench" if os.environ.get("BENCH_FROM_MAKE") else shlex.join(
-        ["python", "-m", "bench.run", *sys.argv[1:]])
-    if os.environ.get("BENCH_FROM_MAKE") and len(sys.argv) > 1:
+    try:
+        sizes = [float(v) for v in args.mb.split(",")]
+        repeats = [int(v) for v in args.repeats.split(",")]
+    except ValueError:
+        ap.error(f"--mb and --repeats take numbers, comma-separated; got {args.mb!r} and {args.repeats!r}")
+    if len(repeats) == 1:
+        repeats *= len(sizes)
+    if len(repeats) != len(sizes) or min(repeats) < 1 or min(sizes) <= 0:
+        ap.error(f"--repeats needs one value >= 1, or one per --mb size ({len(sizes)}); got {args.repeats!r}")
+    unknown = set(p for p in args.peers.split(",") if p) - set(PEERS)
+    if unknown:
+        ap.error(f"--peers: unknown {', '.join(sorted(unknown))}; allowed: {', '.join(PEERS)}")
+    target = os.environ.get("BENCH_FROM_MAKE")  # the make target that ran this, if any
+    command = f"make {target}" if target else shlex.join(["python", "-m", "bench.run", *sys.argv[1:]])
+    if target == "bench" and len(sys.argv) > 1:
         command += f" BENCH_ARGS={shlex.quote(shlex.join(sys.argv[1:]))}"
-    x = run(args)
-    r = report(args, x, command)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "benchmarks.md").write_text(render_markdown(r))
-    (args.out / "benchmarks.json").write_text(json.dumps(build_json(r), indent=2) + "\n")
+    runs: list[tuple[argparse.Namespace, dict[str, Any]]] = []
+    for i, (mb, reps) in enumerate(zip(sizes, repeats)):
+        a = argparse.Namespace(**{**vars(args), "mb": mb, "repeats": reps})
+        a.skip_windows = args.skip_windows or i > 0  # the years-of-windows figures do not depend on --mb
+        t = time.monotonic()
+        say(f"=== {mb:g} MB, {reps} repeat(s) ===")
+        x = run(a)
+        r = report(a, x, command, wall_s=time.monotonic() - t)
+        runs.append((a, r))
+        (args.out / f"benchmarks-{mb:g}mb.json").write_text(json.dumps(build_json(r), indent=2) + "\n")
+    first = runs[0][1]
+    if len(runs) > 1:
+        first["sections"].insert(0, sizes_section(runs))
+        first["json"]["sizes"] = {f"{a.mb:g}mb": {k: r["json"].get(k) for k in SIZE_KEYS} for a, r in runs}
+    (args.out / "benchmarks.md").write_text(render_markdown(first))
+    (args.out / "benchmarks.json").write_text(json.dumps(build_json(first), indent=2) + "\n")
     say(f"wrote {args.out / 'benchmarks.md'} and {args.out / 'benchmarks.json'}")
-    print(json.dumps(r["json"], indent=2))
+    print(json.dumps(first["json"], indent=2, default=str))
 
+
+DEFAULT_MB = 200
 
 if __name__ == "__main__":
     main()

@@ -108,6 +108,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"- at the start, {r['machine']['other_work']}"
         + (f"; at the end, {r['machine']['other_work_end']}" if r["machine"].get("other_work_end") else ""),
         f"- software: {r['machine']['software']}",
+        *([f"- heavy-run lock: {r['machine']['heavy_lock']}"] if r["machine"].get("heavy_lock") else []),
         "",
         "## Workload",
         "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -45,6 +46,13 @@ def status_kb(pid: int | str, field: str) -> int:
     except OSError:
         pass
     return 0
+
+
+def process_start() -> float:
+    """This process's start on the wall clock (from /proc: its start in clock ticks after boot)."""
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime"))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def jvm_pid() -> int | None:
@@ -115,9 +123,10 @@ class Worker:
         self.kafka = KafkaResource(bootstrap_servers=stack["bootstrap_servers"])
 
     def spark(self) -> SparkResource:
-        return SparkResource(s3_endpoint_url=self.stack["s3_endpoint_url"],
+        return SparkResource(s3_endpoint_url=self.stack["s3_endpoint_url"], remote=self.stack.get("remote"),
                              s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
                              s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True,
+                             jvm_profile=self.stack.get("jvm_profile", "short"),
                              extra_conf=self.stack.get("spark_conf", {}))
 
     def resources(self) -> dict[str, Any]:
@@ -180,6 +189,65 @@ class Worker:
         return out | {"stage_s": prof.stage_s, "commit_s": prof.commit_s, "jvm_rss_max_mb": rss.max_kb / 1024,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
                       "python_peak_mb": status_kb("self", "VmHWM") / 1024}
+
+    def cmd_format(self, topic: str, prefix: str, windows: list[list[int]], format: str) -> dict[str, Any]:
+        """The run of `windows` archived in `format` (value_decoding json for json, the csv fields for csv)."""
+        ws = [OffsetWindow(*w) for w in windows]
+        extra: dict[str, Any] = {"format": format}
+        if format == "csv":
+            extra["csv_fields"] = ["key", "value", "offset", "timestamp", "headers"]
+        return self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws)), **extra), topic, ws)
+
+    def cmd_spark_read(self, topic: str, windows: list[list[int]]) -> dict[str, Any]:
+        """Spark's own count of the same offset ranges (one batch read, as read_window reads): the floor of any
+        design on Spark's Kafka source."""
+        session = self.spark().session()
+        parts: dict[int, list[int]] = {}
+        for p, s, e in windows:
+            lo, hi = parts.get(p, [s, e])
+            parts[p] = [min(lo, s), max(hi, e)]
+        t = time.monotonic()
+        n = (session.read.format("kafka").options(**self.kafka.spark_options())
+             .option("assign", json.dumps({topic: sorted(parts)}))
+             .option("startingOffsets", json.dumps({topic: {str(p): r[0] for p, r in parts.items()}}))
+             .option("endingOffsets", json.dumps({topic: {str(p): r[1] for p, r in parts.items()}}))
+             .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed")
+             .option("failOnDataLoss", "false").load().count())
+        return {"seconds": time.monotonic() - t, "records": n}
+
+    def cmd_streaming(self, topic: str, prefix: str, triggers: int = 4) -> dict[str, Any]:
+        """The "just write a streaming job" peer: Spark Structured Streaming, Kafka → Parquet on S3 with its
+        checkpoint on S3, `trigger(availableNow=True)` over the whole topic in `triggers` micro-batches
+        (maxOffsetsPerTrigger), each batch a commit. In this warm session, like the archive's figure."""
+        session = self.spark().session()
+        ends = self.kafka.offsets(topic, "latest")
+        total = sum(ends.values())
+        base = f"s3a://{self.stack['bucket']}/{prefix}"
+        t = time.monotonic()
+        query = (session.readStream.format("kafka").options(**self.kafka.spark_options())
+                 .option("subscribe", topic).option("startingOffsets", "earliest")
+                 .option("includeHeaders", "true").option("maxOffsetsPerTrigger", str(-(-total // triggers)))
+                 .load()
+                 .selectExpr("key", "value", "headers", "topic", "partition", "offset", "timestamp",
+                             "timestampType AS timestamp_type")
+                 .writeStream.format("parquet").option("path", base + "data")
+                 .option("checkpointLocation", base + "checkpoint").trigger(availableNow=True).start())
+        query.awaitTermination()
+        visible = time.monotonic() - t
+        batches = [(b["batchId"], b["numInputRows"], b["durationMs"].get("triggerExecution", 0), b["timestamp"])
+                   for b in query.recentProgress]
+        rows = sum(b[1] for b in batches)
+        return {"seconds": visible, "records": rows, "expected": total,
+                "batches": [{"id": b[0], "rows": b[1], "ms": b[2], "at": b[3]} for b in batches]}
+
+    def cmd_one(self, one_topic: str, prefix: str) -> dict[str, Any]:
+        """The run overhead: one one-record window first thing in this fresh process (the Spark session starts
+        inside the run), and the seconds from this process's start to the end of that run."""
+        import_s = time.time() - process_start()
+        out = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 0, 1)])
+        assert out["records"] == 1, out
+        return out | {"import_s": import_s, "process_to_done_s": time.time() - process_start(),
+                      "java_options": self.spark().spark_conf().get("spark.driver.extraJavaOptions", "")}
 
     def cmd_fresh(self, one_topic: str, prefix: str, topic: str, partition: int, records: int) -> dict[str, Any]:
         """In this fresh process: a one-record window with the Spark session starting inside the run (as in a

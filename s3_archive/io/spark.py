@@ -12,6 +12,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from s3_archive.io import paths
+from s3_archive.io.jvm import JVM_PROFILES, driver_java_options
 from s3_archive.io.s3_resource import S3_ENV, check_storage_class
 from s3_archive.io.truststore import TRUSTSTORE_PASSWORD, java_truststore
 from s3_archive.model.errors import MissingJars
@@ -74,6 +75,10 @@ class SparkResource(dg.ConfigurableResource):
     kafka_min_partitions: int | None = Field(
         default=None, ge=1, description="Spark's Kafka source minPartitions: split a window's offset range into at "
         "least this many Spark tasks (and as many staged files, hence objects); None: one task per window")
+    jvm_profile: str = Field(default="short", description="the driver JVM's flags (s3_archive/io/jvm.py): short "
+                             "for a run's own process (C1 JIT only: starts fast), long for a session kept across "
+                             "runs (C2 too); both map the AppCDS archive that scripts/setup builds. One of "
+                             f"{', '.join(JVM_PROFILES)}; ignored over Spark Connect")
     ui_enabled: bool = Field(default=False, description="Spark's web UI (off: nothing listens on port 4040)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
@@ -107,6 +112,10 @@ class SparkResource(dg.ConfigurableResource):
                     f"{paths.jar_dir('spark')}; run `scripts/fetch-jars` (jvm/spark/pom.xml lists it), or set "
                     "s3_committer='file'")
             conf |= MAGIC_COMMITTER_CONF
+        if not self.remote:
+            java_opts = driver_java_options(self.jvm_profile, jars if self.master.startswith("local") else [])
+            if java_opts:
+                conf["spark.driver.extraJavaOptions"] = java_opts
         if self.remote:
             conf["spark.remote"] = self.remote  # the Connect server carries its own jars
         elif self.master.startswith("local"):

@@ -1,0 +1,77 @@
+"""JVM options of the Spark driver, by the kind of process it lives in (`SparkResource.jvm_profile`).
+
+- `short`: a run's own process (Dagster launches one per run), which starts a JVM, archives and exits. C1 only
+  (`-XX:TieredStopAtLevel=1`): C2 spends seconds of CPU compiling hot code that a short process never amortizes.
+  With the AppCDS archive (`-XX:SharedArchiveFile`) of the driver's classpath, when `scripts/setup` has built it,
+  the ~25,000 classes of Spark, Hadoop and the AWS SDK are mapped instead of loaded and verified one by one.
+- `long`: a session that lives across many runs (a notebook, a benchmark's warm worker, a Connect server): the
+  JVM's default tiered JIT (C2 pays off after warm-up), plus the AppCDS archive when built.
+
+The archive is only valid for the exact JDK and classpath it was dumped with, so its file name carries a
+fingerprint of both; a changed jar or JDK simply finds no archive (no flag, no warning) until setup rebuilds it.
+docs/benchmarks.md ("Run overhead") measures each flag's gain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from s3_archive.io import paths
+
+JVM_PROFILES = ("short", "long")
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def java_home() -> Path | None:
+    """The JDK pyspark launches: `$JAVA_HOME`, else the one of `java` on PATH."""
+    if os.environ.get("JAVA_HOME"):
+        return Path(os.environ["JAVA_HOME"])
+    java = shutil.which("java")
+    return Path(java).resolve().parent.parent if java else None
+
+
+def _pyspark_jars() -> list[Path]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return []
+    return sorted((Path(spec.origin).parent / "jars").glob("*.jar"))
+
+
+def classpath_fingerprint(extra_jars: Iterable[Path | str]) -> str:
+    """A hash of what an AppCDS archive depends on: the JDK (its libjvm) and every jar of the driver's classpath
+    (the extra ones first, then pyspark's), each by path, size and modification time."""
+    h = hashlib.sha256()
+    home = java_home()
+    files = [*(Path(j) for j in extra_jars), *_pyspark_jars()]
+    if home is not None:
+        files.insert(0, home / "lib" / "server" / "libjvm.so")
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            h.update(f"{f}:missing\n".encode())
+            continue
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def cds_archive(extra_jars: Iterable[Path | str]) -> Path:
+    """Where the AppCDS archive for this JDK and classpath lives (it may not exist)."""
+    return paths.home() / "cds" / f"spark-driver-{classpath_fingerprint(extra_jars)}.jsa"
+
+
+def driver_java_options(profile: str, extra_jars: Iterable[Path | str]) -> str:
+    """`spark.driver.extraJavaOptions` for a profile (see the module docstring)."""
+    if profile not in JVM_PROFILES:
+        raise ValueError(f"SparkResource.jvm_profile is {profile!r}; allowed: {', '.join(JVM_PROFILES)}")
+    opts = [C1_ONLY] if profile == "short" else []
+    archive = cds_archive(extra_jars)
+    if archive.is_file():
+        opts.append(f"-XX:SharedArchiveFile={archive}")
+    return " ".join(opts)

@@ -1,0 +1,59 @@
+"""The driver's JVM flags per profile (s3_archive/io/jvm.py) and how SparkResource passes them on."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from s3_archive.io.jvm import C1_ONLY, cds_archive, classpath_fingerprint, driver_java_options
+from s3_archive.io.spark import SparkResource
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def jar_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("S3_ARCHIVE_HOME", str(tmp_path))
+    d = tmp_path / "jars" / "spark"
+    d.mkdir(parents=True)
+    (d / "spark-sql-kafka-0-10_2.13-4.0.0.jar").write_bytes(b"jar")
+    return d
+
+
+def test_short_is_c1_only_and_long_keeps_the_default_jit(jar_home):
+    jars = list(jar_home.glob("*.jar"))
+    assert driver_java_options("short", jars) == C1_ONLY
+    assert driver_java_options("long", jars) == ""
+
+
+def test_the_cds_archive_is_used_only_once_built(jar_home):
+    jars = list(jar_home.glob("*.jar"))
+    archive = cds_archive(jars)
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"jsa")
+    assert driver_java_options("short", jars) == f"{C1_ONLY} -XX:SharedArchiveFile={archive}"
+    assert driver_java_options("long", jars) == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_a_changed_jar_names_another_archive(jar_home):
+    jar = next(jar_home.glob("*.jar"))
+    before = classpath_fingerprint([jar])
+    jar.write_bytes(b"another jar")
+    os.utime(jar, ns=(1, 1))
+    assert classpath_fingerprint([jar]) != before
+    assert classpath_fingerprint([jar, jar_home / "new.jar"]) != classpath_fingerprint([jar])
+
+
+def test_an_unknown_profile_names_the_allowed_ones(jar_home):
+    with pytest.raises(ValueError, match=r"jvm_profile is 'medium'; allowed: short, long"):
+        driver_java_options("medium", [])
+
+
+def test_spark_resource_passes_the_flags_to_the_driver_only_when_it_starts_one(jar_home):
+    assert SparkResource().spark_conf()["spark.driver.extraJavaOptions"] == C1_ONLY
+    assert "spark.driver.extraJavaOptions" not in SparkResource(jvm_profile="long").spark_conf()
+    assert "spark.driver.extraJavaOptions" not in SparkResource(remote="sc://spark:15002").spark_conf()
+    # extra_conf still has the last word
+    conf = SparkResource(extra_conf={"spark.driver.extraJavaOptions": "-Xss4m"}).spark_conf()
+    assert conf["spark.driver.extraJavaOptions"] == "-Xss4m"
