@@ -4,6 +4,7 @@ or an explicit `map`. Pure.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ MAPPINGS = ("same", "murmur2", "map")
 
 
 _MASK32 = 0xFFFFFFFF
+_ROUTE_CACHE = 1 << 16  # keys whose partition a run remembers (then it starts over)
 
 
 def murmur2(data: bytes) -> int:
@@ -22,8 +24,8 @@ def murmur2(data: bytes) -> int:
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK32
     whole = length & ~3
-    for i in range(0, whole, 4):
-        k = (data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24) * m & _MASK32
+    for k in struct.unpack_from(f"<{whole >> 2}I", data):  # little-endian 4-byte words, as Java reads them
+        k = k * m & _MASK32
         k ^= k >> 24
         k = k * m & _MASK32
         h = (h * m & _MASK32) ^ k
@@ -117,6 +119,18 @@ class PartitionMapping:
         if self.mode == "same":
             return lambda sp, key: sp
         if self.mode == "murmur2":
-            return lambda sp, key: sp % num_target if key is None else to_positive(murmur2(key)) % num_target
+            cache: dict[bytes, int] = {}  # keys repeat (an entity's events): hash each once per run
+
+            def route(sp: int, key: bytes | None) -> int:
+                if key is None:
+                    return sp % num_target
+                tp = cache.get(key)
+                if tp is None:
+                    if len(cache) >= _ROUTE_CACHE:
+                        cache.clear()
+                    tp = cache[key] = to_positive(murmur2(key)) % num_target
+                return tp
+
+            return route
         explicit = dict(self.explicit)
         return lambda sp, key: explicit[sp]
