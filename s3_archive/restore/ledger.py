@@ -42,7 +42,7 @@ class RangeSet:
     def overlaps(self, a: int, b: int) -> bool:
         """Whether any offset of [a, b) is in the set."""
         i = bisect.bisect_right(self._ends, a)  # the first range ending after a
-        return i < len(self._starts) and self._starts[i] < b
+        return a < b and i < len(self._starts) and self._starts[i] < b
 
     def ranges(self) -> list[list[int]]:
         return [[a, b] for a, b in zip(self._starts, self._ends)]
