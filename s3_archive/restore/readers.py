@@ -68,8 +68,7 @@ def _names(col: pa.Array) -> list[str | None]:
     if col.null_count or len(col) < 64:
         return col.to_pylist()
     enc = pc.dictionary_encode(col)
-    distinct = enc.dictionary.to_pylist()
-    return [distinct[i] for i in enc.indices.to_pylist()]
+    return list(map(enc.dictionary.to_pylist().__getitem__, enc.indices.to_pylist()))
 
 
 _NO_HEADERS: list = []  # shared by every record without headers (nothing mutates a record's header list)
@@ -88,10 +87,14 @@ def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, byte
         headers = [_NO_HEADERS] * n
     else:
         pairs = list(zip(_names(names.slice(lo, hi - lo)), values.slice(lo, hi - lo).to_pylist()))
-        rel = [o - lo for o in bounds]
-        headers = [pairs[a:b] if a < b else _NO_HEADERS for a, b in zip(rel, itertools.islice(rel, 1, None))]
-        if col.null_count:
-            headers = [h if ok else _NO_HEADERS for h, ok in zip(headers, col.is_valid().to_pylist())]
+        k = (hi - lo) // n
+        if not col.null_count and k * n == hi - lo and bounds == list(range(lo, hi + 1, k)):
+            headers = list(map(list, zip(*[iter(pairs)] * k)))  # every record has k headers: grouped in C
+        else:
+            rel = [o - lo for o in bounds]
+            headers = [pairs[a:b] if a < b else _NO_HEADERS for a, b in zip(rel, itertools.islice(rel, 1, None))]
+            if col.null_count:
+                headers = [h if ok else _NO_HEADERS for h, ok in zip(headers, col.is_valid().to_pylist())]
     # Header bytes per row: differences of the running sum of name + value lengths at the list offsets.
     each = pc.add(_lengths(names), _lengths(values))
     running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)]) if len(each) else \

@@ -13,6 +13,7 @@ from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, batches_of, increasing, select
 from s3_archive.restore.ledger import RangeSet
+from s3_archive.restore.readers import parquet_batches
 from s3_archive.restore.request import ArchivedRecord, Filters, record_bytes
 from s3_archive.restore.routing import PartitionMapping, murmur2_partition
 from s3_archive.restore.sources import window_batches
@@ -113,3 +114,20 @@ def test_the_murmur2_route_remembers_keys_without_changing_a_choice():
     keys = [f"user-{i % 7}".encode() for i in range(50)] + [b"", b"\x00\xff"]
     assert [route(3, k) for k in keys] == [murmur2_partition(k, 5) for k in keys]
     assert route(3, None) == route(3, None) == 3
+
+
+def test_parquet_headers_when_every_record_has_the_same_count_or_not():
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    for rows in ([[("a", b"1"), ("b", None)]] * 70, [[("a", b"1")], [], [("b", b"2"), ("b", b"3")]] * 30,
+                 [[]] * 5, [None, [("n", b"")]] * 40):
+        buf = io.BytesIO()
+        pq.write_table(pa.table({
+            "key": pa.array([None] * len(rows), pa.binary()), "value": pa.array([b""] * len(rows), pa.binary()),
+            "headers": pa.array([None if r is None else [{"key": k, "value": v} for k, v in r] for r in rows],
+                                headers),
+            "partition": pa.array([0] * len(rows), pa.int32()), "offset": pa.array(range(len(rows)), pa.int64()),
+            "timestamp": pa.array([1] * len(rows), pa.timestamp("ms"))}), buf)
+        buf.seek(0)
+        got = [h for b in parquet_batches(buf, 64) for h in b.headers]
+        assert got == [r or [] for r in rows]
+        assert all(type(h) is list for h in got)
