@@ -1,6 +1,6 @@
 """A batch of archived records, column-wise: what every reader hands to the restore run. The run filters,
 counts and routes a batch at a time (slices, `sum`, `bisect`), so the only Python left per record is the
-producer's call. Pure.
+producer's call. No I/O here (`read_ahead` runs a reader in a thread).
 """
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
+import queue
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 
 from s3_archive.restore.ledger import RangeSet
@@ -90,3 +92,50 @@ def select(batch: Records, lo: int, hi: int, done: RangeSet | None, filters: Fil
             filtered += len(batch) - len(keep)
             batch = batch.take(keep)
     return batch, skipped, filtered
+
+
+_END = object()
+
+
+def read_ahead(batches: Iterator[Records], depth: int) -> Iterator[Records]:
+    """`batches` read in a thread, up to `depth` batches ahead of the caller, so that downloading and decoding
+    (Arrow releases the GIL) overlap the caller's producing; `depth` 0 reads them inline. An error of the reader
+    is raised in the caller, in order. Closing this generator stops the thread (after its current batch)."""
+    if depth <= 0:
+        yield from batches
+        return
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for b in batches:
+                if not put(b):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
+            put(e)
+            return
+        put(_END)
+
+    thread = threading.Thread(target=work, name="s3-archive-restore-read", daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # the reader's own cleanup (spooled files), now that no thread runs it

@@ -14,6 +14,7 @@ and restoring windows in several runs (or out of order) makes the last record sa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Iterable, Iterator
@@ -25,7 +26,7 @@ from confluent_kafka import KafkaException
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, select
+from s3_archive.restore.batch import Records, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
 from s3_archive.restore.kafka import LedgerStore, Producer, target_partition_count, target_warnings
 from s3_archive.restore.ledger import RangeSet
@@ -42,6 +43,9 @@ from s3_archive.restore.request import (
     no_fault,
 )
 from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_batches, window_objects
+
+# Batches the reader may run ahead of the producer (0: read inline).
+READ_AHEAD_BATCHES = 2
 
 
 def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
@@ -218,38 +222,40 @@ class RestoreRun:
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
         self.seg_start, last = lo, -1
         archived = restored = skipped = filtered = nbytes = replaced = 0
-        for batch in src.batches():
-            n = len(batch)
-            if not n:
-                continue
-            archived += n
-            last = batch.offsets[-1]
-            batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
-            skipped, filtered = skipped + skip, filtered + filt
-            if not len(batch):
-                continue
-            restored += len(batch)
-            size = sum(batch.sizes)
-            nbytes += size
-            if min(batch.timestamps) <= 0:
-                # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
-                replaced += sum(1 for t in batch.timestamps if t <= 0)
-                batch.timestamps = [t if t > 0 else 0 for t in batch.timestamps]
-            tps: int | list[int] = tp
-            if per_record:
-                tps = list(map(self.route, itertools.repeat(sp), batch.keys))
-                for p, b in zip(tps, batch.sizes):
-                    c = counts.get(p)
-                    if c is None:
-                        c = counts[p] = PartitionCount()
-                    c.records += 1
-                    c.bytes += b
-            if producer is None:
-                continue
-            if request.provenance_headers:
-                batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
-                                 for h, o in zip(batch.headers, batch.offsets)]
-            ready += self._produce(batch, tps, sp, rep)
+        # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
+        with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
+            for batch in batches:
+                n = len(batch)
+                if not n:
+                    continue
+                archived += n
+                last = batch.offsets[-1]
+                batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
+                skipped, filtered = skipped + skip, filtered + filt
+                if not len(batch):
+                    continue
+                restored += len(batch)
+                size = sum(batch.sizes)
+                nbytes += size
+                if min(batch.timestamps) <= 0:
+                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
+                    replaced += sum(1 for t in batch.timestamps if t <= 0)
+                    batch.timestamps = [t if t > 0 else 0 for t in batch.timestamps]
+                tps: int | list[int] = tp
+                if per_record:
+                    tps = list(map(self.route, itertools.repeat(sp), batch.keys))
+                    for p, b in zip(tps, batch.sizes):
+                        c = counts.get(p)
+                        if c is None:
+                            c = counts[p] = PartitionCount()
+                        c.records += 1
+                        c.bytes += b
+                if producer is None:
+                    continue
+                if request.provenance_headers:
+                    batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
+                                     for h, o in zip(batch.headers, batch.offsets)]
+                ready += self._produce(batch, tps, sp, rep)
         if not per_record and restored:
             counts[tp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, batches_of, increasing, select
+from s3_archive.restore.batch import Records, batches_of, increasing, read_ahead, select
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.readers import parquet_batches
 from s3_archive.restore.request import ArchivedRecord, Filters, record_bytes
@@ -131,3 +131,31 @@ def test_parquet_headers_when_every_record_has_the_same_count_or_not():
         got = [h for b in parquet_batches(buf, 64) for h in b.headers]
         assert got == [r or [] for r in rows]
         assert all(type(h) is list for h in got)
+
+
+def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed():
+    import threading
+
+    def reader(n: int, fail_at: int | None = None, closed: list | None = None):
+        try:
+            for i in range(n):
+                if i == fail_at:
+                    raise ArchiveIntegrityError(f"bad batch {i}")
+                yield _records([i], [1])
+        finally:
+            if closed is not None:
+                closed.append(threading.current_thread().name)
+
+    for depth in (0, 1, 3):
+        assert [b.offsets[0] for b in read_ahead(reader(10), depth)] == list(range(10))
+        got = []
+        with pytest.raises(ArchiveIntegrityError, match="bad batch 4"):
+            for b in read_ahead(reader(10, fail_at=4), depth):
+                got.append(b.offsets[0])
+        assert got == [0, 1, 2, 3]
+    closed: list = []
+    it = read_ahead(reader(1000, closed=closed), 2)
+    assert next(it).offsets == [0]
+    it.close()  # stops the thread, then closes the reader in the caller's thread
+    assert closed == [threading.current_thread().name]
+    assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
