@@ -20,7 +20,8 @@ Headers = list[tuple[str, bytes | None]]
 
 class Records:
     """Records in file order as parallel lists (ArchivedRecord's fields); `sizes` are key + value + header
-    bytes. Never mutated once built: filtering makes a new one."""
+    bytes. No list is changed in place: filtering makes a new batch, and the run replaces a whole column
+    (timestamps it cannot keep, headers with provenance) of a batch it got from a reader."""
 
     __slots__ = ("partitions", "offsets", "keys", "values", "headers", "timestamps", "sizes")
 
