@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import os
+import resource
 import statistics
 import time
 import uuid
@@ -92,9 +93,38 @@ def _produce_bare(kafka: KafkaResource, topic: str, recs: list) -> None:
     assert remaining == 0, f"{remaining} records not delivered"
 
 
-def _stats(seconds: list[float], n: int, nbytes: int) -> dict[str, Any]:
+def _cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by this process (all its threads) or by process `pid`."""
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Clock:
+    """Wall seconds, this process's CPU seconds and the broker's (when the bench started it) of one timed step."""
+
+    def __init__(self, broker_pid: int | None) -> None:
+        self.broker_pid = broker_pid
+
+    def __enter__(self) -> _Clock:
+        self.t, self.cpu = time.monotonic(), _cpu_s()
+        self.broker = _cpu_s(self.broker_pid) if self.broker_pid else 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds, self.cpu = time.monotonic() - self.t, _cpu_s() - self.cpu
+        self.broker = _cpu_s(self.broker_pid) - self.broker if self.broker_pid else None
+
+
+def _stats(seconds: list[float], n: int, nbytes: int, clocks: list[_Clock]) -> dict[str, Any]:
     rps = sorted(n / s for s in seconds)
+    broker = [c.broker for c in clocks if c.broker is not None]
     return {"seconds": [round(s, 3) for s in seconds],
+            "cpu_s_median": round(statistics.median(c.cpu for c in clocks), 3),
+            "broker_cpu_s_median": round(statistics.median(broker), 3) if broker else None,
             "records_per_s": {"min": round(rps[0]), "median": round(statistics.median(rps)), "max": round(rps[-1])},
             "mb_per_s": {"min": round(nbytes / (n / rps[0]) / 1e6, 2),
                          "median": round(nbytes * statistics.median(rps) / n / 1e6, 2),
@@ -104,11 +134,14 @@ def _stats(seconds: list[float], n: int, nbytes: int) -> dict[str, Any]:
 def run(records: int = 200_000, repeats: int = 3, value_bytes: int = 500, bootstrap_servers: str | None = None,
         s3_endpoint_url: str | None = None, bucket: str = "bench", profile: Path | None = None) -> dict[str, Any]:
     """Produce `records` with a bare producer and restore as many from S3, `repeats` times each (a new topic per
-    run); figures per side and the median ratio restore / producer. `profile`: write a cProfile of one restore."""
+    run); figures per side (with the CPU seconds of this process and of the broker, when it started the broker)
+    and the median ratio restore / producer. `profile`: write a cProfile of the last (warm) restore."""
     with ExitStack() as stack:
+        broker_pid = None
         if bootstrap_servers is None or s3_endpoint_url is None:
             broker, moto, _ = stack.enter_context(temporary_stack("s3a-bench-restore-", bucket))
             bootstrap_servers, s3_endpoint_url = broker.bootstrap_servers, moto.endpoint_url
+            broker_pid = broker.proc.pid
         kafka = KafkaResource(bootstrap_servers=bootstrap_servers)
         s3 = local_s3_client(s3_endpoint_url)
         recs = _records(records, value_bytes)
@@ -117,30 +150,32 @@ def run(records: int = 200_000, repeats: int = 3, value_bytes: int = 500, bootst
         windows = _write_archive(s3, bucket, f"bench-{run_id}/", recs)
         admin = kafka.admin()
         log = logging.getLogger("bench")
-        produce_s, restore_s = [], []
+        produce_c: list[_Clock] = []
+        restore_c: list[_Clock] = []
         for r in range(repeats):
             topics = [f"bench-bare-{run_id}-{r}", f"bench-restore-{run_id}-{r}"]
             for f in admin.create_topics([NewTopic(t, 1, 1, config={"retention.ms": "-1"}) for t in topics]).values():
                 f.result(30)
-            t = time.monotonic()
-            _produce_bare(kafka, topics[0], recs)
-            produce_s.append(time.monotonic() - t)
+            with _Clock(broker_pid) as c:
+                _produce_bare(kafka, topics[0], recs)
+            produce_c.append(c)
             request = RestoreRequest(TOPIC, topics[1])
-            t = time.monotonic()
-            if profile is not None and r == 0:
+            if profile is not None and r == repeats - 1:  # a warm run: the broker's first transactions are slower
                 import cProfile
 
-                with cProfile.Profile() as prof:
+                with cProfile.Profile() as prof, _Clock(broker_pid) as c:
                     reps = list(restore_windows(kafka, s3, bucket, f"bench-{run_id}/", request, windows, log))
                 prof.dump_stats(str(profile))
             else:
-                reps = list(restore_windows(kafka, s3, bucket, f"bench-{run_id}/", request, windows, log))
-            restore_s.append(time.monotonic() - t)
+                with _Clock(broker_pid) as c:
+                    reps = list(restore_windows(kafka, s3, bucket, f"bench-{run_id}/", request, windows, log))
+            restore_c.append(c)
             assert sum(x.restored for x in reps) == records
             end = kafka.offsets(topics[1], "latest")[0]
             assert end >= records, f"restore target holds {end} offsets, expected >= {records}"
             admin.delete_topics(topics)
-        producer, restore = _stats(produce_s, records, nbytes), _stats(restore_s, records, nbytes)
+        producer = _stats([c.seconds for c in produce_c], records, nbytes, produce_c)
+        restore = _stats([c.seconds for c in restore_c], records, nbytes, restore_c)
         return {"records": records, "value_bytes": value_bytes, "record_bytes": nbytes, "repeats": repeats,
                 "producer": producer, "restore": restore,
                 "ratio_median": round(restore["records_per_s"]["median"] / producer["records_per_s"]["median"], 3)}
@@ -151,14 +186,15 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--value-bytes", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--profile", type=Path, help="write a cProfile of the first restore here")
+    ap.add_argument("--profile", type=Path, help="write a cProfile of the last restore here")
     args = ap.parse_args()
     out = run(args.records, args.repeats, args.value_bytes, profile=args.profile)
     for side in ("producer", "restore"):
         s = out[side]
         print(f"{side:8s}: records/s min/median/max {s['records_per_s']['min']:,}/{s['records_per_s']['median']:,}/"
               f"{s['records_per_s']['max']:,}  MB/s {s['mb_per_s']['min']}/{s['mb_per_s']['median']}/"
-              f"{s['mb_per_s']['max']}")
+              f"{s['mb_per_s']['max']}  CPU s median: this process {s['cpu_s_median']}, broker "
+              f"{s['broker_cpu_s_median']}")
     print(f"restore / producer (median records/s): {out['ratio_median']}")
     print(json.dumps(out))
 

@@ -3,6 +3,7 @@
     request.py         what to restore (RestoreRequest, filters), what a window reports, one window to read
     sources.py         our archives: manifests → windows → records in offset order (spooled, prefetched)
     readers.py         record readers per archive format (parquet, avro, jsonl, json)
+    batch.py           records column-wise in batches (what readers hand the run), their selection, read-ahead
     foreign.py         archives of the Kafka Connect S3 sinks: listing → windows → records
     foreign_decode.py  their object contents (csv, json, avro, parquet, bytes; gzip, snappy, zstd)
     cold.py            objects in GLACIER / DEEP_ARCHIVE: RestoreObject, then fail or wait

@@ -16,6 +16,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay
 from s3_archive.io.s3 import error_code
 from s3_archive.model.errors import ColdObjectsPending
 from s3_archive.model.manifest import ManifestObject
+from s3_archive.restore.sources import parallel_map
 
 # Storage classes whose objects must be restored (RestoreObject) before a GET; GLACIER_IR is read directly.
 COLD_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
@@ -67,11 +68,10 @@ class ColdReport:
 
 def head_storage_classes(s3: Any, bucket: str, objects: Iterable[ManifestObject]) -> list[ListedObject]:
     """Objects named by manifests with their storage class (HeadObject; absent means STANDARD)."""
-    out = []
-    for o in objects:
-        head = s3.head_object(Bucket=bucket, Key=o.key)
-        out.append(ListedObject(o.key, o.size, head.get("StorageClass", "STANDARD")))
-    return out
+    def head(o: ManifestObject) -> ListedObject:
+        return ListedObject(o.key, o.size, s3.head_object(Bucket=bucket, Key=o.key).get("StorageClass", "STANDARD"))
+
+    return parallel_map(head, list(objects))
 
 
 def prepare_cold(s3: Any, bucket: str, objects: list[ListedObject], opts: ColdOptions, what: str, log: Any,

@@ -20,8 +20,10 @@ from s3_archive.keys.foreign import aiven_parse, confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
 from s3_archive.restore import cold
+from s3_archive.restore.batch import batches_of
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
 from s3_archive.restore.foreign_decode import Decoder, decompress, numbered, with_keys
+from s3_archive.restore.readers import PARQUET_BATCH
 from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, WindowSource, no_fault
 from s3_archive.restore.run import restore_sources
 
@@ -132,7 +134,7 @@ def window_source(s3: Any, source: ForeignSource, fw: ForeignWindow) -> WindowSo
                                   f"s3://{source.bucket}/{fw.keys_obj.key}")
         yield from numbered(with_keys(values, keys, what), fw.window, what, ArchivedRecord)
 
-    return WindowSource(fw.window, records, open_end=fw.open_end)
+    return WindowSource(fw.window, lambda: batches_of(records(), PARQUET_BATCH), open_end=fw.open_end)
 
 
 def discover(s3: Any, source: ForeignSource) -> Plan:

@@ -39,6 +39,11 @@ class RangeSet:
         i = bisect.bisect_right(self._starts, x) - 1
         return i >= 0 and x < self._ends[i]
 
+    def overlaps(self, a: int, b: int) -> bool:
+        """Whether any offset of [a, b) is in the set."""
+        i = bisect.bisect_right(self._ends, a)  # the first range ending after a
+        return a < b and i < len(self._starts) and self._starts[i] < b
+
     def ranges(self) -> list[list[int]]:
         return [[a, b] for a, b in zip(self._starts, self._ends)]
 

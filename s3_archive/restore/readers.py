@@ -10,7 +10,7 @@ import gzip
 import io
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from backports import zstd
 
 from s3_archive.model.errors import ArchiveIntegrityError
+from s3_archive.restore.batch import Records
 from s3_archive.restore.request import ArchivedRecord
 
 PARQUET_BATCH = 2048
@@ -61,56 +62,70 @@ def _lengths(col: pa.Array) -> pa.Array:
     return pc.fill_null(pc.binary_length(col), 0).cast(pa.int64())
 
 
+def _names(col: pa.Array) -> list[str | None]:
+    """Header names as Python strings, dictionary-decoded: one string per distinct name of the batch, shared by
+    every header that has it (a batch holds few distinct names: decoding each is most of the work)."""
+    if col.null_count or len(col) < 64:
+        return col.to_pylist()
+    enc = pc.dictionary_encode(col)
+    return list(map(enc.dictionary.to_pylist().__getitem__, enc.indices.to_pylist()))
+
+
+_NO_HEADERS: list = []  # shared by every record without headers (nothing mutates a record's header list)
+
+
 def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, bytes | None]]], list[int]]:
     """Per row: the headers as (name, value) pairs, and key + value + header bytes. Column-wise: one
     to_pylist per column of the batch, not per row."""
     col = batch.column("headers")
     n = len(col)
     offsets = col.offsets  # absolute positions in col.values (the list array's slice offset included)
-    lo, hi = offsets[0].as_py(), offsets[-1].as_py()
+    bounds = offsets.to_pylist()
+    lo, hi = bounds[0], bounds[-1]
     names, values = col.values.flatten()  # the struct's fields, its own offset applied
-    pairs = list(zip(names.slice(lo, hi - lo).to_pylist(), values.slice(lo, hi - lo).to_pylist()))
-    rel = [o - lo for o in offsets.to_pylist()]
-    valid = col.is_valid().to_pylist() if col.null_count else None
-    if valid is None:
-        headers = [pairs[rel[i]:rel[i + 1]] for i in range(n)]
+    if hi == lo:
+        headers = [_NO_HEADERS] * n
     else:
-        headers = [pairs[rel[i]:rel[i + 1]] if valid[i] else [] for i in range(n)]
+        pairs = list(zip(_names(names.slice(lo, hi - lo)), values.slice(lo, hi - lo).to_pylist()))
+        k = (hi - lo) // n
+        if not col.null_count and k * n == hi - lo and bounds == list(range(lo, hi + 1, k)):
+            headers = list(map(list, zip(*[iter(pairs)] * k)))  # every record has k headers: grouped in C
+        else:
+            rel = [o - lo for o in bounds]
+            headers = [pairs[a:b] if a < b else _NO_HEADERS for a, b in zip(rel, itertools.islice(rel, 1, None))]
+            if col.null_count:
+                headers = [h if ok else _NO_HEADERS for h, ok in zip(headers, col.is_valid().to_pylist())]
     # Header bytes per row: differences of the running sum of name + value lengths at the list offsets.
     each = pc.add(_lengths(names), _lengths(values))
     running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)]) if len(each) else \
         pa.array([0], pa.int64())
     at = pc.take(running, offsets)
     per_row = pc.subtract(at.slice(1), at.slice(0, n))
-    if valid is not None:
+    if col.null_count:
         per_row = pc.if_else(col.is_valid(), per_row, 0)
     total = pc.add(pc.add(_lengths(batch.column("key")), _lengths(batch.column("value"))), per_row)
     return headers, total.to_pylist()
 
 
-def parquet_batches(f: Any) -> Iterator[list[tuple]]:
-    """Records of one Parquet object, in file order, as lists of plain tuples in ArchivedRecord's field order
-    (one list per Parquet batch; built column-wise). Columns other than the envelope's (decoded value fields)
-    are not read."""
+_COLUMNS = ["key", "value", "headers", "partition", "offset", "timestamp"]
+
+
+def parquet_batches(f: Any, batch_size: int = PARQUET_BATCH) -> Iterator[Records]:
+    """Records of one Parquet object, in file order, a batch at a time, built column-wise (one to_pylist per
+    column and batch; header names dictionary-decoded: one string per distinct name). Columns other than the
+    envelope's (decoded value fields) are not read."""
     pf = pq.ParquetFile(f)
-    for batch in pf.iter_batches(batch_size=PARQUET_BATCH,
-                                 columns=["key", "value", "headers", "partition", "offset", "timestamp"]):
+    for batch in pf.iter_batches(batch_size=batch_size, columns=_COLUMNS):
         headers, sizes = _headers_and_sizes(batch)
-        yield list(zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
-                       batch.column("key").to_pylist(), batch.column("value").to_pylist(), headers,
-                       _ms(batch.column("timestamp")), sizes))
+        yield Records(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
+                      batch.column("key").to_pylist(), batch.column("value").to_pylist(), headers,
+                      _ms(batch.column("timestamp")), sizes)
 
 
 def parquet_records(f: Any) -> Iterator[ArchivedRecord]:
     """Records of one Parquet object, in file order."""
-    for rows in parquet_batches(f):
-        yield from map(ArchivedRecord._make, rows)
-
-
-def batched(records: Iterable[tuple], n: int = PARQUET_BATCH) -> Iterator[list[tuple]]:
-    it = iter(records)
-    while batch := list(itertools.islice(it, n)):
-        yield batch
+    for batch in parquet_batches(f):
+        yield from batch.records()
 
 
 def avro_records(f: Any) -> Iterator[ArchivedRecord]:

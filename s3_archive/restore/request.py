@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.routing import PartitionMapping
+
+if TYPE_CHECKING:
+    from s3_archive.restore.batch import Records
 
 Fault = Callable[[str], None]
 
@@ -94,7 +97,7 @@ class ArchivedRecord(NamedTuple):
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     timestamp_ms: int
-    size: int | None = None  # key + value + header bytes when the reader computed them (else: _record_bytes)
+    size: int | None = None  # key + value + header bytes when the reader computed them (else: record_bytes)
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class WindowSource:
     (restore/foreign.py) both come in as these, so the exactly-once machinery is one."""
 
     window: OffsetWindow
-    records: Callable[[], Iterator[tuple]]  # ArchivedRecords (or plain tuples in its field order), offset order
+    batches: Callable[[], Iterator[Records]]  # the window's records in offset order, a batch at a time
     record_count: int | None = None  # None: unknown until read (counted while reading)
     min_timestamp_ms: int | None = None
     max_timestamp_ms: int | None = None

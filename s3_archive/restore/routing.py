@@ -8,37 +8,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from murmurhash2 import murmurhash2
+
 from s3_archive.model.errors import InvalidRestore
 
 MAPPINGS = ("same", "murmur2", "map")
 
 
-_MASK32 = 0xFFFFFFFF
+_KAFKA_SEED = 0x9747B28C
+_ROUTE_CACHE = 1 << 16  # keys whose partition a run remembers (then it starts over)
 
 
 def murmur2(data: bytes) -> int:
     """Kafka's `Utils.murmur2` (32-bit MurmurHash2, seed 0x9747b28c), as a signed 32-bit int like Java's."""
-    m = 0x5BD1E995
-    length = len(data)
-    h = (0x9747B28C ^ length) & _MASK32
-    whole = length & ~3
-    for i in range(0, whole, 4):
-        k = (data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24) * m & _MASK32
-        k ^= k >> 24
-        k = k * m & _MASK32
-        h = (h * m & _MASK32) ^ k
-    rest = length & 3
-    # Java's switch falls through: case 3 also does 2 and 1.
-    if rest == 3:
-        h ^= data[whole + 2] << 16
-    if rest >= 2:
-        h ^= data[whole + 1] << 8
-    if rest >= 1:
-        h ^= data[whole]
-        h = h * m & _MASK32
-    h ^= h >> 13
-    h = h * m & _MASK32
-    h ^= h >> 15
+    h = murmurhash2(data, _KAFKA_SEED)
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -117,6 +100,18 @@ class PartitionMapping:
         if self.mode == "same":
             return lambda sp, key: sp
         if self.mode == "murmur2":
-            return lambda sp, key: sp % num_target if key is None else to_positive(murmur2(key)) % num_target
+            cache: dict[bytes, int] = {}  # keys repeat (an entity's events): hash each once per run
+
+            def route(sp: int, key: bytes | None) -> int:
+                if key is None:
+                    return sp % num_target
+                tp = cache.get(key)
+                if tp is None:
+                    if len(cache) >= _ROUTE_CACHE:
+                        cache.clear()
+                    tp = cache[key] = (murmurhash2(key, _KAFKA_SEED) & 0x7FFFFFFF) % num_target  # to_positive
+                return tp
+
+            return route
         explicit = dict(self.explicit)
         return lambda sp, key: explicit[sp]

@@ -14,8 +14,11 @@ and restoring windows in several runs (or out of order) makes the last record sa
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -23,6 +26,7 @@ from confluent_kafka import KafkaException
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.batch import Records, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
 from s3_archive.restore.kafka import LedgerStore, Producer, target_partition_count, target_warnings
 from s3_archive.restore.ledger import RangeSet
@@ -37,9 +41,11 @@ from s3_archive.restore.request import (
     WindowReport,
     WindowSource,
     no_fault,
-    record_bytes,
 )
-from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_objects, window_records
+from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_batches, window_objects
+
+# Batches the reader may run ahead of the producer (0: read inline).
+READ_AHEAD_BATCHES = 2
 
 
 def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
@@ -70,7 +76,7 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
     prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
     def source(w: OffsetWindow, m: Manifest) -> WindowSource:
-        return WindowSource(w, lambda: window_records(s3, bucket, w, m, interleaved, prefetch), m.record_count,
+        return WindowSource(w, lambda: window_batches(s3, bucket, w, m, interleaved, prefetch), m.record_count,
                             m.min_timestamp_ms, m.max_timestamp_ms)
 
     try:
@@ -86,21 +92,31 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
     srcs = sorted(sources, key=lambda s: s.window)
     num_target = target_partition_count(kafka, request.target_topic)
     request.mapping.check({s.window.partition for s in srcs}, num_target, request.target_topic)
-    for warning in target_warnings(kafka, request.target_topic,
-                                   [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs]):
-        log.warning(warning)
-    run = RestoreRun(kafka, request, num_target, fault)
+    target, parts = request.target_topic, list(range(num_target))
+    with ThreadPoolExecutor(3, thread_name_prefix="s3-archive-restore-setup") as pool:
+        # Admin round trips that need not wait for each other run beside the producer's init_transactions and
+        # the ledger's read (which must follow it); the target's offsets are only used when there is no ledger.
+        warnings = pool.submit(target_warnings, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms}
+                                                                for s in srcs])
+        earliest = pool.submit(kafka.offsets, target, "earliest", parts)
+        latest = pool.submit(kafka.offsets, target, "latest", parts)
+        run = RestoreRun(kafka, request, num_target, fault)
+        try:
+            run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
+            for warning in warnings.result():
+                log.warning(warning)
+            if not run.ledger:
+                ends, starts = latest.result(), earliest.result()
+                present = sum(ends[p] - starts.get(p, 0) for p in ends)
+                if present > 0:
+                    log.warning(f"target topic {target!r} already holds up to {present} records, but no ledger of "
+                                f"this restore exists (consumer group {request.ledger_id!r}). If they came from an "
+                                "earlier run of this restore whose ledger expired (offsets.retention.minutes), this "
+                                "run restores them again")
+        except BaseException:
+            run.close(log)
+            raise
     try:
-        run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
-        if not run.ledger:
-            earliest, latest = kafka.offsets(request.target_topic, "earliest"), kafka.offsets(request.target_topic,
-                                                                                           "latest")
-            present = sum(latest[p] - earliest.get(p, 0) for p in latest)
-            if present > 0:
-                log.warning(f"target topic {request.target_topic!r} already holds up to {present} records, but no "
-                            f"ledger of this restore exists (consumer group {request.ledger_id!r}). If they came "
-                            "from an earlier run of this restore whose ledger expired (offsets.retention.minutes), "
-                            "this run restores them again")
         log.info(f"restore {request.ledger_id}: {len(srcs)} windows into {request.target_topic!r} ({num_target} "
                  f"partitions, mapping {request.mapping.mode}); the ledger already covers "
                  f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
@@ -112,14 +128,9 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
         # init_transactions aborts its transaction.)
-        if run.producer is not None:
-            try:
-                run.producer.abort()
-            except Exception as e:  # the original error matters more
-                log.warning(f"aborting the restore transaction failed too: {e}")
+        run.close(log)
         raise
-    finally:
-        run.ledger_store.close()
+    run.ledger_store.close()
 
 
 class RestoreRun:
@@ -148,6 +159,18 @@ class RestoreRun:
         self.txn_records = 0
         self.txn_t0 = 0.0
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
+        self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
+
+    def close(self, log: Any) -> None:
+        """After a failure: abort the open transaction (if any), close the ledger's consumer."""
+        try:
+            if self.producer is not None:
+                try:
+                    self.producer.abort()
+                except Exception as e:  # the original error matters more
+                    log.warning(f"aborting the restore transaction failed too: {e}")
+        finally:
+            self.ledger_store.close()
 
     def _commit(self, rep: WindowReport) -> list[WindowReport]:
         """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
@@ -190,75 +213,51 @@ class RestoreRun:
         if producer is not None and producer.in_txn and self.txn_sp != sp:
             ready += self._commit(self.waiting[-1])  # a transaction's ledger entry is one source partition's
         done = self.ledger.get(sp, RangeSet())
-        check_done = any(a < scope[1] and scope[0] < b for a, b in done.ranges())  # else no record is in it
-        has_time = filters.has_time
-        # `same` routes everything to sp: counted once at the end instead of per record
-        route = None if request.mapping.mode == "same" else self.route
-        counts = rep.partitions
-        topic, max_txn, provenance_headers = request.target_topic, request.transaction_records, \
-            request.provenance_headers
         lo, hi = scope
-        seg_start, last, tp = lo, -1, sp
-        archived = restored = skipped = filtered = nbytes = replaced = 0
+        check_done = done.overlaps(lo, hi)  # else no record of the window is in the ledger
+        # `same` and `map` send a source partition to one target partition: counted once at the end
+        per_record = request.mapping.mode == "murmur2"
+        tp = self.route(sp, None)
+        counts = rep.partitions
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
-        kproduce = producer.producer.produce if producer is not None else None
-        faulty = self.fault is not no_fault
-        n_txn = self.txn_records  # records in the open transaction (kept in a local: this loop is per record)
-        for _p, offset, key, value, headers, ts, size in src.records():
-            last = offset
-            archived += 1
-            if not lo <= offset < hi:
-                filtered += 1  # also records past a foreign window's end: the next object holds them too
-                continue
-            if check_done and offset in done:
-                skipped += 1
-                continue
-            if has_time and not filters.time_ok(ts):
-                filtered += 1
-                continue
-            if size is None:
-                size = record_bytes(key, value, headers)
-            if route is not None:
-                tp = route(sp, key)
-                c = counts.get(tp)
-                if c is None:
-                    c = counts[tp] = PartitionCount()
-                c.records += 1
-                c.bytes += size
-            restored += 1
-            nbytes += size
-            if ts <= 0:
-                replaced += 1
-            if kproduce is None:
-                continue
-            if provenance_headers:
-                headers = headers + provenance + [(PROVENANCE_OFFSET, str(offset).encode())]
-            if n_txn == 0:
-                producer.begin()
-                self.txn_sp, self.txn_t0 = sp, time.monotonic()
-            try:
-                # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (counted above)
-                kproduce(topic, value, key, partition=tp, headers=headers or None, timestamp=ts if ts > 0 else 0)
-            except BufferError:  # the local queue is full: the slow path lets it drain
-                producer.produce(tp, key, value, headers, ts)
-            except KafkaException as e:
-                raise producer.failed("producing to", e) from None
-            n_txn += 1
-            if faulty:  # skip building the step name per record in real runs
-                self.produced += 1
-                self.fault(f"produced:{self.produced}")
-            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms (the clock
-            # is read every 256 records).
-            if n_txn >= max_txn or ((n_txn & 255) == 0 and time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS):
-                self.txn_ranges.add(seg_start, offset + 1)
-                self.txn_records = n_txn
-                ready += self._commit(rep)
-                seg_start, n_txn = offset + 1, 0
-        self.txn_records = n_txn
-        if not faulty:
-            self.produced += restored if kproduce is not None else 0
-        if route is None and restored:
-            counts[sp] = PartitionCount(restored, nbytes)
+        self.seg_start, last = lo, -1
+        archived = restored = skipped = filtered = nbytes = replaced = 0
+        # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
+        with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
+            for batch in batches:
+                n = len(batch)
+                if not n:
+                    continue
+                archived += n
+                last = batch.offsets[-1]
+                batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
+                skipped, filtered = skipped + skip, filtered + filt
+                if not len(batch):
+                    continue
+                restored += len(batch)
+                size = sum(batch.sizes)
+                nbytes += size
+                if min(batch.timestamps) <= 0:
+                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
+                    replaced += sum(1 for t in batch.timestamps if t <= 0)
+                    batch.timestamps = [t if t > 0 else 0 for t in batch.timestamps]
+                tps: int | list[int] = tp
+                if per_record:
+                    tps = list(map(self.route, itertools.repeat(sp), batch.keys))
+                    for p, b in zip(tps, batch.sizes):
+                        c = counts.get(p)
+                        if c is None:
+                            c = counts[p] = PartitionCount()
+                        c.records += 1
+                        c.bytes += b
+                if producer is None:
+                    continue
+                if request.provenance_headers:
+                    batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
+                                     for h, o in zip(batch.headers, batch.offsets)]
+                ready += self._produce(batch, tps, sp, rep)
+        if not per_record and restored:
+            counts[tp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
             filtered, skipped, restored, nbytes, replaced
         if src.record_count is None:
@@ -266,6 +265,7 @@ class RestoreRun:
         if producer is not None:
             # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
             # open-ended window only up to its last record (later records may still be written by the sink).
+            seg_start = self.seg_start
             end = min(hi, last + 1) if src.open_end else hi
             if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
                 self.txn_ranges.add(seg_start, max(end, seg_start))
@@ -277,3 +277,47 @@ class RestoreRun:
         rep.seconds = time.monotonic() - t0
         ready.append(rep)
         return ready
+
+    def _produce(self, batch: Records, tps: int | list[int], sp: int, rep: WindowReport) -> list[WindowReport]:
+        """Hand `batch` (restorable records of source partition `sp`) to the producer, target partition `tps`
+        (one for all, or one per record); commits whenever the transaction is full (`transaction_records`) or
+        older than TRANSACTION_SECONDS (checked once per batch). Returns the reports its commits complete."""
+        ready: list[WindowReport] = []
+        producer, max_txn = self.producer, self.request.transaction_records
+        n, i = len(batch), 0
+        while i < n:
+            if self.txn_records == 0:
+                producer.begin()
+                self.txn_sp, self.txn_t0 = sp, time.monotonic()
+            j = min(n, i + max_txn - self.txn_records)
+            part = batch if i == 0 and j == n else batch.slice(i, j)
+            self._send(part, tps if isinstance(tps, int) else tps[i:j])
+            self.txn_records += j - i
+            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
+            if self.txn_records >= max_txn or time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS:
+                end = batch.offsets[j - 1] + 1
+                self.txn_ranges.add(self.seg_start, end)
+                ready += self._commit(rep)
+                self.seg_start = end
+            i = j
+        return ready
+
+    def _send(self, batch: Records, tps: int | list[int]) -> None:
+        """The producer's calls: the one loop per record (the client's own call, no Python around it)."""
+        produce, slow, topic = self.producer.producer.produce, self.producer.produce, self.request.target_topic
+        rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
+                   batch.timestamps)
+        faulty = self.fault is not no_fault
+        try:
+            for tp, k, v, h, t in rows:
+                try:
+                    produce(topic, v, k, partition=tp, headers=h, timestamp=t)
+                except BufferError:  # the local queue is full: the slow path lets it drain
+                    slow(tp, k, v, h, t)
+                if faulty:  # tests: crash after the n-th record of the run
+                    self.produced += 1
+                    self.fault(f"produced:{self.produced}")
+        except KafkaException as e:
+            raise self.producer.failed("producing to", e) from None
+        if not faulty:
+            self.produced += len(batch)

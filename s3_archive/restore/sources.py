@@ -17,10 +17,11 @@ from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore, Windo
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 from s3_archive.model.manifest import Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.batch import Records, batches_of, increasing
 from s3_archive.restore.readers import (
+    PARQUET_BATCH,
     _text_stream,
     avro_records,
-    batched,
     json_array_records,
     jsonl_records,
     parquet_batches,
@@ -39,9 +40,8 @@ def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
     """Every window's manifest, or one error naming every window that is not archived yet. A manifest that does
     not parse raises InvalidManifest."""
     out, missing = {}, []
-    for w in windows:
-        key = manifest_key(prefix, topic, w)
-        m = read_manifest(s3, bucket, key)
+    keys = [manifest_key(prefix, topic, w) for w in windows]
+    for w, key, m in zip(windows, keys, parallel_map(lambda k: read_manifest(s3, bucket, k), keys)):
         if m is None:
             missing.append(f"window {w.key} of topic {topic!r} is not archived yet (no manifest at "
                            f"s3://{bucket}/{key})")
@@ -53,6 +53,17 @@ def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
     if missing:
         raise WindowNotArchived("; ".join(missing) + ". Materialize the archive asset for these windows first")
     return out
+
+
+def parallel_map(fn: Callable[[Any], Any], items: list[Any], threads: int = 8) -> list[Any]:
+    """`fn` over `items` in a few threads (S3 requests: each waits on the network, not on Python), in order;
+    the first error is raised."""
+    if len(items) < 2:
+        return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="s3-archive-restore-s3") as pool:
+        return list(pool.map(fn, items))
 
 
 def spool(s3: Any, bucket: str, obj: ManifestObject) -> Any:
@@ -119,10 +130,9 @@ class Prefetch:
 
 
 def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
-                   opener: Opener | None = None) -> Iterator[list[tuple]]:
-    """One archived object's records in file order, in lists (ArchivedRecords, or plain tuples in its field
-    order). The object is spooled to a temporary file (not memory; `opener`, default `spool`), then read a batch
-    at a time."""
+                   opener: Opener | None = None) -> Iterator[Records]:
+    """One archived object's records in file order, a batch at a time. The object is spooled to a temporary file
+    (not memory; `opener`, default `spool`), then read a batch at a time."""
     key = obj.key
     if fmt not in FORMATS:
         raise ArchiveIntegrityError(f"s3://{bucket}/{key}: unknown archive format {fmt!r}")
@@ -133,36 +143,36 @@ def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: s
         if fmt == "parquet":
             yield from parquet_batches(f)
         elif fmt == "avro":
-            yield from batched(avro_records(f))
+            yield from batches_of(avro_records(f), PARQUET_BATCH)
         else:
             with _text_stream(f, key, codec) as stream:
                 if fmt == "jsonl":
-                    yield from batched(jsonl_records(stream))
+                    yield from batches_of(jsonl_records(stream), PARQUET_BATCH)
                 else:
-                    yield from batched(json_array_records(stream, f"s3://{bucket}/{key}"))
+                    yield from batches_of(json_array_records(stream, f"s3://{bucket}/{key}"), PARQUET_BATCH)
 
 
 def object_records(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
                    ) -> Iterator[ArchivedRecord]:
     """One archived object's records, in file order."""
     for batch in object_batches(s3, bucket, obj, fmt, codec):
-        yield from map(ArchivedRecord._make, batch)
+        yield from batch.records()
 
 
 def _batches(s3: Any, bucket: str, objects: list[ManifestObject], fmt: str, codec: str | None,
-             opener: Opener | None) -> Iterator[list[tuple]]:
+             opener: Opener | None) -> Iterator[Records]:
     for obj in objects:
         yield from object_batches(s3, bucket, obj, fmt, codec, opener)
 
 
 def window_objects(manifest: Manifest) -> list[ManifestObject]:
-    """A window's objects in the order `window_records` opens them: its objects, then its dead letters."""
+    """A window's objects in the order `window_batches` opens them: its objects, then its dead letters."""
     return manifest.all_objects
 
 
-def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: Manifest,
-                   interleaved: bool = False, opener: Opener | None = None) -> Iterator[tuple]:
-    """A committed window's records in offset order (tuples in ArchivedRecord's field order); checks they
+def window_batches(s3: Any, bucket: str, window: OffsetWindow, manifest: Manifest,
+                   interleaved: bool = False, opener: Opener | None = None) -> Iterator[Records]:
+    """A committed window's records in offset order, a batch at a time; checks (a batch at a time) that they
     belong to the window.
 
     A window's objects follow each other in offset order (rotation parts), unless `interleaved`: a layout whose
@@ -177,22 +187,35 @@ def window_records(s3: Any, bucket: str, window: OffsetWindow, manifest: Manifes
     streams += [_batches(s3, bucket, [o], "parquet", None, opener)
                 for o in manifest.dead_letter_objects]
     if len(streams) == 1:
-        batches: Iterator[list[tuple]] = streams[0]
+        batches: Iterator[Records] = streams[0]
     else:
-        batches = batched(heapq.merge(*[itertools.chain.from_iterable(b) for b in streams], key=_OFFSET))
+        rows = [itertools.chain.from_iterable(b.rows() for b in s) for s in streams]
+        batches = batches_of(heapq.merge(*rows, key=_OFFSET), PARQUET_BATCH)
     last, p, start, end = -1, window.partition, window.start, window.end
     for batch in batches:
-        for r in batch:
-            if r[0] != p or r[1] <= last or not start <= r[1] < end:
-                hint = ("; or its objects interleave (a layout whose partition_by splits windows), which a "
-                        "restore called without interleaved objects cannot tell") \
-                    if not interleaved and len(main) > 1 else ""
-                raise ArchiveIntegrityError(
-                    f"window {window.key} (s3://{bucket}/, objects {[o.key for o in main][:3]}…): record at "
-                    f"partition {r[0]} offset {r[1]} does not follow offset {last} inside the window; the archive "
-                    f"is corrupt{hint}")
-            last = r[1]
-        yield from batch
+        offs = batch.offsets
+        if not offs:
+            continue
+        if not (offs[0] > last and offs[0] >= start and offs[-1] < end and batch.partitions.count(p) == len(offs)
+                and increasing(offs)):
+            _refuse(batch, last, window, bucket, main, interleaved)
+        last = offs[-1]
+        yield batch
+
+
+def _refuse(batch: Records, last: int, window: OffsetWindow, bucket: str, main: list[ManifestObject],
+            interleaved: bool) -> None:
+    """Raise for the first record of `batch` that does not follow `last` inside the window."""
+    for part, offset in zip(batch.partitions, batch.offsets):
+        if part != window.partition or offset <= last or not window.start <= offset < window.end:
+            hint = ("; or its objects interleave (a layout whose partition_by splits windows), which a "
+                    "restore called without interleaved objects cannot tell") \
+                if not interleaved and len(main) > 1 else ""
+            raise ArchiveIntegrityError(
+                f"window {window.key} (s3://{bucket}/, objects {[o.key for o in main][:3]}…): record at "
+                f"partition {part} offset {offset} does not follow offset {last} inside the window; the archive "
+                f"is corrupt{hint}")
+        last = offset
 
 
 _ENVELOPE = [c for c, _ in ENVELOPE_COLUMNS]

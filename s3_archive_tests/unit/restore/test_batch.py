@@ -1,0 +1,161 @@
+"""The restore's column-wise batches: selection (offset scope, ledger, time filter) equals a record-by-record
+reference, a window's batches are checked for order and partition, the murmur2 route's cache changes nothing."""
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s3_archive.model.errors import ArchiveIntegrityError
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.batch import Records, batches_of, increasing, read_ahead, select
+from s3_archive.restore.ledger import RangeSet
+from s3_archive.restore.readers import parquet_batches
+from s3_archive.restore.request import ArchivedRecord, Filters, record_bytes
+from s3_archive.restore.routing import PartitionMapping, murmur2_partition
+from s3_archive.restore.sources import window_batches
+from s3_archive_tests.manifests import hand_manifest
+
+pytestmark = pytest.mark.unit
+
+
+def _records(offsets: list[int], timestamps: list[int]) -> Records:
+    rows = [ArchivedRecord(0, o, str(o).encode(), b"v" * (o % 3), [("h", None)] if o % 2 else [], t)
+            for o, t in zip(offsets, timestamps)]
+    return Records.from_rows(rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(offsets=st.lists(st.integers(0, 80), max_size=40, unique=True).map(sorted),
+       lo=st.integers(0, 80), width=st.integers(1, 80),
+       done=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 15)), max_size=4),
+       time_range=st.none() | st.tuples(st.none() | st.integers(0, 50), st.none() | st.integers(51, 100)),
+       seed=st.integers(0, 100))
+def test_select_equals_the_record_by_record_checks(offsets, lo, width, done, time_range, seed):
+    timestamps = [(o * 37 + seed) % 100 for o in offsets]
+    batch = _records(offsets, timestamps)
+    ledger = RangeSet((a, a + n) for a, n in done)
+    filters = Filters(*time_range) if time_range else Filters()
+    hi = lo + width
+
+    got, skipped, filtered = select(batch, lo, hi, ledger if ledger.overlaps(lo, hi) else None, filters)
+
+    want, want_skipped, want_filtered = [], 0, 0
+    for r in batch.records():  # the order the restore always checked them in
+        if not lo <= r.offset < hi:
+            want_filtered += 1
+        elif r.offset in ledger:
+            want_skipped += 1
+        elif not filters.time_ok(r.timestamp_ms):
+            want_filtered += 1
+        else:
+            want.append(r)
+    assert list(got.records()) == want
+    assert (skipped, filtered) == (want_skipped, want_filtered)
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=8), st.integers(0, 80),
+       st.integers(0, 20))
+def test_range_set_overlaps_equals_a_set_of_offsets(adds, a, n):
+    rs = RangeSet((x, x + k) for x, k in adds)
+    assert rs.overlaps(a, a + n) == any(x in rs for x in range(a, a + n))
+
+
+def test_records_from_rows_compute_missing_sizes_and_slice_and_take():
+    rows = [(1, 5, b"k", b"vv", [("\u00e9", b"1")], 7), ArchivedRecord(1, 6, None, None, [], 8)]
+    b = Records.from_rows(rows)
+    assert b.sizes == [record_bytes(b"k", b"vv", [("\u00e9", b"1")]), 0] == [1 + 2 + 2 + 1, 0]
+    assert list(b.rows()) == [(1, 5, b"k", b"vv", [("\u00e9", b"1")], 7, 6), (1, 6, None, None, [], 8, 0)]
+    assert list(b.slice(1, 2).records()) == [ArchivedRecord(1, 6, None, None, [], 8, 0)]
+    assert list(b.take([1, 0]).rows())[0][1] == 6
+    assert len(Records.from_rows([])) == 0
+    assert [len(x) for x in batches_of(iter(rows * 3), 4)] == [4, 2]
+    assert increasing([1, 2, 5]) and increasing([]) and not increasing([1, 1]) and not increasing([2, 1])
+
+
+def _parquet(partition: int, offsets: list[int]) -> bytes:
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    buf = io.BytesIO()
+    pq.write_table(pa.table({
+        "key": pa.array([b"k"] * len(offsets), pa.binary()), "value": pa.array([b"v"] * len(offsets), pa.binary()),
+        "headers": pa.array([[{"key": "h", "value": b"1"}]] * len(offsets), headers),
+        "partition": pa.array([partition] * len(offsets), pa.int32()), "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pa.array([1000] * len(offsets), pa.timestamp("ms"))}), buf)
+    return buf.getvalue()
+
+
+def _window_offsets(window: OffsetWindow, objects: list[bytes], interleaved: bool = False) -> list[int]:
+    data = {f"o{i}": b for i, b in enumerate(objects)}
+    manifest = hand_manifest("t", window, [{"key": k, "size": len(b), "etag": "e"} for k, b in data.items()])
+    opener = lambda obj: io.BytesIO(data[obj.key])  # noqa: E731 - local files instead of S3
+    return [o for b in window_batches(None, "b", window, manifest, interleaved, opener) for o in b.offsets]
+
+
+def test_window_batches_check_partition_order_and_bounds_a_batch_at_a_time():
+    w = OffsetWindow(2, 10, 20)
+    assert _window_offsets(w, [_parquet(2, [10, 11, 13]), _parquet(2, [14, 19])]) == [10, 11, 13, 14, 19]
+    assert _window_offsets(w, [_parquet(2, [10, 14]), _parquet(2, [11, 19])], interleaved=True) == [10, 11, 14, 19]
+    bad = {"partition": [_parquet(3, [10, 11])], "order": [_parquet(2, [10, 12, 11])],
+           "repeat": [_parquet(2, [10, 11]), _parquet(2, [11, 12])], "before": [_parquet(2, [9, 10])],
+           "after": [_parquet(2, [18, 20])]}
+    expected = {"partition": "partition 3 offset 10 does not follow offset -1",
+                "order": "offset 11 does not follow offset 12", "repeat": "offset 11 does not follow offset 11",
+                "before": "offset 9 does not follow offset -1", "after": "offset 20 does not follow offset 18"}
+    for what, objects in bad.items():
+        with pytest.raises(ArchiveIntegrityError, match=expected[what]):
+            _window_offsets(w, objects)
+
+
+def test_the_murmur2_route_remembers_keys_without_changing_a_choice():
+    route = PartitionMapping.parse("murmur2").compiled(5)
+    keys = [f"user-{i % 7}".encode() for i in range(50)] + [b"", b"\x00\xff"]
+    assert [route(3, k) for k in keys] == [murmur2_partition(k, 5) for k in keys]
+    assert route(3, None) == route(3, None) == 3
+
+
+def test_parquet_headers_when_every_record_has_the_same_count_or_not():
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    for rows in ([[("a", b"1"), ("b", None)]] * 70, [[("a", b"1")], [], [("b", b"2"), ("b", b"3")]] * 30,
+                 [[]] * 5, [None, [("n", b"")]] * 40):
+        buf = io.BytesIO()
+        pq.write_table(pa.table({
+            "key": pa.array([None] * len(rows), pa.binary()), "value": pa.array([b""] * len(rows), pa.binary()),
+            "headers": pa.array([None if r is None else [{"key": k, "value": v} for k, v in r] for r in rows],
+                                headers),
+            "partition": pa.array([0] * len(rows), pa.int32()), "offset": pa.array(range(len(rows)), pa.int64()),
+            "timestamp": pa.array([1] * len(rows), pa.timestamp("ms"))}), buf)
+        buf.seek(0)
+        got = [h for b in parquet_batches(buf, 64) for h in b.headers]
+        assert got == [r or [] for r in rows]
+        assert all(type(h) is list for h in got)
+
+
+def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed():
+    import threading
+
+    def reader(n: int, fail_at: int | None = None, closed: list | None = None):
+        try:
+            for i in range(n):
+                if i == fail_at:
+                    raise ArchiveIntegrityError(f"bad batch {i}")
+                yield _records([i], [1])
+        finally:
+            if closed is not None:
+                closed.append(threading.current_thread().name)
+
+    for depth in (0, 1, 3):
+        assert [b.offsets[0] for b in read_ahead(reader(10), depth)] == list(range(10))
+        got = []
+        with pytest.raises(ArchiveIntegrityError, match="bad batch 4"):
+            for b in read_ahead(reader(10, fail_at=4), depth):
+                got.append(b.offsets[0])
+        assert got == [0, 1, 2, 3]
+    closed: list = []
+    it = read_ahead(reader(1000, closed=closed), 2)
+    assert next(it).offsets == [0]
+    it.close()  # stops the thread, then closes the reader in the caller's thread
+    assert closed == [threading.current_thread().name]
+    assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
