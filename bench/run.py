@@ -1,10 +1,11 @@
 """`make bench`: every benchmark of issue #8 in one command; writes docs/benchmarks.md and docs/benchmarks.json.
 
-    .venv/bin/python -m bench.run [--mb 400] [--repeats 3] [--out docs]
+    .venv/bin/python -m bench.run [--mb 400] [--repeats 3] [--windows 1000000] [--out docs]
 
 Starts its own Kafka broker and moto server (s3_archive.local) under a temporary directory, produces the workload
 once, runs the contenders in interleaved rounds, then the one-off figures (run overhead, memory, catch-up, sensor
-tick), and stops everything it started. Progress goes to stdout.
+tick), and stops everything it started. Then the years-of-windows section (bench/windows_scale.py, issue #16: its
+own broker, moto and PostgreSQL; `--windows 0` skips it). Progress goes to stdout.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import windows_scale
 from bench import workload as wl
 from bench.restore_bench import restore_throughput
 from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
@@ -527,7 +529,8 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[st
         "produce_s": x["produce_s"],
         "size_note": (f"The default `--mb {DEFAULT_MB}` (not 1 GB) keeps the whole `make bench` within 30 minutes on "
                       "this 2-core machine even while other workers load it (a 50 MB trial under a load average of "
-                      "13 took 18 minutes, most of it Spark session starts); `--mb 1000` runs the issue's size.")}
+                      "13 took 18 minutes, most of it Spark session starts); `--mb 1000` runs the issue's size. "
+                      "The years-of-windows section adds about 17 minutes at 1M windows (`--windows 0` skips it).")}
     json_out = {
         "archive_vs_limit": round(vs_limit.median, 3),
         "archive_vs_naive": round(vs_naive.median, 3),
@@ -551,6 +554,10 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[st
         "committer_file_vs_magic": round(committer_ratio.median, 3),
         "archive_profile_s": {"spark_jobs_summed": stage.as_dict(2), "commits_summed": commit.as_dict(2)},
     }
+    if x.get("windows_scale"):
+        targets |= windows_scale.targets(x["windows_scale"])
+        sections.insert(-1, windows_scale.section(x["windows_scale"]))
+        json_out["windows_scale"] = windows_scale.figures(x["windows_scale"])
     return {"command": command, "repeats": args.repeats, "started": x["started"],
             "wall_s": time.monotonic() - T0, "machine": x["machine"], "workload": x["workload"], "measures": m,
             "throughput_order": ["consume", "put", "limit", "naive", "archive", "restore", "produce"],
@@ -571,6 +578,8 @@ def main() -> None:
     ap.add_argument("--catchup-window-records", type=int, default=200)
     ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where benchmarks.md and .json are written")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, broker data)")
+    ap.add_argument("--windows", type=int, default=1_000_000, help="archived windows of the years-of-windows "
+                                                                   "section (about 17 min at 1M here); 0 skips it")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
@@ -579,6 +588,9 @@ def main() -> None:
     if os.environ.get("BENCH_FROM_MAKE") and len(sys.argv) > 1:
         command += f" BENCH_ARGS={shlex.quote(shlex.join(sys.argv[1:]))}"
     x = run(args)
+    if args.windows:
+        say(f"years of windows: {args.windows:,} windows in a Postgres instance (bench/windows_scale.py)")
+        x["windows_scale"] = windows_scale.run(args.windows, keep=args.keep)
     r = report(args, x, command)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "benchmarks.md").write_text(render_markdown(r))
