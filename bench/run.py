@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import windows_scale
+from bench import windows_page, windows_scale
 from bench import workload as wl
 from bench.restore_bench import restore_throughput
 from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
@@ -555,9 +555,9 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str) -> dict[st
         "archive_profile_s": {"spark_jobs_summed": stage.as_dict(2), "commits_summed": commit.as_dict(2)},
     }
     if x.get("windows_scale"):
-        targets |= windows_scale.targets(x["windows_scale"])
-        sections.insert(-1, windows_scale.section(x["windows_scale"]))
-        json_out["windows_scale"] = windows_scale.figures(x["windows_scale"])
+        targets |= windows_page.targets(x["windows_scale"])
+        sections.insert(-1, windows_page.section(x["windows_scale"]))
+        json_out["windows_scale"] = windows_page.figures(x["windows_scale"])
     return {"command": command, "repeats": args.repeats, "started": x["started"],
             "wall_s": time.monotonic() - T0, "machine": x["machine"], "workload": x["workload"], "measures": m,
             "throughput_order": ["consume", "put", "limit", "naive", "archive", "restore", "produce"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.windows_scale import figures, section, targets
+from bench.windows_page import figures, section, targets
 
 pytestmark = pytest.mark.unit
 
@@ -49,3 +49,11 @@ def test_section_has_both_states_and_the_profile_share():
 def test_figures_leave_out_the_profiles():
     out = figures(fig())
     assert "status_cache_profile" not in out["retired"] and out["retired"]["checks"]["total_s"] == 3.5
+
+
+def test_section_shows_the_all_live_tick_profile_when_measured():
+    f = fig()
+    assert "steady tick again under cProfile" not in section(f)["body"]
+    f["all_live"]["sensor"]["next_tick_profile"] = PROFILE
+    assert "steady tick again under cProfile" in section(f)["body"]
+    assert "next_tick_profile" not in figures(f)["all_live"]["sensor"]
