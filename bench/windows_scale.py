@@ -356,6 +356,8 @@ def run(windows: int = 1_000_000, partitions: int = 32, live_days: float = 7.0, 
 
     t0 = time.monotonic()
     per = windows // partitions
+    if per < 2:
+        raise ValueError(f"--windows must be at least 2 per partition ({2 * partitions}), got {windows}")
     live_per = min(per - 1, int(live_days * 24 * 60 / WINDOW_MINUTES))
     out: dict[str, Any] = {"windows": per * partitions, "partitions": partitions, "window_minutes": WINDOW_MINUTES,
                            "live_days": live_days, "live_windows": live_per * partitions}
