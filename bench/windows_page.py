@@ -15,6 +15,11 @@ def _worst(fig: dict[str, Any], state: str) -> tuple[float, float]:
             max(q["first_s"], q["repeat_s"], q["after_new_partition_s"]))
 
 
+def _short(line: str) -> str:
+    """A profile line with paths from the package (site-packages, the stdlib, the repository) on."""
+    return re.sub(r"\S*/(site-packages|python3\.\d+)/|\S*/(?=(bench|s3_archive)/)", "", line)
+
+
 def targets(fig: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The issue's two targets, for the default (retired) state; the all-live state in the note."""
     out = {}
@@ -58,7 +63,7 @@ def section(fig: dict[str, Any]) -> dict[str, str]:
         row("definitions load (fresh process)", lambda x: x["definitions_load_s"]),
     ]
     lines = a["status_cache_profile"].strip().splitlines()
-    prof = "\n".join(re.sub(r"\S*/(site-packages|python3\.\d+)/", "", ln) for ln in lines[:16])
+    prof = "\n".join(_short(ln) for ln in lines[:16])
     total = re.search(r"in ([\d.]+) seconds", lines[0])
     rows_ = [ln.split() for ln in lines if ln.endswith("(get_existing_dynamic_partitions)")]
     held = (total.group(1), rows_[-1][3]) if total and rows_ else None
@@ -69,7 +74,7 @@ def section(fig: dict[str, Any]) -> dict[str, str]:
     tick = a["sensor"].get("next_tick_profile")
     tick_prof = "" if tick is None else (
         "\n\nThe all-live steady tick again under cProfile (by cumulative time):\n\n```\n"
-        + "\n".join(re.sub(r"\S*/(site-packages|python3\.\d+)/", "", ln) for ln in tick.strip().splitlines()[:16])
+        + "\n".join(_short(ln) for ln in tick.strip().splitlines()[:16])
         + "\n```")
     body = (
         f"bench/windows_scale.py: {fig['windows']:,} archived windows of a {fig['partitions']}-partition topic "
