@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bench import windows_page
 from bench import workload as wl
 from bench.peers.common import PeerResult
 from bench.stats import Measure, Summary, growth, paired_ratios, verdict
@@ -172,7 +173,10 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
                  "catchup_100_s": round(c["seconds"], 1), "sensor_tick_s_100k": round(Summary.of(tick["tick_s"]).median, 3),
                  "driver_peak_mb": {f"{k}x": round(v["jvm_peak_mb"], 1) for k, v in sorted(x["memory"].items())},
                  "fresh_process_whole_workload_s": {p: round(o["process_s"], 2) for p, o in x["fresh_full"].items()},
-                 "windows": x["windows_figures"]}
+                 "windows_scale": (windows_page.figures(x["windows_figures"]["figures"])
+                                   if "figures" in x["windows_figures"] else x["windows_figures"])}
+    if "figures" in x["windows_figures"]:
+        targets |= windows_page.targets(x["windows_figures"]["figures"])
 
     prof = x["profile"]
     stage, commit = Summary.of([p["stage_s"] for p in prof]), Summary.of([p["commit_s"] for p in prof])
@@ -237,7 +241,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             f"{tick['windows']:,} windows (dynamic partitions) of a 4-partition topic in a temporary sqlite Dagster "
             f"instance (adding them took {tick['add_partitions_s']:.1f} s); the offsets sensor evaluated "
             f"{len(tick['tick_s'])} times: {Summary.of(tick['tick_s']).fmt(2)} s per tick.")},
-        {"title": "Years of windows (issue #16)", "body": _windows_body(x["windows_figures"], args.windows)},
+        {"title": "Years of windows (issue #16)", "body": _windows_body(x["windows_figures"])},
         {"title": "What the figures mean", "body": (
             "- The limit is the slower of a bare consume and a bare PUT of the same bytes, per round. Everything "
             "(broker, moto, the contender) shares the same 2 cores, so none of the contenders reaches it.\n"
@@ -259,16 +263,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "targets": targets, "sections": sections, "json": json_out}
 
 
-def _windows_body(w: dict[str, Any], windows: int) -> str:
-    if not w["modules"]:
-        return ("Not measured: no `bench/windows_*.py` module with a `run()` is on this branch yet (the hook in "
-                f"bench/run.py calls each with `windows={windows:,}` and the stack's addresses).")
-    if w.get("skipped"):
-        return f"Skipped ({w['skipped']})."
-    lines = []
-    for name, figs in w["figures"].items():
-        lines.append(f"`bench/{name}.py`:\n\n| figure | value |\n| --- | --- |")
-        lines += [f"| {k} | {v} |" for k, v in (figs.items() if isinstance(figs, dict) else [("result", figs)])]
-        lines.append("")
-    lines += [f"`bench/{name}.py` failed: {err}" for name, err in w["errors"].items()]
-    return "\n".join(lines)
+def _windows_body(w: dict[str, Any]) -> str:
+    if "figures" in w:
+        return windows_page.section(w["figures"])["body"]
+    return f"Not measured here: {w.get('skipped') or 'bench/windows_scale.py failed: ' + w['error']}."

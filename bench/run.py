@@ -13,8 +13,6 @@ Run it under `flock /tmp/locks/heavy` on a shared machine: the page says whether
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import json
 import os
 import shlex
@@ -27,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import windows_scale
 from bench import workload as wl
 from bench.machine import _read, machine, other_work
 from bench.oneoff import catchup_topic, sensor_tick
@@ -185,27 +184,16 @@ def windows_for(ends: dict[int, int], window_records: int) -> list[OffsetWindow]
             for s in range(0, end, window_records)]
 
 
-def years_of_windows(args: argparse.Namespace, ctx: dict[str, Any]) -> dict[str, Any]:
-    """The hook for issue #16's 1M-window figures: every `bench/windows_*.py` with a `run()` returning figures,
-    called with the arguments its signature asks for among those offered here."""
-    found = sorted(p.stem for p in (ROOT / "bench").glob("windows_*.py"))
-    out: dict[str, Any] = {"modules": found, "figures": {}, "errors": {}}
-    if args.skip_windows:
-        out["skipped"] = "--skip-windows"
-        return out
-    offered = {"windows": args.windows, "bootstrap_servers": ctx["bootstrap_servers"],
-               "s3_endpoint_url": ctx["s3_endpoint_url"], "bucket": BUCKET, "workdir": ctx["workdir"] / "windows",
-               "log": say}
-    for name in found:
-        try:
-            mod = importlib.import_module(f"bench.{name}")
-            params = inspect.signature(mod.run).parameters
-            say(f"years of windows: bench.{name}.run({', '.join(k for k in offered if k in params)})")
-            out["figures"][name] = mod.run(**{k: v for k, v in offered.items() if k in params})
-        except Exception as e:  # shown on the page; the rest of the benchmark stands
-            out["errors"][name] = f"{type(e).__name__}: {e}"
-            say(f"years of windows: bench.{name} FAILED: {out['errors'][name][:1000]}")
-    return out
+def years_of_windows(args: argparse.Namespace) -> dict[str, Any]:
+    """Issue #16's figures: bench/windows_scale.py (its own broker, moto and PostgreSQL) with `--windows`."""
+    if args.skip_windows or not args.windows:
+        return {"skipped": "--skip-windows" if args.skip_windows else "--windows 0"}
+    say(f"years of windows: {args.windows:,} windows in a Postgres instance (bench/windows_scale.py)")
+    try:
+        return {"figures": windows_scale.run(args.windows, keep=args.keep)}
+    except Exception as e:  # shown on the page; the rest of the benchmark stands
+        say(f"years of windows FAILED: {type(e).__name__}: {str(e)[:1000]}")
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -405,13 +393,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             " Spark sessions")
         x["catchup"] = catchup
 
-        # --- sensor tick with 100k windows (sqlite), and the years-of-windows hook ---
+        # --- sensor tick with 100k windows (sqlite) ---
         tick = sensor_tick(kafka)
         say(f"sensor tick with {tick['windows']:,} windows: {Summary.of(tick['tick_s']).fmt(2)}s "
             f"(adding them took {tick['add_partitions_s']:.1f}s)")
         x["tick"] = tick
-        x["windows_figures"] = years_of_windows(args, {"bootstrap_servers": broker.bootstrap_servers,
-                                                       "s3_endpoint_url": moto.endpoint_url, "workdir": root})
 
         mach["load_end"] = " ".join(_read("/proc/loadavg").split()[:3])
         mach["other_work_end"] = other_work()
@@ -450,8 +436,9 @@ def main() -> None:
     ap.add_argument("--overhead-repeats", type=int, default=2, help="fresh processes per JVM variant")
     ap.add_argument("--spark-remote", default=None, help="a running Spark Connect server (sc://host:port): adds "
                                                          "the run overhead over Connect")
-    ap.add_argument("--windows", type=int, default=1_000_000, help="windows for bench/windows_*.py")
-    ap.add_argument("--skip-windows", action="store_true", help="do not run bench/windows_*.py")
+    ap.add_argument("--windows", type=int, default=1_000_000, help="archived windows of the years-of-windows "
+                    "section (bench/windows_scale.py, about 17 min at 1M here); 0 skips it")
+    ap.add_argument("--skip-windows", action="store_true", help="skip the years-of-windows section")
     ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where benchmarks.md and .json are written")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, broker data)")
     args = ap.parse_args()
@@ -479,6 +466,7 @@ def main() -> None:
         t = time.monotonic()
         say(f"=== {mb:g} MB, {reps} repeat(s) ===")
         x = run(a)
+        x["windows_figures"] = years_of_windows(a)  # after run(): its broker and moto have stopped
         r = report(a, x, command, wall_s=time.monotonic() - t)
         runs.append((a, r))
         (args.out / f"benchmarks-{mb:g}mb.json").write_text(json.dumps(build_json(r), indent=2) + "\n")

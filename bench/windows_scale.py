@@ -1,7 +1,7 @@
 """Years of windows (issue #16): a Dagster instance on PostgreSQL holding 1M archived windows of a 32-partition
 topic (~7 months of 10-minute windows), measured as the deployed shape sees it.
 
-    .venv/bin/python -m bench.windows_scale [--windows 1000000] [--partitions 32] [--live-days 7]
+    .venv/bin/python -m bench.windows_scale [--windows 1000000] [--partitions 32] [--live-days 7] [--json FILE]
 
 `run()` returns a dict of figures (for `make bench`). It starts its own Kafka broker, moto server and PostgreSQL
 (s3_archive.local), fills the instance, and measures two states of the same 1M windows:
@@ -34,6 +34,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -199,7 +200,21 @@ def sensor_ticks(instance: Any, kafka: Any, cfg: Any) -> dict[str, Any]:
         instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
     out["next_tick_s"], nxt = tick(first.cursor)
     out["next_tick_cut"] = sum(len(r.partition_keys) for r in nxt.dynamic_partitions_requests or [])
+    out["next_tick_profile"] = profiled(lambda: tick(first.cursor))  # the same tick again, under cProfile
     return out
+
+
+def profiled(fn: Any, top: int = 12) -> str:
+    """cProfile of `fn()`, the top entries by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
 
 
 def checks(instance: Any, kafka: Any, s3: Any, cfg: Any) -> dict[str, Any]:
@@ -273,13 +288,9 @@ def ui_queries(url: str, instance: Any) -> dict[str, Any]:
     return out
 
 
-def status_cache_profile(instance: Any, top: int = 12) -> str:
+def status_cache_profile(instance: Any) -> str:
     """cProfile of the asset's partition status cache being rebuilt after a change of its partition set (what the
     first UI query after a tick pays), the top entries by cumulative time."""
-    import cProfile
-    import io
-    import pstats
-
     from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 
     from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
@@ -287,16 +298,11 @@ def status_cache_profile(instance: Any, top: int = 12) -> str:
     name = window_partitions(TOPIC).name
     extra = f"bench-profile-{uuid.uuid4().hex[:8]}"
     instance.add_dynamic_partitions(name, [extra])
-    prof = cProfile.Profile()
     try:
-        prof.enable()
-        get_and_update_asset_status_cache_value(instance, archive_asset_key(TOPIC), window_partitions(TOPIC))
-        prof.disable()
+        return profiled(lambda: get_and_update_asset_status_cache_value(instance, archive_asset_key(TOPIC),
+                                                                        window_partitions(TOPIC)))
     finally:
         instance.delete_dynamic_partition(name, extra)
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
-    return out.getvalue()
 
 
 def range_run_keys(instance: Any) -> dict[str, Any]:
@@ -348,7 +354,10 @@ def run(windows: int = 1_000_000, partitions: int = 32, live_days: float = 7.0, 
     from s3_archive.defs.archive.windows import Retired, record_retired
     from s3_archive.io.kafka import KafkaResource
 
+    t0 = time.monotonic()
     per = windows // partitions
+    if per < 2:
+        raise ValueError(f"--windows must be at least 2 per partition ({2 * partitions}), got {windows}")
     live_per = min(per - 1, int(live_days * 24 * 60 / WINDOW_MINUTES))
     out: dict[str, Any] = {"windows": per * partitions, "partitions": partitions, "window_minutes": WINDOW_MINUTES,
                            "live_days": live_days, "live_windows": live_per * partitions}
@@ -399,6 +408,7 @@ def run(windows: int = 1_000_000, partitions: int = 32, live_days: float = 7.0, 
         with pg.connect(pg.database) as conn, conn.cursor() as cur:
             cur.execute("SELECT pg_database_size(current_database())")
             out["postgres_mib"] = round(cur.fetchone()[0] / 2**20, 1)
+    out["seconds"] = round(time.monotonic() - t0, 1)
     return out
 
 
@@ -408,8 +418,18 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=32)
     ap.add_argument("--live-days", type=float, default=7.0)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    ap.add_argument("--json", type=Path, help="also write the figures (with the machine) to this file")
     args = ap.parse_args()
-    print(json.dumps(run(args.windows, args.partitions, args.live_days, args.keep), indent=2))
+    from bench.run import _read, machine
+
+    mach = machine()
+    fig = run(args.windows, args.partitions, args.live_days, args.keep)
+    mach["load_end"] = " ".join(_read("/proc/loadavg").split()[:3])
+    mach["other_work_end"] = machine()["other_work"]
+    fig |= {"machine": mach, "command": shlex.join(["python", "-m", "bench.windows_scale", *sys.argv[1:]])}
+    if args.json:
+        args.json.write_text(json.dumps(fig, indent=2) + "\n")
+    print(json.dumps(fig, indent=2))
 
 
 if __name__ == "__main__":
