@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from urllib.parse import urlparse
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -31,6 +32,12 @@ MAGIC_COMMITTER_CONF = {
     "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
 }
 S3_COMMITTERS = ("file", "magic")
+# The settings a Spark Connect client sends (the rest of spark_conf is the server's own, see session_conf).
+CONNECT_CLIENT_CONF = ("spark.sql.", "spark.s3archive.")
+# Spark 4.0's Connect server reuses a plan analyzed for `df.schema`/`df.columns` without registering the plan's
+# Observation, whose metrics then never arrive (SPARK-53908, fixed in 4.1); archive/write.py takes a window's
+# statistics from an Observation on a plan it analyzes first. A per-session setting.
+CONNECT_SESSION_CONF = {"spark.connect.session.planCache.enabled": "false"}
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -43,7 +50,8 @@ class SparkResource(dg.ConfigurableResource):
     """
 
     master: str = "local[*]"
-    remote: str | None = Field(default=None, description="Spark Connect URL; when set, `master` is ignored")
+    remote: str | None = Field(default=None, description="Spark Connect URL (`sc://host:15002`; a `master` "
+                               "that is an sc:// URL means the same); when set, `master` is ignored")
     app_name: str = "s3-archive"
     driver_memory: str = "2g"
     shuffle_partitions: int = 4
@@ -63,6 +71,10 @@ class SparkResource(dg.ConfigurableResource):
         default=None, ge=1, description="Spark's Kafka source minPartitions: split a window's offset range into at "
         "least this many Spark tasks (and as many staged files, hence objects); None: one task per window")
     ui_enabled: bool = Field(default=False, description="Spark's web UI (off: nothing listens on port 4040)")
+    worker_jars_dir: str | None = Field(
+        default=None, description="a `spark://` master: the directory on every worker machine that holds the jars "
+        "of `scripts/fetch-jars` (e.g. baked into the worker image); executors put it on their classpath. None: "
+        "ship the jars with spark.jars from the driver at every session start (~540 MB, docs/deployment.md)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
 
@@ -70,7 +82,8 @@ class SparkResource(dg.ConfigurableResource):
         if self.s3_committer not in S3_COMMITTERS:
             raise ValueError(f"SparkResource.s3_committer is {self.s3_committer!r}; allowed: "
                              f"{', '.join(S3_COMMITTERS)}")
-        jars = [] if self.remote else [str(p) for p in paths.jars("spark")]
+        connect = self.connect_url
+        jars = [] if connect else [str(p) for p in paths.jars("spark")]
         conf = {
             "spark.app.name": self.app_name,
             "spark.driver.memory": self.driver_memory,
@@ -92,22 +105,22 @@ class SparkResource(dg.ConfigurableResource):
         }
         if self.kafka_min_partitions is not None:
             conf[KAFKA_MIN_PARTITIONS_CONF] = str(self.kafka_min_partitions)
-        if self.s3_committer == "magic" and not self.remote:  # a Connect server configures its own committer
+        if self.s3_committer == "magic" and not connect:  # a Connect server configures its own committer
             if not any(os.path.basename(j).startswith("spark-hadoop-cloud_") for j in jars):
                 raise MissingJars(
                     f"SparkResource.s3_committer is 'magic' but no spark-hadoop-cloud jar is in "
                     f"{paths.jar_dir('spark')}; run `scripts/fetch-jars` (jvm/spark/pom.xml lists it), or set "
                     "s3_committer='file'")
             conf |= MAGIC_COMMITTER_CONF
-        if self.remote:
-            conf["spark.remote"] = self.remote  # the Connect server carries its own jars
+        if connect:
+            conf["spark.remote"] = connect  # the Connect server carries its own jars
         elif self.master.startswith("local"):
             # Driver and executors share one JVM: put the jars on its classpath instead of shipping ~560 MB
             # through Spark's file server (which costs ~20 s at every session start).
             conf |= {"spark.master": self.master, "spark.driver.extraClassPath": os.pathsep.join(jars),
                      "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
         else:
-            conf |= {"spark.master": self.master, "spark.jars": ",".join(jars)}
+            conf |= self._cluster_conf(jars)
         if self.s3_endpoint_url:
             conf["spark.hadoop.fs.s3a.endpoint"] = self.s3_endpoint_url
             conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(self.s3_endpoint_url.startswith("https")).lower()
@@ -120,9 +133,41 @@ class SparkResource(dg.ConfigurableResource):
             }
         return conf | self.extra_conf
 
+    @property
+    def connect_url(self) -> str | None:
+        """The Spark Connect endpoint: `remote`, or a `master` that is an `sc://` URL; None for a classic session."""
+        if self.remote:
+            return self.remote
+        return self.master if self.master.startswith("sc://") else None
+
+    def _cluster_conf(self, jars: list[str]) -> dict[str, str]:
+        """A cluster master (`spark://`, `yarn`, `k8s://`): executors are other JVMs, which need the jars too."""
+        conf = {"spark.master": self.master}
+        if self.worker_jars_dir:
+            # The driver (this process) has the jars locally; each worker has them at worker_jars_dir.
+            conf |= {"spark.driver.extraClassPath": os.pathsep.join(jars),
+                     "spark.executor.extraClassPath": f"{self.worker_jars_dir.rstrip('/')}/*"}
+        else:
+            conf["spark.jars"] = ",".join(jars)
+        if urlparse(self.master).hostname in ("127.0.0.1", "localhost"):
+            # A master on the loopback has its workers on this machine: keep the driver there too.
+            conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+        return conf
+
+    def session_conf(self) -> dict[str, str]:
+        """What the session is built with. Over Spark Connect, only what a client may set: SQL settings, ours
+        (`spark.s3archive.*`) and extra_conf; the server owns its JVM, classpath, master and S3A settings, so no
+        S3 credential is sent to it."""
+        conf = self.spark_conf()
+        connect = self.connect_url
+        if connect is None:
+            return conf
+        client = {k: v for k, v in conf.items() if k.startswith(CONNECT_CLIENT_CONF) or k in self.extra_conf}
+        return CONNECT_SESSION_CONF | client | {"spark.remote": connect}
+
     def session(self):
         """The SparkSession (one per process: a second call, or another resource instance, reuses it)."""
         if self._lazy is None:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            self._lazy = LazyPySparkResource(spark_config=self.spark_conf())
+            self._lazy = LazyPySparkResource(spark_config=self.session_conf())
         return self._lazy.spark_session
