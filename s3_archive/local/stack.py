@@ -1,4 +1,5 @@
-"""`s3-archive local up | down | status`: the broker and the moto server as background processes.
+"""`s3-archive local up | down | status`: the broker and the moto server as background processes, and on request
+a Spark Connect server (`--spark-connect`) and a Spark standalone master + worker (`--spark-cluster`).
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
 their command line is still the one we started (a recycled PID is left alone).
@@ -21,6 +22,9 @@ from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid
+from s3_archive.local.spark_cluster import MASTER_CLASS, WORKER_CLASS, SparkCluster
+from s3_archive.local.spark_connect import MAIN_CLASS as CONNECT_CLASS
+from s3_archive.local.spark_connect import SparkConnectServer
 
 # moto accepts any credentials; these are the local stack's, never real ones.
 LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack", "AWS_REGION": "us-east-1"}
@@ -34,13 +38,28 @@ class StackState:
     bucket: str
     broker_pid: int
     moto_pid: int
+    spark_connect_url: str | None = None
+    spark_connect_pid: int | None = None
+    spark_master_url: str | None = None
+    spark_master_pid: int | None = None
+    spark_worker_pid: int | None = None
+    spark_jars_dir: str | None = None  # the jars on the worker's classpath (SparkResource.worker_jars_dir)
 
     def env(self) -> dict[str, str]:
-        """The environment the project's resources read (see `s3_archive/definitions.py` and `s3_archive/io/`)."""
+        """The environment the project's resources read (see `s3_archive/definitions.py` and `s3_archive/io/`).
+        `S3_ARCHIVE_SPARK_MASTER`: the Connect server if there is one (it runs on the cluster when both are up),
+        else the cluster's master."""
+        spark = {}
+        if self.spark_connect_url:
+            spark = {"S3_ARCHIVE_SPARK_MASTER": self.spark_connect_url}
+        elif self.spark_master_url:
+            spark = {"S3_ARCHIVE_SPARK_MASTER": self.spark_master_url,
+                     "S3_ARCHIVE_SPARK_WORKER_JARS_DIR": self.spark_jars_dir or ""}
         return {
             "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
+            **spark,
             **LOCAL_AWS,
         }
 
@@ -91,31 +110,52 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
-       kafka_port: int = 0, s3_port: int = 0) -> StackState:
+       kafka_port: int = 0, s3_port: int = 0, spark_connect: bool = False, spark_cluster: bool = False,
+       spark_connect_port: int = 0, spark_master_port: int = 0) -> StackState:
+    """Start the stack (or what it lacks of what is asked, if it runs already) and record it."""
     root = root or local_stack_dir()
     state = read_state(root)
-    if state is not None and _running(state):
-        return state
-    if state is not None:
+    if state is not None and not _running(state):
         down(root)  # half-dead stack from an earlier session: clear it before starting anew
-    if fresh and root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
-    broker = KafkaBroker(root / "kafka", port=kafka_port)
-    moto = MotoServer(root / "moto", port=s3_port)
-    broker.start()
-    try:
-        moto.start()
-        create_bucket(moto.endpoint_url, bucket)
-    except BaseException:
-        broker.stop()
-        moto.stop()
-        raise
-    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid)
-    _state_file(root).write_text(json.dumps(state.__dict__, indent=2))
-    env_file = root / "stack.env"
-    env_file.write_text("".join(f"export {k}={v}\n" for k, v in state.env().items()))
+        state = None
+    if state is None:
+        if fresh and root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True, exist_ok=True)
+        broker = KafkaBroker(root / "kafka", port=kafka_port)
+        moto = MotoServer(root / "moto", port=s3_port)
+        broker.start()
+        try:
+            moto.start()
+            create_bucket(moto.endpoint_url, bucket)
+        except BaseException:
+            broker.stop()
+            moto.stop()
+            raise
+        state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid)
+        _save(root, state)
+    if spark_cluster and state.spark_master_url is None:
+        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port)
+        cluster.start()
+        state.spark_master_url, state.spark_jars_dir = cluster.master_url, cluster.jars_dir
+        state.spark_master_pid, state.spark_worker_pid = cluster.master_proc.pid, cluster.worker_proc.pid
+        _save(root, state)
+    if spark_connect and state.spark_connect_url is None:
+        # On the cluster when there is one (executors in their own JVMs), else in local mode.
+        server = SparkConnectServer(root / "spark-connect", port=spark_connect_port,
+                                    master=state.spark_master_url or "local[*]",
+                                    worker_jars_dir=state.spark_jars_dir, s3_endpoint_url=state.s3_endpoint_url,
+                                    s3_region=LOCAL_AWS["AWS_REGION"], s3_path_style=True,
+                                    env={k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+        server.start()
+        state.spark_connect_url, state.spark_connect_pid = server.url, server.proc.pid
+        _save(root, state)
     return state
+
+
+def _save(root: Path, state: StackState) -> None:
+    _state_file(root).write_text(json.dumps(state.__dict__, indent=2))
+    (root / "stack.env").write_text("".join(f"export {k}={v}\n" for k, v in state.env().items()))
 
 
 def _ours(pid: int, marker: str) -> bool:
@@ -126,11 +166,17 @@ def _ours(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
-_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server"}
+_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "spark_master_pid": MASTER_CLASS,
+            "spark_worker_pid": WORKER_CLASS, "spark_connect_pid": CONNECT_CLASS}
+
+
+def _recorded(state: StackState) -> list[tuple[str, int, str]]:
+    """(key, pid, marker) of every process the state records (the Spark ones only when started)."""
+    return [(k, getattr(state, k), m) for k, m in _MARKERS.items() if getattr(state, k) is not None]
 
 
 def _running(state: StackState) -> bool:
-    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _MARKERS.items())
+    return all(pid_alive(pid) and _ours(pid, m) for _, pid, m in _recorded(state))
 
 
 def down(root: Path | None = None) -> list[str]:
@@ -139,8 +185,7 @@ def down(root: Path | None = None) -> list[str]:
     stopped: list[str] = []
     if state is None:
         return stopped
-    for key, marker in _MARKERS.items():
-        pid = getattr(state, key)
+    for _, pid, marker in reversed(_recorded(state)):  # Spark first: it uses the broker and moto
         if pid_alive(pid) and _ours(pid, marker):
             stop_pid(pid)
             stopped.append(f"{marker} (pid {pid})")
@@ -153,12 +198,15 @@ def status(root: Path | None = None) -> str:
     if state is None:
         return "local stack: not running"
     lines = []
-    for key, marker in _MARKERS.items():
-        pid = getattr(state, key)
+    for _, pid, marker in _recorded(state):
         alive = pid_alive(pid) and _ours(pid, marker)
         lines.append(f"{marker}: {'running' if alive else 'STOPPED'} (pid {pid})")
     lines.append(f"kafka bootstrap servers: {state.bootstrap_servers}")
     lines.append(f"s3 endpoint: {state.s3_endpoint_url}  bucket: {state.bucket}")
+    if state.spark_master_url:
+        lines.append(f"spark master: {state.spark_master_url}  (worker jars: {state.spark_jars_dir})")
+    if state.spark_connect_url:
+        lines.append(f"spark connect: {state.spark_connect_url}")
     return "\n".join(lines)
 
 
