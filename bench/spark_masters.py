@@ -39,7 +39,8 @@ def main() -> None:
     creds = {k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     with temporary_stack("s3a-bench-spark-", BUCKET, remove=True) as (broker, moto, root):
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers)
-        kafka.admin().create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        admin = kafka.admin()  # kept referenced: a collected client cancels its pending futures
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         producer = kafka.producer()
         producer.produce(TOPIC, key=b"k", value=b"v", partition=0)
         producer.flush(30)
