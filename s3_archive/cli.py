@@ -76,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--postgres", action="store_true",
                        help="up: also PostgreSQL for a Dagster instance of the deployed shape "
                             "(deploy/dagster.postgres.yaml)")
+    local.add_argument("--spark-connect", action="store_true",
+                       help="up: also a Spark Connect server (pyspark's own, with the project's jars); on the "
+                            "cluster with --spark-cluster")
+    local.add_argument("--spark-cluster", action="store_true",
+                       help="up: also a Spark standalone master and one worker (pyspark's own)")
+    local.add_argument("--spark-connect-port", type=int, default=0,
+                       help="up: Spark Connect port (default: a free one)")
+    local.add_argument("--spark-master-port", type=int, default=0,
+                       help="up: Spark master port (default: a free one)")
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
     demo.add_argument("--port", type=int, default=3000)
     demo.add_argument("--kafka-security", **security)
@@ -97,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "local" and args.action == "up":
             stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port,
-                     kafka_security=args.kafka_security, postgres=args.postgres)
+                     kafka_security=args.kafka_security, postgres=args.postgres,
+                     spark_connect=args.spark_connect, spark_cluster=args.spark_cluster,
+                     spark_connect_port=args.spark_connect_port, spark_master_port=args.spark_master_port)
             print(stack.status())
             print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
         elif args.command == "local" and args.action == "down":

@@ -240,8 +240,9 @@ def _write(df: DataFrame, out: Output, uri: str) -> None:
         df = df.sortWithinPartitions(*out.split_cols, "_offset")
     df = df.drop(*[c for c in ("_offset", BUCKET_COLUMN, "_part") if c not in out.split_cols])
     bytes_fmt = out.fmt.name == "bytes"
+    # "error", not its alias "errorifexists", which Spark Connect's client refuses ([UNSUPPORTED_OPERATION]).
     writer = (df.write.format("parquet" if bytes_fmt else out.fmt.spark_format)
-              .options(**({} if bytes_fmt else out.fmt.spark_options(out.codec))).mode("errorifexists"))
+              .options(**({} if bytes_fmt else out.fmt.spark_options(out.codec))).mode("error"))
     if out.split_cols:
         writer = writer.partitionBy(*out.split_cols)
     writer.save(uri)
@@ -286,7 +287,7 @@ def observed_metrics(obs: Observation, topic: str, window: OffsetWindow,
     t.join(timeout_s)
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
-    if "metrics" not in box:
+    if not box.get("metrics"):  # Spark Connect delivers nothing as {} at once instead of waiting
         raise RuntimeError(f"topic {topic!r} window {window.key}: Spark wrote the window but did not deliver its "
                            f"statistics within {timeout_s:.0f} s; nothing was committed, re-run the window")
     return box["metrics"]  # type: ignore[return-value]
@@ -331,7 +332,7 @@ def stage_window(spark: SparkSession, kafka_options: dict[str, str], topic: str,
             "archive the rest, set value_decoding.on_error: dead_letter")
     if bad and dead_letter_uri is not None:
         (df.where(~good).drop(BUCKET_COLUMN, JSON_COLUMN).write.format("parquet").options(compression="snappy")
-         .mode("errorifexists").save(dead_letter_uri))
+         .mode("error").save(dead_letter_uri))
     written = [c for c in staged.columns if c not in ("_part", "_offset", BUCKET_COLUMN)]
     text_like = out.fmt.name in ("json", "text", "bytes", "csv")
     return StageStats(

@@ -23,7 +23,8 @@ from s3_archive.io.s3_resource import S3_ENV, S3Resource
 from s3_archive.io.spark import SparkResource
 from s3_archive.model.errors import InvalidConfig
 
-SPARK_ENV = {"master": "S3_ARCHIVE_SPARK_MASTER", "remote": "S3_ARCHIVE_SPARK_REMOTE"}
+SPARK_ENV = {"master": "S3_ARCHIVE_SPARK_MASTER", "remote": "S3_ARCHIVE_SPARK_REMOTE",
+             "worker_jars_dir": "S3_ARCHIVE_SPARK_WORKER_JARS_DIR"}
 # The region: ours, else the AWS SDKs' own variables (which boto3's and Java's default chains read too).
 REGION_VARS = (S3_ENV["region_name"], "AWS_REGION", "AWS_DEFAULT_REGION")
 RETIRED_ENV = "S3_ARCHIVE_ENV"

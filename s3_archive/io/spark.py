@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from urllib.parse import urlparse
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -38,6 +39,12 @@ S3_COMMITTERS = ("file", "magic")
 # and instance roles), as boto3 does.
 DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
 REDACTED_OPTIONS = r"(?i)url|sasl\.jaas|ssl\.keystore\.key|private key"
+# The settings a Spark Connect client sends (the rest of spark_conf is the server's own, see session_conf).
+CONNECT_CLIENT_CONF = ("spark.sql.", "spark.s3archive.")
+# Spark 4.0's Connect server reuses a plan analyzed for `df.schema`/`df.columns` without registering the plan's
+# Observation, whose metrics then never arrive (SPARK-53908, fixed in 4.1); archive/write.py takes a window's
+# statistics from an Observation on a plan it analyzes first. A per-session setting.
+CONNECT_SESSION_CONF = {"spark.connect.session.planCache.enabled": "false"}
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -50,7 +57,8 @@ class SparkResource(dg.ConfigurableResource):
     """
 
     master: str = "local[*]"
-    remote: str | None = Field(default=None, description="Spark Connect URL; when set, `master` is ignored")
+    remote: str | None = Field(default=None, description="Spark Connect URL (`sc://host:15002`; a `master` "
+                               "that is an sc:// URL means the same); when set, `master` is ignored")
     app_name: str = "s3-archive"
     driver_memory: str = "2g"
     shuffle_partitions: int = 4
@@ -80,6 +88,10 @@ class SparkResource(dg.ConfigurableResource):
                              "runs (C2 too); both map the AppCDS archive that scripts/setup builds. One of "
                              f"{', '.join(JVM_PROFILES)}; ignored over Spark Connect")
     ui_enabled: bool = Field(default=False, description="Spark's web UI (off: nothing listens on port 4040)")
+    worker_jars_dir: str | None = Field(
+        default=None, description="a `spark://` master: the directory on every worker machine that holds the jars "
+        "of `scripts/fetch-jars` (e.g. baked into the worker image); executors put it on their classpath. None: "
+        "ship the jars with spark.jars from the driver at every session start (~540 MB, docs/deployment.md)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
 
@@ -87,7 +99,8 @@ class SparkResource(dg.ConfigurableResource):
         if self.s3_committer not in S3_COMMITTERS:
             raise ValueError(f"SparkResource.s3_committer is {self.s3_committer!r}; allowed: "
                              f"{', '.join(S3_COMMITTERS)}")
-        jars = [] if self.remote else [str(p) for p in paths.jars("spark")]
+        connect = self.connect_url
+        jars = [] if connect else [str(p) for p in paths.jars("spark")]
         conf = {
             "spark.app.name": self.app_name,
             "spark.driver.memory": self.driver_memory,
@@ -105,31 +118,31 @@ class SparkResource(dg.ConfigurableResource):
         }
         if self.kafka_min_partitions is not None:
             conf[KAFKA_MIN_PARTITIONS_CONF] = str(self.kafka_min_partitions)
-        if self.s3_committer == "magic" and not self.remote:  # a Connect server configures its own committer
+        if self.s3_committer == "magic" and not connect:  # a Connect server configures its own committer
             if not any(os.path.basename(j).startswith("spark-hadoop-cloud_") for j in jars):
                 raise MissingJars(
                     f"SparkResource.s3_committer is 'magic' but no spark-hadoop-cloud jar is in "
                     f"{paths.jar_dir('spark')}; run `scripts/fetch-jars` (jvm/spark/pom.xml lists it), or set "
                     "s3_committer='file'")
             conf |= MAGIC_COMMITTER_CONF
-        if not self.remote:
+        if not connect:
             java_opts = driver_java_options(self.jvm_profile, jars if self.master.startswith("local") else [])
             if java_opts:
                 conf["spark.driver.extraJavaOptions"] = java_opts
-        if self.remote:
-            conf["spark.remote"] = self.remote  # the Connect server carries its own jars
+        if connect:
+            conf["spark.remote"] = connect  # the Connect server carries its own jars
         elif self.master.startswith("local"):
             # Driver and executors share one JVM: put the jars on its classpath instead of shipping ~560 MB
             # through Spark's file server (which costs ~20 s at every session start).
             conf |= {"spark.master": self.master, "spark.driver.extraClassPath": os.pathsep.join(jars),
                      "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
         else:
-            conf |= {"spark.master": self.master, "spark.jars": ",".join(jars)}
+            conf |= self._cluster_conf(jars)
         conf |= self.s3a_conf()
         # Data source options in plans (UI, logs): Spark redacts keys or values matching secret|password|token by
         # default; also the Kafka source's inline client key (KafkaResource.spark_options).
         conf["spark.sql.redaction.options.regex"] = REDACTED_OPTIONS
-        if self.s3_ca_bundle and not self.remote:
+        if self.s3_ca_bundle and not connect:
             conf |= self.s3a_truststore_conf(conf)
         return conf | self.extra_conf
 
@@ -177,12 +190,45 @@ class SparkResource(dg.ConfigurableResource):
         keys = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
         return {k: f"{conf[k]} {opts}" if conf.get(k) else opts for k in keys}
 
+    @property
+    def connect_url(self) -> str | None:
+        """The Spark Connect endpoint: `remote`, or a `master` that is an `sc://` URL; None for a classic session."""
+        if self.remote:
+            return self.remote
+        return self.master if self.master.startswith("sc://") else None
+
+    def _cluster_conf(self, jars: list[str]) -> dict[str, str]:
+        """A cluster master (`spark://`, `yarn`, `k8s://`): executors are other JVMs, which need the jars too."""
+        conf = {"spark.master": self.master}
+        if self.worker_jars_dir:
+            # The driver (this process) has the jars locally; each worker has them at worker_jars_dir.
+            conf |= {"spark.driver.extraClassPath": os.pathsep.join(jars),
+                     "spark.executor.extraClassPath": f"{self.worker_jars_dir.rstrip('/')}/*"}
+        else:
+            conf["spark.jars"] = ",".join(jars)
+        if urlparse(self.master).hostname in ("127.0.0.1", "localhost"):
+            # A master on the loopback has its workers on this machine: keep the driver there too.
+            conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+        return conf
+
+    def session_conf(self) -> dict[str, str]:
+        """What the session is built with. Over Spark Connect, only what a client may set: SQL settings, ours
+        (`spark.s3archive.*`) and extra_conf; the server owns its JVM, classpath, master and S3A settings, so no
+        S3 credential is sent to it."""
+        conf = self.spark_conf()
+        connect = self.connect_url
+        if connect is None:
+            return conf
+        client = {k: v for k, v in conf.items() if k.startswith(CONNECT_CLIENT_CONF) or k in self.extra_conf}
+        return CONNECT_SESSION_CONF | client | {"spark.remote": connect}
+
     def session(self):
         """The SparkSession (one per process: a second call, or another resource instance, reuses it)."""
         if self._lazy is None:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            self._lazy = LazyPySparkResource(spark_config=self.spark_conf())
+            self._lazy = LazyPySparkResource(spark_config=self.session_conf())
         spark = self._lazy.spark_session
-        for key, value in self.s3a_secret_conf().items():
-            spark.conf.set(key, value)
+        if self.connect_url is None:  # a Connect server owns its S3A settings: no credential is sent to it
+            for key, value in self.s3a_secret_conf().items():
+                spark.conf.set(key, value)
         return spark

@@ -1,5 +1,6 @@
-"""`s3-archive local up | down | status`: the broker and the moto server (and, with `--postgres`, PostgreSQL for a
-Dagster instance of the deployed shape) as background processes.
+"""`s3-archive local up | down | status`: the broker and the moto server as background processes, and on
+request PostgreSQL for a Dagster instance of the deployed shape (`--postgres`), a Spark Connect server
+(`--spark-connect`) and a Spark standalone master + worker (`--spark-cluster`).
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
 their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
@@ -27,6 +28,9 @@ from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid, write_private
+from s3_archive.local.spark_cluster import MASTER_CLASS, WORKER_CLASS, SparkCluster
+from s3_archive.local.spark_connect import MAIN_CLASS as CONNECT_CLASS
+from s3_archive.local.spark_connect import SparkConnectServer
 
 # moto accepts any credentials; these are the local stack's, never real ones.
 LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack", "AWS_REGION": "us-east-1"}
@@ -46,10 +50,19 @@ class StackState:
     kafka_ca_file: str | None = None  # sasl_ssl: the local CA (PEM)
     postgres_pid: int | None = None
     postgres_port: int | None = None
+    spark_connect_url: str | None = None
+    spark_connect_pid: int | None = None
+    spark_master_url: str | None = None
+    spark_master_pid: int | None = None
+    spark_worker_pid: int | None = None
+    spark_jars_dir: str | None = None  # the jars on the worker's classpath (SparkResource.worker_jars_dir)
+
 
     def env(self) -> dict[str, str]:
-        """The environment the project's resources read (defs/resources.py, docs/configuration.md), and with
-        PostgreSQL, what deploy/dagster.postgres.yaml reads except the password (in `postgres/password`)."""
+        """The environment the project's resources read (defs/resources.py, docs/configuration.md); with
+        PostgreSQL, what deploy/dagster.postgres.yaml reads except the password (in `postgres/password`).
+        `S3_ARCHIVE_SPARK_MASTER`: the Connect server if there is one (it runs on the cluster when both are up),
+        else the cluster's master."""
         kafka = {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers}
         if self.kafka_security == "sasl_ssl":
             kafka |= {"S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "S3_ARCHIVE_KAFKA_SASL_MECHANISM": SCRAM,
@@ -59,10 +72,17 @@ class StackState:
         pg = {} if self.postgres_port is None else {
             "DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(self.postgres_port),
             "DAGSTER_PG_USERNAME": DEFAULT_USER, "DAGSTER_PG_DB": DEFAULT_DATABASE}
+        spark = {}
+        if self.spark_connect_url:
+            spark = {"S3_ARCHIVE_SPARK_MASTER": self.spark_connect_url}
+        elif self.spark_master_url:
+            spark = {"S3_ARCHIVE_SPARK_MASTER": self.spark_master_url,
+                     "S3_ARCHIVE_SPARK_WORKER_JARS_DIR": self.spark_jars_dir or ""}
         return {
             **kafka,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
+            **spark,
             **LOCAL_AWS,
             **pg,
         }
@@ -122,52 +142,73 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 
 
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
-       kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None,
-       postgres: bool = False) -> StackState:
-    """Start the stack (or return the running one). `kafka_security`: plaintext or sasl_ssl; None: as it runs,
-    else plaintext. `postgres`: also PostgreSQL (a running stack without it is restarted with it)."""
+       kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None, postgres: bool = False,
+       spark_connect: bool = False, spark_cluster: bool = False, spark_connect_port: int = 0,
+       spark_master_port: int = 0) -> StackState:
+    """Start the stack, or what it lacks of what is asked if it runs already, and record it. `kafka_security`:
+    plaintext or sasl_ssl; None: as the local data was made, else plaintext."""
     if kafka_security is not None and kafka_security not in SECURITY:
         raise StackError(f"--kafka-security {kafka_security!r} is not supported; allowed: {', '.join(SECURITY)}")
     root = root or local_stack_dir()
     state = read_state(root)
-    if state is not None and _running(state):
-        if kafka_security not in (None, state.kafka_security):
-            raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
-                             f"local down` first, then `up --kafka-security {kafka_security}`")
-    if state is not None and _running(state) and (state.postgres_pid is not None or not postgres):
-        return state
-    if state is not None:
+    if state is not None and not _running(state):
         down(root)  # half-dead stack from an earlier session: clear it before starting anew
-    if fresh and root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
-    security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
-    password = _kafka_password(root) if security == "sasl_ssl" else None
-    broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
-                         users={KAFKA_USER: password} if password else {})
-    moto = MotoServer(root / "moto", port=s3_port)
-    pg = PostgresServer(root / "postgres") if postgres else None
-    broker.start()
-    try:
-        moto.start()
-        create_bucket(moto.endpoint_url, bucket)
-        if pg is not None:
-            pg.start()
-    except BaseException:
-        broker.stop()
-        moto.stop()
-        if pg is not None:
-            pg.stop()
-        raise
-    state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid,
-                       security, password, str(broker.ca_file) if broker.secured else None,
-                       pg.proc.pid if pg else None, pg.port if pg else None)
+        state = None
+    if state is not None and kafka_security not in (None, state.kafka_security):
+        raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
+                         f"local down` first, then `up --kafka-security {kafka_security}`")
+    if state is None:
+        if fresh and root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True, exist_ok=True)
+        security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
+        password = _kafka_password(root) if security == "sasl_ssl" else None
+        broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
+                             users={KAFKA_USER: password} if password else {})
+        moto = MotoServer(root / "moto", port=s3_port)
+        broker.start()
+        try:
+            moto.start()
+            create_bucket(moto.endpoint_url, bucket)
+        except BaseException:
+            broker.stop()
+            moto.stop()
+            raise
+        state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid,
+                           security, password, str(broker.ca_file) if broker.secured else None)
+        _save(root, state)
+    if postgres and state.postgres_pid is None:
+        pg = PostgresServer(root / "postgres")
+        pg.start()
+        state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
+        _save(root, state)
+    if spark_cluster and state.spark_master_url is None:
+        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port)
+        cluster.start()
+        state.spark_master_url, state.spark_jars_dir = cluster.master_url, cluster.jars_dir
+        state.spark_master_pid, state.spark_worker_pid = cluster.master_proc.pid, cluster.worker_proc.pid
+        _save(root, state)
+    if spark_connect and state.spark_connect_url is None:
+        # On the cluster when there is one (executors in their own JVMs), else in local mode.
+        server = SparkConnectServer(root / "spark-connect", port=spark_connect_port,
+                                    master=state.spark_master_url or "local[*]",
+                                    worker_jars_dir=state.spark_jars_dir, s3_endpoint_url=state.s3_endpoint_url,
+                                    s3_region=LOCAL_AWS["AWS_REGION"], s3_path_style=True,
+                                    env={k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+        server.start()
+        state.spark_connect_url, state.spark_connect_pid = server.url, server.proc.pid
+        _save(root, state)
+    return state
+
+
+def _save(root: Path, state: StackState) -> None:
     write_private(_state_file(root), json.dumps(state.__dict__, indent=2))
     # The database password stays in its file (mode 0600): the env file reads it when sourced.
-    secret = f'export DAGSTER_PG_PASSWORD="$(cat {shlex.quote(str(pg.password_file))})"\n' if pg else ""
+    pg = PostgresServer(root / "postgres")
+    secret = (f'export DAGSTER_PG_PASSWORD="$(cat {shlex.quote(str(pg.password_file))})"\n'
+              if state.postgres_pid is not None else "")
     write_private(root / "stack.env",
                   "".join(f"export {k}={shlex.quote(v)}\n" for k, v in state.env().items()) + secret)
-    return state
 
 
 def _ours(pid: int, marker: str) -> bool:
@@ -178,16 +219,17 @@ def _ours(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
-_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "postgres_pid": "postgres"}
+_MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "postgres_pid": "postgres",
+            "spark_master_pid": MASTER_CLASS, "spark_worker_pid": WORKER_CLASS, "spark_connect_pid": CONNECT_CLASS}
 
 
-def _started(state: StackState) -> dict[str, str]:
-    """The markers of the processes this stack started (PostgreSQL only with --postgres)."""
-    return {k: m for k, m in _MARKERS.items() if getattr(state, k) is not None}
+def _recorded(state: StackState) -> list[tuple[str, int, str]]:
+    """(key, pid, marker) of every process the state records (PostgreSQL and Spark only when started)."""
+    return [(k, getattr(state, k), m) for k, m in _MARKERS.items() if getattr(state, k) is not None]
 
 
 def _running(state: StackState) -> bool:
-    return all(pid_alive(getattr(state, k)) and _ours(getattr(state, k), m) for k, m in _started(state).items())
+    return all(pid_alive(pid) and _ours(pid, m) for _, pid, m in _recorded(state))
 
 
 def down(root: Path | None = None) -> list[str]:
@@ -196,8 +238,7 @@ def down(root: Path | None = None) -> list[str]:
     stopped: list[str] = []
     if state is None:
         return stopped
-    for key, marker in _started(state).items():
-        pid = getattr(state, key)
+    for _, pid, marker in reversed(_recorded(state)):  # Spark first: it uses the broker and moto
         if pid_alive(pid) and _ours(pid, marker):
             stop_pid(pid)
             stopped.append(f"{marker} (pid {pid})")
@@ -210,8 +251,7 @@ def status(root: Path | None = None) -> str:
     if state is None:
         return "local stack: not running"
     lines = []
-    for key, marker in _started(state).items():
-        pid = getattr(state, key)
+    for _, pid, marker in _recorded(state):
         alive = pid_alive(pid) and _ours(pid, marker)
         lines.append(f"{marker}: {'running' if alive else 'STOPPED'} (pid {pid})")
     lines.append(f"kafka bootstrap servers: {state.bootstrap_servers} ({state.kafka_security}"
@@ -219,6 +259,10 @@ def status(root: Path | None = None) -> str:
     lines.append(f"s3 endpoint: {state.s3_endpoint_url}  bucket: {state.bucket}")
     if state.postgres_port is not None:
         lines.append(f"postgres: 127.0.0.1:{state.postgres_port} (Dagster instance: deploy/dagster.postgres.yaml)")
+    if state.spark_master_url:
+        lines.append(f"spark master: {state.spark_master_url}  (worker jars: {state.spark_jars_dir})")
+    if state.spark_connect_url:
+        lines.append(f"spark connect: {state.spark_connect_url}")
     return "\n".join(lines)
 
 

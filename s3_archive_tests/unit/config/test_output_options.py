@@ -137,3 +137,5 @@ def test_statistics_that_never_arrive_fail_the_window_instead_of_hanging():
     assert observed_metrics(_Delivered(), "t", w, timeout_s=5) == {"records": 3}
     with pytest.raises(RuntimeError, match=r"topic 't' window p00000-.*did not deliver its statistics within 0 s"):
         observed_metrics(_NeverDelivered(), "t", w, timeout_s=0.2)
+    with pytest.raises(RuntimeError, match=r"did not deliver its statistics"):  # Spark Connect: {} at once
+        observed_metrics(type("_Empty", (), {"get": {}})(), "t", w, timeout_s=5)

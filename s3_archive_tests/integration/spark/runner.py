@@ -1,0 +1,111 @@
+"""One archive run in a fresh process, as a deployed run is: `python -m s3_archive_tests.integration.spark.runner`
+reads a job as JSON on stdin (services, SparkResource fields, archive config, topic, windows), materializes the
+archive asset with `dg.materialize`, and prints one line `@@RESULT <json>`.
+
+A fresh process because one process has one kind of Spark: the test session's own Spark is a classic local[2]
+SparkContext, and a Spark Connect session switches pyspark's functions to Connect process-wide (and a second
+SparkContext with another master is refused). No secret is on the command line: the job comes on stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+RESULT = "@@RESULT "
+
+
+def run_job(job: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+    """Run `job` in a fresh Python process (this one's interpreter and environment); its result, or an
+    AssertionError with the process's output."""
+    proc = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(job), capture_output=True, text=True,
+                          timeout=timeout, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    assert proc.returncode == 0 and lines, (f"runner exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
+                                            f"--- stderr\n{proc.stderr[-8000:]}")
+    return json.loads(lines[-1].removeprefix(RESULT))
+
+
+def archive_job(services: Any, spark: dict[str, Any], cfg: Any, topic: str, windows: list[Any],
+                probe: bool = False, session_first: bool = False) -> dict[str, Any]:
+    """One run of the archive asset over `windows` (OffsetWindows) with `SparkResource(**spark)`, in a fresh
+    process; with `probe`, also where the session's tasks run (probe_executors); with `session_first`, the
+    session is started (and timed) before the run."""
+    return run_job({"services": {"bootstrap_servers": services.bootstrap_servers,
+                                 "s3_endpoint_url": services.s3_endpoint_url, "bucket": services.bucket},
+                    "spark": spark, "config": cfg.model_dump(mode="json", exclude_unset=True), "topic": topic,
+                    "windows": [[w.partition, w.start, w.end] for w in windows], "probe": probe,
+                    "session_first": session_first})
+
+
+def probe_executors(session: Any) -> dict[str, Any]:
+    """Where a classic session's tasks run: for each of two tasks, the JVM that runs it (the first `java`
+    ancestor of the task's Python worker: its pid, parent pid, main class and classpath) and the s3_archive its
+    Python imports; and the driver's JVM pid."""
+    sc = session.sparkContext
+
+    def where(_: int) -> dict[str, Any]:
+        import s3_archive
+
+        pid = os.getppid()
+        while pid > 1:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode() for a in f.read().split(b"\0") if a]
+            if args and os.path.basename(args[0]) == "java":
+                cp = args[args.index("-cp") + 1] if "-cp" in args else ""
+                main = next((a for a in args if a.startswith("org.apache.spark.")), "")
+                with open(f"/proc/{pid}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                return {"jvm_pid": pid, "jvm_parent": parent, "jvm_main": main, "classpath": cp,
+                        "python_pid": os.getpid(), "s3_archive": s3_archive.__file__}
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        return {"jvm_pid": None, "python_pid": os.getpid(), "s3_archive": s3_archive.__file__}
+
+    return {"driver_jvm_pid": sc._jvm.java.lang.ProcessHandle.current().pid(),
+            "tasks": sc.parallelize(range(2), 2).map(where).collect()}
+
+
+def main() -> None:
+    t0 = time.monotonic()
+    job = json.loads(sys.stdin.read())
+    import dagster as dg
+
+    from s3_archive.config.archive import ArchiveConfig
+    from s3_archive.io.kafka import KafkaResource
+    from s3_archive.io.spark import SparkResource
+    from s3_archive.model.windows import OffsetWindow
+    from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
+
+    imported = time.monotonic() - t0
+    services = SimpleNamespace(**job["services"])
+    kafka = KafkaResource(bootstrap_servers=services.bootstrap_servers)
+    spark = SparkResource(**job["spark"])
+    cfg = ArchiveConfig.model_validate(job["config"])
+    windows = [OffsetWindow(*w) for w in job["windows"]]
+    instance = dg.DagsterInstance.ephemeral()
+    session_s = None
+    if job.get("session_first"):  # time the session's start apart from the run (for measurements)
+        t = time.monotonic()
+        spark.session()
+        session_s = time.monotonic() - t
+    t = time.monotonic()
+    result = materialize(cfg, job["topic"], windows, resources(services, kafka, spark), instance,
+                         raise_on_error=False)
+    seconds = time.monotonic() - t
+    failures = [e.event_specific_data.error.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 40]
+    out = {"success": result.success, "failures": failures, "errors": errors, "import_s": imported,
+           "session_s": session_s, "run_s": seconds, "windows": window_metadata(result)}
+    if job.get("probe"):
+        out["probe"] = probe_executors(spark.session())
+    print(RESULT + json.dumps(out, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
