@@ -78,6 +78,10 @@ def windows_of(ends: dict[int, int], per_partition: int) -> list[OffsetWindow]:
     return out
 
 
+def mb_of(ends: dict[int, int]) -> float:
+    return sum(ends.values()) * record_bytes() / 1e6
+
+
 def archive_run(cfg: ArchiveConfig, topic: str, windows: list[OffsetWindow], resources: dict[str, Any]) -> dict:
     """One run of the archive asset over `windows` (a partition range, as a backfill does); per-window metadata."""
     instance = dg.DagsterInstance.ephemeral()
@@ -150,16 +154,19 @@ def throughput(args: argparse.Namespace) -> None:
     with temporary_stack("s3a-bench-", BUCKET) as (broker, moto, root):
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers)
         n = records_for_mb(args.mb)
+        mb = n * record_bytes() / 1e6
         create_topic(kafka, "bench")
         print(f"produced {n:,} records ({n * record_bytes() / 1e6:.0f} MB) in {produce(kafka, 'bench', n):.1f} s",
               flush=True)
         ends = kafka.offsets("bench", "latest")
+        if args.only_partition is not None:
+            ends = {args.only_partition: ends[args.only_partition]}
+            mb = mb_of(ends)
         windows = windows_of(ends, args.windows_per_partition)
         res = {"kafka": kafka, "s3": s3_resource(moto.endpoint_url),
-               "spark": spark_resource(moto.endpoint_url, args.master)}
+               "spark": spark_resource(moto.endpoint_url, args.master, kafka_min_partitions=args.min_partitions)}
         s3 = local_s3_client(moto.endpoint_url)
         requests = RequestLog(root / "moto" / "moto.log")
-        mb = n * record_bytes() / 1e6
         out: dict[str, Any] = {}
         for fmt in args.formats.split(","):
             fmt, _, codec = fmt.partition(":")
@@ -173,7 +180,7 @@ def throughput(args: argparse.Namespace) -> None:
                 meta = archive_run(cfg, "bench", windows, res)
                 dt = time.monotonic() - t
                 got = requests.take()
-                assert sum(m["records"] for m in meta.values()) == n, meta
+                assert sum(m["records"] for m in meta.values()) == sum(ends.values()), meta
                 objects = sum(m["objects"] for m in meta.values())
                 print(f"{fmt}{':' + codec if codec else ''} round {r}{' (warm-up)' if r == 0 else ''}: {dt:.2f} s, "
                       f"{mb / dt:.1f} MB/s, {objects} objects, S3 requests {sum(got.values())} {dict(got)}",
@@ -237,6 +244,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--windows-per-partition", type=int, default=1)
     ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--min-partitions", type=int, default=None, help="SparkResource.kafka_min_partitions")
+    ap.add_argument("--only-partition", type=int, default=None, help="archive only this Kafka partition")
     ap.add_argument("--memory", help="window sizes (multiples of the smallest) to run in fresh processes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--records", type=int, default=0, help=argparse.SUPPRESS)
