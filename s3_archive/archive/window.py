@@ -1,35 +1,32 @@
-"""Archive one window: check Kafka still has it, stage it with Spark, commit it exactly once.
+"""Archive the windows of one run: which are committed already, does Kafka still have the rest, one Spark job that
+writes them all (archive/write.py), then each window's commit (archive/commit.py).
 
-This is the whole materialization of one Dagster partition; the asset (defs/archive/assets.py) only maps
+This is the whole materialization of a run's Dagster partitions; the asset (defs/archive/assets.py) only maps
 partition keys to windows and reports the results.
-
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from s3_archive.__init__ import __version__
-from s3_archive.archive.commit import CommitResult, Fault, clean_staging, commit_window, no_fault
-from s3_archive.archive.write import (
-    Output,
-    StageStats,
-    UndecodableValue,
-    absent_ranges,
-    absent_ranges_from_kafka,
-    stage_window,
-)
+from s3_archive.archive.commit import CommitResult, Fault, adopt, commit_window, no_fault, open_uploads, remove_objects
+from s3_archive.archive.job import Slice, WindowStats, WriteJob, merge_slices, slices_of, splittable
+from s3_archive.archive.upload import S3Connection
+from s3_archive.archive.write import JobOutput, Output, UndecodableValue, infer_json_ddls, read_slices, run_write_job
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
-from s3_archive.keys.objects import dead_letter_stem, manifest_key, staging_prefix
+from s3_archive.keys.objects import DEAD_LETTER, dead_letter_stem, manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError, DataLoss, WindowNotAvailable
 from s3_archive.model.formats import FORMATS
-from s3_archive.model.manifest import MANIFEST_VERSION, Manifest
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
 
@@ -75,70 +72,185 @@ def _loss(cfg: ArchiveConfig, topic: str, window: OffsetWindow, lost_to: int, ea
     return [window.start, lost_to]
 
 
-def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig, topic: str,
-                   window: OffsetWindow, log: Any, fault: Fault = no_fault) -> WindowResult:
-    t0 = time.monotonic()
+@dataclass
+class _Pending:
+    """A window this run writes."""
+
+    window: OffsetWindow
+    read_start: int
+    lost: list[list[int]]
+    slices: list[Slice]
+
+
+Outcome = WindowResult | BaseException
+
+
+def _committed(s3: Any, cfg: ArchiveConfig, topic: str, window: OffsetWindow, t0: float) -> WindowResult | None:
     mkey = manifest_key(cfg.prefix, topic, window)
     existing = read_manifest(s3, cfg.bucket, mkey)
-    if existing is not None:
-        problems = verify_manifest(s3, cfg.bucket, existing)
-        if problems:
-            raise ArchiveIntegrityError(
-                f"window {window.key} of {topic!r} is committed (s3://{cfg.bucket}/{mkey}) but its objects do not "
-                f"match the manifest: {'; '.join(problems[:5])}. Restore the objects, or delete the manifest to "
-                "archive the window again")
-        clean_staging(s3, cfg.bucket, cfg.prefix, topic, window)
-        return WindowResult(window, existing, "already_committed", time.monotonic() - t0)
+    if existing is None:
+        return None
+    problems = verify_manifest(s3, cfg.bucket, existing)
+    if problems:
+        raise ArchiveIntegrityError(
+            f"window {window.key} of {topic!r} is committed (s3://{cfg.bucket}/{mkey}) but its objects do not "
+            f"match the manifest: {'; '.join(problems[:5])}. Restore the objects, or delete the manifest to "
+            "archive the window again")
+    return WindowResult(window, existing, "already_committed", time.monotonic() - t0)
 
-    earliest = kafka.offsets(topic, "earliest", [window.partition])[window.partition]
-    latest = kafka.offsets(topic, "latest", [window.partition])[window.partition]
-    if window.end > latest:
-        raise WindowNotAvailable(f"window {window.key} of {topic!r} ends at offset {window.end}, but partition "
-                                 f"{window.partition} has only reached offset {latest} (high watermark)")
-    lost: list[list[int]] = []
-    read_start = window.start
-    if earliest > window.start:
-        lost.append(_loss(cfg, topic, window, min(earliest, window.end), earliest, log))
-        read_start = lost[0][1]
 
-    fmt = FORMATS[cfg.format]
-    out = Output.of(cfg)
-    attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    staging = staging_prefix(cfg.prefix, topic, window, attempt)
-    staging_uri = f"s3a://{cfg.bucket}/{staging}"
-    dead_attempt = f"{attempt}-dead-letter" if out.on_error == "dead_letter" else None
-    dead_uri = (f"s3a://{cfg.bucket}/{staging_prefix(cfg.prefix, topic, window, dead_attempt)}"
-                if dead_attempt else None)
-    if read_start < window.end:
+def _each(fn: Callable[[OffsetWindow], Any], windows: list[OffsetWindow]) -> dict[OffsetWindow, Any]:
+    """fn(window) for every window, 16 at a time; an exception is the window's result."""
+    def safe(w: OffsetWindow) -> Any:
         try:
-            stats = stage_window(spark, kafka.spark_options(), topic, window, read_start, out, staging_uri, dead_uri)
-        except UndecodableValue:
-            clean_staging(s3, cfg.bucket, cfg.prefix, topic, window)
-            raise
+            return fn(w)
+        except Exception as e:  # reported per window: the other windows still commit
+            return e
+
+    if not windows:
+        return {}
+    with ThreadPoolExecutor(min(16, len(windows))) as pool:
+        return dict(zip(windows, pool.map(safe, windows), strict=True))
+
+
+def archive_windows(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig, topic: str,
+                    windows: list[OffsetWindow], log: Any, fault: Fault = no_fault,
+                    conn: S3Connection | None = None, write_fault: str | None = None,
+                    job_options: dict[str, Any] | None = None) -> dict[OffsetWindow, Outcome]:
+    """Archive `windows` of `topic` in one Spark job; each window's WindowResult, or the exception that failed it.
+
+    `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection).
+    `fault` stops the driver's commit after a step, `write_fault` a write task (tests); `job_options` overrides
+    WriteJob fields (multipart_threshold, part_size) for tests and benchmarks."""
+    t0 = time.monotonic()
+    results: dict[OffsetWindow, Outcome] = {}
+    for w, r in _each(lambda w: _committed(s3, cfg, topic, w, t0), windows).items():
+        if r is not None:
+            results[w] = r
+    todo = [w for w in windows if w not in results]
+    if not todo:
+        return results
+
+    parts = sorted({w.partition for w in todo})
+    earliest = kafka.offsets(topic, "earliest", parts)
+    latest = kafka.offsets(topic, "latest", parts)
+    out = Output.of(cfg)
+    per_window = _tasks_per_window(spark) if splittable(cfg.layout, out.rotates, cfg.format) else 1
+    pending: list[_Pending] = []
+    for w in todo:
+        try:
+            if w.end > latest[w.partition]:
+                raise WindowNotAvailable(f"window {w.key} of {topic!r} ends at offset {w.end}, but partition "
+                                         f"{w.partition} has only reached offset {latest[w.partition]} (high "
+                                         "watermark)")
+            lost, read_start = [], w.start
+            if earliest[w.partition] > w.start:
+                lost.append(_loss(cfg, topic, w, min(earliest[w.partition], w.end), earliest[w.partition], log))
+                read_start = lost[0][1]
+            slices = slices_of(w, read_start, per_window) if read_start < w.end else []
+            pending.append(_Pending(w, read_start, lost, slices))
+        except Exception as e:
+            results[w] = e
+
+    attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    conn = conn or S3Connection.of_client(s3)
+    base = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
+                    slices=(), fault=write_fault, **(job_options or {}))
+    written = _write(spark, kafka, base, out, pending, results)
+
+    after = kafka.offsets(topic, "earliest", parts)
+    uploads = open_uploads(s3, cfg.bucket, [f"{cfg.prefix}{topic}/"]
+                           + ([f"{cfg.prefix}{DEAD_LETTER}/{topic}/"] if out.on_error == "dead_letter" else []))
+
+    def commit(p: _Pending) -> WindowResult:
+        job_out = written[p.window]
+        return _commit_one(s3, cfg, topic, p, job_out, after[p.window.partition], attempt, uploads, log, fault, t0)
+
+    ready = [p for p in pending if p.window not in results]
+    by_window = {p.window: p for p in ready}
+    results |= _each(lambda w: commit(by_window[w]), [p.window for p in ready])
+    return results
+
+
+def _tasks_per_window(spark: Any) -> int:
+    """SparkResource.kafka_min_partitions: the tasks (and objects) a window is split into, where it may be."""
+    from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
+
+    value = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
+    return int(value) if value else 1
+
+
+def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pending: list[_Pending],
+           results: dict[OffsetWindow, Outcome]) -> dict[OffsetWindow, JobOutput]:
+    """Run the write job(s) of the pending windows: one job, or one per distinct inferred JSON schema. A failed job
+    fails its windows (their objects stay until a re-run replaces or removes them)."""
+    options = kafka.spark_options()
+    slices = [s for p in pending for s in p.slices]
+    groups: dict[str | None, list[_Pending]] = {}
+    if out.decoding == "json" and out.json_schema is None and slices:
+        try:
+            ddls = infer_json_ddls(read_slices(spark, options, base.topic, slices), slices)
+        except Exception as e:
+            for p in pending:
+                results[p.window] = e
+            return {}
+        for p in pending:
+            groups.setdefault(ddls.get(p.window.key), []).append(p)
     else:
-        stats = StageStats(0, 0, None, None, None, None, "{}")
+        groups[out.json_schema] = pending
+    written: dict[OffsetWindow, JobOutput] = {}
+    for ddl, group in groups.items():
+        job_slices = tuple(s for p in group for s in p.slices)
+        try:
+            job_out = (run_write_job(spark, options, replace(base, slices=job_slices), out, ddl) if job_slices
+                       else JobOutput([], "{}"))
+        except Exception as e:
+            for p in group:
+                results[p.window] = e
+            continue
+        for p in group:
+            written[p.window] = JobOutput([r for r in job_out.rows if r["window"] == p.window.key],
+                                          job_out.schema_json)
+    return written
+
+
+def _commit_one(s3: Any, cfg: ArchiveConfig, topic: str, p: _Pending, job_out: JobOutput, earliest_after: int,
+                attempt: str, uploads: list[dict], log: Any, fault: Fault, t0: float) -> WindowResult:
+    window, out, fmt = p.window, Output.of(cfg), FORMATS[cfg.format]
+    suffix = fmt.object_suffix(cfg.codec)
+    stats: WindowStats = merge_slices(p.slices, [r for r in job_out.rows if r["kind"] == "slice"])
+    mkey = manifest_key(cfg.prefix, topic, window)
+
+    def give_up() -> None:
+        remove_objects(s3, cfg.bucket, cfg.prefix, topic, window, suffix, cfg.layout, uploads)
+
+    if stats.committed_elsewhere and (won := adopt(s3, cfg.bucket, mkey)) is not None:
+        return _result(won, t0)
+    if stats.undecodable and out.on_error == "fail":
+        give_up()
+        raise UndecodableValue(
+            f"topic {topic!r} partition {window.partition}: {stats.undecodable} record(s) in window {window.key} "
+            f"have a value that is not {'UTF-8' if out.decoding == 'utf8' else 'a UTF-8 JSON object'}, the first "
+            f"at offset {stats.first_undecodable_offset}. Nothing was committed. To keep such records under the "
+            "dead-letter prefix and archive the rest, set value_decoding.on_error: dead_letter")
 
     # Retention may have moved while Spark read: records before the first one we got may be gone.
-    earliest_after = kafka.offsets(topic, "earliest", [window.partition])[window.partition]
+    lost, read_start = list(p.lost), p.read_start
     first_seen = stats.first_offset if stats.first_offset is not None else window.end
-    if earliest_after > read_start and first_seen > read_start:
+    if earliest_after > read_start and first_seen > read_start and read_start < window.end:
         lost_to = min(earliest_after, first_seen)
-        lost.append(_loss(cfg, topic, OffsetWindow(window.partition, read_start, window.end), lost_to,
-                          earliest_after, log))
+        try:
+            lost.append(_loss(cfg, topic, OffsetWindow(window.partition, read_start, window.end), lost_to,
+                              earliest_after, log))
+        except DataLoss:
+            give_up()
+            raise
+        stats.absent = [[a, b] for a, b in stats.absent if b > lost_to]
+        if stats.absent and stats.absent[0][0] < lost_to:
+            stats.absent[0][0] = lost_to
         read_start = lost_to
 
-    absent: list[list[int]] = []
-    truncated = False
     expected = window.end - read_start
-    if stats.records != expected and stats.records > 0:
-        if stats.offsets_in_output:
-            absent, truncated = absent_ranges(spark, fmt, staging_uri, stats.schema_json, read_start, window.end)
-        else:  # the output lacks some offsets (no metadata, text formats, dead letters): re-read them from Kafka
-            absent, truncated = absent_ranges_from_kafka(spark, kafka.spark_options(), topic, window.partition,
-                                                         read_start, window.end)
-    elif stats.records == 0 and expected > 0:
-        absent = [[read_start, window.end]]
-
     draft = Manifest(
         manifest_version=MANIFEST_VERSION,
         writer=f"s3-archive {__version__}",
@@ -162,11 +274,11 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
         max_timestamp_ms=stats.max_timestamp_ms,
         min_timestamp=_iso(stats.min_timestamp_ms),
         max_timestamp=_iso(stats.max_timestamp_ms),
-        absent_offsets=absent,
-        absent_offsets_truncated=truncated,
+        absent_offsets=stats.absent,
+        absent_offsets_truncated=stats.absent_truncated,
         absent_offset_count=expected - stats.records,
         lost_offsets=lost,
-        spark_schema=stats.schema_json,
+        spark_schema=job_out.schema_json,
         attempt=attempt,
         committed_at=datetime.now(UTC).isoformat(),
         objects=[],
@@ -175,10 +287,24 @@ def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig
         log.warning(f"window {window.key} of {topic!r}: {stats.undecodable} record(s) with an undecodable value "
                     f"(first at offset {stats.first_undecodable_offset}) go to "
                     f"s3://{cfg.bucket}/{dead_letter_stem(cfg.prefix, topic, window)}…")
-    result: CommitResult = commit_window(s3, cfg.bucket, cfg.prefix, topic, window, attempt,
-                                         fmt.object_suffix(cfg.codec), draft,
-                                         stats.records > stats.undecodable, fault, per_record=fmt.name == "bytes",
-                                         dead_letter_attempt=dead_attempt if stats.undecodable else None,
-                                         out_layout=cfg.layout, publish_codec=fmt.publish_codec(cfg.codec))
-    outcome = "committed" if result.committed_by_us else "committed_by_concurrent_attempt"
-    return WindowResult(window, result.manifest, outcome, time.monotonic() - t0)
+    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
+               for r in job_out.rows if r["kind"] == "object"]
+    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"])
+            for r in job_out.rows if r["kind"] == "dead"]
+    result: CommitResult = commit_window(s3, cfg.bucket, cfg.prefix, topic, window, suffix, draft, objects, dead,
+                                         uploads, fault, cfg.layout, dead_letters=out.on_error == "dead_letter")
+    return _result(result, t0)
+
+
+def _result(r: CommitResult, t0: float) -> WindowResult:
+    outcome = "committed" if r.committed_by_us else "committed_by_concurrent_attempt"
+    return WindowResult(r.manifest.window, r.manifest, outcome, time.monotonic() - t0)
+
+
+def archive_window(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig, topic: str,
+                   window: OffsetWindow, log: Any, fault: Fault = no_fault, **kw: Any) -> WindowResult:
+    """Archive one window (archive_windows for a run of one); raises what failed it."""
+    r = archive_windows(spark, kafka, s3, cfg, topic, [window], log, fault, **kw)[window]
+    if isinstance(r, BaseException):
+        raise r
+    return r

@@ -41,10 +41,6 @@ DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredential
 REDACTED_OPTIONS = r"(?i)url|sasl\.jaas|ssl\.keystore\.key|private key"
 # The settings a Spark Connect client sends (the rest of spark_conf is the server's own, see session_conf).
 CONNECT_CLIENT_CONF = ("spark.sql.", "spark.s3archive.")
-# Spark 4.0's Connect server reuses a plan analyzed for `df.schema`/`df.columns` without registering the plan's
-# Observation, whose metrics then never arrive (SPARK-53908, fixed in 4.1); archive/write.py takes a window's
-# statistics from an Observation on a plan it analyzes first. A per-session setting.
-CONNECT_SESSION_CONF = {"spark.connect.session.planCache.enabled": "false"}
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -220,7 +216,7 @@ class SparkResource(dg.ConfigurableResource):
         if connect is None:
             return conf
         client = {k: v for k, v in conf.items() if k.startswith(CONNECT_CLIENT_CONF) or k in self.extra_conf}
-        return CONNECT_SESSION_CONF | client | {"spark.remote": connect}
+        return client | {"spark.remote": connect}
 
     def session(self):
         """The SparkSession (one per process: a second call, or another resource instance, reuses it)."""

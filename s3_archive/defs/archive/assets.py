@@ -3,11 +3,11 @@
 import traceback
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 
-from s3_archive.archive.window import WindowResult, archive_window
+from s3_archive.archive.upload import S3Connection
+from s3_archive.archive.window import archive_windows
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.io.kafka import KafkaResource
@@ -16,9 +16,6 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import manifest_key, partition_dir
 from s3_archive.model.windows import OffsetWindow
-
-# Windows of one run staged concurrently in the one SparkSession (each window is one Spark task).
-PARALLEL_WINDOWS = 4
 
 
 def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
@@ -50,26 +47,20 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             if w.partition not in partitions:
                 raise dg.Failure(f"window {w.key}: topic {topic!r} has no partition {w.partition} "
                                  f"(partitions: {partitions[0]}..{partitions[-1]})")
-        session = spark.session()
-
-        def one(w: OffsetWindow) -> WindowResult | BaseException:
-            try:
-                return archive_window(session, kafka, client, cfg, topic, w, context.log)
-            except Exception as e:  # reported per window below; the other windows still commit
-                return e
-
+        results = archive_windows(spark.session(), kafka, client, cfg, topic, windows, context.log,
+                                  conn=S3Connection.of_resource(s3))
         failures: list[str] = []
-        with ThreadPoolExecutor(max_workers=min(PARALLEL_WINDOWS, len(windows))) as pool:
-            for w, r in zip(windows, pool.map(one, windows)):
-                if isinstance(r, BaseException):
-                    # The whole traceback: the run's failure only lists each window's message.
-                    context.log.error(f"window {w.key} failed:\n" + "".join(traceback.format_exception(r)))
-                    failures.append(f"{w.key}: {type(r).__name__}: {r}")
-                    continue
-                mkey = manifest_key(cfg.prefix, topic, w)
-                context.log.info(f"window {w.key}: {r.outcome}, {r.manifest.record_count} records")
-                yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
-                                              metadata=r.metadata(cfg.bucket, mkey))
+        for w in windows:
+            r = results[w]
+            if isinstance(r, BaseException):
+                # The whole traceback: the run's failure only lists each window's message.
+                context.log.error(f"window {w.key} failed:\n" + "".join(traceback.format_exception(r)))
+                failures.append(f"{w.key}: {type(r).__name__}: {r}")
+                continue
+            mkey = manifest_key(cfg.prefix, topic, w)
+            context.log.info(f"window {w.key}: {r.outcome}, {r.manifest.record_count} records")
+            yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
+                                          metadata=r.metadata(cfg.bucket, mkey))
         if failures:
             raise dg.Failure(description=f"{len(failures)} of {len(windows)} windows failed:\n" + "\n".join(failures))
 

@@ -76,12 +76,12 @@ def test_rematerializing_a_window_three_times_keeps_one_copy(kafka, s3, services
     assert archived_records(s3, cfg, topic) == produced
 
 
-@pytest.mark.parametrize("step", ["staged", "final:0", "final_written", "manifest_written"])
+@pytest.mark.parametrize("step", ["object:1", "written", "cleaned", "manifest_written"])
 def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, services, spark, unique):
     topic = create_topic(kafka, f"crash-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(50), [("i", str(i).encode())])
                                       for i in range(30)])
-    # Three parts per window, so "final:0" stops with one final object written and two not.
+    # Three parts per window, so "object:1" stops the write task with one object written and two not.
     cfg = archive_config(services.bucket, topic, f"crash/{unique}/", max_records_per_object=10)
     window = OffsetWindow(0, 0, 30)
 
@@ -92,10 +92,14 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, s
         if at == step:
             raise Crash(at)
 
-    with pytest.raises(Crash):
-        archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault)
+    if step.startswith("object:"):  # in the write task, on the executor
+        with pytest.raises(Exception, match="test fault"):
+            archive_window(spark, kafka, s3, cfg, topic, window, log, write_fault=step)
+    else:  # in the driver's commit
+        with pytest.raises(Crash):
+            archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault)
     assert (manifest(s3, cfg, topic, window) is not None) == (step == "manifest_written")
-    assert staging_objects(s3, cfg, topic), "the crashed attempt leaves its staging behind"
+    assert final_objects(s3, cfg, topic), "the crashed attempt leaves objects at the final keys behind"
 
     result = archive_window(spark, kafka, s3, cfg, topic, window, log)
 
@@ -105,6 +109,29 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, s
     assert sorted(final_objects(s3, cfg, topic)) == sorted(o.key for o in committed.objects)
     assert len(committed.objects) == 3
     assert staging_objects(s3, cfg, topic) == []
+
+
+def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, s3, services, spark, unique):
+    """The write task's Python worker is killed (SIGKILL) with a multipart upload open and a part uploaded; the
+    re-run commits every record once and leaves no open upload and no stray object."""
+    topic = create_topic(kafka, f"killed-{unique}")
+    produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(200_000), []) for i in range(60)])
+    cfg = archive_config(services.bucket, topic, f"killed/{unique}/", max_records_per_object=40)
+    window = OffsetWindow(0, 0, 60)
+    small_parts = {"multipart_threshold": 5 << 20, "part_size": 5 << 20}  # S3's smallest part: 5 MiB
+
+    with pytest.raises(Exception, match="(?i)worker|crash|exit"):
+        archive_window(spark, kafka, s3, cfg, topic, window, log, write_fault="mid_upload", job_options=small_parts)
+    assert manifest(s3, cfg, topic, window) is None
+    assert s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads"), "an upload was left open"
+
+    result = archive_window(spark, kafka, s3, cfg, topic, window, log, job_options=small_parts)
+
+    assert result.outcome == "committed"
+    assert archived_records(s3, cfg, topic) == produced
+    assert sorted(final_objects(s3, cfg, topic)) == sorted(o.key for o in result.manifest.objects)
+    assert len(result.manifest.objects) == 2
+    assert not s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads")
 
 
 def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, services, spark, unique):
@@ -130,9 +157,9 @@ def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, ser
     results, errors = [], []
 
     def run() -> None:
-        # Both attempts stage, then meet before committing: they really race for the manifest.
+        # Both attempts write, then meet before committing: they really race for the manifest.
         def fault(at: str) -> None:
-            if at == "staged":
+            if at == "written":
                 barrier.wait(timeout=120)
         try:
             results.append(archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault))

@@ -129,3 +129,21 @@ def test_bytes_is_one_object_per_record_named_by_offset(topic_and_records, kafka
     assert not result.manifest.restorable
     again = archive_window(spark, kafka, s3, cfg, topic, window, log)
     assert again.outcome == "already_committed"
+
+
+def test_avro_writer_schema_is_the_one_sparks_avro_writer_derives(spark, tmp_path):
+    """Our avro objects' writer schema is the one Spark's avro writer would put in the header (the Glue table's
+    literal is read from it), for the envelope and decoded value types: the same types, logical types and full
+    names (compared parsed: Avro may spell a full name as `name` + `namespace`)."""
+    from s3_archive.archive.encoders import avro_schema
+
+    df = spark.sql("""SELECT CAST('k' AS BINARY) AS key, CAST(NULL AS BINARY) AS value,
+        array(named_struct('key', 'h', 'value', CAST('v' AS BINARY))) AS headers, 't' AS topic, 0 AS partition,
+        CAST(1 AS BIGINT) AS offset, TIMESTAMP '2024-01-01 00:00:00' AS timestamp, 0 AS timestamp_type,
+        named_struct('a', 1.5D, 'b', array(true), 'c', named_struct('d', DATE '2024-01-02')) AS v_obj,
+        map('x', 1) AS v_map, CAST(1.25 AS DECIMAL(12, 2)) AS v_dec, CAST(2 AS SMALLINT) AS v_short""")
+    df.write.format("avro").save(str(tmp_path / "spark"))
+    [path] = (tmp_path / "spark").glob("part-*.avro")
+    with open(path, "rb") as f:
+        spark_schema = json.loads(fastavro.reader(f).metadata["avro.schema"])
+    assert fastavro.parse_schema(json.loads(avro_schema(df.schema.json()))) == fastavro.parse_schema(spark_schema)

@@ -115,27 +115,3 @@ def test_parse_ddl_fields(ddl, names):
 ])
 def test_variant_schema_to_ddl(schema, ddl):
     assert variant_schema_to_ddl(schema) == ddl
-
-
-class _NeverDelivered:
-    @property
-    def get(self):
-        import time
-
-        time.sleep(30)
-
-
-class _Delivered:
-    get = {"records": 3}
-
-
-def test_statistics_that_never_arrive_fail_the_window_instead_of_hanging():
-    from s3_archive.archive.write import observed_metrics
-    from s3_archive.model.windows import OffsetWindow
-
-    w = OffsetWindow(0, 0, 3)
-    assert observed_metrics(_Delivered(), "t", w, timeout_s=5) == {"records": 3}
-    with pytest.raises(RuntimeError, match=r"topic 't' window p00000-.*did not deliver its statistics within 0 s"):
-        observed_metrics(_NeverDelivered(), "t", w, timeout_s=0.2)
-    with pytest.raises(RuntimeError, match=r"did not deliver its statistics"):  # Spark Connect: {} at once
-        observed_metrics(type("_Empty", (), {"get": {}})(), "t", w, timeout_s=5)

@@ -1,0 +1,320 @@
+"""A write task, on an executor: the Arrow batches of one slice of a window (in offset order; by bucket, then
+offset, when the layout splits a window by record content) become the window's objects at their final keys, and
+the slice's statistics. `write_task` is what `DataFrame.mapInArrow` runs (archive/write.py).
+
+Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms), `_rec_bytes` (key + value + header bytes),
+`_good` (the value decodes; with value decoding), `_bucket` (with a layout), `_raw` (the raw envelope of an
+undecodable record, with dead letters), and the stored columns (`WriteJob.payload`: the envelope and decoded
+fields, or `_line` for the text formats, or `value` for bytes).
+
+Rotation is computed here, per record and in offset order within a bucket: record i goes to byte part
+floor(bytes before i / max_bytes), then within it to record part floor(n / max_records); parts are numbered
+0.. per bucket as they start. So every attempt cuts a window into the same objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s3_archive.archive.encoders import ParquetEncoder, open_encoder
+from s3_archive.archive.job import MAX_GAP_RANGES, RESULT_SCHEMA, FormatPlan, Slice, WriteJob
+from s3_archive.archive.upload import ObjectUpload, WindowAlreadyCommitted, Written
+from s3_archive.keys.objects import dead_letter_key, manifest_key, object_key, record_object_key
+
+_RESULT_FIELDS = [f.split(" ")[0] for f in RESULT_SCHEMA.split(", ")]
+
+
+class InjectedFault(RuntimeError):
+    """Tests: a write task stopped on purpose (WriteJob.fault)."""
+
+
+@dataclass
+class _OpenObject:
+    upload: ObjectUpload
+    encoder: Any
+    records: int = 0
+
+
+@dataclass
+class _Bucket:
+    """Rotation state of one bucket of a slice."""
+
+    part: int = -1  # number of the open part (-1: none yet)
+    part_id: tuple[int, int] = (-1, -1)  # (byte part, record part) of the open part
+    bytes_before: int = 0
+    records_in_bpart: int = 0
+    open: _OpenObject | None = None
+
+
+@dataclass
+class _SliceWriter:
+    job: WriteJob
+    slice: Slice
+    results: list[dict[str, Any]]
+    records: int = 0
+    bytes_read: int = 0
+    first: int | None = None
+    last: int | None = None
+    min_ts: int | None = None
+    max_ts: int | None = None
+    bad: int = 0
+    first_bad: int | None = None
+    failed: bool = False  # an undecodable record without dead letters: write nothing more
+    committed: bool = False  # the window is committed by another attempt: write nothing more
+    prev_offset: int = -1
+    absent: list[list[int]] = field(default_factory=list)
+    seen: Any = None  # bitmap of read offsets when the input is not in offset order (bucketed layouts)
+    buckets: dict[str | None, _Bucket] = field(default_factory=dict)
+    dead: _OpenObject | None = None
+    objects: int = 0
+
+    def __post_init__(self) -> None:
+        self.prev_offset = self.slice.start - 1
+        if self.job.bucketed:
+            self.seen = np.zeros(self.slice.end - self.slice.start, dtype=bool)
+
+    @property
+    def window(self) -> Any:
+        return self.slice.window
+
+    # --- statistics --------------------------------------------------------------------------------------------
+    def _count(self, b: pa.RecordBatch) -> np.ndarray:
+        offsets = b.column("_offset").to_numpy()
+        self.records += len(offsets)
+        self.bytes_read += int(pc.sum(b.column("_rec_bytes")).as_py() or 0)
+        lo, hi = int(offsets.min()), int(offsets.max())
+        self.first = lo if self.first is None else min(self.first, lo)
+        self.last = hi if self.last is None else max(self.last, hi)
+        ts = pc.min_max(b.column("_ts"))
+        tmin, tmax = ts["min"].as_py(), ts["max"].as_py()
+        if tmin is not None:
+            self.min_ts = tmin if self.min_ts is None else min(self.min_ts, tmin)
+            self.max_ts = tmax if self.max_ts is None else max(self.max_ts, tmax)
+        if self.seen is not None:
+            self.seen[offsets - self.slice.start] = True
+        else:  # offset order: a gap is a jump between neighbours
+            prev = np.concatenate(([self.prev_offset], offsets[:-1]))
+            for i in np.nonzero(offsets - prev > 1)[0][: MAX_GAP_RANGES + 1 - len(self.absent)]:
+                self.absent.append([int(prev[i]) + 1, int(offsets[i])])
+            self.prev_offset = int(offsets[-1])
+        return offsets
+
+    def _absent(self) -> tuple[list[list[int]], bool]:
+        if self.seen is not None:
+            missing = np.flatnonzero(~self.seen)
+            if len(missing) == 0:
+                return [], False
+            breaks = np.flatnonzero(np.diff(missing) > 1)
+            starts = np.concatenate(([missing[0]], missing[breaks + 1])) + self.slice.start
+            ends = np.concatenate((missing[breaks], [missing[-1]])) + self.slice.start + 1
+            ranges = [[int(a), int(b)] for a, b in zip(starts, ends, strict=True)]
+        else:
+            ranges = list(self.absent)
+            if self.prev_offset < self.slice.end - 1:
+                ranges.append([self.prev_offset + 1, self.slice.end])
+        return ranges[:MAX_GAP_RANGES], len(ranges) > MAX_GAP_RANGES
+
+    # --- objects -----------------------------------------------------------------------------------------------
+    def _open(self, key: str) -> _OpenObject:
+        job = self.job
+        upload = ObjectUpload(job.conn, job.bucket, key, manifest_key(job.prefix, job.topic, self.window),
+                              job.multipart_threshold, job.part_size,
+                              fault="mid_upload" if job.fault == "mid_upload" else None)
+        return _OpenObject(upload, open_encoder(job.fmt, upload, key))
+
+    def _close(self, obj: _OpenObject, kind: str) -> None:
+        obj.encoder.close()
+        written: Written = obj.upload.finish()
+        self.results.append({"kind": kind, "window": self.window.key, "slice": self.slice.index,
+                             "key": written.key, "size": written.size, "etag": written.etag,
+                             "records": obj.records})
+        self.objects += 1
+        if self.job.fault == f"object:{self.objects}":
+            raise InjectedFault(f"write task stopped after {self.objects} object(s) (test fault)")
+
+    def _part_key(self, bucket: str | None, part: int) -> str:
+        job = self.job
+        return object_key(job.prefix, job.topic, self.window, part, job.fmt.suffix, job.layout, bucket)
+
+    def _write_bucket(self, bucket: str | None, b: pa.RecordBatch) -> None:
+        job = self.job
+        st = self.buckets.setdefault(bucket, _Bucket())
+        n = b.num_rows
+        if job.max_bytes or job.max_records:
+            rec = b.column("_rec_bytes").to_numpy(zero_copy_only=False).astype(np.int64)
+            before = st.bytes_before + np.cumsum(rec) - rec
+            bpart = before // job.max_bytes if job.max_bytes else np.zeros(n, dtype=np.int64)
+            st.bytes_before += int(rec.sum())
+            # records before each one within its byte part
+            new_bpart = np.concatenate(([bpart[0] != st.part_id[0]], bpart[1:] != bpart[:-1]))
+            seg_start = np.maximum.accumulate(np.where(new_bpart, np.arange(n), 0))
+            idx = np.arange(n) - seg_start + np.where(bpart[seg_start] == st.part_id[0],
+                                                      st.records_in_bpart, 0)
+            rpart = idx // job.max_records if job.max_records else np.zeros(n, dtype=np.int64)
+            st.records_in_bpart = int(idx[-1]) + 1
+            changes = np.flatnonzero((bpart[1:] != bpart[:-1]) | (rpart[1:] != rpart[:-1])) + 1
+            cuts = [0, *changes.tolist(), n]
+            runs = [((int(bpart[a]), int(rpart[a])), a, z) for a, z in zip(cuts[:-1], cuts[1:], strict=True)]
+        else:
+            part = self.slice.index if self.slice.count > 1 else 0
+            runs = [((part, 0), 0, n)]
+        table = pa.Table.from_batches([b]).select(list(job.payload))
+        for part_id, a, z in runs:
+            if st.open is None or part_id != st.part_id:
+                if st.open is not None:
+                    self._close(st.open, "object")
+                st.part = self.slice.index if self.slice.count > 1 else st.part + 1
+                st.part_id = part_id
+                st.open = self._open(self._part_key(bucket, st.part))
+            st.open.encoder.write(table.slice(a, z - a))
+            st.open.records += z - a
+
+    def _write_records(self, b: pa.RecordBatch, offsets: np.ndarray, pool: ThreadPoolExecutor) -> None:
+        """The bytes format: one object per record, holding its value (a tombstone: empty)."""
+        job = self.job
+        values = b.column("value").to_pylist()
+
+        def put(i: int) -> dict[str, Any]:
+            key = record_object_key(job.prefix, job.topic, self.window, int(offsets[i]), job.fmt.suffix)
+            upload = ObjectUpload(job.conn, job.bucket, key, manifest_key(job.prefix, job.topic, self.window))
+            upload.write(values[i] or b"")
+            w = upload.finish()
+            return {"kind": "object", "window": self.window.key, "slice": self.slice.index, "key": w.key,
+                    "size": w.size, "etag": w.etag, "record_offset": int(offsets[i]), "records": 1}
+
+        self.results += pool.map(put, range(len(values)))
+
+    def add(self, b: pa.RecordBatch, pool: ThreadPoolExecutor) -> None:
+        offsets = self._count(b)
+        bad = self._count_bad(b, offsets)
+        if self.failed or self.committed:
+            return
+        good = b
+        if bad:
+            if not self.job.dead_letter:
+                self.failed = True
+                self.abort()
+                return
+            ok = b.column("_good")
+            self._dead_letters(b.filter(pc.invert(ok)))
+            good = b.filter(ok)
+            offsets = good.column("_offset").to_numpy()
+            if good.num_rows == 0:
+                return
+        try:
+            if self.job.fmt.name == "bytes":
+                self._write_records(good, offsets, pool)
+            elif self.job.layout is not None and self.job.bucketed:
+                buckets = good.column("_bucket")
+                values = buckets.to_numpy(zero_copy_only=False)
+                cuts = [0] + (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist() + [len(values)]
+                for a, z in zip(cuts[:-1], cuts[1:], strict=True):
+                    self._write_bucket(str(values[a]), good.slice(a, z - a))
+            else:
+                bucket = good.column("_bucket")[0].as_py() if self.job.layout is not None else None
+                self._write_bucket(bucket, good)
+        except WindowAlreadyCommitted:
+            self.committed = True
+            self.abort()
+
+    def _count_bad(self, b: pa.RecordBatch, offsets: np.ndarray) -> int:
+        """Undecodable records of the batch (counted, with the first one's offset)."""
+        if not self.job.decoding:
+            return 0
+        bad = ~b.column("_good").to_numpy(zero_copy_only=False)
+        n = int(bad.sum())
+        if n:
+            self.bad += n
+            first = int(offsets[bad].min())
+            self.first_bad = first if self.first_bad is None else min(self.first_bad, first)
+        return n
+
+    def _dead_letters(self, bad: pa.RecordBatch) -> None:
+        raw = pa.RecordBatch.from_struct_array(bad.column("_raw"))
+        if self.dead is None:
+            key = dead_letter_key(self.job.prefix, self.job.topic, self.window, self.slice.index)
+            upload = ObjectUpload(self.job.conn, self.job.bucket, key,
+                                  manifest_key(self.job.prefix, self.job.topic, self.window))
+            plan = FormatPlan("parquet", "snappy", ".parquet", spark_schema=self.job.dead_letter_schema)
+            self.dead = _OpenObject(upload, ParquetEncoder(plan, upload))
+        self.dead.encoder.write(pa.Table.from_batches([raw]))
+        self.dead.records += raw.num_rows
+
+    def abort(self) -> None:
+        for st in self.buckets.values():
+            if st.open is not None:
+                st.open.upload.abort()
+                st.open = None
+        if self.dead is not None:
+            self.dead.upload.abort()
+            self.dead = None
+
+    def finish(self) -> None:
+        if not (self.failed or self.committed):
+            try:
+                for st in self.buckets.values():
+                    if st.open is not None:
+                        self._close(st.open, "object")
+                        st.open = None
+                if self.dead is not None:
+                    self._close(self.dead, "dead")
+                    self.dead = None
+            except WindowAlreadyCommitted:
+                self.committed = True
+                self.abort()
+        absent, truncated = self._absent()
+        self.results.append({
+            "kind": "slice", "window": self.window.key, "slice": self.slice.index, "records": self.records,
+            "bytes": self.bytes_read, "first": self.first, "last": self.last, "min_ts": self.min_ts,
+            "max_ts": self.max_ts, "bad": self.bad, "first_bad": self.first_bad,
+            "absent": json.dumps(absent), "absent_truncated": truncated, "committed": self.committed})
+
+
+def _result_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
+    fields = [pa.field(f.split(" ")[0], types[f.split(" ")[1]]) for f in RESULT_SCHEMA.split(", ")]
+    return pa.RecordBatch.from_pylist([{k: r.get(k) for k in _RESULT_FIELDS} for r in rows],
+                                      schema=pa.schema(fields))
+
+
+def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow's function: write every slice this task's batches hold, then yield one row per object and one
+    per slice. On an error the open objects are given up (their multipart uploads aborted) and it propagates."""
+    results: list[dict[str, Any]] = []
+    writers: dict[tuple[int, int], _SliceWriter] = {}
+    with ThreadPoolExecutor(16 if job.fmt.name == "bytes" else 1) as pool:
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                parts = batch.column("_partition").to_numpy()
+                offsets = batch.column("_offset").to_numpy()
+                # A task reads one slice (archive/write.py); split the batch anyway wherever the slice changes.
+                p, lo, hi = int(parts[0]), int(offsets.min()), int(offsets.max())
+                if (parts == p).all() and job.slice_at(p, lo) == job.slice_at(p, hi):
+                    pieces = [(job.slice_at(p, lo), batch)]
+                else:
+                    owner = [job.slice_at(int(p), int(o)) for p, o in zip(parts, offsets, strict=True)]
+                    cuts = [0] + [i for i in range(1, len(owner)) if owner[i] != owner[i - 1]] + [len(owner)]
+                    pieces = [(owner[a], batch.slice(a, z - a)) for a, z in zip(cuts[:-1], cuts[1:], strict=True)]
+                for s, piece in pieces:
+                    key = (s.window.partition, s.start)
+                    if key not in writers:
+                        writers[key] = _SliceWriter(job, s, results)
+                    writers[key].add(piece, pool)
+            for w in writers.values():
+                w.finish()
+        except BaseException:
+            for w in writers.values():
+                w.abort()
+            raise
+    if results:
+        yield _result_batch(results)
