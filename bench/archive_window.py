@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from bench.workload import PARTITIONS, create_topic, empty_prefix, produce, record_bytes, records_for_mb
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
 from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.model.windows import OffsetWindow
@@ -47,7 +47,7 @@ _REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) ')
 def s3_resource(endpoint: str) -> S3Resource:
     return S3Resource(endpoint_url=endpoint, region_name=LOCAL_AWS["AWS_REGION"],
                       aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"])
+                      aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], path_style=True)
 
 
 def spark_resource(endpoint: str, master: str = "local[*]", **kw: Any) -> SparkResource:
