@@ -221,9 +221,10 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             f"{ff['long']['seconds']:.1f} s ({ff['long']['process_s']:.1f} s process): what C1-only costs a large "
             "run against what it saves a small one.")},
         {"title": "Profile of the archive run", "body": (
-            "s3-archive's run, split with timers wrapped around the two heavy calls of `archive_window` "
-            "(bench/worker.py), summed over the run's windows (windows run at once, so the sums exceed the wall "
-            f"time): the Spark jobs took {stage.fmt(1)} s, the commits {commit.fmt(1)} s, per run of "
+            "s3-archive's run, split with timers wrapped around the two heavy calls of `archive_windows` "
+            "(bench/worker.py): the run's Spark job, whose tasks read Kafka and write every object, and the "
+            "windows' commits (LIST, strays, manifest; summed: they run at once, so the sum may exceed their wall "
+            f"time): the Spark job took {stage.fmt(1)} s, the commits {commit.fmt(1)} s, per run of "
             f"{len(x['windows'])} windows; the run's wall time was {Summary.of(arch).fmt(1)} s.")},
         {"title": "Catch-up of 100 windows", "body": (
             f"100 windows of {args.catchup_window_records:,} records (25 per partition) behind: one tick of the "
