@@ -18,13 +18,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from s3_archive.archive.retire import extend, retire_candidates
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.windows import Retired, read_retired, read_windows, record_retired
 from s3_archive.io.s3 import read_manifest, verify_manifest
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.errors import InvalidManifest
 from s3_archive.model.windows import InvalidWindow, OffsetWindow
