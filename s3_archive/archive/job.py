@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from s3_archive.archive.upload import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.keys.layout import KafkaPartition, OutputLayout
+from s3_archive.model.errors import UserError
+from s3_archive.model.formats import FORMATS, FormatSpec
 from s3_archive.model.windows import OffsetWindow
 
 MAX_GAP_RANGES = 10_000
@@ -163,3 +166,48 @@ def merge_slices(slices: list[Slice], rows: list[dict[str, Any]]) -> WindowStats
     out.absent = merged[:MAX_GAP_RANGES]
     out.absent_truncated |= len(merged) > MAX_GAP_RANGES
     return out
+
+
+class UndecodableValue(UserError, ValueError):
+    """A record value does not decode as configured (value_decoding.on_error: fail)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """How a window is written: everything the write job needs from the archive config (config/archive.py)."""
+
+    fmt: FormatSpec
+    codec: str
+    columns: tuple[str, ...]  # envelope columns kept, envelope order
+    csv_fields: tuple[str, ...] = ()
+    decoding: str = "bytes"  # bytes | utf8 | json
+    json_schema: str | None = None  # json: Spark DDL of the fields; None: inferred per window
+    column_prefix: str = ""
+    on_error: str = "fail"  # fail | dead_letter
+    max_records: int | None = None
+    max_bytes: int | None = None
+    layout: OutputLayout | None = None  # None: the default layout, no bucket column
+
+    @classmethod
+    def of(cls, cfg: ArchiveConfig) -> Output:
+        d = cfg.value_decoding
+        return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
+                   d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
+                   cfg.layout)
+
+    @property
+    def rotates(self) -> bool:
+        return bool(self.max_records or self.max_bytes)
+
+    @property
+    def bucketed(self) -> bool:
+        """The layout splits a window by record content (more than its Kafka partition)."""
+        return self.layout is not None and (
+            any(not isinstance(d, KafkaPartition) for d in self.layout.partition_by)
+            or bool(self.layout.template_slots))
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    rows: list[dict[str, Any]]
+    schema_json: str  # the stored columns' Spark schema (the manifest's `schema`)

@@ -17,9 +17,18 @@ from typing import Any
 
 from s3_archive.__init__ import __version__
 from s3_archive.archive.commit import CommitResult, Fault, adopt, commit_window, no_fault, open_uploads, remove_objects
-from s3_archive.archive.job import Slice, WindowStats, WriteJob, merge_slices, slices_of, splittable
+from s3_archive.archive.job import (
+    JobOutput,
+    Output,
+    Slice,
+    UndecodableValue,
+    WindowStats,
+    WriteJob,
+    merge_slices,
+    slices_of,
+    splittable,
+)
 from s3_archive.archive.upload import S3Connection
-from s3_archive.archive.write import JobOutput, Output, UndecodableValue, infer_json_ddls, read_slices, run_write_job
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
@@ -184,6 +193,9 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
            results: dict[OffsetWindow, Outcome]) -> dict[OffsetWindow, JobOutput]:
     """Run the write job(s) of the pending windows: one job, or one per distinct inferred JSON schema. A failed job
     fails its windows (their objects stay until a re-run replaces or removes them)."""
+    # Imported here, not at load: pyspark and pyarrow cost every process that loads the definitions over a second.
+    from s3_archive.archive.write import infer_json_ddls, read_slices, run_write_job
+
     options = kafka.spark_options()
     slices = [s for p in pending for s in p.slices]
     groups: dict[str | None, list[_Pending]] = {}

@@ -11,67 +11,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial, reduce
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from s3_archive.archive.buckets import bucket_column
 from s3_archive.archive.encoders import avro_schema
-from s3_archive.archive.job import RESULT_SCHEMA, FormatPlan, Slice, WriteJob
+from s3_archive.archive.job import RESULT_SCHEMA, FormatPlan, JobOutput, Output, Slice, UndecodableValue, WriteJob
 from s3_archive.archive.writer import write_task
-from s3_archive.config.archive import ArchiveConfig
 from s3_archive.keys.buckets import BUCKET_COLUMN
-from s3_archive.keys.layout import KafkaPartition, OutputLayout
-from s3_archive.model.errors import UserError
-from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec
+from s3_archive.model.formats import ENVELOPE_COLUMNS
 
 # Spark's Kafka consumer fetches at most max.poll.records per poll, each poll costing a seek and a round trip:
 # bigger fetches keep the task's thread busy converting records instead of waiting.
 KAFKA_READ_OPTIONS = {"kafka.max.poll.records": "10000", "kafka.max.partition.fetch.bytes": str(16 << 20),
                       "kafka.fetch.max.bytes": str(64 << 20), "kafka.receive.buffer.bytes": str(4 << 20)}
 _DICTIONARY = ("topic", "partition", "timestamp_type", "headers.list.element.key")
-
-
-class UndecodableValue(UserError, ValueError):
-    """A record value does not decode as configured (value_decoding.on_error: fail)."""
-
-
-@dataclass(frozen=True)
-class Output:
-    """How a window is written: everything the write job needs from the archive config (config/archive.py)."""
-
-    fmt: FormatSpec
-    codec: str
-    columns: tuple[str, ...]  # envelope columns kept, envelope order
-    csv_fields: tuple[str, ...] = ()
-    decoding: str = "bytes"  # bytes | utf8 | json
-    json_schema: str | None = None  # json: Spark DDL of the fields; None: inferred per window
-    column_prefix: str = ""
-    on_error: str = "fail"  # fail | dead_letter
-    max_records: int | None = None
-    max_bytes: int | None = None
-    layout: OutputLayout | None = None  # None: the default layout, no bucket column
-
-    @classmethod
-    def of(cls, cfg: ArchiveConfig) -> Output:
-        d = cfg.value_decoding
-        return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
-                   d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
-                   cfg.layout)
-
-    @property
-    def rotates(self) -> bool:
-        return bool(self.max_records or self.max_bytes)
-
-    @property
-    def bucketed(self) -> bool:
-        """The layout splits a window by record content (more than its Kafka partition)."""
-        return self.layout is not None and (
-            any(not isinstance(d, KafkaPartition) for d in self.layout.partition_by)
-            or bool(self.layout.template_slots))
 
 
 def _kafka(spark: SparkSession, kafka_options: dict[str, str], topic: str, ranges: dict[int, tuple[int, int]],
@@ -246,12 +203,6 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
                    decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names,
                    dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
     return frame, job
-
-
-@dataclass(frozen=True)
-class JobOutput:
-    rows: list[dict[str, Any]]
-    schema_json: str  # the stored columns' Spark schema (the manifest's `schema`)
 
 
 def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: WriteJob, out: Output,

@@ -7,32 +7,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    ByteType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from typing import TYPE_CHECKING, Any
 
 from s3_archive.catalog.mappings import mapping
 from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
 
 # Table parameters this module writes. Any other parameter on the table (Athena's, a person's) is kept on update.
 _MANAGED = ("EXTERNAL", "classification", "storage.location.template")
@@ -90,29 +74,31 @@ def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
     return cols
 
 
-# Spark types whose simpleString() is the Hive/Glue type too. Anything else (variant, void, intervals, char and
-# varchar) has no Hive/Athena type a JSON-decoded field could use: its column is `string` (JSON text).
-_HIVE_ATOMIC = (LongType, IntegerType, ShortType, ByteType, BooleanType, DoubleType, FloatType, BinaryType, DateType,
-                TimestampType, DecimalType)
-
-
 def hive_type(data_type: DataType) -> str:
     """A Spark type (pyspark.sql.types, as parsed from a manifest's `schema`) as a Hive/Glue column type."""
-    if isinstance(data_type, StructType):
+    from pyspark.sql import types as T  # when a schema is read, not at load (pyspark costs a second)
+
+    # Spark types whose simpleString() is the Hive/Glue type too. Anything else (variant, void, intervals, char
+    # and varchar) has no Hive/Athena type a JSON-decoded field could use: its column is `string` (JSON text).
+    hive_atomic = (T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.BooleanType, T.DoubleType, T.FloatType,
+                   T.BinaryType, T.DateType, T.TimestampType, T.DecimalType)
+    if isinstance(data_type, T.StructType):
         return "struct<" + ",".join(f"{f.name}:{hive_type(f.dataType)}" for f in data_type.fields) + ">"
-    if isinstance(data_type, ArrayType):
+    if isinstance(data_type, T.ArrayType):
         return f"array<{hive_type(data_type.elementType)}>"
-    if isinstance(data_type, MapType):
+    if isinstance(data_type, T.MapType):
         return f"map<{hive_type(data_type.keyType)},{hive_type(data_type.valueType)}>"
-    if isinstance(data_type, TimestampNTZType):
+    if isinstance(data_type, T.TimestampNTZType):
         return "timestamp"  # Hive's timestamp has no zone either
-    if isinstance(data_type, _HIVE_ATOMIC):
+    if isinstance(data_type, hive_atomic):
         return data_type.simpleString()
     return "string"  # StringType too: its simpleString names a collation Hive does not know
 
 
 def parse_schema(text: str) -> StructType:
     """A manifest's `schema` (Spark's StructType JSON); ValueError saying why it does not parse."""
+    from pyspark.sql.types import StructType
+
     try:
         parsed = json.loads(text)
         if not isinstance(parsed, dict) or parsed.get("type") != "struct":

@@ -7,16 +7,17 @@ storage class). The same settings reach Spark's s3a through `SparkResource` (io/
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore import UNSIGNED
-from botocore.config import Config
-from dagster_aws.s3 import S3Resource as DagsterS3Resource
+import dagster as dg
 from pydantic import Field
 
 from s3_archive.keys.objects import MANIFESTS
 from s3_archive.model.errors import InvalidConfig
+
+if TYPE_CHECKING:
+    import boto3
+    from botocore.config import Config
 
 # Classes whose objects can be read at once: the archive re-reads what it writes (checks, catalog, restore). The
 # archive tiers (GLACIER, DEEP_ARCHIVE) come by a lifecycle transition (docs/catalog-and-lifecycle.md).
@@ -53,12 +54,26 @@ def check_ca_bundle(path: str | None, where: str) -> None:
         raise InvalidConfig(f"{where} is {path!r}, which is not a readable file")
 
 
-class S3Resource(DagsterS3Resource):
-    """dagster-aws's S3Resource plus what the archive needs: path-style addressing, a CA bundle for a custom
-    endpoint, SSE-KMS and a storage class applied to every object the client writes, and the Glue client.
+class S3Resource(dg.ConfigurableResource, dg.IAttachDifferentObjectToOpContext):
+    """The settings of dagster-aws's S3Resource plus what the archive needs: path-style addressing, a CA bundle for
+    a custom endpoint, SSE-KMS and a storage class applied to every object the client writes, and the Glue client.
+    Its own class, not a subclass: importing dagster_aws costs every process that loads the definitions about a
+    second (its package imports all its components); boto3 is imported when the first client is made. As
+    dagster-aws's, `context.resources.s3` in an op or asset is the client (`get_client`).
 
     No static keys: boto3's default chain (environment, profile, web identity, container or instance role)."""
 
+    use_unsigned_session: bool = Field(default=False, description="an unsigned S3 session")
+    region_name: str | None = Field(default=None, description="the region; None: boto3's default chain")
+    endpoint_url: str | None = Field(default=None, description="a custom endpoint; None: AWS's own")
+    max_attempts: int = Field(default=5, description="boto3's retry handler's maximum attempts, the first included")
+    profile_name: str | None = Field(default=None, description="a profile of the AWS config files")
+    use_ssl: bool = Field(default=True, description="whether to use SSL")
+    verify: bool | None = Field(default=None, description="whether to verify certificates; None: yes")
+    aws_access_key_id: str | None = Field(default=None, description="static access key id; None: the default chain")
+    aws_secret_access_key: str | None = Field(default=None, description="static secret key; None: the default "
+                                              "chain")
+    aws_session_token: str | None = Field(default=None, description="session token of temporary credentials")
     path_style: bool = Field(default=False, description="path-style addressing (most S3-compatible servers)")
     ca_bundle: str | None = Field(default=None, description="PEM CA bundle that signed a custom endpoint's "
                                   "certificate; None: the system's CAs")
@@ -74,6 +89,8 @@ class S3Resource(DagsterS3Resource):
         check_ca_bundle(self.ca_bundle, _env("ca_bundle"))
 
     def _session(self) -> boto3.session.Session:
+        import boto3
+
         return boto3.session.Session(profile_name=self.profile_name, region_name=self.region_name,
                                      aws_access_key_id=self.aws_access_key_id,
                                      aws_secret_access_key=self.aws_secret_access_key,
@@ -83,6 +100,9 @@ class S3Resource(DagsterS3Resource):
         return self.ca_bundle or self.verify
 
     def _config(self, **kw: Any) -> Config:
+        from botocore import UNSIGNED
+        from botocore.config import Config
+
         return Config(retries={"max_attempts": self.max_attempts, "mode": "standard"},
                       signature_version=UNSIGNED if self.use_unsigned_session else None, **kw)
 
@@ -110,6 +130,9 @@ class S3Resource(DagsterS3Resource):
             for op in _WRITES:
                 client.meta.events.register(f"before-parameter-build.s3.{op}", self._apply_write_args)
         return client
+
+    def get_object_to_set_on_execution_context(self) -> Any:
+        return self.get_client()
 
     def glue_client(self) -> Any:
         """A Glue client with the same credentials, region and CA bundle (never logged)."""

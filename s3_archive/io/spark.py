@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 from urllib.parse import urlparse
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from s3_archive.io import paths
@@ -89,7 +89,7 @@ class SparkResource(dg.ConfigurableResource):
         "of `scripts/fetch-jars` (e.g. baked into the worker image); executors put it on their classpath. None: "
         "ship the jars with spark.jars from the driver at every session start (~540 MB, docs/deployment.md)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
-    _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
+    _lazy: Any = PrivateAttr(default=None)  # dagster_pyspark's LazyPySparkResource, made on first use
 
     def spark_conf(self) -> dict[str, str]:
         if self.s3_committer not in S3_COMMITTERS:
@@ -221,6 +221,8 @@ class SparkResource(dg.ConfigurableResource):
     def session(self):
         """The SparkSession (one per process: a second call, or another resource instance, reuses it)."""
         if self._lazy is None:
+            from dagster_pyspark import LazyPySparkResource  # imports pyspark: not at load
+
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._lazy = LazyPySparkResource(spark_config=self.session_conf())
         spark = self._lazy.spark_session

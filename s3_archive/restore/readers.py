@@ -12,16 +12,16 @@ import itertools
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from backports import zstd
 
 from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.restore.batch import Records
 from s3_archive.restore.request import ArchivedRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PARQUET_BATCH = 2048
 
@@ -40,11 +40,16 @@ def _iso_ms(text: str) -> int:
 
 
 def _ts_divisor(t: pa.DataType) -> int:
+    import pyarrow as pa  # pyarrow is imported by the first Parquet object read, not at load
+
     return {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit] if pa.types.is_timestamp(t) else 1
 
 
 def _ms(col: pa.Array) -> list[int]:
     """A timestamp (or integer epoch-ms) column as epoch milliseconds, floored like Python's //."""
+    import pyarrow as pa  # pyarrow is imported by the first Parquet object read, not at load
+    import pyarrow.compute as pc
+
     t = col.type
     div = _ts_divisor(t)
     ints = col.cast(pa.int64())
@@ -59,12 +64,16 @@ def _ms(col: pa.Array) -> list[int]:
 
 def _lengths(col: pa.Array) -> pa.Array:
     """Byte length of each binary/string value, 0 for null, as int64."""
+    import pyarrow as pa  # pyarrow is imported by the first Parquet object read, not at load
+    import pyarrow.compute as pc
+
     return pc.fill_null(pc.binary_length(col), 0).cast(pa.int64())
 
 
 def _names(col: pa.Array) -> list[str | None]:
     """Header names as Python strings, dictionary-decoded: one string per distinct name of the batch, shared by
     every header that has it (a batch holds few distinct names: decoding each is most of the work)."""
+    import pyarrow.compute as pc
     if col.null_count or len(col) < 64:
         return col.to_pylist()
     enc = pc.dictionary_encode(col)
@@ -77,6 +86,9 @@ _NO_HEADERS: list = []  # shared by every record without headers (nothing mutate
 def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, bytes | None]]], list[int]]:
     """Per row: the headers as (name, value) pairs, and key + value + header bytes. Column-wise: one
     to_pylist per column of the batch, not per row."""
+    import pyarrow as pa  # pyarrow is imported by the first Parquet object read, not at load
+    import pyarrow.compute as pc
+
     col = batch.column("headers")
     n = len(col)
     offsets = col.offsets  # absolute positions in col.values (the list array's slice offset included)
@@ -114,6 +126,8 @@ def parquet_batches(f: Any, batch_size: int = PARQUET_BATCH) -> Iterator[Records
     """Records of one Parquet object, in file order, a batch at a time, built column-wise (one to_pylist per
     column and batch; header names dictionary-decoded: one string per distinct name). Columns other than the
     envelope's (decoded value fields) are not read."""
+    import pyarrow.parquet as pq  # not at load
+
     pf = pq.ParquetFile(f)
     for batch in pf.iter_batches(batch_size=batch_size, columns=_COLUMNS):
         headers, sizes = _headers_and_sizes(batch)

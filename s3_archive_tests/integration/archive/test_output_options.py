@@ -9,8 +9,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from s3_archive.archive.job import UndecodableValue
 from s3_archive.archive.window import archive_window
-from s3_archive.archive.write import UndecodableValue
 from s3_archive.io.s3 import list_objects
 from s3_archive.keys.buckets import join_bucket
 from s3_archive.keys.objects import DEAD_LETTER, STAGING, object_key, parse_object_key

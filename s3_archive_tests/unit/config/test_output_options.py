@@ -7,7 +7,8 @@ pytestmark = pytest.mark.unit
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from s3_archive.archive.write import Output, variant_schema_to_ddl  # noqa: E402
+from s3_archive.archive.job import Output  # noqa: E402
+from s3_archive.archive.write import variant_schema_to_ddl  # noqa: E402
 from s3_archive.config.settings import parse_settings
 from s3_archive.model.errors import InvalidConfig
 from s3_archive.model.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields  # noqa: E402

@@ -1,0 +1,110 @@
+"""The run-overhead and memory figures of `make bench` on their own, for iterating on them: a temporary broker and
+moto, then `--repeats` fresh processes of each asked figure, min / median / max.
+
+    flock /tmp/locks/heavy .venv/bin/python -m bench.overhead --repeats 5            # one-record fresh runs
+    flock /tmp/locks/heavy .venv/bin/python -m bench.overhead --repeats 0 --memory 1,16
+
+Also times a bare `import s3_archive.definitions` in fresh processes (what a run worker imports to load the code
+location). Same commands as bench/run.py (`bench.worker --once`); prints JSON lines. `--trees A,B`: source trees
+(checkouts) run in turn, round by round, each with its own `bench.worker` (a before/after on the same machine
+state; the default is this checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import workload as wl
+from bench.run import BUCKET, ROOT, TOPIC, _checked
+from bench.stats import Summary
+from bench.worker import RESULT
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.local.stack import temporary_stack
+
+
+def _env(tree: Path) -> dict[str, str]:
+    return os.environ | {"PYTHONPATH": str(tree), "S3_ARCHIVE_STATE_DIR": tempfile.mkdtemp(prefix="bench-overhead-")}
+
+
+def import_seconds(tree: Path) -> float:
+    """Wall seconds of `python -c "import s3_archive.definitions"` (the demo config) in a fresh process."""
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import s3_archive.definitions"], cwd=tree, check=True, env=_env(tree))
+    return time.monotonic() - t
+
+
+def once(tree: Path, stack: dict, log: Path, **cmd) -> dict:
+    """bench/run.py's `once` in the source tree `tree`."""
+    t = time.monotonic()
+    with log.open("ab") as err:
+        p = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(stack), "--once", json.dumps(cmd)],
+                           cwd=tree, env=_env(tree), stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600)
+    for line in p.stdout.splitlines():
+        if line.startswith(RESULT):
+            return _checked(json.loads(line[len(RESULT):]), cmd) | {"process_s": time.monotonic() - t}
+    raise RuntimeError(f"the Spark worker for {cmd['cmd']} in {tree} exited with {p.returncode} (see {log})")
+
+
+def summaries(rows: list[dict], keys: tuple[str, ...]) -> dict[str, str]:
+    return {k: Summary.of([r[k] for r in rows]).fmt(2) for k in keys}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5, help="fresh one-record runs (0: none)")
+    ap.add_argument("--imports", type=int, default=5, help="fresh `import s3_archive.definitions` processes")
+    ap.add_argument("--memory", default="", help="window sizes (multiples of --base records) in fresh processes")
+    ap.add_argument("--base", type=int, default=5733, help="records of the 1x window (make bench's default)")
+    ap.add_argument("--trees", default=str(ROOT), help="source trees to compare, comma-separated")
+    args = ap.parse_args()
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    if args.imports:
+        secs: dict[Path, list[float]] = {t: [] for t in trees}
+        for _ in range(args.imports):
+            for t in trees:
+                secs[t].append(import_seconds(t))
+        for t in trees:
+            print(json.dumps({"tree": str(t), "import_definitions_s": secs[t],
+                              "summary": Summary.of(secs[t]).fmt(2)}), flush=True)
+    if not args.repeats and not args.memory:
+        return
+    logs = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    keys = ("seconds", "import_s", "process_to_done_s", "process_s")
+    with temporary_stack("bench-overhead-", BUCKET, remove=True) as (broker, moto, _root):
+        kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers)
+        stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
+                 "bucket": BUCKET, "jvm_profile": "short"}
+        wl.create_topic(kafka, "one")
+        wl.produce(kafka, "one", 2 * wl.PARTITIONS)
+        runs: dict[Path, list[dict]] = {t: [] for t in trees}
+        for i in range(args.repeats):
+            for t in trees:
+                out = once(t, stack, logs / "fresh.log", cmd="one", one_topic="one", prefix=f"one-{i}/")
+                runs[t].append(out)
+                print(json.dumps({"tree": str(t)} | {k: round(out[k], 2) for k in keys}), flush=True)
+        for t in trees:
+            if runs[t]:
+                print(json.dumps({"tree": str(t)} | summaries(runs[t], keys)), flush=True)
+        if args.memory:
+            wl.create_topic(kafka, TOPIC)
+            sizes = [int(m) for m in args.memory.split(",")]
+            wl.produce(kafka, TOPIC, max(sizes) * args.base * wl.PARTITIONS)
+            for mult in sizes:
+                for t in trees:
+                    out = once(t, stack, logs / "fresh.log", cmd="fresh", one_topic="one", prefix=f"fresh-{mult}x/",
+                               topic=TOPIC, partition=1, records=args.base * mult)
+                    print(json.dumps({"tree": str(t), "mult": mult} | {k: round(out[k], 1) for k in (
+                        "records", "seconds", "jvm_peak_before_mb", "jvm_peak_mb", "jvm_rss_max_mb",
+                        "python_peak_mb")}), flush=True)
+    print(f"logs: {logs}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
