@@ -25,6 +25,8 @@ from bench import workload as wl
 from bench.run import BUCKET, ROOT, TOPIC, _checked
 from bench.stats import Summary
 from bench.worker import RESULT
+from s3_archive.io import paths
+from s3_archive.io.jvm import driver_java_options
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.stack import temporary_stack
 
@@ -40,12 +42,19 @@ def import_seconds(tree: Path) -> float:
     return time.monotonic() - t
 
 
+PY_SPY: list[str] = []  # --py-spy: the command prefix that profiles each worker process (and its Python children)
+
+
 def once(tree: Path, stack: dict, log: Path, **cmd) -> dict:
     """bench/run.py's `once` in the source tree `tree`."""
     t = time.monotonic()
+    prefix = [a.replace("{n}", f"{cmd['cmd']}-{tree.name}-{time.time():.0f}") for a in PY_SPY]
     with log.open("ab") as err:
-        p = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(stack), "--once", json.dumps(cmd)],
+        p = subprocess.run([*prefix, sys.executable, "-m", "bench.worker", json.dumps(stack), "--once",
+                            json.dumps(cmd)],
                            cwd=tree, env=_env(tree), stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600)
+    with log.with_suffix(".out").open("a") as out:  # the JVM's own stdout too (e.g. -XX:+PrintNMTStatistics)
+        out.write(f"=== {tree} {json.dumps(cmd)}\n{p.stdout}")
     for line in p.stdout.splitlines():
         if line.startswith(RESULT):
             return _checked(json.loads(line[len(RESULT):]), cmd) | {"process_s": time.monotonic() - t}
@@ -63,7 +72,14 @@ def main() -> None:
     ap.add_argument("--memory", default="", help="window sizes (multiples of --base records) in fresh processes")
     ap.add_argument("--base", type=int, default=5733, help="records of the 1x window (make bench's default)")
     ap.add_argument("--trees", default=str(ROOT), help="source trees to compare, comma-separated")
+    ap.add_argument("--jvm-extra", default="", help="driver JVM options added to the default (jvm_profile short), "
+                    "e.g. NMT or GC logging; `{log}` is replaced by the log directory")
+    ap.add_argument("--py-spy", help="directory: record every worker process with py-spy (raw stacks, idle "
+                    "included, Python children too), one file each")
     args = ap.parse_args()
+    if args.py_spy:
+        PY_SPY[:] = ["py-spy", "record", "-f", "raw", "--idle", "--subprocesses", "-o",
+                     f"{args.py_spy}/{{n}}.txt", "--"]
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     if args.imports:
         secs: dict[Path, list[float]] = {t: [] for t in trees}
@@ -81,6 +97,10 @@ def main() -> None:
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers)
         stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
                  "bucket": BUCKET, "jvm_profile": "short"}
+        if args.jvm_extra:
+            default = driver_java_options("short", [str(j) for j in paths.jars("spark")])
+            stack["spark_conf"] = {"spark.driver.extraJavaOptions":
+                                   f"{default} {args.jvm_extra.replace('{log}', str(logs))}".strip()}
         wl.create_topic(kafka, "one")
         wl.produce(kafka, "one", 2 * wl.PARTITIONS)
         runs: dict[Path, list[dict]] = {t: [] for t in trees}
