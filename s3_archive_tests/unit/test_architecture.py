@@ -4,6 +4,8 @@ library, no private Dagster API, no module grows past ~500 lines (docs/architect
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -106,3 +108,15 @@ def test_no_module_over_the_size_limit():
     long = {str(p.relative_to(PACKAGE.parent)): n for p in modules().values()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by role (over {MAX_LINES} lines): {long}"
+
+
+# Heavy libraries a run imports when it uses them, never when the definitions load (docs/architecture.md).
+NOT_AT_LOAD = ("pyspark", "pyarrow", "boto3", "dagster_aws", "dagster_pyspark", "pandas")
+
+
+def test_loading_the_definitions_imports_no_heavy_library(tmp_path):
+    code = ("import sys, s3_archive.definitions; "
+            f"print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_AT_LOAD!r}))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, "S3_ARCHIVE_STATE_DIR": str(tmp_path)})
+    assert out.stdout.strip() == "", f"imported when the definitions load: {out.stdout.strip()}"
