@@ -106,7 +106,7 @@ def main() -> None:
         runs: dict[Path, list[dict]] = {t: [] for t in trees}
         for i in range(args.repeats):
             for t in trees:
-                out = once(t, stack, logs / "fresh.log", cmd="one", one_topic="one", prefix=f"one-{i}/")
+                out = once(t, stack, logs / "fresh.log", cmd="one", one_topic="one", prefix=f"one-{i}-{t.name}/")
                 runs[t].append(out)
                 print(json.dumps({"tree": str(t)} | {k: round(out[k], 2) for k in keys}), flush=True)
         for t in trees:
@@ -118,7 +118,7 @@ def main() -> None:
             wl.produce(kafka, TOPIC, max(sizes) * args.base * wl.PARTITIONS)
             for mult in sizes:
                 for t in trees:
-                    out = once(t, stack, logs / "fresh.log", cmd="fresh", one_topic="one", prefix=f"fresh-{mult}x/",
+                    out = once(t, stack, logs / "fresh.log", cmd="fresh", one_topic="one", prefix=f"fresh-{mult}x-{t.name}/",
                                topic=TOPIC, partition=1, records=args.base * mult)
                     print(json.dumps({"tree": str(t), "mult": mult} | {k: round(out[k], 1) for k in (
                         "records", "seconds", "jvm_peak_before_mb", "jvm_peak_mb", "jvm_rss_max_mb",

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3_archive.archive.upload import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
-from s3_archive.config.archive import ArchiveConfig
 from s3_archive.keys.layout import KafkaPartition, OutputLayout
 from s3_archive.model.errors import UserError
 from s3_archive.model.formats import FORMATS, FormatSpec
 from s3_archive.model.windows import OffsetWindow
+
+if TYPE_CHECKING:  # not imported by the write tasks' Python workers, which never read the config
+    from s3_archive.config.archive import ArchiveConfig
 
 MAX_GAP_RANGES = 10_000
 
