@@ -4,10 +4,8 @@ or a Spark Connect endpoint. The tuning fields are explained in docs/deployment.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-import threading
 from typing import Any
 from urllib.parse import urlparse
 
@@ -43,17 +41,6 @@ DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredential
 REDACTED_OPTIONS = r"(?i)url|sasl\.jaas|ssl\.keystore\.key|private key"
 # The settings a Spark Connect client sends (the rest of spark_conf is the server's own, see session_conf).
 CONNECT_CLIENT_CONF = ("spark.sql.", "spark.s3archive.")
-# What a run imports right after its session starts (the write job's Arrow, the commits' boto3): imported while
-# the session's JVM starts, on the other core, instead of after it (docs/benchmarks.md, "Run overhead").
-AFTER_SESSION_IMPORTS = ("pyarrow", "pyarrow.compute", "pyarrow.parquet", "boto3", "botocore.client")
-
-
-def _import_quietly(names: tuple[str, ...]) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # an import that fails here fails again, with its error, where it is used
-            return
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -236,8 +223,6 @@ class SparkResource(dg.ConfigurableResource):
         if self._lazy is None:
             from dagster_pyspark import LazyPySparkResource  # imports pyspark: not at load
 
-            threading.Thread(target=_import_quietly, args=(AFTER_SESSION_IMPORTS,), daemon=True,
-                             name="s3-archive-imports").start()
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._lazy = LazyPySparkResource(spark_config=self.session_conf())
         spark = self._lazy.spark_session
