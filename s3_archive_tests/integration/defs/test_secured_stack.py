@@ -180,7 +180,9 @@ def secured(secure_services: SecureServices, tmp_path_factory) -> Iterator[Secur
     kafka = secure.kafka()
     topic = create_topic(kafka, f"{pattern}.orders")
     produced = produce(kafka, topic, [(0, k, v, h) for k, v, h in NASTY])
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_ARCHIVE_"))} | env
+    # S3_ARCHIVE_HOME stays: it holds the jars (and AppCDS archive) of this venv's Spark, not a setting under test.
+    child_env = {k: v for k, v in os.environ.items()
+                 if k == "S3_ARCHIVE_HOME" or not k.startswith(("AWS_", "S3_ARCHIVE_"))} | env
 
     # Discovery, as a deployment's entrypoint runs it.
     refresh = subprocess.run([sys.executable, "-m", "s3_archive.cli", "refresh-topics"], env=child_env, cwd=REPO,
