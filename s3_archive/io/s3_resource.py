@@ -37,7 +37,7 @@ S3_ENV = {
     "max_attempts": "S3_ARCHIVE_S3_MAX_ATTEMPTS",
     "retry_mode": "S3_ARCHIVE_S3_RETRY_MODE",
 }
-# botocore's retry modes (docs/configuration.md, "Retries"): standard retries throttling, 5xx and dropped
+# botocore's retry modes (docs/configuration.md, "Environment", S3): standard retries throttling, 5xx and dropped
 # connections with jittered exponential backoff; adaptive adds a client-side rate limiter on throttling.
 RETRY_MODES = ("standard", "adaptive", "legacy")
 # The calls that create an object: each gets the write settings unless it names them itself.

@@ -65,7 +65,7 @@ class SparkResource(dg.ConfigurableResource):
                                              "on a command line (set in the session at run time)")
     s3_session_token: str | None = Field(default=None, description="with temporary static keys; like the secret")
     s3_path_style: bool = False
-    s3_max_attempts: int = Field(default=3, ge=1, description="s3a's own retries: fs.s3a.attempts.maximum (the AWS "
+    s3_max_attempts: int = Field(default=3, ge=0, description="s3a's own retries: fs.s3a.attempts.maximum (the AWS "
                                  "SDK's attempts per request) and fs.s3a.retry.limit (s3a's retries of a failed "
                                  "operation)")
     s3_ca_bundle: str | None = Field(default=None, description="PEM CA bundle of a custom endpoint: the JVMs get a "

@@ -22,6 +22,7 @@ import json
 import random
 import socket
 import struct
+import sys
 import threading
 import urllib.request
 import uuid
@@ -246,8 +247,6 @@ class FaultProxy:
         else:
             self.port = free_port()
         log = self.data_dir / "fault-proxy.log"
-        import sys
-
         self.proc = spawn([sys.executable, "-m", "s3_archive.local.fault_proxy", "--port", str(self.port),
                            "--upstream", self.upstream], log)
         try:
