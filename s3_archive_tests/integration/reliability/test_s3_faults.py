@@ -48,7 +48,7 @@ def _archive_with(proxy, rule, kafka, s3, services, spark, unique, name, records
 
 def _exactly_once(s3, cfg, topic, window, produced, result):
     assert result.outcome == "committed"  # our own commit, not "committed_by_concurrent_attempt"
-    assert manifest(s3, cfg, topic, window)["attempt"] == result.manifest.attempt
+    assert manifest(s3, cfg, topic, window).attempt == result.manifest.attempt
     assert archived_records(s3, cfg, topic) == produced
     assert sorted(final_objects(s3, cfg, topic)) == sorted(o.key for o in result.manifest.objects)
     assert not s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads")
