@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Both set everything up first.
-.PHONY: setup demo test test-unit test-integration test-e2e down bench bench-final
+.PHONY: setup demo test test-unit test-integration test-e2e test-reliability down bench bench-final bench-reliability
 
 setup:
 	@scripts/setup
@@ -19,6 +19,10 @@ test-integration: setup
 test-e2e: setup
 	.venv/bin/python -m pytest -m e2e
 
+# Archive and restore through the S3 fault proxy (docs/reliability.md); part of `make test` too.
+test-reliability: setup
+	.venv/bin/python -m pytest -m reliability
+
 down:
 	.venv/bin/s3-archive local down
 
@@ -32,3 +36,7 @@ bench: setup
 bench-final: setup
 	scripts/fetch-jars bench
 	BENCH_FROM_MAKE=bench-final .venv/bin/python -m bench.run --mb 200,1000 --repeats 3,1
+
+# The seeded S3 fault matrix (docs/reliability.md): e.g. `make bench-reliability RELIABILITY_ARGS="--runs 20"`.
+bench-reliability: setup
+	.venv/bin/python -m bench.reliability $(RELIABILITY_ARGS)

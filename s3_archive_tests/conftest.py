@@ -19,6 +19,7 @@ import pytest
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
+from s3_archive.local.fault_proxy import FaultProxy
 from s3_archive.local.kafka_broker import SCRAM, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import PostgresServer
@@ -60,6 +61,17 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     finally:
         moto.stop()
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def fault_proxy(services: Services) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of the session's moto server (no faults until a test sets rules)."""
+    proxy = FaultProxy(services.data_dir / "fault-proxy", services.s3_endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 @dataclass

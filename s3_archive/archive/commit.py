@@ -6,7 +6,8 @@
        earlier attempt with other parts), each deleted only if unchanged since the LIST (`If-Match`); and abort
        multipart uploads left open under the window by a killed attempt.
     3. PUT the manifest with `If-None-Match: *`: the first attempt to get there commits; any other gets 412 and
-       adopts the committed manifest (its objects are the same keys with the same bytes; checked).
+       adopts the committed manifest (its objects are the same keys with the same bytes; checked). A 412 that
+       finds this attempt's own manifest (a lost answer, retried by the SDK) is our commit.
 
 A crash before 3 leaves no manifest: the next attempt writes the same keys (same bytes: kept as they are) and
 removes what it does not write. `fault` lets tests stop the protocol after any step (docs/commit-protocol.md).
@@ -166,7 +167,10 @@ def commit_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetW
     except ClientError as e:
         if error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
             if (won := adopt(s3, bucket, mkey, listed)) is not None:
-                return won
+                # Our own manifest (attempt ids are unique per run): the PUT reached S3, its answer was lost and
+                # the SDK's retry got 412.
+                ours_after_all = won.manifest.attempt == manifest.attempt
+                return CommitResult(won.manifest, committed_by_us=True) if ours_after_all else won
         raise
     fault("manifest_written")
     return CommitResult(manifest, committed_by_us=True)

@@ -47,6 +47,10 @@ class S3Connection:
     # Extra PutObject / CreateMultipartUpload arguments for every data object (e.g. ServerSideEncryption,
     # SSEKMSKeyId, StorageClass).
     put_args: tuple[tuple[str, str], ...] = ()
+    # botocore's own retries (S3Resource.max_attempts / retry_mode): throttling, 5xx and dropped connections.
+    # max_attempts is botocore's `retries.max_attempts`: retries after the first try.
+    max_attempts: int = 5
+    retry_mode: str = "standard"
 
     def client(self) -> Any:
         """A boto3 S3 client (one per process and connection: boto3 clients are thread-safe)."""
@@ -61,7 +65,8 @@ class S3Connection:
                    access_key_id=resource.aws_access_key_id, secret_access_key=resource.aws_secret_access_key,
                    session_token=resource.aws_session_token, path_style=resource.path_style,
                    verify=resource.ca_bundle or resource.verify,
-                   put_args=tuple(sorted(resource.object_write_args("data").items())))
+                   put_args=tuple(sorted(resource.object_write_args("data").items())),
+                   max_attempts=resource.max_attempts, retry_mode=resource.retry_mode)
 
     @classmethod
     def of_client(cls, s3: Any) -> S3Connection:
@@ -69,11 +74,15 @@ class S3Connection:
         credentials it signs with (None: the executors use the default credential chain)."""
         creds = s3._request_signer._credentials  # botocore has no public accessor for a client's credentials
         frozen = creds.get_frozen_credentials() if creds is not None else None
+        retries = s3.meta.config.retries or {}
         return cls(endpoint_url=s3.meta.endpoint_url, region=s3.meta.region_name,
                    access_key_id=frozen.access_key if frozen else None,
                    secret_access_key=frozen.secret_key if frozen else None,
                    session_token=frozen.token if frozen else None,
-                   path_style=(s3.meta.config.s3 or {}).get("addressing_style") == "path")
+                   path_style=(s3.meta.config.s3 or {}).get("addressing_style") == "path",
+                   # botocore keeps total_max_attempts (the first try + retries; 3 by default in standard mode).
+                   max_attempts=retries.get("total_max_attempts", 3) - 1,
+                   retry_mode=retries.get("mode", "standard"))
 
 
 _clients: dict[S3Connection, Any] = {}
@@ -91,7 +100,8 @@ def _client(conn: S3Connection) -> Any:
                 aws_access_key_id=conn.access_key_id, aws_secret_access_key=conn.secret_access_key,
                 aws_session_token=conn.session_token, verify=conn.verify,
                 config=Config(s3={"addressing_style": "path" if conn.path_style else "auto"},
-                              max_pool_connections=32, retries={"max_attempts": 5, "mode": "standard"}))
+                              max_pool_connections=32,
+                              retries={"max_attempts": conn.max_attempts, "mode": conn.retry_mode}))
         return _clients[conn]
 
 

@@ -69,13 +69,18 @@ def _region() -> dict[str, dg.EnvVar]:
     return {"region_name": dg.EnvVar(var)} if var else {}
 
 
+def _attempts(name: str) -> dict[str, dg.EnvVar]:
+    var = S3_ENV["max_attempts"]
+    return {name: dg.EnvVar.int(var)} if _is_set(var) else {}
+
+
 def s3_resource() -> S3Resource:
     """The S3 (and Glue) connection. Path style defaults to on with an endpoint (S3-compatible servers)."""
     fields = ("endpoint_url", "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "ca_bundle",
               "sse_kms_key_id", "storage_class")
     glue = S3_ENV["glue_endpoint_url"]
     return S3Resource(path_style=flag(S3_ENV["path_style"], _is_set(S3_ENV["endpoint_url"])),
-                      **_bound(S3_ENV, fields), **_region(),
+                      **_bound(S3_ENV, fields + ("retry_mode",)), **_attempts("max_attempts"), **_region(),
                       # Set but empty means AWS's own Glue endpoint (with an S3-compatible server for S3).
                       **({"glue_endpoint_url": dg.EnvVar(glue)} if glue in os.environ else {}))
 
@@ -90,7 +95,7 @@ def spark_resource() -> SparkResource:
     return SparkResource(
         **_bound(SPARK_ENV, tuple(SPARK_ENV)),
         **({"s3_region": region["region_name"]} if region else {}),
-        s3_path_style=s3.path_style,
+        s3_path_style=s3.path_style, **_attempts("s3_max_attempts"),
         **{f"s3_{name}": dg.EnvVar(S3_ENV[field]) for field, name in (
             ("endpoint_url", "endpoint_url"), ("aws_access_key_id", "access_key_id"),
             ("aws_secret_access_key", "secret_access_key"), ("aws_session_token", "session_token"),

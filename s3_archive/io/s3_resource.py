@@ -1,7 +1,8 @@
 """S3Resource: the S3 connection of every stage (and the Glue client of the catalog), one setting per environment
 variable (`S3_ENV`, bound in defs/resources.py): an endpoint or AWS's own, the region, static keys or AWS's default
 credential chain, path-style addressing, a CA bundle for a custom endpoint, and how objects are written (SSE-KMS key,
-storage class). The same settings reach Spark's s3a through `SparkResource` (io/spark.py).
+storage class), botocore's retries (mode, attempts). The same settings reach Spark's s3a through `SparkResource`
+(io/spark.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ S3_ENV = {
     "sse_kms_key_id": "S3_ARCHIVE_S3_SSE_KMS_KEY_ID",
     "storage_class": "S3_ARCHIVE_S3_STORAGE_CLASS",
     "glue_endpoint_url": "S3_ARCHIVE_GLUE_ENDPOINT_URL",
+    "max_attempts": "S3_ARCHIVE_S3_MAX_ATTEMPTS",
+    "retry_mode": "S3_ARCHIVE_S3_RETRY_MODE",
 }
+# botocore's retry modes (docs/configuration.md, "Environment", S3): standard retries throttling, 5xx and dropped
+# connections with jittered exponential backoff; adaptive adds a client-side rate limiter on throttling.
+RETRY_MODES = ("standard", "adaptive", "legacy")
 # The calls that create an object: each gets the write settings unless it names them itself.
 _WRITES = ("PutObject", "CopyObject", "CreateMultipartUpload")
 
@@ -47,6 +53,14 @@ def check_storage_class(value: str | None, where: str) -> None:
     if value is not None and value not in STORAGE_CLASSES:
         raise InvalidConfig(f"S3 storage class {value!r} ({where}) is not supported; allowed: "
                             f"{', '.join(STORAGE_CLASSES)} (GLACIER and DEEP_ARCHIVE by a lifecycle transition)")
+
+
+def check_retries(mode: str, attempts: int, where: str) -> None:
+    if mode not in RETRY_MODES:
+        raise InvalidConfig(f"S3 retry mode {mode!r} ({where}) is not supported; allowed: {', '.join(RETRY_MODES)}")
+    if attempts < 0:
+        raise InvalidConfig(f"S3 max attempts {attempts} ({_env('max_attempts')}) is not allowed: 0 or more "
+                            "(retries after the first try)")
 
 
 def check_ca_bundle(path: str | None, where: str) -> None:
@@ -83,10 +97,14 @@ class S3Resource(dg.ConfigurableResource, dg.IAttachDifferentObjectToOpContext):
                                       "(manifests stay STANDARD); None: STANDARD")
     glue_endpoint_url: str | None = Field(default=None, description="Glue endpoint; None: endpoint_url (a local "
                                           "server serving both); '': AWS's own")
+    retry_mode: str = Field(default="standard", description="botocore's retry mode: standard, adaptive (client-side "
+                            "rate limiting on throttling) or legacy; `max_attempts` is botocore's "
+                            "retries.max_attempts: retries after the first try")
 
     def check(self) -> None:
         check_storage_class(self.storage_class, _env("storage_class"))
         check_ca_bundle(self.ca_bundle, _env("ca_bundle"))
+        check_retries(self.retry_mode, self.max_attempts, _env("retry_mode"))
 
     def _session(self) -> boto3.session.Session:
         import boto3
@@ -103,7 +121,7 @@ class S3Resource(dg.ConfigurableResource, dg.IAttachDifferentObjectToOpContext):
         from botocore import UNSIGNED
         from botocore.config import Config
 
-        return Config(retries={"max_attempts": self.max_attempts, "mode": "standard"},
+        return Config(retries={"max_attempts": self.max_attempts, "mode": self.retry_mode},
                       signature_version=UNSIGNED if self.use_unsigned_session else None, **kw)
 
     def object_write_args(self, key: str) -> dict[str, str]:

@@ -65,6 +65,9 @@ class SparkResource(dg.ConfigurableResource):
                                              "on a command line (set in the session at run time)")
     s3_session_token: str | None = Field(default=None, description="with temporary static keys; like the secret")
     s3_path_style: bool = False
+    s3_max_attempts: int = Field(default=3, ge=0, description="s3a's own retries: fs.s3a.attempts.maximum (the AWS "
+                                 "SDK's attempts per request) and fs.s3a.retry.limit (s3a's retries of a failed "
+                                 "operation)")
     s3_ca_bundle: str | None = Field(default=None, description="PEM CA bundle of a custom endpoint: the JVMs get a "
                                      "truststore of the JDK's CAs plus these (same path needed on executors)")
     s3_sse_kms_key_id: str | None = Field(default=None, description="SSE-KMS key for every object s3a writes")
@@ -149,8 +152,8 @@ class SparkResource(dg.ConfigurableResource):
         s3a = {
             "endpoint.region": self.s3_region,
             "path.style.access": str(self.s3_path_style).lower(),
-            "retry.limit": "3",
-            "attempts.maximum": "3",
+            "retry.limit": str(self.s3_max_attempts),
+            "attempts.maximum": str(self.s3_max_attempts),
             # Static keys come through the session at run time (s3a_secret_conf), never through this conf.
             "aws.credentials.provider": (DEFAULT_CREDENTIALS if not self.s3_access_key_id
                                          else "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
