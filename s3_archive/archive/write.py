@@ -54,13 +54,14 @@ class Output:
     max_records: int | None = None
     max_bytes: int | None = None
     layout: OutputLayout | None = None  # None: the default layout, no bucket column
+    suffix: str | None = None  # how object names end (ArchiveConfig.object_suffix); None: the format's
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
         d = cfg.value_decoding
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
-                   cfg.layout)
+                   cfg.layout, cfg.object_suffix)
 
     @property
     def rotates(self) -> bool:
@@ -238,7 +239,8 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, "_offset")
     schema_json = described.schema.json()
     names = tuple(frame.columns[len(internal):])
-    fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec), spark_schema=schema_json,
+    fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
+                     spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
                      dictionary=_DICTIONARY)
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
