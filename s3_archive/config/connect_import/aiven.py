@@ -73,7 +73,10 @@ def translate(props: Props) -> list[Translation]:
             t.note("envelope", "format.output.fields.value.encoding", "none", "approximate: the value is stored "
                    "as bytes (base64 in json/jsonl), losslessly; value_decoding: {type: utf8} would store text")
     # Compression: text formats compress the object (suffix .gz / .zst); avro and parquet inside the file.
-    if fmt in ("avro", "parquet"):
+    if fmt == "avro" and codec == "gzip":
+        t.archive["compression"] = "deflate"
+        t.note("compression", "file.compression.type", codec, "approximate: Avro's deflate codec (Avro has no gzip)")
+    elif fmt in ("avro", "parquet"):
         t.archive["compression"] = codec
     elif codec != "none":
         if codec not in _TEXT_CODECS:
@@ -107,8 +110,9 @@ def _layout(t: Translation, props: Props, fmt: str) -> None:
         t.note("layout", "file.name.timestamp.source", source, "approximate: {{timestamp}} is the record's Kafka "
                "timestamp (a re-run writes the same keys), which also splits a window by that time")
     t.archive["layout"] = layout
-    if fmt in ("avro", "parquet"):
-        t.note("layout", "", "", "names: the template + nothing else, as the sink writes them")
+    if not template.startswith("{{topic}}/"):
+        t.note("layout", "file.name.template", template, "objects are not under <prefix><topic>/, where the "
+               "lifecycle rules' data prefix and the objects check's listing look (docs/import-connect.md)")
 
 
 def _flush(t: Translation, props: Props) -> None:

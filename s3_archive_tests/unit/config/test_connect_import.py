@@ -232,6 +232,7 @@ def test_aiven_refuses_what_it_cannot_honour():
         "cannot import format.output.type='orc': allowed: csv, json, jsonl, avro, parquet"
     assert refused({**base, "aws.s3.prefix": "x/{{utc_date}}/"}).startswith(
         "cannot import aws.s3.prefix='x/{{utc_date}}/': a fixed prefix")
+    assert one({**base, "format.output.type": "avro"}).codec == "deflate"  # the sink's default gzip, in Avro
     assert refused({**base, "format.output.type": "jsonl", "file.compression.type": "snappy"}) == \
         "cannot import file.compression.type='snappy': for format jsonl: allowed none, gzip, zstd"
 
@@ -313,3 +314,31 @@ def test_cli_writes_the_yaml_and_reports_one_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: cannot import partitioner.class='x.Custom': allowed: DefaultPartitioner")
     assert "wJalrXUtnFEMI" not in err
+
+
+def test_layout_extension_replaces_the_formats_and_is_checked():
+    base = {"name": "a", "topics": ["t"], "bucket": "bkt", "format": "jsonl", "compression": "gzip",
+            "layout": {"template": "{{topic}}-{{partition}}-{{start_offset}}", "partition_by": []}}
+    assert parse_settings({"archives": [base]}).archives[0].object_suffix == ".jsonl.gz"
+    for ext, suffix in (("", ".gz"), (".json", ".json.gz"), (".snappy.parquet", ".snappy.parquet.gz")):
+        a = parse_settings({"archives": [{**base, "layout": {**base["layout"], "extension": ext}}]}).archives[0]
+        assert a.object_suffix == suffix
+    with pytest.raises(Exception, match=r"extension must be '' or up to three .*got 'json'"):
+        parse_settings({"archives": [{**base, "layout": {**base["layout"], "extension": "json"}}]})
+
+
+def test_sasl_and_other_secrets_are_never_copied():
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p\\"w0rd";'
+    cfg = {"connector.class": "io.confluent.connect.s3.S3SinkConnector", "topics": "t", "s3.bucket.name": "bkt",
+           "flush.size": "1", "format.class": "io.confluent.connect.s3.format.json.JsonFormat",
+           "consumer.override.sasl.jaas.config": jaas, "consumer.override.sasl.mechanism": "SCRAM-SHA-512",
+           "some.plugin.password": "pw-123", "aws.session.token": "tok-456"}
+    text = import_connect(json.dumps(cfg))
+    for secret in ('p\\"w0rd', "w0rd", "pw-123", "tok-456"):
+        assert secret not in text
+    assert "S3_ARCHIVE_KAFKA_SASL_USERNAME and S3_ARCHIVE_KAFKA_SASL_PASSWORD=...   " \
+           "(consumer.override.sasl.jaas.config: the secret is not copied here)" in text
+    assert "S3_ARCHIVE_KAFKA_SASL_MECHANISM=SCRAM-SHA-512" in text
+    assert "some.plugin.password: not copied (a secret)" in text
+    msg = refused({**cfg, "flush.size": "many"})
+    assert msg == "cannot import flush.size='many': an integer >= 1 is needed"
