@@ -1,4 +1,5 @@
-"""`s3-archive`: the local stack, the demo, the topics of `topic_pattern`s, and the IAM policy."""
+"""`s3-archive`: the local stack, the demo, the topics of `topic_pattern`s, the IAM policy, and Kafka Connect S3
+sink configs imported as archives."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
-from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, MissingJars, TopicStateUnreadable
+from s3_archive.model.errors import (
+    InvalidConfig,
+    KafkaUnavailable,
+    MissingJars,
+    TopicStateUnreadable,
+    UnsupportedConnectConfig,
+)
 
 # The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
@@ -60,6 +67,23 @@ def refresh_topics_command(config: Path, forget: list[str]) -> int:
     return 0
 
 
+def import_connect_command(file: Path, out: Path | None, name: str | None) -> int:
+    """`s3-archive import-connect FILE`: the archive YAML for a Kafka Connect S3 sink config."""
+    from s3_archive.config.connect_import.convert import import_connect
+
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text()
+    except OSError as e:
+        raise UnsupportedConnectConfig(f"cannot read {file}: {e.strerror}") from None
+    yaml_text = import_connect(text, name=name, source="stdin" if str(file) == "-" else file.name)
+    if out is None:
+        sys.stdout.write(yaml_text)
+    else:
+        out.write_text(yaml_text)
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="s3-archive", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     iam.add_argument("--config", type=Path, help="archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)")
     iam.add_argument("--region", default="*")
     iam.add_argument("--account-id", default="*")
+    imp = sub.add_parser("import-connect", help="turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, "
+                                                "Lenses KCQL) into an archive YAML block (docs/import-connect.md)")
+    imp.add_argument("file", type=Path, help="the connector's config: JSON (bare or the REST shape), a properties "
+                                             "file, or KCQL; '-' reads stdin")
+    imp.add_argument("--out", type=Path, help="write the YAML here instead of stdout")
+    imp.add_argument("--name", help="the archive's name (default: from the connector's name)")
     args = parser.parse_args(argv)
 
     from s3_archive.local import stack
@@ -126,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
             path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
             print(json.dumps(iam_policy(load_settings(path), region=args.region, account_id=args.account_id),
                              indent=2))
+        elif args.command == "import-connect":
+            return import_connect_command(args.file, args.out, args.name)
         elif args.command == "demo":
             from s3_archive.local import demo as demo_mod
 
             return demo_mod.run(port=args.port, kafka_security=args.kafka_security)
-    except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable) as e:
+    except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable, UnsupportedConnectConfig) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KafkaUnavailable as e:  # only refresh-topics reaches Kafka

@@ -189,13 +189,14 @@ class Output:
     max_records: int | None = None
     max_bytes: int | None = None
     layout: OutputLayout | None = None  # None: the default layout, no bucket column
+    suffix: str | None = None  # how object names end (ArchiveConfig.object_suffix); None: the format's
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
         d = cfg.value_decoding
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
-                   cfg.layout)
+                   cfg.layout, cfg.object_suffix)
 
     @property
     def rotates(self) -> bool:

@@ -34,7 +34,6 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
 from s3_archive.keys.objects import DEAD_LETTER, dead_letter_stem, manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError, DataLoss, WindowNotAvailable
-from s3_archive.model.formats import FORMATS
 from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
@@ -228,8 +227,8 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
 
 def _commit_one(s3: Any, cfg: ArchiveConfig, topic: str, p: _Pending, job_out: JobOutput, earliest_after: int,
                 attempt: str, uploads: list[dict], log: Any, fault: Fault, t0: float) -> WindowResult:
-    window, out, fmt = p.window, Output.of(cfg), FORMATS[cfg.format]
-    suffix = fmt.object_suffix(cfg.codec)
+    window, out = p.window, Output.of(cfg)
+    suffix = cfg.object_suffix
     stats: WindowStats = merge_slices(p.slices, [r for r in job_out.rows if r["kind"] == "slice"])
     mkey = manifest_key(cfg.prefix, topic, window)
 

@@ -195,7 +195,8 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, "_offset")
     schema_json = described.schema.json()
     names = tuple(frame.columns[len(internal):])
-    fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec), spark_schema=schema_json,
+    fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
+                     spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
                      dictionary=_DICTIONARY)
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]

@@ -224,3 +224,10 @@ class ArchiveConfig(StrictModel):
     @property
     def codec(self) -> str:
         return self.compression or FORMATS[self.format].default_codec
+
+    @property
+    def object_suffix(self) -> str:
+        """How data object names end: the format's extension (or the layout's `extension`), then the codec's."""
+        spec = FORMATS[self.format]
+        ext = self.layout.extension if self.layout is not None and self.layout.extension is not None else spec.extension
+        return ext + spec.codec_suffix.get(self.codec, "")

@@ -20,6 +20,7 @@ from s3_archive.model.base import StrictModel
 # Data columns of the archived record: a Hive-style partition column may not repeat one (readers refuse it).
 RESERVED_NAMES = frozenset({"key", "value", "headers", "topic", "partition", "offset", "timestamp", "timestamp_type"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_EXTENSION = re.compile(r"(?:\.[A-Za-z0-9]{1,16}){0,3}")
 _FIELD = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 
 
@@ -161,11 +162,22 @@ class OutputLayout(StrictModel):
     partition_by: list[Dimension] = Field(default_factory=lambda: [KafkaPartition()])
     padding: Padding = Padding()
     timezone: str = Field(default="UTC", description="for {{timestamp:unit=…}} and time dimensions without one")
+    extension: str | None = Field(
+        default=None, description="the object name's extension in place of the format's: '' for none (as the Aiven "
+                                  "sink names objects), or e.g. '.json'; a compression suffix still follows")
 
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str) -> str:
         return check_timezone(v)
+
+    @field_validator("extension")
+    @classmethod
+    def _extension(cls, v: str | None) -> str | None:
+        if v is not None and not _EXTENSION.fullmatch(v):
+            raise ValueError(f"extension must be '' or up to three of '.' + 1-16 of a-z A-Z 0-9 (e.g. '.json', "
+                             f"'.snappy.parquet'), got {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> OutputLayout:

@@ -69,3 +69,8 @@ class InvalidConfig(UserError, ValueError):
 
 class TopicStateUnreadable(UserError, RuntimeError):
     """The topic state file (the topics each topic_pattern knows) cannot be read or is not one."""
+
+
+class UnsupportedConnectConfig(UserError, ValueError):
+    """A Kafka Connect S3 sink config `s3-archive import-connect` cannot turn into an archive: the message names
+    the option, its value (never a secret's) and what is allowed."""
