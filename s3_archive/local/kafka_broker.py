@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,6 +260,17 @@ class KafkaBroker:
         admin = AdminClient({**self.client_config(), "socket.timeout.ms": 2000})
         admin.list_topics(timeout=2)
         return True
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def restart(self, down_s: float = 0.0, timeout: float = 90.0) -> None:
+        """Stop the broker (SIGTERM: a controlled shutdown), stay down `down_s` seconds, then start it again on the
+        same ports with the same storage and log files (the outages of the reliability tests)."""
+        self.stop()
+        time.sleep(down_s)
+        self.start(timeout)
 
     def stop(self) -> None:
         if self.proc is not None:
