@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,14 +264,9 @@ class KafkaBroker:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def restart(self, down_s: float = 0.0, timeout: float = 90.0) -> None:
-        """Stop the broker (SIGTERM: a controlled shutdown), stay down `down_s` seconds, then start it again on the
-        same ports with the same storage and log files (the outages of the reliability tests)."""
-        self.stop()
-        time.sleep(down_s)
-        self.start(timeout)
-
     def stop(self) -> None:
+        """SIGTERM (a controlled shutdown), then SIGKILL if it lingers. `start()` again restarts it on the same
+        ports with the same storage and log files (the broker outages of the reliability tests)."""
         if self.proc is not None:
             stop_pid(self.proc.pid)
             self.proc = None
