@@ -8,6 +8,7 @@ Integration tests share them and isolate themselves by topic name, S3 prefix and
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,6 +73,20 @@ def fault_proxy(services: Services) -> Iterator[FaultProxy]:
         yield proxy
     finally:
         proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def outage_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A plaintext broker of its own for the tests that stop, freeze or restart it (reliability tier): the
+    session's shared broker is never touched. Started only by the tests that ask for it, stopped by PID."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("outage") / "kafka")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        if broker.pid is not None:
+            os.kill(broker.pid, signal.SIGCONT)  # a test that froze it and failed: SIGTERM must reach it
+        broker.stop()
 
 
 @dataclass

@@ -50,6 +50,7 @@ class WindowResult:
         records = m.record_count
         return {
             "outcome": self.outcome,
+            "attempt": m.attempt,  # the attempt whose manifest is the commit (this run's when outcome is committed)
             "records": records,
             "bytes_read": m.bytes_read,
             "bytes_written": m.bytes_written,

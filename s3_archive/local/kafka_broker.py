@@ -260,7 +260,13 @@ class KafkaBroker:
         admin.list_topics(timeout=2)
         return True
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def stop(self) -> None:
+        """SIGTERM (a controlled shutdown), then SIGKILL if it lingers. `start()` again restarts it on the same
+        ports with the same storage and log files (the broker outages of the reliability tests)."""
         if self.proc is not None:
             stop_pid(self.proc.pid)
             self.proc = None

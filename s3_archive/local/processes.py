@@ -25,6 +25,9 @@ def free_port() -> int:
 
 def ensure_port_free(port: int, what: str) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the servers themselves bind (the JVM and Python set SO_REUSEADDR): connections of a stopped server
+        # still in TIME_WAIT do not hold the port, a listening socket does. So a server restarts on its port.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as e:

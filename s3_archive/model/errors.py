@@ -51,6 +51,10 @@ class RestoreFailed(UserError, RuntimeError):
     """Kafka refused the restore mid-way (delivery error, fenced, transaction aborted)."""
 
 
+class DeadlineExceeded(UserError, RuntimeError):
+    """A blocking call of a client library did not return within our deadline (io/deadline.py)."""
+
+
 class KafkaUnavailable(UserError, RuntimeError):
     """The broker could not be reached or refused us."""
 

@@ -13,10 +13,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
+from s3_archive.io.deadline import call_with_deadline
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.model.errors import InvalidRestore, RestoreFailed, UnknownTopic
+from s3_archive.model.errors import DeadlineExceeded, InvalidRestore, RestoreFailed, UnknownTopic
 from s3_archive.restore.ledger import RangeSet, decode_ledger, encode_ledger
 from s3_archive.restore.request import RestoreRequest
+
+# The timeout of each transactional call (at least; the `kafka` resource's timeout_s if longer), and the grace
+# our watchdog adds before it gives up on a call that ignores its timeout (io/deadline.py).
+TRANSACTION_CALL_TIMEOUT_S = 30.0
+WATCHDOG_GRACE_S = 15.0
 
 
 def _kafka_error(e: BaseException) -> Any:
@@ -98,7 +104,8 @@ class Producer:
     client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest) -> None:
-        self.request, self.timeout = request, max(30.0, kafka.timeout_s)
+        self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
+        self.deadline = self.timeout + WATCHDOG_GRACE_S
         self.producer = kafka.producer(**{
             "transactional.id": request.ledger_id,
             "enable.idempotence": True,
@@ -112,7 +119,7 @@ class Producer:
         self.in_txn = False
         try:
             # Aborts a transaction a crashed run left open, and fences that run's producer.
-            self.producer.init_transactions(self.timeout)
+            self._call(self.producer.init_transactions)
         except KafkaException as e:
             raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
                                 "Does the target cluster allow transactions (transaction.state.log.*)?") from None
@@ -132,6 +139,20 @@ class Producer:
                                  f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
                                  f"stopped, and its open transaction is aborted. Kafka said: {e}")
         return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """A blocking transactional call `fn(*args, timeout)` under our deadline: librdkafka can block in it far
+        past its timeout while the transaction coordinator is gone (librdkafka #5456, #5511)."""
+        name = getattr(fn, "__name__", "call")
+        try:
+            return call_with_deadline(fn, *args, self.timeout, deadline_s=self.deadline, what=name)
+        except DeadlineExceeded:
+            raise RestoreFailed(
+                f"{name} for transactional.id {self.request.ledger_id!r} did not return within {self.deadline:.0f}s "
+                f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
+                f"{self.who} is unreachable (is the broker down or restarting?). The run stopped; the open "
+                "transaction commits or aborts as a whole, and a re-run (whose init_transactions completes it "
+                "first) restores exactly what the ledger does not list") from None
 
     def begin(self) -> None:
         if not self.in_txn:
@@ -160,9 +181,9 @@ class Producer:
 
     def commit(self, offsets: list, group_metadata: Any) -> None:
         try:
-            self.producer.send_offsets_to_transaction(offsets, group_metadata, self.timeout)
+            self._call(self.producer.send_offsets_to_transaction, offsets, group_metadata)
             # Flushes first; fails if any record of the transaction was not delivered.
-            commit_retrying()(self.producer.commit_transaction, self.timeout)
+            commit_retrying()(self._call, self.producer.commit_transaction)
         except KafkaException as e:
             err = _kafka_error(e)
             if err is not None and err.txn_requires_abort():
@@ -173,7 +194,7 @@ class Producer:
     def abort(self) -> None:
         if self.in_txn:
             try:
-                self.producer.abort_transaction(self.timeout)
+                self._call(self.producer.abort_transaction)
             except KafkaException as e:
                 err = _kafka_error(e)
                 if err is None or err.code() not in _FENCED:  # fenced: the new run aborts it for us

@@ -22,7 +22,7 @@ def test_metadata_is_read_from_the_manifest(name):
     d = json.loads(text)
     result = WindowResult(parse_manifest(text).window, parse_manifest(text), "already_committed", 2.0)
     assert result.metadata("b", "k.json") == {
-        "outcome": "already_committed", "records": d["record_count"], "bytes_read": d["bytes_read"],
+        "outcome": "already_committed", "attempt": d["attempt"], "records": d["record_count"], "bytes_read": d["bytes_read"],
         "bytes_written": d["bytes_written"], "objects": len(d["objects"]), "first_offset": d["first_offset"],
         "last_offset": d["last_offset"], "min_timestamp": d["min_timestamp"], "max_timestamp": d["max_timestamp"],
         "absent_offsets": d["absent_offset_count"], "lost_offsets": sum(b - a for a, b in d["lost_offsets"]),
