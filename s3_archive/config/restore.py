@@ -24,9 +24,9 @@ class RestoreTarget(StrictModel):
                                           "topic, e.g. '{topic}.restored'")
     topics: list[str] | None = Field(default=None, description="only these topics of the archive; None: all")
     partition_mapping: Literal["same", "murmur2", "map"] = "same"
-    # Keys as YAML ints or as strings (JSON, the launchpad's habit): "0" is read as 0.
-    partition_map: dict[Annotated[int, Strict(False)], int] = Field(default_factory=dict,
-                                          description="with partition_mapping: map, source -> target partition")
+    # Keys as YAML ints or as strings (a config written as JSON): "0" is read as 0.
+    partition_map: dict[Annotated[int, Strict(False)], int] = Field(
+        default_factory=dict, description="with partition_mapping: map, source -> target partition")
     provenance_headers: bool = False
     allow_source_topic: bool = False
     from_timestamp_ms: int | None = None
