@@ -46,24 +46,32 @@ class WindowResult:
     seconds: float
 
     def metadata(self, bucket: str, manifest_key: str) -> dict[str, Any]:
+        """Plain values, the same keys and types for every window and outcome (no None: -1 and "" when the window
+        holds no record). `records`, `bytes`, `seconds`, `records_per_second`, `lag_seconds` are the plot keys
+        shared with the restore asset; lag = from the window's newest record to its commit (the manifest's)."""
         m = self.manifest
         records = m.record_count
+        lag = 0.0
+        if m.max_timestamp_ms is not None:
+            lag = max(m.committed_time.timestamp() - m.max_timestamp_ms / 1000, 0.0)
         return {
             "outcome": self.outcome,
             "attempt": m.attempt,  # the attempt whose manifest is the commit (this run's when outcome is committed)
             "records": records,
+            "bytes": m.bytes_written,
             "bytes_read": m.bytes_read,
             "bytes_written": m.bytes_written,
             "objects": len(m.objects),
-            "first_offset": m.first_offset,
-            "last_offset": m.last_offset,
-            "min_timestamp": m.min_timestamp,
-            "max_timestamp": m.max_timestamp,
+            "first_offset": -1 if m.first_offset is None else m.first_offset,
+            "last_offset": -1 if m.last_offset is None else m.last_offset,
+            "min_timestamp": m.min_timestamp or "",
+            "max_timestamp": m.max_timestamp or "",
             "absent_offsets": m.absent_offset_count,
             "lost_offsets": m.lost_offset_count,
             "undecodable_records": m.undecodable_records or 0,
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
+            "lag_seconds": round(lag, 3),
             "manifest": f"s3://{bucket}/{manifest_key}",
         }
 

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
+from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.template import InvalidTemplate
 from s3_archive.model.base import StrictModel
@@ -115,6 +116,9 @@ class ArchiveConfig(StrictModel):
     start_position: Literal["earliest", "latest"] | int = Field(
         default="earliest", description="where a partition with no window starts: its log start, its end when "
                                         "first seen, or the first offset at/after an epoch-ms timestamp (-1: latest)")
+    restore_targets: list[RestoreTarget] = Field(
+        default_factory=list, description="restores declared here: one restore asset per target and topic, "
+                                          "launchable over selected windows with no run config")
 
     @field_validator("schedule_cron")
     @classmethod
@@ -213,7 +217,30 @@ class ArchiveConfig(StrictModel):
                 self.layout.check(rotation=rotation)
             except InvalidTemplate as e:
                 raise ValueError(f"layout.template: {e}") from None
+        self._check_restore_targets()
         return self
+
+    def _check_restore_targets(self) -> None:
+        if self.restore_targets and not self.restorable:
+            raise ValueError(f"restore_targets: archive {self.name!r} is not restorable (format {self.format!r}, "
+                             "envelope, value_decoding); restore needs a lossless format (parquet, avro, jsonl, "
+                             "json), the whole envelope and value_decoding bytes or json")
+        names: set[str] = set()
+        for i, t in enumerate(self.restore_targets):
+            if t.name in names:
+                raise ValueError(f"restore_targets[{i}].name: {t.name!r} is used twice; names must be unique within "
+                                 "an archive")
+            names.add(t.name)
+            if t.topics is not None and self.topic_pattern is None:
+                unknown = sorted(set(t.topics) - set(self.topics))
+                if unknown:
+                    raise ValueError(f"restore_targets[{i}].topics: {unknown} are not topics of this archive "
+                                     f"(topics: {self.topics})")
+            own = sorted(s for s in self.topics if t.applies_to(s) and t.target_for(s) == s)
+            if own and not t.allow_source_topic:
+                raise ValueError(f"restore_targets[{i}].target_topic: {t.target_topic!r} is the archived topic "
+                                 f"itself for {own}; restoring into it appends every record again. Set "
+                                 "allow_source_topic: true to do that on purpose")
 
     @property
     def restorable(self) -> bool:

@@ -27,14 +27,16 @@ from s3_archive.io.topic_state import refresh_topics
 from s3_archive.local import stack
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
+# The demo config's restore target (`restore_targets`) produces into this topic: created empty.
+DEMO_TARGETS = {"demo.orders.restored": 3}
 RECORDS_PER_TOPIC = 6000
 
 
 def seed_topics(kafka: KafkaResource) -> None:
-    """Create the demo topics and give them records (only if they are empty)."""
+    """Create the demo topics and give them records (only if they are empty), and the restore target's topic."""
     admin = kafka.admin()
     existing = set(admin.list_topics(timeout=10).topics)
-    new = [NewTopic(t, n, 1) for t, n in DEMO_PARTITIONS.items() if t not in existing]
+    new = [NewTopic(t, n, 1) for t, n in {**DEMO_PARTITIONS, **DEMO_TARGETS}.items() if t not in existing]
     for f in admin.create_topics(new).values() if new else []:
         f.result(timeout=30)
     producer = kafka.producer(**{"linger.ms": 20})
@@ -97,7 +99,8 @@ def run(port: int = 3000, kafka_security: str | None = None) -> int:
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
     print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack). Turn on the "
           f"sensor {', '.join(sensor_name(a) for a in settings.archives)} under Automation to archive new records "
-          "as they arrive.", flush=True)
+          "as they arrive. To restore, select windows of kafka_restore_target/replay/demo.orders and Materialize "
+          "(no config; into demo.orders.restored).", flush=True)
     workspace = Path.cwd() / "workspace.yaml"
     target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port), *target])

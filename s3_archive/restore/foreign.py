@@ -134,7 +134,7 @@ def window_source(s3: Any, source: ForeignSource, fw: ForeignWindow) -> WindowSo
                                   f"s3://{source.bucket}/{fw.keys_obj.key}")
         yield from numbered(with_keys(values, keys, what), fw.window, what, ArchivedRecord)
 
-    return WindowSource(fw.window, lambda: batches_of(records(), PARQUET_BATCH), open_end=fw.open_end)
+    return WindowSource(fw.window, lambda: batches_of(records(), PARQUET_BATCH), open_end=fw.open_end, objects=1)
 
 
 def discover(s3: Any, source: ForeignSource) -> Plan:

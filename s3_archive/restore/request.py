@@ -4,6 +4,7 @@ every reader yields, one window to read (`WindowSource`, from our archives or a 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -145,10 +146,19 @@ class WindowReport:
     transactions: int = 0
     seconds: float = 0.0
     partitions: dict[int, PartitionCount] = field(default_factory=dict)
+    objects: int = 0  # objects (and dead-letter objects) the window has
+    max_timestamp_ms: int | None = None  # of the window's newest record, when known
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self, now_ms: int | None = None) -> dict[str, Any]:
+        """Plain values, the same keys and types for every window (no None): `records`, `bytes`, `seconds`,
+        `records_per_second`, `lag_seconds` are the plot keys shared with the archive asset."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        lag = (now_ms - self.max_timestamp_ms) / 1000 if self.max_timestamp_ms is not None else 0.0
         return {
             "dry_run": self.dry_run,
+            "records": self.restored,
+            "objects": self.objects,
+            "lag_seconds": round(max(lag, 0.0), 3),
             "records_archived": self.archived,
             "records_restored": self.restored,
             "records_skipped_already_present": self.skipped,
@@ -184,3 +194,4 @@ class WindowSource:
     # The window's end is not known (the last object of a foreign partition): records at or past `window.end`
     # never come, and the ledger records the window as done up to its last record read, not up to `window.end`.
     open_end: bool = False
+    objects: int = 0  # objects the window is read from (the plan's count)

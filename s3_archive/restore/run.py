@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,10 +47,13 @@ from s3_archive.restore.sources import Prefetch, check_restorable, read_manifest
 # Batches the reader may run ahead of the producer (0: read inline).
 READ_AHEAD_BATCHES = 2
 
+LedgerSeen = Callable[[dict[int, RangeSet]], None]
+
 
 def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
                     windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault,
-                    cold: ColdOptions | None = ColdOptions(), interleaved: bool = False) -> Iterator[WindowReport]:
+                    cold: ColdOptions | None = ColdOptions(), interleaved: bool = False,
+                    on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
     """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
     its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
     of a source partition reach the target in offset order. `fault(step)` lets tests crash after
@@ -59,7 +62,7 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
     Before producing: every window must be archived and restorable, and the objects to read must be readable
     (`cold`: objects in GLACIER / DEEP_ARCHIVE get a RestoreObject request, then the run fails with their count
     or waits; None skips the check). `interleaved`: the archive's layout splits windows into buckets (see
-    `window_records`)."""
+    `window_records`). `on_ledger(ranges)`: called once with the ledger as the run found it (the dry run's plan)."""
     ws = sorted(set(windows))
     topic = request.source_topic
     manifests = read_manifests(s3, bucket, prefix, topic, ws)
@@ -77,16 +80,16 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
 
     def source(w: OffsetWindow, m: Manifest) -> WindowSource:
         return WindowSource(w, lambda: window_batches(s3, bucket, w, m, interleaved, prefetch), m.record_count,
-                            m.min_timestamp_ms, m.max_timestamp_ms)
+                            m.min_timestamp_ms, m.max_timestamp_ms, objects=len(window_objects(m)))
 
     try:
-        yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault)
+        yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault, on_ledger)
     finally:
         prefetch.close()
 
 
 def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Any,
-                    fault: Fault = no_fault) -> Iterator[WindowReport]:
+                    fault: Fault = no_fault, on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
     """The restore itself, for windows from any archive: one transactional producer, the ledger, windows in
     (partition, start) order."""
     srcs = sorted(sources, key=lambda s: s.window)
@@ -103,6 +106,8 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
         run = RestoreRun(kafka, request, num_target, fault)
         try:
             run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
+            if on_ledger is not None:
+                on_ledger({p: rs.copy() for p, rs in run.ledger.items()})
             for warning in warnings.result():
                 log.warning(warning)
             if not run.ledger:
@@ -201,7 +206,8 @@ class RestoreRun:
         """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
         t0 = time.monotonic()
         request, filters, producer, w = self.request, self.request.filters, self.producer, src.window
-        rep = WindowReport(w, request.dry_run, archived=src.record_count or 0)
+        rep = WindowReport(w, request.dry_run, archived=src.record_count or 0, objects=src.objects,
+                           max_timestamp_ms=src.max_timestamp_ms)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
         if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):

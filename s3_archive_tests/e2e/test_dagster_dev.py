@@ -19,11 +19,14 @@ import pytest
 from s3_archive.catalog.tables import table_name
 from s3_archive.config.catalog import DEFAULT_DATABASE
 from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.metadata import PLOT_KEYS
 from s3_archive.local.processes import free_port
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
+from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.manifests import put_jsonl_window
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +48,11 @@ def refresh_topics_cli(env: dict[str, str]) -> str:
     return done.stdout
 
 
+def restore_source() -> str:
+    """The source topic of the e2e archive with a declared restore target (windows committed by hand)."""
+    return f"e2e-rs-{os.getpid()}"
+
+
 def archive_assets(url: str) -> set[str]:
     nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
     return {n["assetKey"]["path"][-1] for n in nodes if n["assetKey"]["path"][0] == "kafka_archive"}
@@ -60,6 +68,7 @@ def dagster_dev(services, kafka, tmp_path_factory):
     sensed = create_topic(kafka, f"e2e-sensed-{os.getpid()}", partitions=2)
     pattern = f"e2e-pat-{os.getpid()}"
     create_topic(kafka, f"{pattern}.a")
+    create_topic(kafka, restore_source(), partitions=2)
     config = root / "archives.yaml"
     config.write_text(json.dumps({"archives": [
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
@@ -68,6 +77,9 @@ def dagster_dev(services, kafka, tmp_path_factory):
          "flush": {"count": 40, "interval_seconds": 3600}, "schedule_cron": "* * * * *"},
         {"name": "e2e_pattern", "topic_pattern": rf"{pattern}\..*", "bucket": services.bucket,
          "prefix": "e2e-pattern/"},
+        # A restore the UI launches over selected windows with no run config.
+        {"name": "e2e_restore", "topics": [restore_source()], "bucket": services.bucket, "prefix": "e2e-restore/",
+         "format": "jsonl", "restore_targets": [{"name": "ui", "target_topic": "{topic}.ui"}]},
     ]}))
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
            "S3_ARCHIVE_STATE_DIR": str(root / "state")}
@@ -202,3 +214,50 @@ def test_a_new_topic_of_a_pattern_appears_after_a_refresh_and_a_reload(dagster_d
         assert time.monotonic() < deadline, "the new topic's asset did not appear within 120 s of the reload"
         time.sleep(2)
     assert {f"{pattern}.a", f"{pattern}.b"} <= archive_assets(url)
+
+
+def test_ui_launch_of_a_declared_restore_target_over_windows_with_no_run_config_restores_exactly_once(
+        dagster_dev, kafka, s3, services):
+    url, home, *_ = dagster_dev
+    topic = restore_source()
+    target = create_topic(kafka, f"{topic}.ui", partitions=2)
+    windows = [OffsetWindow(0, 0, 30), OffsetWindow(0, 30, 60), OffsetWindow(1, 0, 30)]
+    ts = int(time.time() * 1000) - 3_600_000
+    records = {w: put_jsonl_window(s3, services.bucket, "e2e-restore/", topic, w, ts) for w in windows}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    asset = {"path": ["kafka_restore_target", "ui", topic]}
+
+    # As the UI's Materialize over a partition range does: the asset job, the asset, the range, NO run config.
+    # (launchPartitionBackfill takes the same path through the backfill daemon, at 30 s per daemon iteration.)
+    launched = graphql(url, """mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+        ... on RunConfigValidationInvalid { errors { message } } } }""", {"p": {
+        "selector": {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__",
+                     "jobName": "__ASSET_JOB", "assetSelection": [asset]},
+        "executionMetadata": {"tags": [{"key": "dagster/asset_partition_range_start", "value": windows[0].key},
+                                       {"key": "dagster/asset_partition_range_end", "value": windows[-1].key}]}}})
+    launched = launched["launchPipelineExecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id, status, deadline = launched["run"]["runId"], None, time.monotonic() + 180
+    while status not in ("SUCCESS", "FAILURE", "CANCELED"):
+        assert time.monotonic() < deadline, f"the restore run is still {status} after 180 s"
+        time.sleep(1)
+        status = graphql(url, """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }""",
+                         {"id": run_id})["runOrError"]["status"]
+    assert status == "SUCCESS", status
+
+    got = consume_all(kafka, target)
+    for p in (0, 1):  # every record once, in order
+        assert [(g.key, g.value, g.timestamp_ms) for g in got[p]] == [
+            r for w in windows if w.partition == p for r in records[w]]
+
+    # Where people look: the per-window metadata is typed for the plots.
+    mats = graphql(url, """query($k: AssetKeyInput!) { assetOrError(assetKey: $k) { ... on Asset {
+        assetMaterializations(limit: 10) { partition metadataEntries { __typename label } } } } }""",
+                   {"k": asset})["assetOrError"]["assetMaterializations"]
+    assert sorted(m["partition"] for m in mats) == sorted(w.key for w in windows)
+    for m in mats:
+        kinds = {e["label"]: e["__typename"] for e in m["metadataEntries"]}
+        assert {k: kinds[k] for k in PLOT_KEYS} == {k: "IntMetadataEntry" if t is int else "FloatMetadataEntry"
+                                                    for k, t in PLOT_KEYS.items()}

@@ -10,6 +10,7 @@ from s3_archive.archive.upload import S3Connection
 from s3_archive.archive.window import archive_windows
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.metadata import archive_links, typed
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
@@ -33,7 +34,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
                       "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
             description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
-                        "Each partition is one offset window, written exactly once (manifest = commit point).",
+                        "Each partition is one offset window, written exactly once (manifest = commit point).\n\n"
+                        + archive_links(cfg, topic, "docs/commit-protocol.md"),
         )
 
     @archive_asset
@@ -60,7 +62,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             mkey = manifest_key(cfg.prefix, topic, w)
             context.log.info(f"window {w.key}: {r.outcome}, {r.manifest.record_count} records")
             yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
-                                          metadata=r.metadata(cfg.bucket, mkey))
+                                          metadata=typed(r.metadata(cfg.bucket, mkey)))
         if failures:
             raise dg.Failure(description=f"{len(failures)} of {len(windows)} windows failed:\n" + "\n".join(failures))
 

@@ -11,6 +11,7 @@ import dagster as dg
 
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.settings import Settings
+from s3_archive.defs.metadata import typed
 from s3_archive.defs.restore.config import ForeignRestoreConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
@@ -77,9 +78,9 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                              f"records of {totals['windows']} objects into {request.target_topic!r} "
                              f"({totals['records_skipped_already_present']} already present)")
             if request.dry_run:
-                yield dg.AssetObservation(asset_key=context.asset_key, metadata=meta)
+                yield dg.AssetObservation(asset_key=context.asset_key, metadata=typed(meta))
             else:
-                yield dg.MaterializeResult(metadata=meta)
+                yield dg.MaterializeResult(metadata=typed(meta))
         except UserError as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
 

@@ -4,6 +4,7 @@ manifest's JSON, for today's manifests and for those from before the output opti
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -27,4 +28,6 @@ def test_metadata_is_read_from_the_manifest(name):
         "last_offset": d["last_offset"], "min_timestamp": d["min_timestamp"], "max_timestamp": d["max_timestamp"],
         "absent_offsets": d["absent_offset_count"], "lost_offsets": sum(b - a for a, b in d["lost_offsets"]),
         "undecodable_records": d.get("undecodable_records", 0), "seconds": 2.0,
-        "records_per_second": round(d["record_count"] / 2.0, 1), "manifest": "s3://b/k.json"}
+        "records_per_second": round(d["record_count"] / 2.0, 1), "manifest": "s3://b/k.json",
+        "bytes": d["bytes_written"], "lag_seconds": round(
+            datetime.fromisoformat(d["committed_at"]).timestamp() - d["max_timestamp_ms"] / 1000, 3)}

@@ -1,0 +1,77 @@
+"""A restore target of an archive (`restore_targets:` of an archive): a restore declared in the YAML, so the UI can
+launch it over selected windows with no run config (docs/restore.md, "Restore targets")."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, Strict, field_validator, model_validator
+
+from s3_archive.model.base import StrictModel
+
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+TOPIC_SLOT = "{topic}"
+
+
+class RestoreTarget(StrictModel):
+    """Where and how the windows of an archive's topics are restored; each (target, topic) is one restore asset
+    `kafka_restore_target/<name>/<topic>` with the archive's window partitions."""
+
+    name: str = Field(description="the target's name: a-z 0-9 _, unique within the archive")
+    target_topic: str = Field(description="existing topic to produce into; `{topic}` is replaced by the source "
+                                          "topic, e.g. '{topic}.restored'")
+    topics: list[str] | None = Field(default=None, description="only these topics of the archive; None: all")
+    partition_mapping: Literal["same", "murmur2", "map"] = "same"
+    # Keys as YAML ints or as strings (a config written as JSON): "0" is read as 0.
+    partition_map: dict[Annotated[int, Strict(False)], int] = Field(
+        default_factory=dict, description="with partition_mapping: map, source -> target partition")
+    provenance_headers: bool = False
+    allow_source_topic: bool = False
+    from_timestamp_ms: int | None = None
+    to_timestamp_ms: int | None = None
+    from_offset: int | None = Field(default=None, ge=0)
+    to_offset: int | None = Field(default=None, ge=0)
+    transaction_records: int = Field(default=50_000, ge=1)
+    dry_run: bool = Field(default=False, description="a preview target: every run only plans (counts), "
+                                                     "whatever the run config says")
+    wait_for_cold_seconds: int = Field(default=0, ge=0)
+    cold_restore_days: int = Field(default=7, ge=1)
+    cold_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError(f"must match {_NAME.pattern} (lowercase letters, digits, _), got {v!r}")
+        return v
+
+    @field_validator("target_topic")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        probe = v.replace(TOPIC_SLOT, "t")
+        if not _TOPIC.fullmatch(probe) or "{" in probe or "}" in probe:
+            raise ValueError(f"not a valid Kafka topic name (a-z A-Z 0-9 . _ -, and `{TOPIC_SLOT}` for the source "
+                             f"topic), got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _ranges(self) -> RestoreTarget:
+        if self.partition_mapping == "map" and not self.partition_map:
+            raise ValueError("partition_mapping 'map' needs partition_map {source partition: target partition}")
+        if self.partition_mapping != "map" and self.partition_map:
+            raise ValueError(f"partition_map is only used with partition_mapping 'map', not "
+                             f"{self.partition_mapping!r}")
+        for lo, hi in (("from_timestamp_ms", "to_timestamp_ms"), ("from_offset", "to_offset")):
+            a, b = getattr(self, lo), getattr(self, hi)
+            if a is not None and b is not None and a >= b:
+                raise ValueError(f"{lo} ({a}) must be < {hi} ({b}); the range is [from, to)")
+        return self
+
+    def target_for(self, topic: str) -> str:
+        """The target topic of source topic `topic`."""
+        return self.target_topic.replace(TOPIC_SLOT, topic)
+
+    def applies_to(self, topic: str) -> bool:
+        return self.topics is None or topic in self.topics

@@ -1,0 +1,51 @@
+"""The run of a restore asset over its window partitions, shared by the ad-hoc asset (defs/restore/assets.py)
+and the declared targets (defs/restore/targets.py)."""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.defs.metadata import typed
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import check_bucket
+from s3_archive.io.s3_resource import S3Resource
+from s3_archive.model.errors import UserError
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.cold import ColdOptions
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.run import restore_windows
+from s3_archive.restore.summary import RunSummary
+
+
+def splits_windows(cfg: ArchiveConfig) -> bool:
+    """Whether the archive's layout splits a window's records into buckets (objects whose offsets interleave)."""
+    return cfg.layout is not None and bool(cfg.layout.partition_by or cfg.layout.template_slots)
+
+
+def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic: str, request: RestoreRequest,
+                   cold: ColdOptions, kafka: KafkaResource,
+                   s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+    """The run of a restore asset (ad hoc or a declared target) over the run's window partitions: a
+    materialization per window once committed; a dry run records an observation per window and the plan."""
+    try:
+        windows = [OffsetWindow.parse(k) for k in context.partition_keys]
+        client = s3.get_client()
+        check_bucket(client, cfg.bucket, cfg.prefix)
+        plan = RunSummary(request)
+        for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log,
+                                   cold=cold, interleaved=splits_windows(cfg), on_ledger=plan.ledger_seen):
+            plan.add(rep)
+            meta = typed({"target_topic": request.target_topic, **rep.metadata()})
+            context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "
+                             f"present, {rep.filtered} filtered" + (" [dry run]" if request.dry_run else ""))
+            if request.dry_run:
+                # An observation, not a materialization: nothing was restored.
+                yield dg.AssetObservation(asset_key=context.asset_key, partition=rep.window.key, metadata=meta)
+            else:
+                yield dg.AssetMaterialization(asset_key=context.asset_key, partition=rep.window.key, metadata=meta)
+        context.log.info(plan.summary())
+        if request.dry_run:
+            yield dg.AssetObservation(asset_key=context.asset_key, metadata=typed(plan.metadata()))
+    except UserError as e:
+        raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
