@@ -69,7 +69,7 @@ def test_the_plot_keys_are_numeric_and_shared_by_archive_and_restore():
     # Every number is an int or a float value (the UI plots those), never text.
     for meta in (a, r):
         assert all(not isinstance(v, dg.TextMetadataValue) for k, v in meta.items()
-                   if k not in ("outcome", "target_topic", "min_timestamp", "max_timestamp"))
+                   if k not in ("outcome", "attempt", "target_topic", "min_timestamp", "max_timestamp"))
 
 
 def test_typed_refuses_none():
