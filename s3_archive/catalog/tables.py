@@ -196,10 +196,11 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
 
 def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     """Schema evolution: the desired columns, then every column the table already has and they lack, so a field
-    only older windows carry stays queryable."""
-    names = {c["Name"] for c in desired}
+    only older windows carry stays queryable. Names compare case-folded, as Hive's do (a table made when decoded
+    names kept their case, `userId`, gets `userid` and not both)."""
+    names = {c["Name"].lower() for c in desired}
     return [dict(c) for c in desired] + [{k: c[k] for k in ("Name", "Type", "Comment") if k in c}
-                                         for c in existing if c["Name"] not in names]
+                                         for c in existing if c["Name"].lower() not in names]
 
 
 def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,

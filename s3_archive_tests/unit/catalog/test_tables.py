@@ -334,6 +334,12 @@ def test_payload_field_names_become_valid_column_names_and_never_reach_ddl_raw()
     assert spark_names == [col["Name"] for col in table["StorageDescriptor"]["Columns"] + table["PartitionKeys"]]
 
 
+def test_merging_with_a_table_whose_columns_kept_their_case_gives_one_column_per_name():
+    existing = [{"Name": "userId", "Type": "bigint"}, {"Name": "old", "Type": "string"}]
+    merged = merge_columns([{"Name": "userid", "Type": "bigint"}], existing)
+    assert [c["Name"] for c in merged] == ["userid", "old"]
+
+
 def test_a_backtick_in_a_name_is_doubled_in_ddl():
     table = build_table_input(cfg("parquet"), "demo.orders", CatalogOptions(), 1, [{"Name": "a`b", "Type": "int"}])
     assert "  `a``b` int" in athena_ddl("d`b", table) and "`d``b`.`demo_orders`" in athena_ddl("d`b", table)
