@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 # Table parameters this module writes. Any other parameter on the table (Athena's, a person's) is kept on update.
 _MANAGED = ("EXTERNAL", "classification", "storage.location.template")
@@ -74,8 +75,39 @@ def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
     return cols
 
 
+# A column (or struct field) name Athena's DDL takes as it is: lowercase letters, digits and _ (its documented rule;
+# Hive folds case, so `userId` is `userid`).
+_COLUMN = re.compile(r"[a-z_][a-z0-9_]{0,254}")
+
+
+def column_names(names: Sequence[str], taken: Iterable[str] = ()) -> dict[str, str]:
+    """Each field name (from record payloads: anything) -> a column name matching `_COLUMN`, never one of `taken`
+    and never another's after case folding. A valid name is kept (lowercased); any other is renamed: accents
+    dropped, every other character outside a-z 0-9 _ made `_`, `_` before a leading digit, `field` when nothing is
+    left, `_2`, `_3`, ... against a clash. Names valid as they are go first, then valid ones in another case, so
+    renaming another field never takes theirs and the choice does not depend on the fields' order."""
+    used = {t.lower() for t in taken}
+    out: dict[str, str] = {}
+    for name in sorted(dict.fromkeys(names), key=lambda n: (not _COLUMN.fullmatch(n.lower()), n != n.lower(), n)):
+        base = name.lower()
+        if not _COLUMN.fullmatch(base):
+            ascii_ = unicodedata.normalize("NFKD", base).encode("ascii", "ignore").decode()
+            base = re.sub(r"[^a-z0-9_]", "_", ascii_)
+            base = base if re.search("[a-z0-9]", base) else "field"
+            base = ("_" + base if base[0].isdigit() else base)[:240]
+        candidate, n = base, 1
+        while candidate in used:
+            n += 1
+            candidate = f"{base}_{n}"
+        used.add(candidate)
+        out[name] = candidate
+    return {n: out[n] for n in dict.fromkeys(names)}
+
+
 def hive_type(data_type: DataType) -> str:
-    """A Spark type (pyspark.sql.types, as parsed from a manifest's `schema`) as a Hive/Glue column type."""
+    """A Spark type (pyspark.sql.types, as parsed from a manifest's `schema`) as a Hive/Glue column type. Struct
+    field names come from record payloads: each is a valid name or renamed (`column_names`), so no name can change
+    the type string."""
     from pyspark.sql import types as T  # when a schema is read, not at load (pyspark costs a second)
 
     # Spark types whose simpleString() is the Hive/Glue type too. Anything else (variant, void, intervals, char
@@ -83,7 +115,8 @@ def hive_type(data_type: DataType) -> str:
     hive_atomic = (T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.BooleanType, T.DoubleType, T.FloatType,
                    T.BinaryType, T.DateType, T.TimestampType, T.DecimalType)
     if isinstance(data_type, T.StructType):
-        return "struct<" + ",".join(f"{f.name}:{hive_type(f.dataType)}" for f in data_type.fields) + ">"
+        names = column_names([f.name for f in data_type.fields])
+        return "struct<" + ",".join(f"{names[f.name]}:{hive_type(f.dataType)}" for f in data_type.fields) + ">"
     if isinstance(data_type, T.ArrayType):
         return f"array<{hive_type(data_type.elementType)}>"
     if isinstance(data_type, T.MapType):
@@ -114,32 +147,45 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
                     ) -> tuple[list[dict[str, str]], dict[str, str]]:
     """Columns of decoded value fields found in archived windows' schemas (manifest key -> manifest `schema`,
     Spark JSON), in order of first appearance; envelope columns are not repeated. A field whose type differs
-    between windows keeps its first type (Glue has one type per column). Also returns the schemas that do not
-    parse (manifest key -> why), for the caller to report: their fields are not columns."""
+    between windows keeps its first type (Glue has one type per column). A field name that is not a valid column name
+    (spaces, quotes, backticks, `;`, non-ASCII, a leading digit, a clash after case folding) is renamed
+    (`column_names`) and its comment gives the field's own name; nothing from a payload reaches DDL unchecked.
+    Also returns the schemas that do not parse (manifest key -> why), for the caller to report: their fields are
+    not columns."""
     envelope = {c for c, _ in ENVELOPE_COLUMNS}
-    out: dict[str, dict[str, str]] = {}
+    fields: dict[str, StructField] = {}
     skipped: dict[str, str] = {}
     for key, text in schemas.items():
         if not text:
             continue  # no schema recorded: nothing to parse
         try:
-            fields = parse_schema(text).fields
+            parsed = parse_schema(text).fields
         except ValueError as e:
             skipped[key] = str(e)
             continue
-        for f in fields:
-            if f.name not in envelope and f.name not in out:
-                out[f.name] = {"Name": f.name, "Type": hive_type(f.dataType),
-                               "Comment": "decoded from the record value (value_decoding: json)"}
-    return list(out.values()), skipped
+        for f in parsed:
+            if f.name not in envelope and f.name not in fields:
+                fields[f.name] = f
+    taken = [*envelope, *(c["Name"] for c in partition_keys(cfg))]
+    names = column_names(list(fields), taken)
+    out = []
+    for name, f in fields.items():
+        comment = "decoded from the record value (value_decoding: json)"
+        if names[name] != name.lower():
+            shown = json.dumps(name)  # ASCII, one line; cut to stay within Glue's 255-character comment
+            shown = shown if len(shown) <= 160 else shown[:156] + '..."'
+            comment = f"decoded from the record value field {shown} (value_decoding: json); renamed"
+        out.append({"Name": names[name], "Type": hive_type(f.dataType), "Comment": comment})
+    return out, skipped
 
 
 def merge_columns(desired: Sequence[dict[str, str]], existing: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     """Schema evolution: the desired columns, then every column the table already has and they lack, so a field
-    only older windows carry stays queryable."""
-    names = {c["Name"] for c in desired}
+    only older windows carry stays queryable. Names compare case-folded, as Hive's do (a table made when decoded
+    names kept their case, `userId`, gets `userid` and not both)."""
+    names = {c["Name"].lower() for c in desired}
     return [dict(c) for c in desired] + [{k: c[k] for k in ("Name", "Type", "Comment") if k in c}
-                                         for c in existing if c["Name"] not in names]
+                                         for c in existing if c["Name"].lower() not in names]
 
 
 def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, partition_count: int,
@@ -192,16 +238,21 @@ def _quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _ident(name: str) -> str:
+    """`name` as a backquoted Hive identifier (a backtick inside is doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def athena_ddl(database: str, table_input: dict[str, Any]) -> str:
     """The Athena (Hive DDL) statement that creates the same table as `table_input`."""
     sd = table_input["StorageDescriptor"]
 
     def col(c: dict[str, str]) -> str:
-        return f"  `{c['Name']}` {c['Type']}" + (f" COMMENT {_quote(c['Comment'])}" if c.get("Comment") else "")
+        return f"  {_ident(c['Name'])} {c['Type']}" + (f" COMMENT {_quote(c['Comment'])}" if c.get("Comment") else "")
 
     serde_params = sd["SerdeInfo"].get("Parameters") or {}
     props = {k: v for k, v in table_input["Parameters"].items() if k != "EXTERNAL"}
-    lines = [f"CREATE EXTERNAL TABLE IF NOT EXISTS `{database}`.`{table_input['Name']}` (",
+    lines = [f"CREATE EXTERNAL TABLE IF NOT EXISTS {_ident(database)}.{_ident(table_input['Name'])} (",
              ",\n".join(col(c) for c in sd["Columns"]),
              ")"]
     if table_input.get("Description"):
@@ -223,7 +274,7 @@ def athena_ddl(database: str, table_input: dict[str, Any]) -> str:
 def spark_schema_ddl(table_input: dict[str, Any]) -> str:
     """The table's columns and partition key as a Spark DDL schema: read the location as the catalog declares it."""
     cols = [*table_input["StorageDescriptor"]["Columns"], *table_input["PartitionKeys"]]
-    return ", ".join(f"`{c['Name']}` {c['Type']}" for c in cols)
+    return ", ".join(f"{_ident(c['Name'])} {c['Type']}" for c in cols)
 
 
 def _clean(value: Any) -> Any:

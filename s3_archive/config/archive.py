@@ -6,7 +6,7 @@ import re
 from typing import Literal
 
 from croniter import croniter
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
@@ -128,6 +128,18 @@ class ArchiveConfig(StrictModel):
             raise ValueError(f"not a valid cron string: {v!r} (five fields, e.g. '*/15 * * * *')")
         return v
 
+    @field_validator("csv_fields")
+    @classmethod
+    def _csv_fields(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        # Runs only when csv_fields is given; `format` is declared before it, so it is validated already.
+        fmt = info.data.get("format")
+        if fmt is not None and fmt != "csv":
+            raise ValueError(f"applies to format 'csv' only; this archive's format is {fmt!r} (remove csv_fields, "
+                             "or set format: csv)")
+        if len(set(v)) != len(v):
+            raise ValueError(f"lists a field twice: {v}")
+        return v
+
     @field_validator("start_position")
     @classmethod
     def _start(cls, v: str | int) -> str | int:
@@ -182,10 +194,6 @@ class ArchiveConfig(StrictModel):
         if not self.topics and self.topic_pattern is None:
             raise ValueError("give `topics` (a list of topic names), `topic_pattern` (a regex), or both")
         spec = FORMATS[self.format]
-        if "csv_fields" in self.model_fields_set and self.format != "csv":
-            raise ValueError(f"csv_fields applies to format 'csv' only; this archive's format is {self.format!r}")
-        if len(set(self.csv_fields)) != len(self.csv_fields):
-            raise ValueError(f"csv_fields lists a field twice: {self.csv_fields}")
         if self.compression is not None and self.compression not in spec.codecs:
             raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
                              f"supported: {', '.join(spec.codecs)}")

@@ -57,7 +57,16 @@ def _loc(loc: tuple) -> str:
     return out or "(top level)"
 
 
+# What the top of the file must be; said instead of pydantic's own words (which name the model class).
+_TOP = "the config needs the key `archives`: a list of archives (and optionally `foreign_sources`)"
+
+
 def parse_settings(data: object) -> Settings:
+    if data is None:  # an empty file, or only comments
+        raise InvalidConfig(f"invalid s3-archive config:\n  (top level): the file is empty; {_TOP}")
+    if not isinstance(data, Mapping):
+        raise InvalidConfig(f"invalid s3-archive config:\n  (top level): {_TOP}, got a {type(data).__name__} "
+                            f"{data!r:.60}")
     try:
         return Settings.model_validate(data)
     except ValidationError as e:

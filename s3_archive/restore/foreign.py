@@ -18,7 +18,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import list_objects
 from s3_archive.keys.foreign import aiven_parse, confluent_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
-from s3_archive.model.windows import MAX_OFFSET, OffsetWindow
+from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 from s3_archive.restore import cold
 from s3_archive.restore.batch import batches_of
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
@@ -45,7 +45,27 @@ class ForeignWindow:
 @dataclass
 class Plan:
     windows: list[ForeignWindow]
-    ignored: list[str]  # keys under the prefix that are not objects of this source (other topics, other files)
+    # Listed keys that are not restored, each with why: other topics, other files, stray objects, and names that fit
+    # the layout but carry a partition or offset no Kafka record can have.
+    ignored: dict[str, str]
+
+    def out_of_range(self) -> dict[str, str]:
+        return {k: why for k, why in self.ignored.items() if why.startswith(OUT_OF_RANGE)}
+
+
+OUT_OF_RANGE = "out of range: "
+# How many ignored keys (with their reasons) the log and the run's metadata list.
+SHOWN_IGNORED = 20
+
+
+def _out_of_range(partition: int, start: int) -> str | None:
+    """Why a parsed (partition, start offset) cannot be a window of Kafka records, or None."""
+    if partition > MAX_PARTITION:
+        return (f"{OUT_OF_RANGE}partition {partition} is beyond {MAX_PARTITION}, the largest partition a restore "
+                "window holds (Kafka's own limit is 2147483647)")
+    if start >= MAX_OFFSET:
+        return f"{OUT_OF_RANGE}start offset {start} is beyond {MAX_OFFSET - 1}, the largest offset of a Kafka record"
+    return None
 
 
 def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
@@ -54,32 +74,36 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
     prefix = source.key_prefix
     found: dict[tuple[int, int], ListedObject] = {}
     keys_files: dict[tuple[int, int], ListedObject] = {}
-    ignored: list[str] = []
+    ignored: dict[str, str] = {}
     if source.layout == "aiven":
         tmpl = source.key_template
         suffix = COMPRESSIONS[source.compression]
     for o in listing:
         if not o.key.startswith(prefix):
-            ignored.append(o.key)
+            ignored[o.key] = f"outside the prefix {prefix!r}"
             continue
         rest = o.key[len(prefix):]
         if source.layout == "aiven":
             if not rest.endswith(suffix):
-                ignored.append(o.key)
+                ignored[o.key] = f"does not end in {suffix!r} (compression {source.compression})"
                 continue
             got = aiven_parse(tmpl, rest[:len(rest) - len(suffix)] if suffix else rest)
             if got is None or got.get("topic", source.topic) != source.topic:
-                ignored.append(o.key)
+                ignored[o.key] = f"not a name the template {tmpl.text!r} gives topic {source.topic!r}"
                 continue
             coords, kind = (got["partition"], got["start_offset"]), "values"
         else:
             parsed = confluent_parse(source.topic, source.format, source.compression == "gzip", rest)
             if parsed is None:
-                ignored.append(o.key)
+                ignored[o.key] = f"not a Confluent {source.format} object name of topic {source.topic!r}"
                 continue
             coords, kind = parsed[:2], parsed[2]
         if kind == "headers":
-            ignored.append(o.key)
+            ignored[o.key] = "a headers file (not read)"
+            continue
+        why = _out_of_range(*coords)
+        if why is not None:
+            ignored[o.key] = why
             continue
         target = keys_files if kind == "keys" else found
         if coords in target:
@@ -94,7 +118,7 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
         end = nxt[1] if nxt else MAX_OFFSET
         windows.append(ForeignWindow(OffsetWindow(p, start, end), found[(p, start)], nxt is None,
                                      keys_files.get((p, start))))
-    ignored += [o.key for c, o in keys_files.items() if c not in found]
+    ignored |= {o.key: "a keys file without its values object" for c, o in keys_files.items() if c not in found}
     return Plan(windows, ignored)
 
 
@@ -141,12 +165,32 @@ def discover(s3: Any, source: ForeignSource) -> Plan:
     return plan(source, list_source(s3, source))
 
 
+def shown_ignored(p: Plan) -> dict[str, str]:
+    """The ignored keys a user is shown (log, metadata): those out of range first, then the others."""
+    ranked = sorted(p.ignored.items(), key=lambda kv: not kv[1].startswith(OUT_OF_RANGE))
+    return dict(ranked[:SHOWN_IGNORED])
+
+
+def log_ignored(source: ForeignSource, p: Plan, log: Any) -> None:
+    bad = p.out_of_range()
+    for key, why in list(bad.items())[:SHOWN_IGNORED]:
+        log.warning(f"{source.name}: ignoring s3://{source.bucket}/{key}: {why}")
+    if len(bad) > SHOWN_IGNORED:
+        log.warning(f"{source.name}: ignoring {len(bad) - SHOWN_IGNORED} more objects with out-of-range names")
+    others = [k for k in p.ignored if k not in bad]
+    if others:
+        log.info(f"{source.name}: ignoring {len(others)} objects under the prefix that are not objects of "
+                 f"topic {source.topic!r} in this layout, e.g. {others[:3]}")
+
+
 def restore_foreign(kafka: KafkaResource, s3: Any, source: ForeignSource, request: RestoreRequest, log: Any,
                     wait_for_cold_seconds: float = 0.0, fault: Fault = no_fault,
                     cold_poll_seconds: float = 10.0, cold_restore_days: int | None = None,
-                    cold_restore_tier: str | None = None) -> Iterator[WindowReport | ColdReport]:
+                    cold_restore_tier: str | None = None, planned: Plan | None = None,
+                    ) -> Iterator[WindowReport | ColdReport]:
     """Restore every object of `source` (those the offset filter can match), in (partition, offset) order.
-    Yields the cold-storage report first, then each window's report."""
+    Yields the cold-storage report first, then each window's report. `planned`: the source's `discover`ed plan
+    (else it is listed here); its ignored objects are logged, those with out-of-range names as warnings."""
     if request.source_topic != source.topic:
         raise InvalidRestore(f"request is for topic {request.source_topic!r}, source {source.name!r} holds "
                              f"{source.topic!r}")
@@ -154,16 +198,14 @@ def restore_foreign(kafka: KafkaResource, s3: Any, source: ForeignSource, reques
         raise InvalidRestore(f"source {source.name!r} ({source.layout}, {source.format}, fields "
                              f"{list(source.fields) if source.layout == 'aiven' else ['value']}) stores no record "
                              "timestamps: a time filter cannot be applied. Use from_offset/to_offset")
-    p = discover(s3, source)
+    p = planned if planned is not None else discover(s3, source)
     if not p.windows:
         raise InvalidForeignObject(
             f"no object of topic {source.topic!r} under s3://{source.bucket}/{source.key_prefix} fits the "
             f"{source.layout} layout" + (f" (template {source.key_template.text!r})" if source.layout == "aiven"
                                         else "") + f"; {len(p.ignored)} other objects there, e.g. "
-            f"{p.ignored[:3]}")
-    if p.ignored:
-        log.info(f"{source.name}: ignoring {len(p.ignored)} objects under the prefix that are not objects of "
-                 f"topic {source.topic!r} in this layout, e.g. {p.ignored[:3]}")
+            f"{list(shown_ignored(p).items())[:3]}")
+    log_ignored(source, p, log)
     wanted = [fw for fw in p.windows if request.filters.offset_scope(fw.window) is not None]
     yield prepare_cold(s3, source, wanted, wait_for_cold_seconds, log, cold_poll_seconds, cold_restore_days,
                        cold_restore_tier)

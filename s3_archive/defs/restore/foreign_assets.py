@@ -18,7 +18,7 @@ from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.restore.cold import ColdReport
-from s3_archive.restore.foreign import restore_foreign
+from s3_archive.restore.foreign import discover, restore_foreign, shown_ignored
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 
@@ -54,9 +54,10 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                                       "timestamps_replaced": 0}
             per_partition: dict[int, list[int]] = {}
             cold = ColdReport()
+            planned = discover(client, source)
             for rep in restore_foreign(kafka, client, source, request, context.log, config.wait_for_cold_seconds,
                                        cold_restore_days=config.cold_restore_days,
-                                       cold_restore_tier=config.cold_restore_tier):
+                                       cold_restore_tier=config.cold_restore_tier, planned=planned):
                 if isinstance(rep, ColdReport):
                     cold = rep
                     continue
@@ -72,6 +73,9 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                     t[0], t[1] = t[0] + c.records, t[1] + c.bytes
             meta = {"target_topic": request.target_topic, "dry_run": request.dry_run, **totals,
                     "cold_objects": cold.cold, "cold_restores_requested": cold.requested,
+                    # Objects under the prefix not restored, and why (out-of-range names listed first).
+                    "ignored_objects": len(planned.ignored),
+                    "ignored": dg.MetadataValue.json(shown_ignored(planned)),
                     "per_target_partition": {str(p): {"records": r, "bytes": b}
                                              for p, (r, b) in sorted(per_partition.items())}}
             context.log.info(f"{'would restore' if request.dry_run else 'restored'} {totals['records_restored']} "

@@ -565,3 +565,30 @@ def test_decoded_json_fields_become_table_columns_and_older_fields_stay(kafka, s
     rows = (spark.read.schema(spark_schema_ddl(table)).parquet(location)
             .orderBy("offset").select("offset", "v_id", "v_old").collect())
     assert [tuple(r) for r in rows] == [(0, 0, "x"), (1, 1, "x"), (2, 2, "x"), (3, 9, None)]
+
+
+def test_payload_field_names_that_are_not_identifiers_are_renamed_never_injected(kafka, services, res, spark, unique):
+    topic = create_topic(kafka, f"cat-names-{unique}")
+    values = [{"id": i, "first name": "a", "x; DROP TABLE t; --": i, "über": True, "1st": "b",
+               "o": {"in ner": 1}} for i in range(2)]
+    produce(kafka, topic, [(0, None, json.dumps(v).encode(), []) for v in values])
+    cfg = archive_config(services.bucket, topic, f"cat/{unique}/", envelope={"headers": False},
+                         value_decoding={"type": "json"})
+    materialize(cfg, topic, [W(0, 0, 2)], res)
+    [asset] = build_catalog_defs(Settings(archives=[cfg]),
+                                 {"test": CatalogOptions(database=f"cat_{unique}")}).assets
+    meta = run_asset(asset, res)
+    assert meta["table_action"] == "created"
+    table = client(services, "glue").get_table(DatabaseName=f"cat_{unique}", Name=table_name(topic))["Table"]
+    cols = {c["Name"]: c for c in table["StorageDescriptor"]["Columns"][7:]}  # after the envelope columns
+    assert sorted(cols) == sorted(["_1st", "first_name", "id", "o", "uber", "x__drop_table_t____"]), list(cols)
+    assert cols["o"]["Type"] == "struct<in_ner:bigint>"
+    assert cols["x__drop_table_t____"]["Comment"] == \
+        'decoded from the record value field "x; DROP TABLE t; --" (value_decoding: json); renamed'
+    ddl = meta["ddl"]
+    assert "`x__drop_table_t____` string COMMENT 'decoded from the record value field \"x; DROP TABLE t; --\"" in ddl
+    assert ddl.count(";") == 2  # the statement's end and the one inside the quoted comment
+    # The table reads back through its own schema: the kept columns carry the values.
+    location = f"s3a://{services.bucket}/{cfg.prefix}{topic}/"
+    rows = spark.read.schema(spark_schema_ddl(table)).parquet(location).orderBy("offset").select("id").collect()
+    assert [r[0] for r in rows] == [0, 1]

@@ -38,6 +38,7 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.conftest import SECURE_USER, SecureServices
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
+from s3_archive_tests.process_list import cmdlines
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
@@ -59,21 +60,6 @@ with dg.DagsterInstance.get() as instance:
                                   "dagster/asset_partition_range_end": last})
 sys.exit(0 if result.success else 1)
 """
-
-
-def cmdlines() -> dict[int, tuple[int, str]]:
-    """Every process on the machine: pid -> (parent pid, command line)."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        out[int(d.name)] = (ppid, cmd)
-    return out
 
 
 def descendants(procs: dict[int, tuple[int, str]], root: int) -> set[int]:

@@ -173,3 +173,38 @@ def test_cold_objects_are_restored_first_then_fail_or_wait(kafka, s3, services, 
     assert "Restore" in s3.head_object(Bucket=services.bucket, Key=key)
     meta = {k: v.value for k, v in third.get_asset_materialization_events()[0].materialization.metadata.items()}
     assert meta["cold_restores_requested"] == 1 and meta["records_restored"] == 1
+
+
+def test_objects_with_out_of_range_names_and_strays_are_listed_as_ignored_and_the_rest_restores(
+        kafka, s3, services, unique):
+    source = ForeignSource(name="aiven_odd", layout="aiven", bucket=services.bucket, prefix=f"aiven-odd/{unique}/",
+                           topic="orders", format="jsonl", fields=["key", "value", "offset", "timestamp", "headers"])
+    good = {(0, 0): [(0, b"k0", b"v0", [], TS), (1, b"k1", b"v1", [], TS + 1)], (1, 7): [(7, None, b"v7", [], TS)]}
+    for (p, start), recs in good.items():
+        s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}orders-{p}-{start}", Body=aiven_jsonl(recs))
+    beyond = {"orders-0-9223372036854775808": "start offset 9223372036854775808 is beyond",
+              "orders-2147483648-0": "partition 2147483648 is beyond 99999"}
+    strays = ["orders-0-5.tmp", "_SUCCESS", "orders/0/x;`drop table`"]
+    for name in [*beyond, *strays]:  # well-formed records: only the names are bad
+        s3.put_object(Bucket=services.bucket, Key=source.key_prefix + name, Body=aiven_jsonl(good[(0, 0)]))
+    target = create_topic(kafka, f"fodd-{unique}", partitions=2)
+    asset = build_foreign_restore_asset(source)
+    res = {k: v for k, v in resources(services, kafka, None).items() if k != "spark"}
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([asset], resources=res, instance=instance, run_config=dg.RunConfig(
+        ops={asset.op.name: ForeignRestoreConfig(target_topic=target)}))
+
+    got = consume_all(kafka, target)
+    assert [(g.key, g.value) for g in got[0]] == [(b"k0", b"v0"), (b"k1", b"v1")]
+    assert [(g.key, g.value) for g in got[1]] == [(None, b"v7")]
+    meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
+    assert meta["windows"] == 2 and meta["records_restored"] == 3 and meta["ignored_objects"] == 5
+    shown = meta["ignored"]
+    assert set(shown) == {source.key_prefix + n for n in [*beyond, *strays]}
+    assert list(shown)[:2] == [source.key_prefix + n for n in beyond]  # out-of-range names first
+    for name, why in beyond.items():
+        assert shown[source.key_prefix + name].startswith("out of range: ") and why in shown[source.key_prefix + name]
+    warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.WARNING]
+    for name in beyond:
+        assert any(f"ignoring s3://{services.bucket}/{source.key_prefix}{name}: out of range" in w
+                   for w in warnings), warnings

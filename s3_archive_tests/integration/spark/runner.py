@@ -14,33 +14,43 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
+
+from s3_archive_tests.process_list import CommandLineWatch
 
 RESULT = "@@RESULT "
 
 
-def run_job(job: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+def run_job(job: dict[str, Any], timeout: float = 300.0, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run `job` in a fresh Python process (this one's interpreter and environment); its result, or an
-    AssertionError with the process's output."""
-    proc = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(job), capture_output=True, text=True,
-                          timeout=timeout, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    AssertionError with the process's output. With `secrets`, every process's command line is read while it runs:
+    the result's `process_list` has the leaks (any command line holding a secret) and the Spark JVMs seen."""
+    watch = CommandLineWatch(list(secrets)) if secrets else None
+    with watch or nullcontext():
+        proc = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(job), capture_output=True,
+                              text=True, timeout=timeout, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
     assert proc.returncode == 0 and lines, (f"runner exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
                                             f"--- stderr\n{proc.stderr[-8000:]}")
-    return json.loads(lines[-1].removeprefix(RESULT))
+    out = json.loads(lines[-1].removeprefix(RESULT))
+    if watch is not None:
+        out["process_list"] = {"leaks": list(watch.leaks.values()),
+                               "spark_jvms": watch.seen_with("org.apache.spark.")}
+    return out
 
 
 def archive_job(services: Any, spark: dict[str, Any], cfg: Any, topic: str, windows: list[Any],
-                probe: bool = False, session_first: bool = False) -> dict[str, Any]:
+                probe: bool = False, session_first: bool = False, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
     """One run of the archive asset over `windows` (OffsetWindows) with `SparkResource(**spark)`, in a fresh
     process; with `probe`, also where the session's tasks run (probe_executors); with `session_first`, the
-    session is started (and timed) before the run."""
+    session is started (and timed) before the run; with `secrets`, the process list is watched (run_job)."""
     return run_job({"services": {"bootstrap_servers": services.bootstrap_servers,
                                  "s3_endpoint_url": services.s3_endpoint_url, "bucket": services.bucket},
                     "spark": spark, "config": cfg.model_dump(mode="json", exclude_unset=True), "topic": topic,
                     "windows": [[w.partition, w.start, w.end] for w in windows], "probe": probe,
-                    "session_first": session_first})
+                    "session_first": session_first}, secrets=secrets)
 
 
 def probe_executors(session: Any) -> dict[str, Any]:

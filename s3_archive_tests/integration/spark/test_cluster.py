@@ -27,7 +27,7 @@ def test_archive_on_a_standalone_cluster_runs_in_the_workers_executor_jvms(spark
     spark = {"master": spark_cluster.master_url, "worker_jars_dir": spark_cluster.jars_dir, "driver_memory": "1g",
              "s3_endpoint_url": services.s3_endpoint_url, "s3_path_style": True,
              "s3_access_key_id": TEST_AWS["AWS_ACCESS_KEY_ID"], "s3_secret_access_key": TEST_AWS["AWS_SECRET_ACCESS_KEY"]}
-    out = archive_job(services, spark, cfg, topic, windows, probe=True)
+    out = archive_job(services, spark, cfg, topic, windows, probe=True, secrets=(TEST_AWS["AWS_SECRET_ACCESS_KEY"],))
 
     assert out["success"], "\n".join(out["failures"] + out["errors"])
     assert archived_records(s3, cfg, topic) == produced
@@ -40,3 +40,7 @@ def test_archive_on_a_standalone_cluster_runs_in_the_workers_executor_jvms(spark
         assert task["jvm_parent"] == spark_cluster.worker_proc.pid
         assert f"{spark_cluster.jars_dir}/*" in task["classpath"].split(":")  # the jars from the worker's disk
         assert task["s3_archive"] == s3_archive.__file__
+    # The S3 secret is on no command line of any process seen while the run went on (the driver's JVM included).
+    seen = out["process_list"]
+    assert seen["leaks"] == []
+    assert any("SparkSubmit" in cmd for cmd in seen["spark_jvms"]), seen["spark_jvms"]

@@ -12,6 +12,7 @@ import pytest
 
 from s3_archive.keys.objects import DEAD_LETTER, object_key, parse_object_key
 from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import (
     archive_config,
     archived_records,
@@ -43,7 +44,12 @@ def test_parquet_archive_over_connect_reads_back_byte_exact(spark_connect, kafka
     produced = produce(kafka, topic, [(i % 2, k, v, h) for i, (k, v, h) in enumerate(NASTY * 2)])
     cfg = archive_config(services.bucket, topic, f"connect/{unique}/parquet/")
     windows = [OffsetWindow(0, 0, 8), OffsetWindow(1, 0, 5), OffsetWindow(1, 5, 8)]
-    metas = _ok(archive_job(services, _connect(spark_connect), cfg, topic, windows))
+    out = archive_job(services, _connect(spark_connect), cfg, topic, windows,
+                      secrets=(TEST_AWS["AWS_SECRET_ACCESS_KEY"],))
+    metas = _ok(out)
+    # The server has the S3 secret in its environment only: on no command line while it runs the job.
+    assert out["process_list"]["leaks"] == []
+    assert any("SparkConnectServer" in cmd for cmd in out["process_list"]["spark_jvms"])
 
     assert {k: m["records"] for k, m in metas.items()} == {w.key: w.end - w.start for w in windows}
     assert archived_records(s3, cfg, topic) == produced  # keys, values, headers, offsets, timestamps: all of them

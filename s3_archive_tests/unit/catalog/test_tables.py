@@ -36,6 +36,7 @@ from s3_archive.catalog.tables import (
     options_for,
     spark_schema_ddl,
     table_changes,
+    table_columns,
     table_name,
     update_input,
 )
@@ -283,6 +284,66 @@ def test_decoded_column_types_follow_sparks_types_and_hive_lacks_some():
         ("z", "boolean"), ("bin", "binary"), ("dt", "date"), ("ts", "timestamp"), ("ntz", "timestamp"),
         ("dec", "decimal(38,0)"), ("var", "string"), ("nul", "string"), ("dti", "string"), ("ymi", "string"),
         ("str", "string"), ("arr", "array<struct<ntz:timestamp,v:string>>"), ("map", "map<string,timestamp>")]
+
+
+# Field names record payloads can carry, each with the column it becomes.
+PAYLOAD_NAMES = [
+    ("id", "id"),
+    ("userId", "userid"),  # Hive folds case: kept, lowercased
+    ("first name", "first_name"),
+    ("it's", "it_s"),
+    ('say "hi"', "say__hi_"),
+    ("a`b", "a_b"),
+    ("x; DROP TABLE t; --", "x__drop_table_t____"),
+    ("über", "uber"),
+    ("名前", "field_2"),  # nothing ASCII left; "" sorts first and takes `field`
+    ("1st", "_1st"),
+    ("ID", "id_2"),        # the same as `id` after case folding
+    ("key", None),         # an envelope column: not repeated
+    ("Key", "key_2"),      # an envelope column's name after case folding
+    ("kafka_partition", "kafka_partition_2"),  # the partition key
+    ("a:string>,b", "a_string__b"),
+    ("", "field"),
+]
+
+
+def test_payload_field_names_become_valid_column_names_and_never_reach_ddl_raw():
+    nested = {"type": "struct", "fields": [field("in ner", "long"), field("x:int>", "long"), field("In Ner", "long")]}
+    schema = json.dumps({"type": "struct", "fields": [field(n, "string") for n, _ in PAYLOAD_NAMES]
+                         + [field("o`", nested)]})
+    c = cfg("parquet", value_decoding={"type": "json"})
+    cols, skipped = decoded_columns(c, {"m.json": schema})
+    assert skipped == {}
+    want = [col for _, col in PAYLOAD_NAMES if col is not None] + ["o_"]
+    assert [col["Name"] for col in cols] == want
+    assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", col["Name"]) for col in cols)
+    assert cols[-1]["Type"] == "struct<in_ner:bigint,x_int_:bigint,in_ner_2:bigint>"
+    # A renamed column says which field it holds; a kept one does not need to.
+    by_name = {col["Name"]: col["Comment"] for col in cols}
+    assert by_name["x__drop_table_t____"] == ('decoded from the record value field "x; DROP TABLE t; --" '
+                                              "(value_decoding: json); renamed")
+    assert by_name["field_2"] == 'decoded from the record value field "\\u540d\\u524d" (value_decoding: json); renamed'
+    assert by_name["id"] == by_name["userid"] == "decoded from the record value (value_decoding: json)"
+    # The DDL: every column a quoted, valid identifier; the payload's text only inside quoted comments.
+    table = build_table_input(c, "demo.orders", CatalogOptions(), 1, table_columns(c) + cols)
+    ddl = athena_ddl("db", table)
+    for line in ddl.split("(\n", 1)[1].split("\n)", 1)[0].split(",\n"):
+        assert re.fullmatch(r"  `[a-z_][a-z0-9_]*` [a-z0-9<>:,_()]+( COMMENT '([^'\\]|\\.)*')?", line), line
+    assert "DROP TABLE" not in ddl.replace("'decoded from the record value field \"x; DROP TABLE t; --\"", "")
+    spark_names = re.findall(r"(?:^|, )`((?:[^`]|``)*)` ", spark_schema_ddl(table))
+    assert spark_names == [col["Name"] for col in table["StorageDescriptor"]["Columns"] + table["PartitionKeys"]]
+
+
+def test_merging_with_a_table_whose_columns_kept_their_case_gives_one_column_per_name():
+    existing = [{"Name": "userId", "Type": "bigint"}, {"Name": "old", "Type": "string"}]
+    merged = merge_columns([{"Name": "userid", "Type": "bigint"}], existing)
+    assert [c["Name"] for c in merged] == ["userid", "old"]
+
+
+def test_a_backtick_in_a_name_is_doubled_in_ddl():
+    table = build_table_input(cfg("parquet"), "demo.orders", CatalogOptions(), 1, [{"Name": "a`b", "Type": "int"}])
+    assert "  `a``b` int" in athena_ddl("d`b", table) and "`d``b`.`demo_orders`" in athena_ddl("d`b", table)
+    assert spark_schema_ddl(table).startswith("`a``b` int")
 
 
 def test_a_schema_that_does_not_parse_is_reported_by_manifest_key_and_the_rest_still_count():

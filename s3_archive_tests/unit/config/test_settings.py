@@ -384,11 +384,30 @@ def test_load_settings_invalid_yaml(tmp_path: Path, text):
     assert "line" in msg  # YAML errors carry the position
 
 
-def test_load_settings_empty_file(tmp_path: Path):
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n", "null\n"])
+def test_load_settings_empty_file(tmp_path: Path, text: str):
     f = tmp_path / "empty.yaml"
-    f.write_text("")
-    with pytest.raises(InvalidConfig, match=re.escape("(top level)")):
+    f.write_text(text)
+    with pytest.raises(InvalidConfig, match=re.escape("(top level)")) as e:
         load_settings(f)
+    # One line naming the key the file needs, not pydantic's model class.
+    assert str(e.value) == ("invalid s3-archive config:\n  (top level): the file is empty; the config needs the key "
+                            "`archives`: a list of archives (and optionally `foreign_sources`)")
+    assert "Settings" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("archives:\n", "archives: Input should be a valid list, got None"),
+    ("archives: []\n", "archives: List should have at least 1 item after validation, not 0, got []"),
+    ("- name: a\n", "(top level): the config needs the key `archives`: a list of archives (and optionally "
+                    "`foreign_sources`), got a list [{'name': 'a'}]"),
+])
+def test_a_config_without_archives_names_the_key(tmp_path: Path, text: str, line: str):
+    f = tmp_path / "archives.yaml"
+    f.write_text(text)
+    with pytest.raises(InvalidConfig) as e:
+        load_settings(f)
+    assert error_lines(str(e.value)) == [line]
 
 
 def test_load_settings_yaml_block_scalar_keeps_newline_out_of_bucket(tmp_path: Path):
@@ -402,7 +421,11 @@ def test_load_settings_yaml_block_scalar_keeps_newline_out_of_bucket(tmp_path: P
 def test_csv_fields_only_for_csv():
     msg = error_of(config(format="parquet", csv_fields=["key"]))
     [line] = error_lines(msg)
-    assert line == "archives[0]: csv_fields applies to format 'csv' only; this archive's format is 'parquet'"
+    assert line == ("archives[0].csv_fields: applies to format 'csv' only; this archive's format is 'parquet' "
+                    "(remove csv_fields, or set format: csv)")
+    assert error_lines(error_of(config(csv_fields=["key"]))) == [line]  # parquet is the default format
+    [twice] = error_lines(error_of(config(format="csv", csv_fields=["key", "key"])))
+    assert twice == "archives[0].csv_fields: lists a field twice: ['key', 'key']"
     assert parse_settings(config(format="csv", csv_fields=["value", "key"])).archives[0].csv_fields == ["value", "key"]
 
 

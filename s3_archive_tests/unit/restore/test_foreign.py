@@ -24,7 +24,7 @@ from s3_archive.keys.foreign import aiven_render
 from s3_archive.model.errors import InvalidForeignObject
 from s3_archive.model.windows import MAX_OFFSET
 from s3_archive.restore.cold import ListedObject, cold_state
-from s3_archive.restore.foreign import plan
+from s3_archive.restore.foreign import plan, shown_ignored
 from s3_archive.restore.foreign_decode import Decoder, decompress, numbered
 from s3_archive.restore.request import ArchivedRecord
 
@@ -94,6 +94,28 @@ def test_confluent_plan_pairs_keys_files_and_skips_headers_files():
     assert [(fw.window.start, fw.window.end, fw.keys_obj is not None) for fw in p.windows] == [
         (0, 10, True), (10, MAX_OFFSET, False)]
     assert len(p.ignored) == 4
+
+
+@pytest.mark.parametrize("source, prefix, names", [
+    (src(), "", ["orders-0-9223372036854775807", "orders-0-99999999999999999999", "orders-2147483648-0",
+                 "orders-100000-0"]),
+    (ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="avro"), "topics/orders/",
+     ["partition=0/orders+0+9223372036854775808.avro", "partition=2147483648/orders+2147483648+0.avro",
+      "partition=100000/orders+100000+0.avro"]),
+])
+def test_names_with_an_offset_or_partition_out_of_range_are_ignored_with_the_reason(source, prefix, names):
+    good = "orders-0-5" if source.layout == "aiven" else "partition=0/orders+0+5.avro"
+    stray = ["x y", "orders-0-x", "partition=0/orders+0+5.avro.tmp", "\u00fcber;`drop`"]
+    p = plan(source, [ListedObject(prefix + k, 1) for k in [*names, good, *stray]])
+    assert [(fw.window.partition, fw.window.start) for fw in p.windows] == [(0, 5)]  # the others still restore
+    assert set(p.out_of_range()) == {prefix + k for k in names}
+    assert set(p.ignored) == {prefix + k for k in [*names, *stray]}
+    why = p.out_of_range()
+    assert why[prefix + names[0]].startswith("out of range: start offset 922337203685477580")
+    assert "beyond 9223372036854775806, the largest offset of a Kafka record" in why[prefix + names[0]]
+    assert "partition 2147483648 is beyond 99999" in why[next(prefix + k for k in names if "2147483648" in k)]
+    # The user is shown the out-of-range names first.
+    assert list(shown_ignored(p))[:len(names)] == sorted(why, key=list(p.ignored).index)
 
 
 @pytest.mark.parametrize("storage, header, state", [
