@@ -52,7 +52,7 @@ def refused(cfg: dict | str) -> str:
 
 def foreign_windows(source: ForeignSource, keys: list[str]) -> list[OffsetWindow]:
     p = plan(source, [ListedObject(k, 1) for k in keys])
-    assert p.ignored == []
+    assert p.ignored == {}
     return [fw.window for fw in p.windows]
 
 
