@@ -9,6 +9,7 @@ from croniter import croniter
 from pydantic import Field, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.template import InvalidTemplate
@@ -78,7 +79,7 @@ class ArchiveConfig(StrictModel):
                                   "load (see resolve_topic_patterns)")
     bucket: str
     prefix: str = ""
-    format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes"] = "parquet"
+    format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes", "iceberg"] = "parquet"
     compression: str | None = Field(default=None, description="None: the format's default codec")
     csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
         default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
@@ -106,6 +107,8 @@ class ArchiveConfig(StrictModel):
     lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
+    iceberg: IcebergOptions | None = Field(default=None, description="format iceberg only: the Iceberg catalog "
+                                                                     "and warehouse; None: Glue, under the prefix")
     schedule_cron: str | None = Field(
         default=None, description="a cron string (UTC): at each of its ticks the offsets sensor also cuts every "
                                   "partition's rest up to the last stable offset")
@@ -201,6 +204,10 @@ class ArchiveConfig(StrictModel):
             if clash:
                 raise ValueError(f"value_decoding: decoded field(s) {clash} clash with envelope columns; set "
                                  "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
+        if spec.table:
+            self._check_table_format()
+        elif "iceberg" in self.model_fields_set:
+            raise ValueError(f"iceberg applies to format 'iceberg' only; this archive's format is {self.format!r}")
         if self.format == "bytes" and (self.max_records_per_object or self.max_bytes_per_object):
             raise ValueError("format 'bytes' writes one object per record; max_records_per_object and "
                              "max_bytes_per_object do not apply")
@@ -214,6 +221,16 @@ class ArchiveConfig(StrictModel):
             except InvalidTemplate as e:
                 raise ValueError(f"layout.template: {e}") from None
         return self
+
+    def _check_table_format(self) -> None:
+        """What a table format (Iceberg) cannot honour: its data files are Iceberg's, not objects of ours."""
+        for option in ("max_records_per_object", "max_bytes_per_object", "layout"):
+            if getattr(self, option) is not None:
+                raise ValueError(f"{option} does not apply to format {self.format!r} (Iceberg names and sizes its "
+                                 "own data files); remove it")
+        if self.value_decoding.on_error == "dead_letter":
+            raise ValueError(f"value_decoding.on_error 'dead_letter' is not supported for format {self.format!r} "
+                             "yet; allowed: 'fail'")
 
     @property
     def restorable(self) -> bool:
