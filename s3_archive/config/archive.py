@@ -228,6 +228,9 @@ class ArchiveConfig(StrictModel):
             if getattr(self, option) is not None:
                 raise ValueError(f"{option} does not apply to format {self.format!r} (Iceberg names and sizes its "
                                  "own data files); remove it")
+        if not self.envelope.metadata:
+            raise ValueError(f"format {self.format!r} needs envelope.metadata (a window's rows are found by their "
+                             "partition and offset)")
         if self.value_decoding.on_error == "dead_letter":
             raise ValueError(f"value_decoding.on_error 'dead_letter' is not supported for format {self.format!r} "
                              "yet; allowed: 'fail'")
