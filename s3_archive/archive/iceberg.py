@@ -44,7 +44,7 @@ from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, S3Endpoint, 
 from s3_archive.io.s3 import error_code, read_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError
-from s3_archive.model.manifest import MANIFEST_VERSION, Manifest
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
 ATTEMPT_PROPERTY = "s3archive.attempt"
@@ -168,12 +168,45 @@ def _stats(spark: Any, ident: str, windows: list[OffsetWindow], columns: list[st
     return {r["w"]: r.asDict() for r in rows}
 
 
+def _data_files(spark: Any, s3: Any, cfg: ArchiveConfig, ident: str, windows: list[OffsetWindow],
+                stats: dict[str, dict[str, Any]]) -> dict[str, list[ManifestObject]]:
+    """Per window key: the table's data files that hold its rows (a write task reads one slice of one window, so a
+    file never holds two windows), by the files' partition and offset bounds, in offset order; checked against
+    the window's row count. The manifest lists them like any format's objects: checks verify them, restore reads
+    them as Parquet."""
+    rows = spark.sql(f"SELECT file_path, file_size_in_bytes AS size, record_count AS n, "
+                     f"readable_metrics.`partition`.lower_bound AS p0, readable_metrics.`partition`.upper_bound AS p1, "
+                     f"readable_metrics.`offset`.lower_bound AS lo, readable_metrics.`offset`.upper_bound AS hi "
+                     f"FROM {ident}.files WHERE content = 0").collect()
+    prefix = f"s3://{cfg.bucket}/"
+    out: dict[str, list[ManifestObject]] = {}
+    for w in windows:
+        mine = sorted((r for r in rows if r["p0"] == r["p1"] == w.partition and r["lo"] is not None
+                       and w.start <= r["lo"] and r["hi"] < w.end), key=lambda r: r["lo"])
+        expected = (stats.get(w.key) or {}).get("n") or 0
+        if sum(r["n"] for r in mine) != expected:
+            raise ArchiveIntegrityError(
+                f"{ident}: the data files within window {w.key} hold {sum(r['n'] for r in mine)} rows, the table "
+                f"{expected} of the window: a data file holds rows of more than one window (rewritten by a "
+                "compaction?)")
+        objects = []
+        for r in mine:
+            if not r["file_path"].startswith(prefix):
+                raise ArchiveIntegrityError(f"{ident}: data file {r['file_path']} is outside s3://{cfg.bucket}/")
+            key = r["file_path"][len(prefix):]
+            etag = s3.head_object(Bucket=cfg.bucket, Key=key)["ETag"]
+            objects.append(ManifestObject(key=key, size=r["size"], etag=etag))
+        out[w.key] = objects
+    return out
+
+
 def _iso(ms: int | None) -> str | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, lost: list[list[int]],
-              stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int, attempt: str) -> Manifest:
+              stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int, attempt: str,
+              objects: list[ManifestObject]) -> Manifest:
     s = stats or {}
     records = s.get("n") or 0
     out = Output.of(cfg)
@@ -181,13 +214,14 @@ def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, 
         manifest_version=MANIFEST_VERSION, writer=f"s3-archive {__version__}", topic=topic, partition=w.partition,
         start_offset=w.start, end_offset=w.end, window_key=w.key, format=cfg.format, compression=cfg.codec,
         envelope=list(out.columns), value_decoding=cfg.value_decoding.type, undecodable_records=0,
-        restorable=cfg.restorable, record_count=records, bytes_read=s.get("bytes") or 0, bytes_written=0,
+        restorable=cfg.restorable, record_count=records, bytes_read=s.get("bytes") or 0,
+        bytes_written=sum(o.size for o in objects),
         first_offset=s.get("first"), last_offset=s.get("last"), min_timestamp_ms=s.get("t0"),
         max_timestamp_ms=s.get("t1"), min_timestamp=_iso(s.get("t0")), max_timestamp=_iso(s.get("t1")),
         # the gaps are not listed (only counted): the table's rows are the record
         absent_offsets=[], absent_offsets_truncated=records < w.end - read_start,
         absent_offset_count=w.end - read_start - records, lost_offsets=lost, spark_schema=schema_json,
-        attempt=attempt, committed_at=datetime.now(UTC).isoformat(), objects=[], iceberg_table=ident,
+        attempt=attempt, committed_at=datetime.now(UTC).isoformat(), objects=objects, iceberg_table=ident,
         iceberg_snapshot_id=snapshot)
 
 
@@ -239,12 +273,14 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
             done |= committed
             earlier |= before
         stats = _stats(spark, ident, windows, list(out.columns)) if df is not None else {}
+        files = _data_files(spark, s3, cfg, ident, windows, stats) if df is not None else {}
     except Exception as e:
         return dict.fromkeys(windows, e)
     for w, read_start, lost in pending:
         try:
             snapshot, by = done.get(w.key, (0, attempt))
-            draft = _manifest(cfg, topic, w, read_start, lost, stats.get(w.key), schema, ident, snapshot, by)
+            draft = _manifest(cfg, topic, w, read_start, lost, stats.get(w.key), schema, ident, snapshot, by,
+                              files.get(w.key, []))
             manifest, ours = _put_manifest(s3, cfg, topic, draft)
             outcome = ("committed" if by == attempt else "already_committed" if w.key in earlier
                        else "committed_by_concurrent_attempt") if ours else "committed_by_concurrent_attempt"

@@ -228,6 +228,10 @@ class ArchiveConfig(StrictModel):
             if getattr(self, option) is not None:
                 raise ValueError(f"{option} does not apply to format {self.format!r} (Iceberg names and sizes its "
                                  "own data files); remove it")
+        ice = self.iceberg
+        if ice is not None and ice.warehouse and not ice.warehouse.startswith(f"s3://{self.bucket}/"):
+            raise ValueError(f"iceberg.warehouse {ice.warehouse!r} must be in the archive's bucket "
+                             f"(s3://{self.bucket}/...): the manifests list the tables' data files there")
         if not self.envelope.metadata:
             raise ValueError(f"format {self.format!r} needs envelope.metadata (a window's rows are found by their "
                              "partition and offset)")

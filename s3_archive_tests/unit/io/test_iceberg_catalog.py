@@ -32,17 +32,18 @@ def test_aws_endpoints_are_left_to_the_sdk():
 
 
 def test_jdbc_catalog_and_warehouse():
-    cfg = _cfg(iceberg={"catalog": "jdbc", "jdbc_uri": "jdbc:sqlite:/tmp/ice.db", "warehouse": "s3://w/h/"})
+    cfg = _cfg(iceberg={"catalog": "jdbc", "jdbc_uri": "jdbc:sqlite:/tmp/ice.db", "warehouse": "s3://b-1/h/"})
     conf = catalog_conf(cfg, S3Endpoint())
     assert conf["spark.sql.catalog.s3archive_orders.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
     assert conf["spark.sql.catalog.s3archive_orders.uri"] == "jdbc:sqlite:/tmp/ice.db"
-    assert warehouse(cfg) == "s3://w/h"
+    assert warehouse(cfg) == "s3://b-1/h"
 
 
 @pytest.mark.parametrize("kw,message", [
     ({"iceberg": {"catalog": "jdbc"}}, "catalog 'jdbc' needs jdbc_uri"),
     ({"iceberg": {"jdbc_uri": "jdbc:sqlite:x"}}, "jdbc_uri applies to catalog 'jdbc' only"),
     ({"iceberg": {"warehouse": "/local"}}, "must be an s3:// URI"),
+    ({"iceberg": {"warehouse": "s3://other/x"}}, "must be in the archive.s bucket"),
     ({"max_records_per_object": 10}, "max_records_per_object does not apply to format 'iceberg'"),
     ({"layout": {}}, "layout does not apply to format 'iceberg'"),
     ({"value_decoding": {"type": "json", "on_error": "dead_letter"}}, "'dead_letter' is not supported"),
