@@ -232,6 +232,17 @@ class ArchiveConfig(StrictModel):
         if ice is not None and ice.warehouse and not ice.warehouse.startswith(f"s3://{self.bucket}/"):
             raise ValueError(f"iceberg.warehouse {ice.warehouse!r} must be in the archive's bucket "
                              f"(s3://{self.bucket}/...): the manifests list the tables' data files there")
+        if ice is not None and ice.warehouse:
+            inside = [t for t in self.topics if f"{ice.warehouse}/".startswith(f"s3://{self.bucket}/{self.prefix}{t}/")]
+            if inside:
+                raise ValueError(f"iceberg.warehouse {ice.warehouse!r} is under topic {inside[0]!r}'s data prefix, "
+                                 "which the archive's S3 lifecycle rules act on; choose another path")
+        life = self.lifecycle
+        if life is not None and (life.expiration_days is not None or life.transitions):
+            raise ValueError(f"lifecycle.expiration_days and lifecycle.transitions do not apply to format "
+                             f"{self.format!r}: S3 must not expire or archive files under an Iceberg table (its "
+                             "metadata would point to missing or unreadable files); old snapshots and orphan "
+                             "files go through Iceberg's snapshot expiration instead")
         if not self.envelope.metadata:
             raise ValueError(f"format {self.format!r} needs envelope.metadata (a window's rows are found by their "
                              "partition and offset)")

@@ -48,6 +48,8 @@ def test_jdbc_catalog_and_warehouse():
     ({"layout": {}}, "layout does not apply to format 'iceberg'"),
     ({"value_decoding": {"type": "json", "on_error": "dead_letter"}}, "'dead_letter' is not supported"),
     ({"envelope": {"metadata": False}}, "needs envelope.metadata"),
+    ({"lifecycle": {"expiration_days": 30}}, "S3 must not expire or archive files under an Iceberg table"),
+    ({"iceberg": {"warehouse": "s3://b-1/arch/orders.v1/t"}}, "under topic 'orders.v1'"),
 ])
 def test_iceberg_options_refused(kw, message):
     with pytest.raises(ValidationError, match=message):
