@@ -24,6 +24,15 @@ class IcebergOptions(StrictModel):
         default=None, description="s3://bucket/path under which new tables are created; None: "
                                   "s3://<bucket>/<prefix>_iceberg")
 
+    snapshot_retention_days: float = Field(
+        default=7, gt=0, description="the maintenance asset expires snapshots older than this (Iceberg's "
+                                     "expire_snapshots), keeping at least retain_last")
+    retain_last: int = Field(default=10, ge=1, description="snapshots always kept by the maintenance asset")
+    orphan_file_days: float = Field(
+        default=3, ge=1, description="the maintenance asset removes files under a table that no snapshot "
+                                     "references and that are older than this (remove_orphan_files); an attempt "
+                                     "still writing its data files is younger")
+
     @field_validator("warehouse")
     @classmethod
     def _warehouse(cls, v: str | None) -> str | None:

@@ -118,3 +118,18 @@ def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, servic
     assert steps == ["iceberg_checked"]
     table = _table(services, cfg, topic)
     assert _rows(table) == sent and _window_snapshots(table) == [window.key]
+
+
+def test_jdbc_catalog_where_glue_is_not_used(spark, kafka, s3, endpoint, unique, tmp_path):
+    topic = create_topic(kafka, f"ice-jdbc-{unique}")
+    sent = produce(kafka, topic, [(0, k, v, h) for k, v, h in RECORDS])
+    cfg = archive_config(BUCKET, topic, f"ice-jdbc-{unique}/", format="iceberg",
+                         iceberg={"catalog": "jdbc", "jdbc_uri": f"jdbc:sqlite:{tmp_path / 'iceberg.db'}"})
+    cfg = cfg.model_copy(update={"name": f"jdbc_{unique}"})  # its own Spark catalog
+    windows = [OffsetWindow(0, 0, 3), OffsetWindow(0, 3, 5)]
+    first = archive_windows(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
+    assert [r.outcome for r in first.values()] == ["committed", "committed"]
+    assert {r.outcome for r in archive_windows(spark, kafka, s3, cfg, topic, windows, log,
+                                               endpoint=endpoint).values()} == {"already_committed"}
+    rows = spark.table(table_ident(cfg, topic)).orderBy("offset").collect()
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(r.offset, r.key, r.value) for r in sent]
