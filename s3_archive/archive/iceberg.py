@@ -40,6 +40,7 @@ from s3_archive.archive.write import (
     with_parsed_json,
 )
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
 from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, S3Endpoint, table_ident, use_catalog
 from s3_archive.io.s3 import error_code, read_manifest
 from s3_archive.keys.objects import manifest_key
@@ -77,8 +78,25 @@ def current_snapshot(spark: Any, ident: str) -> int | None:
     return rows[0]["snapshot_id"] if rows else None
 
 
-def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str) -> None:
-    """Create the topic's table from the frame's schema (partitioned by Kafka partition) unless it exists."""
+def partition_spec(options: IcebergOptions) -> list[Column]:
+    """`iceberg.partition_by` as the transforms of DataFrameWriterV2.partitionedBy."""
+    from pyspark.sql.functions import partitioning
+
+    out = []
+    for t in options.partition_by:
+        m = PARTITION_TRANSFORM.fullmatch(t)
+        assert m is not None  # checked by IcebergOptions
+        if m["time"]:
+            out.append(getattr(partitioning, m["time"])(F.col("timestamp")))
+        elif m["bucket"]:
+            out.append(partitioning.bucket(int(m["buckets"]), F.col(m["bucket"])))
+        else:
+            out.append(F.col(m["identity"] or m["identity2"]))
+    return out
+
+
+def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str, options: IcebergOptions) -> None:
+    """Create the topic's table from the frame's schema and `iceberg.partition_by` unless it exists."""
     if spark.catalog.tableExists(ident):
         return
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
@@ -86,7 +104,8 @@ def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str) -> None:
     for k, v in (TABLE_PROPERTIES | {"write.parquet.compression-codec": codec}).items():
         writer = writer.tableProperty(k, v)
     try:
-        writer.partitionedBy(F.col("partition")).create()
+        spec = partition_spec(options)
+        (writer.partitionedBy(*spec) if spec else writer).create()
     except Exception as e:  # another attempt created it first
         if "AlreadyExists" not in str(e) and "already exists" not in str(e):
             raise
@@ -268,7 +287,7 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
             columns = _stored_columns(df, out, ddl)
             frame = df.select(*_checked(df, out, columns, topic))
             schema = frame.schema.json()
-            _ensure_table(spark, ident, frame, cfg.codec)
+            _ensure_table(spark, ident, frame, cfg.codec, cfg.iceberg or IcebergOptions())
             committed, before = _commit(spark, ident, frame, group, topic, attempt, fault)
             done |= committed
             earlier |= before

@@ -237,15 +237,24 @@ class ArchiveConfig(StrictModel):
             if inside:
                 raise ValueError(f"iceberg.warehouse {ice.warehouse!r} is under topic {inside[0]!r}'s data prefix, "
                                  "which the archive's S3 lifecycle rules act on; choose another path")
+        if not self.envelope.metadata:
+            raise ValueError(f"format {self.format!r} needs envelope.metadata (a window's rows are found by their "
+                             "partition and offset)")
+        dec = self.value_decoding
+        known = set(self.envelope.columns())
+        if dec.type == "json" and dec.json_schema is not None:
+            known |= {dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
+        inferred = dec.type == "json" and dec.json_schema is None  # decoded columns known per window only
+        unknown = [c for c in (ice.partition_columns() if ice else ["partition"]) if c not in known]
+        if unknown and not inferred:
+            raise ValueError(f"iceberg.partition_by: column(s) {unknown} are not stored; stored columns: "
+                             f"{', '.join(sorted(known))}")
         life = self.lifecycle
         if life is not None and (life.expiration_days is not None or life.transitions):
             raise ValueError(f"lifecycle.expiration_days and lifecycle.transitions do not apply to format "
                              f"{self.format!r}: S3 must not expire or archive files under an Iceberg table (its "
                              "metadata would point to missing or unreadable files); old snapshots and orphan "
                              "files go through Iceberg's snapshot expiration instead")
-        if not self.envelope.metadata:
-            raise ValueError(f"format {self.format!r} needs envelope.metadata (a window's rows are found by their "
-                             "partition and offset)")
         if self.value_decoding.on_error == "dead_letter":
             raise ValueError(f"value_decoding.on_error 'dead_letter' is not supported for format {self.format!r} "
                              "yet; allowed: 'fail'")

@@ -4,11 +4,15 @@ manifest and a concurrent commit of the same window."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from s3_archive.archive.window import archive_windows
 from s3_archive.io.iceberg import WINDOWS_PROPERTY, S3Endpoint, table_ident
+from s3_archive.io.s3 import verify_manifest
 from s3_archive.keys.objects import manifest_key
+from s3_archive.lifecycle.iceberg import maintain_table
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
@@ -95,6 +99,16 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
     table = _table(services, cfg, topic)
     assert len(_window_snapshots(table)) == 1 and len(_rows(table)) == len(sent)
 
+    # Maintenance through Iceberg's procedures: a failed attempt's data file (no snapshot has it) is removed once
+    # old enough; the committed windows' files, rows and manifests stay.
+    stray = f"{table.location().split('/', 3)[3]}/data/partition=0/stray-attempt.parquet"
+    s3.put_object(Bucket=BUCKET, Key=stray, Body=b"PAR1")
+    done = maintain_table(spark, cfg, topic, endpoint, now=datetime.now(UTC) + timedelta(days=4))
+    assert done["orphan_files_removed"] == 1 and done["expired_data_files"] == 0
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix=stray)
+    assert len(_rows(_table(services, cfg, topic))) == len(sent)
+    assert verify_manifest(s3, BUCKET, found.manifest) == []
+
 
 def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, services, endpoint, unique):
     """Attempt A checks the table, then attempt B commits the same window before A writes: A's overwrite is refused
@@ -120,11 +134,12 @@ def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, servic
     assert _rows(table) == sent and _window_snapshots(table) == [window.key]
 
 
-def test_jdbc_catalog_where_glue_is_not_used(spark, kafka, s3, endpoint, unique, tmp_path):
+def test_jdbc_catalog_and_partition_transforms(spark, kafka, s3, endpoint, unique, tmp_path):
     topic = create_topic(kafka, f"ice-jdbc-{unique}")
     sent = produce(kafka, topic, [(0, k, v, h) for k, v, h in RECORDS])
     cfg = archive_config(BUCKET, topic, f"ice-jdbc-{unique}/", format="iceberg",
-                         iceberg={"catalog": "jdbc", "jdbc_uri": f"jdbc:sqlite:{tmp_path / 'iceberg.db'}"})
+                         iceberg={"catalog": "jdbc", "jdbc_uri": f"jdbc:sqlite:{tmp_path / 'iceberg.db'}",
+                                  "partition_by": ["partition", "days(timestamp)", "bucket(4, key)"]})
     cfg = cfg.model_copy(update={"name": f"jdbc_{unique}"})  # its own Spark catalog
     windows = [OffsetWindow(0, 0, 3), OffsetWindow(0, 3, 5)]
     first = archive_windows(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
@@ -133,3 +148,7 @@ def test_jdbc_catalog_where_glue_is_not_used(spark, kafka, s3, endpoint, unique,
                                                endpoint=endpoint).values()} == {"already_committed"}
     rows = spark.table(table_ident(cfg, topic)).orderBy("offset").collect()
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(r.offset, r.key, r.value) for r in sent]
+    # partition_by became the table's Iceberg partition transforms
+    spec = spark.table(f"{table_ident(cfg, topic)}.partitions").schema["partition"].dataType.fieldNames()
+    assert spec == ["partition", "timestamp_day", "key_bucket"]
+    assert sum(m.record_count for m in (r.manifest for r in first.values())) == len(sent)

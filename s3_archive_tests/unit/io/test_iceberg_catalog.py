@@ -50,10 +50,20 @@ def test_jdbc_catalog_and_warehouse():
     ({"envelope": {"metadata": False}}, "needs envelope.metadata"),
     ({"lifecycle": {"expiration_days": 30}}, "S3 must not expire or archive files under an Iceberg table"),
     ({"iceberg": {"warehouse": "s3://b-1/arch/orders.v1/t"}}, "under topic 'orders.v1'"),
+    ({"iceberg": {"partition_by": ["day(ts)"]}}, r"partition_by\[0\] 'day\(ts\)' is not a partition transform"),
+    ({"iceberg": {"partition_by": ["bucket(8, region)"]}}, r"column\(s\) \['region'\] are not stored"),
+    ({"envelope": {"key": False}, "iceberg": {"partition_by": ["bucket(8, key)"]}}, "are not stored"),
 ])
 def test_iceberg_options_refused(kw, message):
     with pytest.raises(ValidationError, match=message):
         _cfg(**kw)
+
+
+def test_partition_transforms_accepted():
+    cfg = _cfg(iceberg={"partition_by": ["partition", "hours(timestamp)", "bucket(16, key)", "identity(v_region)"]},
+               value_decoding={"type": "json", "json_schema": "region STRING", "column_prefix": "v_"})
+    assert cfg.iceberg.partition_columns() == ["partition", "timestamp", "key", "v_region"]
+    assert _cfg(iceberg={"partition_by": []}).iceberg.partition_by == []
 
 
 def test_iceberg_options_only_with_format_iceberg():
