@@ -224,7 +224,7 @@ def _iso(ms: int | None) -> str | None:
 
 
 def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, lost: list[list[int]],
-              stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int, attempt: str,
+              stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int | None, attempt: str,
               objects: list[ManifestObject]) -> Manifest:
     s = stats or {}
     records = s.get("n") or 0
@@ -297,7 +297,7 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
         return dict.fromkeys(windows, e)
     for w, read_start, lost in pending:
         try:
-            snapshot, by = done.get(w.key, (0, attempt))
+            snapshot, by = done.get(w.key, (None, attempt))  # None: nothing to write (the window was lost)
             draft = _manifest(cfg, topic, w, read_start, lost, stats.get(w.key), schema, ident, snapshot, by,
                               files.get(w.key, []))
             manifest, ours = _put_manifest(s3, cfg, topic, draft)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from s3_archive.archive.window import archive_windows
+from s3_archive.archive.write import UndecodableValue
 from s3_archive.io.iceberg import WINDOWS_PROPERTY, S3Endpoint, table_ident
 from s3_archive.io.s3 import verify_manifest
 from s3_archive.keys.objects import manifest_key
@@ -152,3 +153,16 @@ def test_jdbc_catalog_and_partition_transforms(spark, kafka, s3, endpoint, uniqu
     spec = spark.table(f"{table_ident(cfg, topic)}.partitions").schema["partition"].dataType.fieldNames()
     assert spec == ["partition", "timestamp_day", "key_bucket"]
     assert sum(m.record_count for m in (r.manifest for r in first.values())) == len(sent)
+
+
+def test_an_undecodable_value_fails_the_window_before_the_commit(spark, kafka, s3, endpoint, unique):
+    topic = create_topic(kafka, f"ice-bad-{unique}")
+    produce(kafka, topic, [(0, None, b'{"id": 1}', []), (0, None, b"\xff not json", [])])
+    cfg = archive_config(BUCKET, topic, f"ice-bad-{unique}/", format="iceberg",
+                         value_decoding={"type": "json", "json_schema": "id BIGINT"})
+    window = OffsetWindow(0, 0, 2)
+    r = archive_windows(spark, kafka, s3, cfg, topic, [window], log, endpoint=endpoint)[window]
+    assert isinstance(r, UndecodableValue), r
+    assert f"topic {topic!r} partition 0 offset 1: the value is not a UTF-8 JSON object" in str(r)
+    assert manifest(s3, cfg, topic, window) is None
+    assert spark.table(table_ident(cfg, topic)).count() == 0
