@@ -41,7 +41,7 @@ from s3_archive.archive.write import (
 )
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
-from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, S3Endpoint, table_ident, use_catalog
+from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, S3Endpoint, table_ident, use_catalog, warehouse
 from s3_archive.io.s3 import error_code, read_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError
@@ -95,13 +95,16 @@ def partition_spec(options: IcebergOptions) -> list[Column]:
     return out
 
 
-def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str, options: IcebergOptions) -> None:
-    """Create the topic's table from the frame's schema and `iceberg.partition_by` unless it exists."""
+def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str, options: IcebergOptions,
+                  location: str) -> None:
+    """Create the topic's table from the frame's schema and `iceberg.partition_by` unless it exists, at
+    `location` (explicit: a database's own location, e.g. set by another tool, must not move it out of the
+    archive's bucket)."""
     if spark.catalog.tableExists(ident):
         return
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
     writer = spark.createDataFrame([], frame.schema).writeTo(ident).using("iceberg")
-    for k, v in (TABLE_PROPERTIES | {"write.parquet.compression-codec": codec}).items():
+    for k, v in (TABLE_PROPERTIES | {"write.parquet.compression-codec": codec, "location": location}).items():
         writer = writer.tableProperty(k, v)
     try:
         spec = partition_spec(options)
@@ -287,7 +290,8 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
             columns = _stored_columns(df, out, ddl)
             frame = df.select(*_checked(df, out, columns, topic))
             schema = frame.schema.json()
-            _ensure_table(spark, ident, frame, cfg.codec, cfg.iceberg or IcebergOptions())
+            _ensure_table(spark, ident, frame, cfg.codec, cfg.iceberg or IcebergOptions(),
+                          f"{warehouse(cfg)}/{ident.split('.', 1)[1].replace('.', '/')}")
             committed, before = _commit(spark, ident, frame, group, topic, attempt, fault)
             done |= committed
             earlier |= before
