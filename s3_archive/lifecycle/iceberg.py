@@ -27,9 +27,12 @@ def _ts(t: datetime) -> str:
 
 def maintain_table(spark: Any, cfg: ArchiveConfig, topic: str, endpoint: S3Endpoint,
                    now: datetime | None = None) -> dict[str, Any]:
-    """Expire old snapshots and remove orphan files of the topic's table; what was done (counts)."""
+    """Expire old snapshots and remove orphan files of the topic's table; what was done (counts). `now` moves the
+    snapshot cutoff (tests); the orphan cutoff never passes the wall clock (Iceberg refuses one under 24 hours ago:
+    a younger file may belong to a commit in progress)."""
     ice = cfg.iceberg or IcebergOptions()
-    now = now or datetime.now(UTC)
+    wall = datetime.now(UTC)
+    now = now or wall
     catalog = use_catalog(spark, cfg, endpoint)
     ident = table_ident(cfg, topic)
     name = ident.split(".", 1)[1]
@@ -42,7 +45,8 @@ def maintain_table(spark: Any, cfg: ArchiveConfig, topic: str, endpoint: S3Endpo
         f"retain_last => {ice.retain_last})").collect()[0].asDict()
     orphans = spark.sql(
         f"CALL {catalog}.system.remove_orphan_files(table => '{name}', "
-        f"older_than => TIMESTAMP '{_ts(now - timedelta(days=ice.orphan_file_days))}', prefix_listing => true)"
+        f"older_than => TIMESTAMP '{_ts(min(now, wall) - timedelta(days=ice.orphan_file_days))}', "
+        "prefix_listing => true)"
     ).collect()
     return {"table": ident, "exists": True,
             "expired_data_files": int(expired.get("deleted_data_files_count") or 0),

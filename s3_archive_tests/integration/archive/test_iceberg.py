@@ -10,6 +10,7 @@ import pytest
 
 from s3_archive.archive.window import archive_windows
 from s3_archive.archive.write import UndecodableValue
+from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.io.iceberg import WINDOWS_PROPERTY, S3Endpoint, table_ident
 from s3_archive.io.s3 import verify_manifest
 from s3_archive.keys.objects import manifest_key
@@ -100,14 +101,17 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
     table = _table(services, cfg, topic)
     assert len(_window_snapshots(table)) == 1 and len(_rows(table)) == len(sent)
 
-    # Maintenance through Iceberg's procedures: a failed attempt's data file (no snapshot has it) is removed once
-    # old enough; the committed windows' files, rows and manifests stay.
-    stray = f"{table.location().split('/', 3)[3]}/data/partition=0/stray-attempt.parquet"
+    # Maintenance through Iceberg's procedures: snapshots past retention expire (keeping the last), files only
+    # they referenced go; a young file no snapshot has (an attempt still writing) stays; the windows' data files,
+    # rows and manifests stay.
+    stray = f"{table.location().split('/', 3)[3]}/data/partition=0/in-flight-attempt.parquet"
     s3.put_object(Bucket=BUCKET, Key=stray, Body=b"PAR1")
-    done = maintain_table(spark, cfg, topic, endpoint, now=datetime.now(UTC) + timedelta(days=4))
-    assert done["orphan_files_removed"] == 1 and done["expired_data_files"] == 0
-    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix=stray)
-    assert len(_rows(_table(services, cfg, topic))) == len(sent)
+    keep_one = cfg.model_copy(update={"iceberg": IcebergOptions(retain_last=1)})
+    done = maintain_table(spark, keep_one, topic, endpoint, now=datetime.now(UTC) + timedelta(days=30))
+    assert done["expired_data_files"] == 0 and done["orphan_files_removed"] == 0, done
+    assert s3.list_objects_v2(Bucket=BUCKET, Prefix=stray)["KeyCount"] == 1
+    table = _table(services, cfg, topic)
+    assert len(list(table.snapshots())) == 1 and len(_rows(table)) == len(sent)
     assert verify_manifest(s3, BUCKET, found.manifest) == []
 
 
