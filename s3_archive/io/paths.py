@@ -42,6 +42,12 @@ def optional_jars(group: str) -> list[Path]:
     return sorted(jar_dir(group).glob("*.jar"))
 
 
+def spark_jars() -> list[Path]:
+    """A Spark driver's jars, in classpath order: the spark group, then Iceberg's runtime when fetched (the AppCDS
+    archive, local/cds.py, is dumped and found with exactly this list)."""
+    return [*jars("spark"), *optional_jars("iceberg")]
+
+
 def local_stack_dir() -> Path:
     return Path(os.environ.get("S3_ARCHIVE_LOCAL_DIR", home() / "local")).expanduser()
 

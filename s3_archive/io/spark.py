@@ -98,8 +98,7 @@ class SparkResource(dg.ConfigurableResource):
             raise ValueError(f"SparkResource.s3_committer is {self.s3_committer!r}; allowed: "
                              f"{', '.join(S3_COMMITTERS)}")
         connect = self.connect_url
-        # Iceberg's runtime (format iceberg) when scripts/fetch-jars has fetched it
-        jars = [] if connect else [str(p) for p in [*paths.jars("spark"), *paths.optional_jars("iceberg")]]
+        jars = [] if connect else [str(p) for p in paths.spark_jars()]
         conf = {
             "spark.app.name": self.app_name,
             "spark.driver.memory": self.driver_memory,
