@@ -40,6 +40,15 @@ def endpoint(services) -> S3Endpoint:
     return S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
 
 
+def _run(*a, **kw) -> dict:
+    """archive_windows, raising the first window's error (so a failure shows Spark's or Iceberg's message)."""
+    out = archive_windows(*a, **kw)
+    for r in out.values():
+        if isinstance(r, BaseException):
+            raise r
+    return out
+
+
 def _reader(services):
     from pyiceberg.catalog import load_catalog
 
@@ -72,7 +81,7 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
     cfg = archive_config(BUCKET, topic, f"ice-{unique}/", format="iceberg")
     windows = [OffsetWindow(0, 0, 2), OffsetWindow(0, 2, 5), OffsetWindow(1, 0, 5)]
 
-    first = archive_windows(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
+    first = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
     assert {w: r.outcome for w, r in first.items()} == dict.fromkeys(windows, "committed")
     table = _table(services, cfg, topic)
     assert _rows(table) == sorted(sent, key=lambda r: (r.partition, r.offset))
@@ -93,10 +102,10 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
         assert [g.body for g in got[p]] == [body(r) for r in sent if r.partition == p]
 
     # A re-run finds the manifests; a run that lost a manifest (a crash after the snapshot) finds the snapshot.
-    again = archive_windows(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
+    again = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
     assert {r.outcome for r in again.values()} == {"already_committed"}
     s3.delete_object(Bucket=BUCKET, Key=manifest_key(cfg.prefix, topic, windows[1]))
-    found = archive_windows(spark, kafka, s3, cfg, topic, [windows[1]], log, endpoint=endpoint)[windows[1]]
+    found = _run(spark, kafka, s3, cfg, topic, [windows[1]], log, endpoint=endpoint)[windows[1]]
     assert found.outcome == "already_committed" and found.manifest.record_count == 3
     table = _table(services, cfg, topic)
     assert len(_window_snapshots(table)) == 1 and len(_rows(table)) == len(sent)
@@ -128,9 +137,9 @@ def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, servic
     def race(step: str) -> None:
         steps.append(step)
         if step == "iceberg_checked" and not other:
-            other.update(archive_windows(spark, kafka, s3, cfg, topic, [window], log, endpoint=endpoint))
+            other.update(_run(spark, kafka, s3, cfg, topic, [window], log, endpoint=endpoint))
 
-    a = archive_windows(spark, kafka, s3, cfg, topic, [window], log, fault=race, endpoint=endpoint)[window]
+    a = _run(spark, kafka, s3, cfg, topic, [window], log, fault=race, endpoint=endpoint)[window]
     assert other[window].outcome == "committed"
     assert a.outcome == "committed_by_concurrent_attempt"
     # A checked twice (before and after the refused commit) and never committed
@@ -147,10 +156,10 @@ def test_jdbc_catalog_and_partition_transforms(spark, kafka, s3, endpoint, uniqu
                                   "partition_by": ["partition", "days(timestamp)", "bucket(4, key)"]})
     cfg = cfg.model_copy(update={"name": f"jdbc_{unique}"})  # its own Spark catalog
     windows = [OffsetWindow(0, 0, 3), OffsetWindow(0, 3, 5)]
-    first = archive_windows(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
+    first = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
     assert [r.outcome for r in first.values()] == ["committed", "committed"]
-    assert {r.outcome for r in archive_windows(spark, kafka, s3, cfg, topic, windows, log,
-                                               endpoint=endpoint).values()} == {"already_committed"}
+    assert {r.outcome for r in _run(spark, kafka, s3, cfg, topic, windows, log,
+                                    endpoint=endpoint).values()} == {"already_committed"}
     rows = spark.table(table_ident(cfg, topic)).orderBy("offset").collect()
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(r.offset, r.key, r.value) for r in sent]
     # partition_by became the table's Iceberg partition transforms
