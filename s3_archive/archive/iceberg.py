@@ -44,7 +44,7 @@ from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
 from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, S3Endpoint, table_ident, use_catalog, warehouse
 from s3_archive.io.s3 import error_code, read_manifest
 from s3_archive.keys.objects import manifest_key
-from s3_archive.model.errors import ArchiveIntegrityError
+from s3_archive.model.errors import ArchiveIntegrityError, MissingJars
 from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
@@ -133,6 +133,15 @@ def _undecodable(e: Exception) -> UndecodableValue | None:
         return None
     detail = text.split(_UNDECODABLE, 1)[1].split("\n", 1)[0].split(". SQLSTATE", 1)[0].rstrip(" .'\"")
     return UndecodableValue(f"{detail}. Nothing was committed (format iceberg, value_decoding.on_error: fail)")
+
+
+def _explained(e: Exception) -> Exception:
+    """A JVM error whose cause is a jar set, as an error that says which jars (the rest unchanged)."""
+    if "ADAPTIVE_V2" in str(e):
+        return MissingJars("Iceberg's Glue catalog needs the AWS SDK v2 >= 2.25 on Spark's classpath (it sets "
+                           "RetryMode.ADAPTIVE_V2); jvm/spark/pom.xml pins the SDK bundle: run `scripts/fetch-jars` "
+                           "(a Spark Connect server or cluster needs that bundle too)")
+    return e
 
 
 def _conflict(e: Exception) -> bool:
@@ -298,7 +307,7 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
         stats = _stats(spark, ident, windows, list(out.columns)) if df is not None else {}
         files = _data_files(spark, s3, cfg, ident, windows, stats) if df is not None else {}
     except Exception as e:
-        return dict.fromkeys(windows, e)
+        return dict.fromkeys(windows, _explained(e))
     for w, read_start, lost in pending:
         try:
             snapshot, by = done.get(w.key, (None, attempt))  # None: nothing to write (the window was lost)
