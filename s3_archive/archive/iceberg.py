@@ -131,7 +131,7 @@ def _undecodable(e: Exception) -> UndecodableValue | None:
     text = str(e)
     if _UNDECODABLE not in text:
         return None
-    detail = text.split(_UNDECODABLE, 1)[1].split("\n", 1)[0].split(". SQLSTATE", 1)[0].rstrip(" .'\"")
+    detail = text.split(_UNDECODABLE, 1)[1].split("\n", 1)[0].split(" SQLSTATE", 1)[0].rstrip(" .'\"")
     return UndecodableValue(f"{detail}. Nothing was committed (format iceberg, value_decoding.on_error: fail)")
 
 
