@@ -87,11 +87,11 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
     assert _rows(table) == sorted(sent, key=lambda r: (r.partition, r.offset))
     assert _window_snapshots(table) == [",".join(w.key for w in windows)]
     m = manifest(s3, cfg, topic, windows[0])
-    assert m["iceberg_table"] == table_ident(cfg, topic) and m["record_count"] == 2
-    assert m["iceberg_snapshot_id"] == table.current_snapshot().snapshot_id
+    assert m.iceberg_table == table_ident(cfg, topic) and m.record_count == 2
+    assert m.iceberg_snapshot_id == table.current_snapshot().snapshot_id
     # the manifest lists the window's data files: the table's own, under its location
     table_files = {t.file.file_path for t in table.scan().plan_files()}
-    assert m["objects"] and {f"s3://{BUCKET}/{o['key']}" for o in m["objects"]} <= table_files
+    assert m.objects and {f"s3://{BUCKET}/{o.key}" for o in m.objects} <= table_files
 
     # Restore reads the windows back from the table's data files, byte-exact and in order
     target = create_topic(kafka, f"ice-target-{unique}", partitions=2)
