@@ -59,9 +59,11 @@ def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | N
             # sync", so theirs runs from the start (the archive itself is driven by the offsets sensors, off by
             # default).
             dg.Definitions(sensors=[dg.AutomationConditionSensorDefinition(
-                "s3_archive_sync", target=dg.AssetSelection.key_prefixes(["kafka_catalog"], ["s3_lifecycle"]),
+                "s3_archive_sync", target=dg.AssetSelection.key_prefixes(["kafka_catalog"], ["s3_lifecycle"],
+                                                                         ["iceberg_maintenance"]),
                 default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,
-                description="Keeps the Glue tables and the S3 lifecycle rules in sync with the archives.")]),
+                description="Keeps the Glue tables and the S3 lifecycle rules in sync with the archives, and "
+                            "maintains their Iceberg tables daily.")]),
         ]
     return dg.Definitions.merge(*parts)
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from s3_archive.__init__ import __version__
+from s3_archive.archive import iceberg
 from s3_archive.archive.commit import CommitResult, Fault, adopt, commit_window, no_fault, open_uploads, remove_objects
 from s3_archive.archive.job import (
     JobOutput,
@@ -30,6 +31,7 @@ from s3_archive.archive.job import (
 )
 from s3_archive.archive.upload import S3Connection
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.iceberg import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
 from s3_archive.keys.objects import DEAD_LETTER, dead_letter_stem, manifest_key
@@ -133,10 +135,12 @@ def _each(fn: Callable[[OffsetWindow], Any], windows: list[OffsetWindow]) -> dic
 def archive_windows(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfig, topic: str,
                     windows: list[OffsetWindow], log: Any, fault: Fault = no_fault,
                     conn: S3Connection | None = None, write_fault: str | None = None,
-                    job_options: dict[str, Any] | None = None) -> dict[OffsetWindow, Outcome]:
+                    job_options: dict[str, Any] | None = None,
+                    endpoint: S3Endpoint | None = None) -> dict[OffsetWindow, Outcome]:
     """Archive `windows` of `topic` in one Spark job; each window's WindowResult, or the exception that failed it.
 
-    `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection).
+    `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection);
+    `endpoint`: how an Iceberg catalog's JVM clients reach S3 and Glue (default: the client's endpoint).
     `fault` stops the driver's commit after a step, `write_fault` a write task (tests); `job_options` overrides
     WriteJob fields (multipart_threshold, part_size) for tests and benchmarks."""
     t0 = time.monotonic()
@@ -170,6 +174,15 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfi
             results[w] = e
 
     attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    if FORMATS[cfg.format].table:
+        ready = [p for p in pending if p.window not in results]
+        done = iceberg.commit_windows(spark, kafka.spark_options(), s3, cfg, topic,
+                                      [(p.window, p.read_start, p.lost) for p in ready],
+                                      [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
+                                      attempt, fault)
+        for w, r in done.items():
+            results[w] = r if isinstance(r, BaseException) else WindowResult(w, r[0], r[1], time.monotonic() - t0)
+        return results
     conn = conn or S3Connection.of_client(s3)
     base = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
                     slices=(), fault=write_fault, **(job_options or {}))

@@ -122,6 +122,8 @@ NO_TABLE: dict[str, str] = {
     "json": "each object is one JSON array, and Hive/Athena JSON SerDes read one JSON object per line "
             "(use jsonl for a table)",
     "bytes": "each object is one raw record value, which is not a table (use parquet or avro for a table)",
+    "iceberg": "the Iceberg catalog owns the table: the archive run creates and commits it (Glue or JDBC), and a "
+               "Hive table over its files would read deleted and uncommitted ones",
 }
 
 

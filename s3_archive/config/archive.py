@@ -9,6 +9,7 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout
@@ -79,7 +80,7 @@ class ArchiveConfig(StrictModel):
                                   "load (see resolve_topic_patterns)")
     bucket: str
     prefix: str = ""
-    format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes"] = "parquet"
+    format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes", "iceberg"] = "parquet"
     compression: str | None = Field(default=None, description="None: the format's default codec")
     csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
         default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
@@ -107,6 +108,8 @@ class ArchiveConfig(StrictModel):
     lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
+    iceberg: IcebergOptions | None = Field(default=None, description="format iceberg only: the Iceberg catalog "
+                                                                     "and warehouse; None: Glue, under the prefix")
     schedule_cron: str | None = Field(
         default=None, description="a cron string (UTC): at each of its ticks the offsets sensor also cuts every "
                                   "partition's rest up to the last stable offset")
@@ -213,6 +216,10 @@ class ArchiveConfig(StrictModel):
             if clash:
                 raise ValueError(f"value_decoding: decoded field(s) {clash} clash with envelope columns; set "
                                  "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
+        if spec.table:
+            self._check_table_format()
+        elif "iceberg" in self.model_fields_set:
+            raise ValueError(f"iceberg applies to format 'iceberg' only; this archive's format is {self.format!r}")
         if self.format == "bytes" and (self.max_records_per_object or self.max_bytes_per_object):
             raise ValueError("format 'bytes' writes one object per record; max_records_per_object and "
                              "max_bytes_per_object do not apply")
@@ -249,6 +256,43 @@ class ArchiveConfig(StrictModel):
                 raise ValueError(f"restore_targets[{i}].target_topic: {t.target_topic!r} is the archived topic "
                                  f"itself for {own}; restoring into it appends every record again. Set "
                                  "allow_source_topic: true to do that on purpose")
+
+    def _check_table_format(self) -> None:
+        """What a table format (Iceberg) cannot honour: its data files are Iceberg's, not objects of ours."""
+        for option in ("max_records_per_object", "max_bytes_per_object", "layout"):
+            if getattr(self, option) is not None:
+                raise ValueError(f"{option} does not apply to format {self.format!r} (Iceberg names and sizes its "
+                                 "own data files); remove it")
+        ice = self.iceberg
+        if ice is not None and ice.warehouse and not ice.warehouse.startswith(f"s3://{self.bucket}/"):
+            raise ValueError(f"iceberg.warehouse {ice.warehouse!r} must be in the archive's bucket "
+                             f"(s3://{self.bucket}/...): the manifests list the tables' data files there")
+        if ice is not None and ice.warehouse:
+            inside = [t for t in self.topics if f"{ice.warehouse}/".startswith(f"s3://{self.bucket}/{self.prefix}{t}/")]
+            if inside:
+                raise ValueError(f"iceberg.warehouse {ice.warehouse!r} is under topic {inside[0]!r}'s data prefix, "
+                                 "which the archive's S3 lifecycle rules act on; choose another path")
+        if not self.envelope.metadata:
+            raise ValueError(f"format {self.format!r} needs envelope.metadata (a window's rows are found by their "
+                             "partition and offset)")
+        dec = self.value_decoding
+        known = set(self.envelope.columns())
+        if dec.type == "json" and dec.json_schema is not None:
+            known |= {dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
+        inferred = dec.type == "json" and dec.json_schema is None  # decoded columns known per window only
+        unknown = [c for c in (ice.partition_columns() if ice else ["partition"]) if c not in known]
+        if unknown and not inferred:
+            raise ValueError(f"iceberg.partition_by: column(s) {unknown} are not stored; stored columns: "
+                             f"{', '.join(sorted(known))}")
+        life = self.lifecycle
+        if life is not None and (life.expiration_days is not None or life.transitions):
+            raise ValueError(f"lifecycle.expiration_days and lifecycle.transitions do not apply to format "
+                             f"{self.format!r}: S3 must not expire or archive files under an Iceberg table (its "
+                             "metadata would point to missing or unreadable files); old snapshots and orphan "
+                             "files go through Iceberg's snapshot expiration instead")
+        if self.value_decoding.on_error == "dead_letter":
+            raise ValueError(f"value_decoding.on_error 'dead_letter' is not supported for format {self.format!r} "
+                             "yet; allowed: 'fail'")
 
     @property
     def restorable(self) -> bool:

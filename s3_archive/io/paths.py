@@ -13,7 +13,7 @@ from pathlib import Path
 
 from s3_archive.model.errors import MissingJars
 
-JAR_GROUPS = ("kafka-broker", "spark")
+JAR_GROUPS = ("kafka-broker", "spark", "iceberg")
 
 
 def home() -> Path:
@@ -35,6 +35,17 @@ def jars(group: str) -> list[Path]:
             "from Maven Central"
         )
     return found
+
+
+def optional_jars(group: str) -> list[Path]:
+    """The fetched jars of a group that only some archives need (iceberg); none if it was not fetched."""
+    return sorted(jar_dir(group).glob("*.jar"))
+
+
+def spark_jars() -> list[Path]:
+    """A Spark driver's jars, in classpath order: the spark group, then Iceberg's runtime when fetched (the AppCDS
+    archive, local/cds.py, is dumped and found with exactly this list)."""
+    return [*jars("spark"), *optional_jars("iceberg")]
 
 
 def local_stack_dir() -> Path:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
@@ -99,7 +101,7 @@ class SparkResource(dg.ConfigurableResource):
             raise ValueError(f"SparkResource.s3_committer is {self.s3_committer!r}; allowed: "
                              f"{', '.join(S3_COMMITTERS)}")
         connect = self.connect_url
-        jars = [] if connect else [str(p) for p in paths.jars("spark")]
+        jars = [] if connect else [str(p) for p in paths.spark_jars()]
         conf = {
             "spark.app.name": self.app_name,
             "spark.driver.memory": self.driver_memory,
@@ -196,6 +198,29 @@ class SparkResource(dg.ConfigurableResource):
             return self.remote
         return self.master if self.master.startswith("sc://") else None
 
+    @contextmanager
+    def _jvm_credentials(self) -> Iterator[None]:
+        """Static S3 keys in the environment of a driver JVM that this process launches (the AWS SDK's default
+        chain: what Iceberg's Glue client and S3FileIO use), never on its command line; this process's own
+        environment is restored right after the launch."""
+        env = {"AWS_ACCESS_KEY_ID": self.s3_access_key_id, "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key,
+               "AWS_SESSION_TOKEN": self.s3_session_token, "AWS_REGION": self.s3_region}
+        add = {k: v for k, v in env.items() if v}
+        # keys already in the environment are the chain's own: never mix them with ours
+        if self.connect_url is not None or not self.s3_access_key_id or "AWS_ACCESS_KEY_ID" in os.environ:
+            yield
+            return
+        saved = {k: os.environ.get(k) for k in add}
+        os.environ.update(add)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
     def _cluster_conf(self, jars: list[str]) -> dict[str, str]:
         """A cluster master (`spark://`, `yarn`, `k8s://`): executors are other JVMs, which need the jars too."""
         conf = {"spark.master": self.master}
@@ -228,6 +253,8 @@ class SparkResource(dg.ConfigurableResource):
 
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._lazy = LazyPySparkResource(spark_config=self.session_conf())
+            with self._jvm_credentials():  # the JVM starts here
+                self._lazy.spark_session  # noqa: B018
         spark = self._lazy.spark_session
         if self.connect_url is None:  # a Connect server owns its S3A settings: no credential is sent to it
             for key, value in self.s3a_secret_conf().items():

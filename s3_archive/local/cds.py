@@ -69,7 +69,7 @@ def _train(archive: Path) -> None:
 
 def build(force: bool = False) -> Path:
     """The archive for the current JDK and jars, trained now unless it exists (or `force`)."""
-    archive = cds_archive(paths.jars("spark"))
+    archive = cds_archive(paths.spark_jars())
     if archive.is_file() and not force:
         print(f"cds: {archive.name} up to date ({archive.parent})")
         return archive

@@ -100,6 +100,7 @@ class FormatSpec:
     lossless: bool = True  # carries key, value and headers byte for byte (restore needs this)
     envelope: bool = True  # stores the envelope's columns (selectable with `envelope`, decoded value fields)
     stores: str = "the envelope"  # what an object holds, for error messages and docs
+    table: bool = False  # rows of a table format (Iceberg), committed by the table's catalog, not objects of ours
 
     def publish_codec(self, codec: str) -> str | None:
         """The codec the commit applies while publishing a staged part (Spark cannot write it), or None."""
@@ -141,4 +142,8 @@ FORMATS: dict[str, FormatSpec] = {
     # record.
     "bytes": FormatSpec("bytes", "bytes", ".bin", ("none",), "none", {}, lossless=False, envelope=False,
                         stores="one record value per object"),
+    # Apache Iceberg: the envelope (and decoded value fields) appended to one table per topic through a catalog;
+    # Iceberg writes Parquet data files (write.parquet.compression-codec) and its own metadata (archive/iceberg.py).
+    "iceberg": FormatSpec("iceberg", "iceberg", "", ("zstd", "snappy", "gzip", "lz4", "none"), "zstd", {},
+                          {"none": "uncompressed"}, stores="rows of one Iceberg table per topic", table=True),
 }

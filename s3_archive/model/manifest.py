@@ -31,7 +31,8 @@ KNOWN_VERSIONS = (1,)  # the versions it reads
 OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
 
 # Fields absent from manifests written before the output options; None means absent and is not written back.
-_LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable")
+_LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
+                 "iceberg_snapshot_id")
 
 
 class ManifestObject(StrictModel):
@@ -87,6 +88,9 @@ class Manifest(StrictModel):
     committed_at: str  # ISO-8601
     objects: list[ManifestObject]
     dead_letter_objects: list[ManifestObject] = []  # undecodable records, raw-envelope Parquet
+    # format iceberg: the table (catalog.database.table) and the snapshot that committed the window's rows
+    iceberg_table: str | None = None
+    iceberg_snapshot_id: int | None = None
 
     @field_validator("committed_at")
     @classmethod

@@ -140,7 +140,7 @@ def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: s
         raise InvalidRestore(f"s3://{bucket}/{key}: format {fmt!r} does not keep key, value and headers byte for "
                              f"byte, so it cannot be restored; restorable formats: {', '.join(RESTORABLE_FORMATS)}")
     with (opener(obj) if opener is not None else spool(s3, bucket, obj)) as f:
-        if fmt == "parquet":
+        if fmt in ("parquet", "iceberg"):  # an Iceberg window's objects are its table's Parquet data files
             yield from parquet_batches(f)
         elif fmt == "avro":
             yield from batches_of(avro_records(f), PARQUET_BATCH)

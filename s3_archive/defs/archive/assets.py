@@ -11,6 +11,7 @@ from s3_archive.archive.window import archive_windows
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.metadata import archive_links, typed
+from s3_archive.io.iceberg import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
@@ -50,7 +51,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                 raise dg.Failure(f"window {w.key}: topic {topic!r} has no partition {w.partition} "
                                  f"(partitions: {partitions[0]}..{partitions[-1]})")
         results = archive_windows(spark.session(), kafka, client, cfg, topic, windows, context.log,
-                                  conn=S3Connection.of_resource(s3))
+                                  conn=S3Connection.of_resource(s3), endpoint=S3Endpoint.of_resource(s3))
         failures: list[str] = []
         for w in windows:
             r = results[w]

@@ -17,10 +17,12 @@ from botocore.exceptions import ClientError
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.settings import Settings
+from s3_archive.defs.lifecycle.iceberg import build_iceberg_maintenance_assets
 from s3_archive.io.s3 import error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.lifecycle.reconcile import reconcile_lifecycle
 from s3_archive.lifecycle.rules import build_rules, owner_prefix, policy_for
+from s3_archive.model.formats import FORMATS
 
 LIFECYCLE_PREFIX = "s3_lifecycle"
 LIFECYCLE_CRON = "0 5 * * *"  # daily: puts back rules someone removed by hand
@@ -107,6 +109,12 @@ def build_lifecycle_assets(settings: Settings, policies: Mapping[str, LifecycleP
         raise ValueError(f"lifecycle policies for unknown archives {unknown}; archives: "
                          f"{[a.name for a in settings.archives]}")
     check_disjoint(settings)
+    for a in settings.archives:
+        p = policy_for(a, policies)
+        if FORMATS[a.format].table and (p.expiration_days is not None or p.transitions):
+            raise ValueError(f"lifecycle policy of archive {a.name!r} (format {a.format!r}): expiration_days and "
+                             "transitions do not apply; S3 must not expire or archive files under an Iceberg "
+                             "table (the Iceberg maintenance asset expires snapshots)")
     return [build_lifecycle_asset(a, policy_for(a, policies)) for a in settings.archives]
 
 
@@ -117,4 +125,5 @@ def build_lifecycle_defs(settings: Settings, policies: Mapping[str, LifecyclePol
     `policies`: archive name -> LifecyclePolicy; an archive not in it uses its `lifecycle` setting or the defaults
     (expire staging after 2 days, abort incomplete uploads after 7; no transitions, no expiration).
     """
-    return dg.Definitions(assets=build_lifecycle_assets(settings, policies))
+    return dg.Definitions(assets=[*build_lifecycle_assets(settings, policies),
+                                  *build_iceberg_maintenance_assets(settings.archives)])

@@ -278,7 +278,7 @@ def test_unsupported_compression_lists_supported_codecs(fmt, codec):
 def test_bad_format():
     msg = error_of(config(format="xml"))
     assert error_lines(msg) == ["archives[0].format: Input should be 'parquet', 'avro', 'jsonl', 'json', 'csv', "
-                                "'text' or 'bytes', got 'xml'"]
+                                "'text', 'bytes' or 'iceberg', got 'xml'"]
 
 
 def test_bad_on_data_loss():
