@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from s3_archive.__init__ import __version__
-from s3_archive.archive import iceberg
 from s3_archive.archive.commit import CommitResult, Fault, adopt, commit_window, no_fault, open_uploads, remove_objects
 from s3_archive.archive.job import (
     JobOutput,
@@ -36,6 +35,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
 from s3_archive.keys.objects import DEAD_LETTER, dead_letter_stem, manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError, DataLoss, WindowNotAvailable
+from s3_archive.model.formats import FORMATS
 from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
@@ -175,6 +175,8 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfi
 
     attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     if FORMATS[cfg.format].table:
+        from s3_archive.archive import iceberg  # Spark + Iceberg: imported by a run that writes, not at load
+
         ready = [p for p in pending if p.window not in results]
         done = iceberg.commit_windows(spark, kafka.spark_options(), s3, cfg, topic,
                                       [(p.window, p.read_start, p.lost) for p in ready],
