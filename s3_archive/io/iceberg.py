@@ -80,7 +80,11 @@ def catalog_conf(cfg: ArchiveConfig, endpoint: S3Endpoint) -> dict[str, str]:
     props = {"catalog-impl": CATALOG_IMPL[ice.catalog], "warehouse": warehouse(cfg), "io-impl": S3_FILE_IO,
              "client.region": endpoint.region, "s3.path-style-access": str(endpoint.path_style).lower(),
              # every change reads the table's current metadata (the exactly-once check must not see a cached one)
-             "cache-enabled": "false"}
+             "cache-enabled": "false",
+             # Iceberg 1.12 defaults to the SDK's Apache5 client, which the AWS SDK bundle of hadoop-aws (2.29.52)
+             # does not have (NoClassDefFoundError: …/apache5/Apache5HttpClient$Builder); jvm/iceberg adds the SDK's
+             # url-connection client of the bundle's version
+             "http-client.type": "urlconnection"}
     if endpoint.s3_endpoint_url:
         props["s3.endpoint"] = endpoint.s3_endpoint_url
     if ice.catalog == "glue" and endpoint.glue_endpoint_url:
