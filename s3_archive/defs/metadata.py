@@ -20,11 +20,14 @@ DOCS = "docs/metadata.md"  # in the s3-archive repository
 
 
 def typed(meta: Mapping[str, Any]) -> dict[str, dg.MetadataValue]:
-    """`meta` (plain values) with an explicit type per value: bool, int, float, S3 URL (a path), text, JSON.
+    """`meta` (plain values, or values typed already) with an explicit type per value: bool, int, float, S3 URL
+    (a path), text, JSON.
     None is refused: a key's type must not change from one window to the next."""
     out: dict[str, dg.MetadataValue] = {}
     for k, v in meta.items():
-        if isinstance(v, bool):
+        if isinstance(v, dg.MetadataValue):
+            out[k] = v  # typed already (e.g. a restore's `ignored` keys as JSON)
+        elif isinstance(v, bool):
             out[k] = dg.MetadataValue.bool(v)
         elif k in PLOT_KEYS:
             out[k] = dg.MetadataValue.int(int(v)) if PLOT_KEYS[k] is int else dg.MetadataValue.float(float(v))
