@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
+from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.template import InvalidTemplate
@@ -18,8 +19,6 @@ from s3_archive.model.base import StrictModel
 from s3_archive.model.formats import FORMATS, envelope_columns, parse_ddl_fields
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 class FlushPolicy(StrictModel):
@@ -153,15 +152,13 @@ class ArchiveConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
-            raise ValueError(f"must match {_NAME.pattern} (lowercase letters, digits, _), got {v!r}")
-        return v
+        return check_name(v)
 
     @field_validator("topics")
     @classmethod
     def _topics(cls, v: list[str]) -> list[str]:
         for t in v:
-            if not _TOPIC.fullmatch(t) or t in (".", ".."):
+            if not TOPIC.fullmatch(t) or t in (".", ".."):
                 raise ValueError(f"not a valid Kafka topic name: {t!r} (allowed: 1-249 of a-z A-Z 0-9 . _ -)")
         if len(set(v)) != len(v):
             raise ValueError(f"topics listed twice: {sorted({t for t in v if v.count(t) > 1})}")

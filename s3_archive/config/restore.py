@@ -3,15 +3,13 @@ launch it over selected windows with no run config (docs/restore.md, "Restore ta
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import Field, Strict, field_validator, model_validator
 
+from s3_archive.config.names import TOPIC, check_name
 from s3_archive.model.base import StrictModel
 
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
-_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 TOPIC_SLOT = "{topic}"
 
 
@@ -43,15 +41,13 @@ class RestoreTarget(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
-            raise ValueError(f"must match {_NAME.pattern} (lowercase letters, digits, _), got {v!r}")
-        return v
+        return check_name(v)
 
     @field_validator("target_topic")
     @classmethod
     def _target(cls, v: str) -> str:
         probe = v.replace(TOPIC_SLOT, "t")
-        if not _TOPIC.fullmatch(probe) or "{" in probe or "}" in probe:
+        if not TOPIC.fullmatch(probe) or "{" in probe or "}" in probe:
             raise ValueError(f"not a valid Kafka topic name (a-z A-Z 0-9 . _ -, and `{TOPIC_SLOT}` for the source "
                              f"topic), got {v!r}")
         return v
