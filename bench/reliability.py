@@ -1,7 +1,7 @@
 """The reliability matrix: N seeded archive+restore rounds through the S3 fault proxy (s3_archive/local/fault_proxy.py)
 on a temporary stack of its own, each checked for lost and duplicated records, stray objects and open uploads
-(s3_archive_tests/reliability.py, the same round as the `reliability` tests). Writes docs/reliability.json and the
-figures of docs/reliability.md.
+(s3_archive_tests/reliability.py, the same round as the `reliability` tests). Writes docs/reliability.json (every
+round) and prints the summary, which docs/reliability.md quotes with the date of the run.
 
     flock /tmp/locks/heavy python -m bench.reliability --runs 100 --minutes 10
 """
