@@ -5,18 +5,15 @@ windows of a partition are replayed in offset order). What to restore into, and 
 (`RestoreConfig`); the work is `s3_archive.restore.run.restore_windows`.
 """
 
-import warnings
 from collections.abc import Iterator
 
 import dagster as dg
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
-from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.metadata import archive_links
 from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_assets
-from s3_archive.defs.restore.run import restore_events
+from s3_archive.defs.restore.run import restore_asset_spec, restore_events
 from s3_archive.defs.restore.targets import build_target_assets
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
@@ -30,26 +27,13 @@ def restore_asset_key(topic: str) -> dg.AssetKey:
 
 
 def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
-    with warnings.catch_warnings():
-        # backfill_policy is beta; we need it to keep a backfill in one run (below). Silenced here only, so run
-        # logs are not flooded with it.
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        restore_asset = dg.asset(
-            key=restore_asset_key(topic),
-            deps=[archive_asset_key(topic)],
-            partitions_def=window_partitions(topic),
-            # One run per backfill: windows of a partition must reach the target in offset order, and runs of one
-            # restore fence each other (one transactional.id).
-            backfill_policy=dg.BackfillPolicy.single_run(),
-            group_name=f"restore_{cfg.name}",
-            kinds={"kafka", "s3"},
-            output_required=False,
-            metadata={"source_topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix},
-            description=f"Archived windows of `{topic}` (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
-                        "Kafka topic chosen at launch (launchpad: `target_topic`), exactly once (transactions + a "
-                        "restore ledger). Declared targets (`restore_targets`) launch with no config.\n\n"
-                        + archive_links(cfg, topic, "docs/restore.md"),
-        )
+    restore_asset = restore_asset_spec(
+        cfg, topic, restore_asset_key(topic),
+        metadata={"source_topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix},
+        description=f"Archived windows of `{topic}` (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
+                    "Kafka topic chosen at launch (launchpad: `target_topic`), exactly once (transactions + a "
+                    "restore ledger). Declared targets (`restore_targets`) launch with no config.",
+    )
 
     @restore_asset
     def _restore(context: dg.AssetExecutionContext, config: RestoreConfig, kafka: KafkaResource,

@@ -1,12 +1,15 @@
-"""The run of a restore asset over its window partitions, shared by the ad-hoc asset (defs/restore/assets.py)
+"""The asset decorator and the run of a restore asset over its window partitions, shared by the ad-hoc asset
 and the declared targets (defs/restore/targets.py)."""
 
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import dagster as dg
 
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.defs.metadata import typed
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.metadata import archive_links, typed
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
@@ -16,6 +19,29 @@ from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.summary import RunSummary
+
+
+def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadata: dict[str, Any],
+                  description: str) -> Callable[..., dg.AssetsDefinition]:
+    """The asset decorator of a restore asset of `topic` (ad hoc or a declared target): the archive's window
+    partitions, one run per backfill, the archive's group; `description` is followed by the archive's links."""
+    with warnings.catch_warnings():
+        # backfill_policy is beta; we need it to keep a backfill in one run (below). Silenced here only, so run
+        # logs are not flooded with it.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.asset(
+            key=key,
+            deps=[archive_asset_key(topic)],
+            partitions_def=window_partitions(topic),
+            # One run per backfill: windows of a partition must reach the target in offset order, and runs of one
+            # restore fence each other (one transactional.id per source and target).
+            backfill_policy=dg.BackfillPolicy.single_run(),
+            group_name=f"restore_{cfg.name}",
+            kinds={"kafka", "s3"},
+            output_required=False,
+            metadata=metadata,
+            description=description + "\n\n" + archive_links(cfg, topic, "docs/restore.md"),
+        )
 
 
 def splits_windows(cfg: ArchiveConfig) -> bool:

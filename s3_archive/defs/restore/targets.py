@@ -7,7 +7,6 @@ The target's options are the declaration (reviewed with the config); the run con
 (source, target) pair and together restore each record once.
 """
 
-import warnings
 from collections.abc import Iterator
 
 import dagster as dg
@@ -16,9 +15,7 @@ from pydantic import Field
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.config.settings import Settings
-from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.metadata import archive_links
-from s3_archive.defs.restore.run import restore_events
+from s3_archive.defs.restore.run import restore_asset_spec, restore_events
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import InvalidRestore, UserError
@@ -70,25 +67,14 @@ def _describe(t: RestoreTarget, topic: str) -> str:
 
 def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.AssetsDefinition:
     target_topic = t.target_for(topic)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)  # backfill_policy, as the ad-hoc restore asset
-        spec = dg.asset(
-            key=target_asset_key(t.name, topic),
-            deps=[archive_asset_key(topic)],
-            partitions_def=window_partitions(topic),
-            # One run per backfill: a partition's windows reach the target in offset order, and one restore
-            # never fences itself (one transactional.id per source and target).
-            backfill_policy=dg.BackfillPolicy.single_run(),
-            group_name=f"restore_{cfg.name}",
-            kinds={"kafka", "s3"},
-            output_required=False,
-            metadata={"source_topic": topic, "target_topic": target_topic, "restore_target": t.name,
-                      "bucket": cfg.bucket, "prefix": cfg.prefix, "dry_run_only": t.dry_run},
-            description=f"Archived windows of `{topic}` restored into `{target_topic}` (restore target "
-                        f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once. Materialize "
-                        "or backfill the windows to restore: no config needed; `dry_run: true` plans first.\n\n"
-                        + archive_links(cfg, topic, "docs/restore.md"),
-        )
+    spec = restore_asset_spec(
+        cfg, topic, target_asset_key(t.name, topic),
+        metadata={"source_topic": topic, "target_topic": target_topic, "restore_target": t.name,
+                  "bucket": cfg.bucket, "prefix": cfg.prefix, "dry_run_only": t.dry_run},
+        description=f"Archived windows of `{topic}` restored into `{target_topic}` (restore target "
+                    f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once. Materialize "
+                    "or backfill the windows to restore: no config needed; `dry_run: true` plans first.",
+    )
 
     @spec
     def _restore(context: dg.AssetExecutionContext, config: TargetRunConfig, kafka: KafkaResource,
