@@ -5,6 +5,9 @@ archive asset with `dg.materialize`, and prints one line `@@RESULT <json>`.
 A fresh process because one process has one kind of Spark: the test session's own Spark is a classic local[2]
 SparkContext, and a Spark Connect session switches pyspark's functions to Connect process-wide (and a second
 SparkContext with another master is refused). No secret is on the command line: the job comes on stdin.
+
+Several jobs can run at once (start_job, then job_result): with a `barrier`, each starts its Spark session, says
+so (touches `ready`) and waits for the file `go` before its run, so that the runs' Spark jobs overlap.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,34 +29,79 @@ from s3_archive_tests.process_list import CommandLineWatch
 RESULT = "@@RESULT "
 
 
+@dataclass
+class RunningJob:
+    """A job started in a fresh process (start_job); its output goes to files, so nothing blocks on a full pipe."""
+
+    proc: subprocess.Popen
+    stdout: Any
+    stderr: Any
+
+
+def start_job(job: dict[str, Any]) -> RunningJob:
+    """Start `job` in a fresh Python process (this one's interpreter and environment); job_result waits for it."""
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=out, stderr=err,
+                            text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    proc.stdin.write(json.dumps(job))
+    proc.stdin.close()
+    return RunningJob(proc, out, err)
+
+
+def job_result(job: RunningJob, timeout: float = 300.0) -> dict[str, Any]:
+    """The result of a started job, or an AssertionError with the process's output (killed after `timeout`)."""
+    try:
+        job.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        job.proc.kill()
+        job.proc.wait()
+    outputs = []
+    for f in (job.stdout, job.stderr):
+        f.seek(0)
+        outputs.append(f.read())
+        f.close()
+    stdout, stderr = outputs
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(RESULT)]
+    assert job.proc.returncode == 0 and lines, (f"runner exited {job.proc.returncode}\n--- stdout\n"
+                                                f"{stdout[-4000:]}\n--- stderr\n{stderr[-8000:]}")
+    return json.loads(lines[-1].removeprefix(RESULT))
+
+
 def run_job(job: dict[str, Any], timeout: float = 300.0, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run `job` in a fresh Python process (this one's interpreter and environment); its result, or an
-    AssertionError with the process's output. With `secrets`, every process's command line is read while it runs:
-    the result's `process_list` has the leaks (any command line holding a secret) and the Spark JVMs seen."""
+    """Run `job` in a fresh Python process (start_job) and wait for its result. With `secrets`, every process's
+    command line is read while it runs: the result's `process_list` has the leaks (any command line holding a
+    secret), the Spark JVMs seen, and every command line seen (pid -> command line)."""
     watch = CommandLineWatch(list(secrets)) if secrets else None
     with watch or nullcontext():
-        proc = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(job), capture_output=True,
-                              text=True, timeout=timeout, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
-    assert proc.returncode == 0 and lines, (f"runner exited {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
-                                            f"--- stderr\n{proc.stderr[-8000:]}")
-    out = json.loads(lines[-1].removeprefix(RESULT))
+        out = job_result(start_job(job), timeout)
     if watch is not None:
         out["process_list"] = {"leaks": list(watch.leaks.values()),
-                               "spark_jvms": watch.seen_with("org.apache.spark.")}
+                               "spark_jvms": watch.seen_with("org.apache.spark."), "seen": dict(watch.seen)}
     return out
 
 
+def archive_spec(services: Any, spark: dict[str, Any], cfg: Any, topic: str, windows: list[Any],
+                 probe: bool = False, session_first: bool = False, kafka: dict[str, Any] | None = None,
+                 barrier: dict[str, str] | None = None) -> dict[str, Any]:
+    """The job of one run of the archive asset over `windows` (OffsetWindows) with `SparkResource(**spark)` and
+    `KafkaResource(**kafka)` (default: the services' broker); with `probe`, also where the session's tasks run
+    (probe_executors); with `session_first`, the session is started (and timed) before the run; with `barrier`
+    ({"ready": path, "go": path}), the session is started, `ready` touched and the run waits for `go`."""
+    return {"services": {"bootstrap_servers": services.bootstrap_servers,
+                         "s3_endpoint_url": services.s3_endpoint_url, "bucket": services.bucket},
+            "kafka": kafka or {"bootstrap_servers": services.bootstrap_servers},
+            "spark": spark, "config": cfg.model_dump(mode="json", exclude_unset=True), "topic": topic,
+            "windows": [[w.partition, w.start, w.end] for w in windows], "probe": probe,
+            "session_first": session_first, "barrier": barrier}
+
+
 def archive_job(services: Any, spark: dict[str, Any], cfg: Any, topic: str, windows: list[Any],
-                probe: bool = False, session_first: bool = False, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One run of the archive asset over `windows` (OffsetWindows) with `SparkResource(**spark)`, in a fresh
-    process; with `probe`, also where the session's tasks run (probe_executors); with `session_first`, the
-    session is started (and timed) before the run; with `secrets`, the process list is watched (run_job)."""
-    return run_job({"services": {"bootstrap_servers": services.bootstrap_servers,
-                                 "s3_endpoint_url": services.s3_endpoint_url, "bucket": services.bucket},
-                    "spark": spark, "config": cfg.model_dump(mode="json", exclude_unset=True), "topic": topic,
-                    "windows": [[w.partition, w.start, w.end] for w in windows], "probe": probe,
-                    "session_first": session_first}, secrets=secrets)
+                probe: bool = False, session_first: bool = False, secrets: tuple[str, ...] = (),
+                kafka: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One run of the archive asset (archive_spec) in a fresh process; with `secrets`, the process list is watched
+    (run_job)."""
+    return run_job(archive_spec(services, spark, cfg, topic, windows, probe, session_first, kafka),
+                   secrets=secrets)
 
 
 def probe_executors(session: Any) -> dict[str, Any]:
@@ -81,6 +132,17 @@ def probe_executors(session: Any) -> dict[str, Any]:
             "tasks": sc.parallelize(range(2), 2).map(where).collect()}
 
 
+def _wait_at_barrier(spark: Any, ready: str, go: str, timeout: float = 240.0) -> None:
+    """Start the Spark session, touch `ready`, and wait until the file `go` exists."""
+    spark.session()
+    Path(ready).touch()
+    deadline = time.monotonic() + timeout
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"barrier: {go} did not appear within {timeout:.0f}s")
+        time.sleep(0.005)
+
+
 def main() -> None:
     t0 = time.monotonic()
     job = json.loads(sys.stdin.read())
@@ -94,7 +156,7 @@ def main() -> None:
 
     imported = time.monotonic() - t0
     services = SimpleNamespace(**job["services"])
-    kafka = KafkaResource(bootstrap_servers=services.bootstrap_servers)
+    kafka = KafkaResource(**job.get("kafka") or {"bootstrap_servers": services.bootstrap_servers})
     spark = SparkResource(**job["spark"])
     cfg = ArchiveConfig.model_validate(job["config"])
     windows = [OffsetWindow(*w) for w in job["windows"]]
@@ -104,14 +166,17 @@ def main() -> None:
         t = time.monotonic()
         spark.session()
         session_s = time.monotonic() - t
-    t = time.monotonic()
+    if job.get("barrier"):
+        _wait_at_barrier(spark, **job["barrier"])
+    t, started_at = time.monotonic(), time.time()
     result = materialize(cfg, job["topic"], windows, resources(services, kafka, spark), instance,
                          raise_on_error=False)
-    seconds = time.monotonic() - t
+    seconds, ended_at = time.monotonic() - t, time.time()
     failures = [e.event_specific_data.error.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 40]
     out = {"success": result.success, "failures": failures, "errors": errors, "import_s": imported,
-           "session_s": session_s, "run_s": seconds, "windows": window_metadata(result)}
+           "session_s": session_s, "run_s": seconds, "windows": window_metadata(result),
+           "run_started_at": started_at, "run_ended_at": ended_at}
     if job.get("probe"):
         out["probe"] = probe_executors(spark.session())
     print(RESULT + json.dumps(out, default=str), flush=True)
