@@ -42,15 +42,19 @@ def run_job(job: dict[str, Any], timeout: float = 300.0, secrets: tuple[str, ...
 
 
 def archive_job(services: Any, spark: dict[str, Any], cfg: Any, topic: str, windows: list[Any],
-                probe: bool = False, session_first: bool = False, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+                probe: bool = False, session_first: bool = False, secrets: tuple[str, ...] = (),
+                rerun_without_manifests: bool = False) -> dict[str, Any]:
     """One run of the archive asset over `windows` (OffsetWindows) with `SparkResource(**spark)`, in a fresh
     process; with `probe`, also where the session's tasks run (probe_executors); with `session_first`, the
-    session is started (and timed) before the run; with `secrets`, the process list is watched (run_job)."""
+    session is started (and timed) before the run; with `secrets`, the process list is watched (run_job); with
+    `rerun_without_manifests`, the windows' manifests are deleted after the run (a crash after the commit) and a
+    second run in the same process (same session) goes over the windows again: its windows are in `rerun`."""
     return run_job({"services": {"bootstrap_servers": services.bootstrap_servers,
                                  "s3_endpoint_url": services.s3_endpoint_url, "bucket": services.bucket},
                     "spark": spark, "config": cfg.model_dump(mode="json", exclude_unset=True), "topic": topic,
                     "windows": [[w.partition, w.start, w.end] for w in windows], "probe": probe,
-                    "session_first": session_first}, secrets=secrets)
+                    "session_first": session_first, "rerun_without_manifests": rerun_without_manifests},
+                   secrets=secrets)
 
 
 def probe_executors(session: Any) -> dict[str, Any]:
@@ -89,6 +93,7 @@ def main() -> None:
     from s3_archive.config.archive import ArchiveConfig
     from s3_archive.io.kafka import KafkaResource
     from s3_archive.io.spark import SparkResource
+    from s3_archive.keys.objects import manifest_key
     from s3_archive.model.windows import OffsetWindow
     from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
 
@@ -104,14 +109,24 @@ def main() -> None:
         t = time.monotonic()
         spark.session()
         session_s = time.monotonic() - t
-    t = time.monotonic()
-    result = materialize(cfg, job["topic"], windows, resources(services, kafka, spark), instance,
-                         raise_on_error=False)
-    seconds = time.monotonic() - t
-    failures = [e.event_specific_data.error.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 40]
-    out = {"success": result.success, "failures": failures, "errors": errors, "import_s": imported,
-           "session_s": session_s, "run_s": seconds, "windows": window_metadata(result)}
+    res = resources(services, kafka, spark)
+
+    def run() -> dict[str, Any]:
+        t = time.monotonic()
+        result = materialize(cfg, job["topic"], windows, res, instance, raise_on_error=False)
+        seconds = time.monotonic() - t
+        failures = [e.event_specific_data.error.message for e in result.all_events
+                    if e.event_type_value == "STEP_FAILURE"]
+        errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 40]
+        return {"success": result.success, "failures": failures, "errors": errors, "run_s": seconds,
+                "windows": window_metadata(result)}
+
+    out = {**run(), "import_s": imported, "session_s": session_s}
+    if job.get("rerun_without_manifests") and out["success"]:
+        client = res["s3"].get_client()
+        for w in windows:
+            client.delete_object(Bucket=cfg.bucket, Key=manifest_key(cfg.prefix, job["topic"], w))
+        out["rerun"] = run()
     if job.get("probe"):
         out["probe"] = probe_executors(spark.session())
     print(RESULT + json.dumps(out, default=str), flush=True)
