@@ -17,6 +17,7 @@ docs/commit-protocol.md ("Iceberg") tells the whole protocol.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any
@@ -135,9 +136,23 @@ def _undecodable(e: Exception) -> UndecodableValue | None:
     return UndecodableValue(f"{detail}. Nothing was committed (format iceberg, value_decoding.on_error: fail)")
 
 
+# A JVM that misses an Iceberg class (the runtime jar): the JDK's errors and Spark's for a catalog's plugin class.
+_NO_ICEBERG = re.compile(r"(?:ClassNotFoundException|NoClassDefFoundError|Cannot find catalog plugin class for "
+                         r"catalog '[^']*')[:\s]+(org[./]apache[./]iceberg[\w./$]*)")
+
+
 def _explained(e: Exception) -> Exception:
     """A JVM error whose cause is a jar set, as an error that says which jars (the rest unchanged)."""
-    if "ADAPTIVE_V2" in str(e):
+    text = str(e)
+    if (m := _NO_ICEBERG.search(text)) is not None:
+        missing = m[1].replace("/", ".").rstrip(".")
+        return MissingJars(
+            f"Iceberg's Spark runtime is not on the classpath of a Spark JVM (class {missing} not found): "
+            "`format: iceberg` needs the jars of jvm/iceberg (`scripts/fetch-jars` puts them in "
+            "$S3_ARCHIVE_HOME/jars/iceberg) on the Spark driver's classpath, which is a Spark Connect server's own "
+            "(start it with them), and on every executor's (SparkResource.worker_jars_dir: the spark and the iceberg "
+            "directories, ':'-separated; or leave it unset to ship them); docs/deployment.md, \"Spark\"")
+    if "ADAPTIVE_V2" in text:
         return MissingJars("Iceberg's Glue catalog needs the AWS SDK v2 >= 2.25 on Spark's classpath (it sets "
                            "RetryMode.ADAPTIVE_V2); jvm/spark/pom.xml pins the SDK bundle: run `scripts/fetch-jars` "
                            "(a Spark Connect server or cluster needs that bundle too)")

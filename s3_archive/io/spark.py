@@ -91,8 +91,9 @@ class SparkResource(dg.ConfigurableResource):
     ui_enabled: bool = Field(default=False, description="Spark's web UI (off: nothing listens on port 4040)")
     worker_jars_dir: str | None = Field(
         default=None, description="a `spark://` master: the directory on every worker machine that holds the jars "
-        "of `scripts/fetch-jars` (e.g. baked into the worker image); executors put it on their classpath. None: "
-        "ship the jars with spark.jars from the driver at every session start (~540 MB, docs/deployment.md)")
+        "of `scripts/fetch-jars` (e.g. baked into the worker image), or several separated by ':' (e.g. the `spark` "
+        "and `iceberg` groups); executors put them on their classpath. None: ship the jars with spark.jars from "
+        "the driver at every session start (~540 MB, docs/deployment.md)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: Any = PrivateAttr(default=None)  # dagster_pyspark's LazyPySparkResource, made on first use
 
@@ -226,8 +227,9 @@ class SparkResource(dg.ConfigurableResource):
         conf = {"spark.master": self.master}
         if self.worker_jars_dir:
             # The driver (this process) has the jars locally; each worker has them at worker_jars_dir.
+            dirs = [d.rstrip("/") for d in self.worker_jars_dir.split(os.pathsep) if d.strip()]
             conf |= {"spark.driver.extraClassPath": os.pathsep.join(jars),
-                     "spark.executor.extraClassPath": f"{self.worker_jars_dir.rstrip('/')}/*"}
+                     "spark.executor.extraClassPath": os.pathsep.join(f"{d}/*" for d in dirs)}
         else:
             conf["spark.jars"] = ",".join(jars)
         if urlparse(self.master).hostname in ("127.0.0.1", "localhost"):

@@ -3,15 +3,19 @@ org.apache.spark.deploy.master.Master` / `...worker.Worker`) on 127.0.0.1. A ses
 `SparkResource(master=cluster.master_url)` gets executors in their own JVMs, launched by the worker.
 
 The worker's machine has the project's jars at `jars_dir` (here the jar cache itself), so a session can put them on
-the executors' classpath (`SparkResource.worker_jars_dir`) instead of shipping them (docs/deployment.md, "Spark").
+the executors' classpath (`SparkResource.worker_jars_dir`) instead of shipping them (docs/deployment.md, "Spark");
+`worker_jars_dirs` adds Iceberg's runtime when it was fetched (`format: iceberg` writes its data files from the
+executors). The worker's environment (`env`, e.g. AWS keys) is its executors' too: what Iceberg's S3 client takes
+through the AWS SDK's default chain, as a deployed worker takes its role's.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from s3_archive.io import paths
@@ -34,6 +38,7 @@ class SparkCluster:
     master_proc: subprocess.Popen | None = None
     worker_proc: subprocess.Popen | None = None
     webui_port: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # the worker's (and its executors') extra environment
 
     @property
     def master_url(self) -> str:
@@ -43,6 +48,13 @@ class SparkCluster:
     def jars_dir(self) -> str:
         """Where the worker's machine keeps the project's jars (for SparkResource.worker_jars_dir)."""
         return str(paths.jar_dir("spark"))
+
+    @property
+    def worker_jars_dirs(self) -> str:
+        """`jars_dir`, and the iceberg group's directory when it was fetched, ':'-separated (for
+        SparkResource.worker_jars_dir): executors of `format: iceberg` need Iceberg's runtime."""
+        dirs = [self.jars_dir] + ([str(paths.jar_dir("iceberg"))] if paths.optional_jars("iceberg") else [])
+        return os.pathsep.join(dirs)
 
     @property
     def log(self) -> Path:
@@ -71,7 +83,7 @@ class SparkCluster:
             self.worker_proc = spawn(spark_class(WORKER_CLASS, "--host", "127.0.0.1", "--port", str(free_port()),
                                                  "--webui-port", str(free_port()), "--cores", str(self.cores),
                                                  "--memory", self.memory, "--work-dir", str(work), self.master_url),
-                                     self.data_dir / "worker.out", env=env)
+                                     self.data_dir / "worker.out", env=env | self.env)
             wait_until(lambda: self._alive_workers() >= 1, timeout, self.worker_proc,
                        f"the Spark worker of {self.master_url}", self.log)
         except BaseException:

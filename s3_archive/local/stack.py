@@ -183,9 +183,12 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
         _save(root, state)
     if spark_cluster and state.spark_master_url is None:
-        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port)
+        # The worker's environment holds the S3 keys of its executors' default chain (Iceberg's S3 client), as a
+        # deployed worker's role does.
+        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port,
+                               env={k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
         cluster.start()
-        state.spark_master_url, state.spark_jars_dir = cluster.master_url, cluster.jars_dir
+        state.spark_master_url, state.spark_jars_dir = cluster.master_url, cluster.worker_jars_dirs
         state.spark_master_pid, state.spark_worker_pid = cluster.master_proc.pid, cluster.worker_proc.pid
         _save(root, state)
     if spark_connect and state.spark_connect_url is None:

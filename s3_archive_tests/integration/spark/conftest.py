@@ -28,7 +28,10 @@ def spark_connect(services) -> Iterator[SparkConnectServer]:
 
 @pytest.fixture(scope="session")
 def spark_cluster(services) -> Iterator[SparkCluster]:
-    cluster = SparkCluster(services.data_dir / "spark-cluster", cores=2, memory="1g")
+    # The worker's environment (hence its executors') has the S3 keys for the AWS SDK's default chain, which
+    # Iceberg's S3 client on the executors takes, as a deployed worker takes its role's.
+    cluster = SparkCluster(services.data_dir / "spark-cluster", cores=2, memory="1g",
+                           env={k: TEST_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     cluster.start()
     try:
         yield cluster

@@ -97,10 +97,13 @@ def archive_spec(services: Any, spark: dict[str, Any], cfg: Any, topic: str, win
 
 def archive_job(services: Any, spark: dict[str, Any], cfg: Any, topic: str, windows: list[Any],
                 probe: bool = False, session_first: bool = False, secrets: tuple[str, ...] = (),
-                kafka: dict[str, Any] | None = None) -> dict[str, Any]:
+                kafka: dict[str, Any] | None = None, rerun_without_manifests: bool = False) -> dict[str, Any]:
     """One run of the archive asset (archive_spec) in a fresh process; with `secrets`, the process list is watched
-    (run_job)."""
-    return run_job(archive_spec(services, spark, cfg, topic, windows, probe, session_first, kafka),
+    (run_job); with `rerun_without_manifests`, the windows' manifests are deleted after the run (a crash after the
+    commit) and a second run in the same process (same session) goes over the windows again: its windows are in
+    `rerun`."""
+    return run_job({**archive_spec(services, spark, cfg, topic, windows, probe, session_first, kafka),
+                    "rerun_without_manifests": rerun_without_manifests},
                    secrets=secrets)
 
 
@@ -151,6 +154,7 @@ def main() -> None:
     from s3_archive.config.archive import ArchiveConfig
     from s3_archive.io.kafka import KafkaResource
     from s3_archive.io.spark import SparkResource
+    from s3_archive.keys.objects import manifest_key
     from s3_archive.model.windows import OffsetWindow
     from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
 
@@ -168,15 +172,24 @@ def main() -> None:
         session_s = time.monotonic() - t
     if job.get("barrier"):
         _wait_at_barrier(spark, **job["barrier"])
-    t, started_at = time.monotonic(), time.time()
-    result = materialize(cfg, job["topic"], windows, resources(services, kafka, spark), instance,
-                         raise_on_error=False)
-    seconds, ended_at = time.monotonic() - t, time.time()
-    failures = [e.event_specific_data.error.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 40]
-    out = {"success": result.success, "failures": failures, "errors": errors, "import_s": imported,
-           "session_s": session_s, "run_s": seconds, "windows": window_metadata(result),
-           "run_started_at": started_at, "run_ended_at": ended_at}
+    res = resources(services, kafka, spark)
+
+    def run() -> dict[str, Any]:
+        t, started_at = time.monotonic(), time.time()
+        result = materialize(cfg, job["topic"], windows, res, instance, raise_on_error=False)
+        seconds, ended_at = time.monotonic() - t, time.time()
+        failures = [e.event_specific_data.error.message for e in result.all_events
+                    if e.event_type_value == "STEP_FAILURE"]
+        errors = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 40]
+        return {"success": result.success, "failures": failures, "errors": errors, "run_s": seconds,
+                "windows": window_metadata(result), "run_started_at": started_at, "run_ended_at": ended_at}
+
+    out = {**run(), "import_s": imported, "session_s": session_s}
+    if job.get("rerun_without_manifests") and out["success"]:
+        client = res["s3"].get_client()
+        for w in windows:
+            client.delete_object(Bucket=cfg.bucket, Key=manifest_key(cfg.prefix, job["topic"], w))
+        out["rerun"] = run()
     if job.get("probe"):
         out["probe"] = probe_executors(spark.session())
     print(RESULT + json.dumps(out, default=str), flush=True)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import pytest
 
 import s3_archive
+from s3_archive.io import paths
 from s3_archive.local.kafka_broker import SCRAM
 from s3_archive.local.spark_cluster import MASTER_CLASS, WORKER_CLASS
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.conftest import SECURE_USER
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest, staging_objects
+from s3_archive_tests.integration.spark.iceberg_checks import archive_and_check_iceberg
 from s3_archive_tests.integration.spark.runner import archive_job
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
 
@@ -63,3 +65,17 @@ def test_archive_on_a_standalone_cluster_runs_in_the_workers_executor_jvms(spark
     assert WORKER_CLASS in cmd.get(spark_cluster.worker_proc.pid, ""), seen["spark_jvms"]
     assert {EXECUTOR_CLASS in cmd.get(task["jvm_pid"], "") for task in probe["tasks"]} == {True}, seen["spark_jvms"]
     assert "SparkSubmit" in cmd.get(probe["driver_jvm_pid"], ""), seen["spark_jvms"]
+
+
+def test_iceberg_archive_on_a_standalone_cluster_writes_from_the_executors_and_restores_byte_exact(
+        spark_cluster, kafka, s3, services, unique):
+    """format: iceberg on the cluster: Iceberg's runtime on the driver's classpath and, from the worker's disk, on
+    the executors' (which write the data files through Iceberg's S3 client, with the keys of the worker's
+    environment)."""
+    spark = {"master": spark_cluster.master_url, "worker_jars_dir": spark_cluster.worker_jars_dirs,
+             "driver_memory": "1g", "s3_endpoint_url": services.s3_endpoint_url, "s3_path_style": True,
+             "s3_access_key_id": TEST_AWS["AWS_ACCESS_KEY_ID"], "s3_secret_access_key": TEST_AWS["AWS_SECRET_ACCESS_KEY"]}
+    out = archive_and_check_iceberg(services, kafka, s3, spark, f"cluster-ice-{unique}", probe=True)
+    for task in out["probe"]["tasks"]:
+        assert task["jvm_main"] == EXECUTOR_CLASS and task["jvm_parent"] == spark_cluster.worker_proc.pid
+        assert f"{paths.jar_dir('iceberg')}/*" in task["classpath"].split(":")

@@ -20,6 +20,7 @@ from s3_archive_tests.integration.archive_helpers import (
     manifest,
     staging_objects,
 )
+from s3_archive_tests.integration.spark.iceberg_checks import archive_and_check_iceberg
 from s3_archive_tests.integration.spark.runner import archive_job
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, parquet_records, produce
 
@@ -154,3 +155,12 @@ def test_custom_layout_with_time_and_field_partitioning_over_connect(spark_conne
                          ("day=2024-03-30", None): [4]}
     assert f"{cfg.prefix}{topic}/day=2024-03-31/region=eu%2Fwest/" in "".join(keys)
     assert sorted(o.key for o in manifest(s3, cfg, topic, window).objects) == keys
+
+
+def test_iceberg_archive_over_connect_commits_once_and_restores_byte_exact(spark_connect, kafka, s3, services,
+                                                                           unique):
+    """format: iceberg over Spark Connect: the client sends the archive's catalog as `spark.sql.catalog.*` session
+    settings (no secret: the server's Glue and S3 clients take its environment's keys), the server's classpath
+    carries Iceberg's runtime."""
+    out = archive_and_check_iceberg(services, kafka, s3, _connect(spark_connect), f"sc-ice-{unique}")
+    assert any("SparkConnectServer" in cmd for cmd in out["process_list"]["spark_jvms"])

@@ -56,3 +56,25 @@ def test_a_cluster_with_the_jars_on_its_workers_ships_nothing(jar_home):
                                                               str(jar_home / "spark-sql-kafka-0-10_2.13-4.0.0.jar")]
     # a master on the loopback: its workers are on this machine, so is the driver's address
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+
+
+def test_a_cluster_with_several_jar_directories_on_its_workers_puts_each_on_the_executors_classpath(jar_home):
+    # format: iceberg needs Iceberg's runtime on the executors too: the spark and the iceberg groups' directories
+    iceberg = jar_home.parent / "iceberg"
+    iceberg.mkdir()
+    (iceberg / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar").write_bytes(b"")
+    conf = SparkResource(master="spark://127.0.0.1:7077",
+                         worker_jars_dir="/opt/jars/spark/:/opt/jars/iceberg").spark_conf()
+    assert conf["spark.executor.extraClassPath"] == "/opt/jars/spark/*:/opt/jars/iceberg/*"
+    assert conf["spark.driver.extraClassPath"].split(":")[-1] == str(iceberg / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar")
+
+
+def test_the_local_clusters_workers_get_the_iceberg_jars_when_they_were_fetched(jar_home, tmp_path):
+    from s3_archive.local.spark_cluster import SparkCluster
+
+    cluster = SparkCluster(tmp_path / "cluster")
+    assert cluster.worker_jars_dirs == cluster.jars_dir == str(jar_home)
+    iceberg = jar_home.parent / "iceberg"
+    iceberg.mkdir()
+    (iceberg / "iceberg-spark-runtime-4.1_2.13-1.12.0.jar").write_bytes(b"")
+    assert cluster.worker_jars_dirs == f"{jar_home}:{iceberg}"
