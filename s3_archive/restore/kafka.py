@@ -165,8 +165,10 @@ class Producer:
     def produce(self, partition: int, key: bytes | None, value: bytes | None,
                 headers: list[tuple[str, bytes | None]], timestamp_ms: int) -> None:
         """The slow path of `_Run.window`'s produce call (which calls the client directly): waits while the
-        local queue is full."""
+        local queue is full, up to our deadline (else only message.timeout.ms, 5 min, would end the wait while the
+        broker takes no records)."""
         self.begin()
+        full_since = time.monotonic()
         try:
             while True:
                 try:
@@ -175,6 +177,13 @@ class Producer:
                                           headers=headers or None, timestamp=max(timestamp_ms, 0))
                     return
                 except BufferError:  # the local queue is full: let it drain
+                    if time.monotonic() - full_since > self.deadline:
+                        raise RestoreFailed(
+                            f"the producer's queue for {self.request.target_topic!r} (transactional.id "
+                            f"{self.request.ledger_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
+                            "records (is the broker down or restarting?). The run stopped; the open transaction "
+                            "commits or aborts as a whole, and a re-run restores exactly what the ledger does not "
+                            "list") from None
                     self.producer.poll(0.05)
         except KafkaException as e:
             raise self.failed("producing to", e) from None
