@@ -210,3 +210,20 @@ def test_objects_with_out_of_range_names_and_strays_are_listed_as_ignored_and_th
     for name in beyond:
         assert any(f"ignoring s3://{services.bucket}/{source.key_prefix}{name}: out of range" in w
                    for w in warnings), warnings
+
+
+def test_a_sinks_records_older_than_the_targets_retention_are_warned_about(kafka, s3, services, unique, caplog):
+    source = ForeignSource(name="aiven_old", layout="aiven", bucket=services.bucket, prefix=f"aiven-old/{unique}/",
+                           topic="orders", format="jsonl", fields=["key", "value", "offset", "timestamp", "headers"])
+    s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}orders-0-0",
+                  Body=aiven_jsonl([(0, b"k0", b"v0", [], TS)]))
+    week = 7 * 86_400_000
+    target = create_topic(kafka, f"fold-{unique}", config={"retention.ms": str(week)})  # the broker's default
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        _, reps = reports(restore_foreign(kafka, s3, source, RestoreRequest("orders", target), log))
+    assert sum(r.restored for r in reps) == 1  # and the broker deletes it soon: what the warning says
+    [warning] = [m for m in caplog.messages if "retention.ms" in m]
+    assert warning.startswith(f"target topic {target!r} has retention.ms={week}, but a record of window p00000-"), \
+        warning
+    assert warning.endswith(" being restored is from 2023-11-14T22:13:20+00:00: the broker will delete such records "
+                            "soon after they are restored. Set retention.ms=-1 on the target first"), warning
