@@ -165,8 +165,10 @@ class Producer:
     def produce(self, partition: int, key: bytes | None, value: bytes | None,
                 headers: list[tuple[str, bytes | None]], timestamp_ms: int) -> None:
         """The slow path of `_Run.window`'s produce call (which calls the client directly): waits while the
-        local queue is full."""
+        local queue is full, up to our deadline (else only message.timeout.ms, 5 min, would end the wait while the
+        broker takes no records)."""
         self.begin()
+        full_since = time.monotonic()
         try:
             while True:
                 try:
@@ -175,6 +177,13 @@ class Producer:
                                           headers=headers or None, timestamp=max(timestamp_ms, 0))
                     return
                 except BufferError:  # the local queue is full: let it drain
+                    if time.monotonic() - full_since > self.deadline:
+                        raise RestoreFailed(
+                            f"the producer's queue for {self.request.target_topic!r} (transactional.id "
+                            f"{self.request.ledger_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
+                            "records (is the broker down or restarting?). The run stopped; the open transaction "
+                            "commits or aborts as a whole, and a re-run restores exactly what the ledger does not "
+                            "list") from None
                     self.producer.poll(0.05)
         except KafkaException as e:
             raise self.failed("producing to", e) from None
@@ -214,13 +223,19 @@ def target_partition_count(kafka: KafkaResource, topic: str) -> int:
 
 def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -> list[str]:
     """Target topic settings that would silently change restored records (best effort: needs DescribeConfigs)."""
+    return target_checks(kafka, topic, manifests)[0]
+
+
+def target_checks(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -> tuple[list[str], int]:
+    """`target_warnings`, and the target's retention.ms (-1: unlimited or not known) for records whose age is
+    only known once they are read (a sink's objects)."""
     try:
         res = ConfigResource("TOPIC", topic)
         admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
         configs = admin.describe_configs([res], request_timeout=kafka.timeout_s)[res].result(timeout=kafka.timeout_s)
     except Exception as e:  # noqa: BLE001 - a missing permission must not stop the restore, but is said
         return [f"could not read the config of target topic {topic!r} ({type(e).__name__}): its timestamp type "
-                "and retention were not checked against the archived records"]
+                "and retention were not checked against the archived records"], -1
     out = []
     if configs.get("message.timestamp.type") is not None and configs["message.timestamp.type"].value == \
             "LogAppendTime":
@@ -229,7 +244,13 @@ def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict])
     retention = int(configs["retention.ms"].value) if configs.get("retention.ms") is not None else -1
     oldest = min((m["min_timestamp_ms"] for m in manifests if m.get("min_timestamp_ms") is not None), default=None)
     if retention >= 0 and oldest is not None and oldest < time.time() * 1000 - retention:
-        out.append(f"target topic {topic!r} has retention.ms={retention}, but the oldest record to restore is from "
-                   f"{datetime.fromtimestamp(oldest / 1000, UTC).isoformat()}: the broker will delete such records "
-                   "soon after they are restored. Set retention.ms=-1 on the target first")
-    return out
+        out.append(retention_warning(topic, retention, oldest, "the oldest record to restore"))
+    return out, retention
+
+
+def retention_warning(topic: str, retention_ms: int, oldest_ms: int, which: str) -> str:
+    """The warning for records older than the target's retention: the broker deletes them soon after they are
+    restored (`which` records: e.g. "the oldest record to restore")."""
+    return (f"target topic {topic!r} has retention.ms={retention_ms}, but {which} is from "
+            f"{datetime.fromtimestamp(oldest_ms / 1000, UTC).isoformat()}: the broker will delete such records soon "
+            "after they are restored. Set retention.ms=-1 on the target first")

@@ -15,6 +15,7 @@ and restoring windows in several runs (or out of order) makes the last record sa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,7 +29,7 @@ from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
-from s3_archive.restore.kafka import LedgerStore, Producer, target_partition_count, target_warnings
+from s3_archive.restore.kafka import LedgerStore, Producer, retention_warning, target_checks, target_partition_count
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
@@ -99,8 +100,7 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
     with ThreadPoolExecutor(3, thread_name_prefix="s3-archive-restore-setup") as pool:
         # Admin round trips that need not wait for each other run beside the producer's init_transactions and
         # the ledger's read (which must follow it); the target's offsets are only used when there is no ledger.
-        warnings = pool.submit(target_warnings, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms}
-                                                                for s in srcs])
+        checks = pool.submit(target_checks, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
         run = RestoreRun(kafka, request, num_target, fault)
@@ -108,8 +108,10 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
             run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
             if on_ledger is not None:
                 on_ledger({p: rs.copy() for p, rs in run.ledger.items()})
-            for warning in warnings.result():
+            warnings, retention_ms = checks.result()
+            for warning in warnings:
                 log.warning(warning)
+            srcs = watch_retention(srcs, target, retention_ms, log)
             if not run.ledger:
                 ends, starts = latest.result(), earliest.result()
                 present = sum(ends[p] - starts.get(p, 0) for p in ends)
@@ -136,6 +138,35 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
         run.close(log)
         raise
     run.ledger_store.close()
+
+
+def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, log: Any) -> list[WindowSource]:
+    """Sources whose oldest record is only known once read (a sink's objects) are watched as they are read: the
+    first batch older than the target's retention gets the warning our archives get before the run (once)."""
+    if retention_ms < 0 or all(s.min_timestamp_ms is not None for s in srcs):
+        return srcs
+    said: list[bool] = []
+
+    def watched(src: WindowSource) -> Iterator[Records]:
+        batches = src.batches()
+        try:
+            for batch in batches:
+                if not said and len(batch):
+                    oldest = min(batch.timestamps)
+                    if oldest <= 0:  # timestamps librdkafka replaces with "now" are not at risk
+                        oldest = min((t for t in batch.timestamps if t > 0), default=None)
+                    if oldest is not None and oldest < time.time() * 1000 - retention_ms:
+                        said.append(True)
+                        log.warning(retention_warning(target, retention_ms, oldest,
+                                                      f"a record of window {src.window.key} being restored"))
+                yield batch
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    return [s if s.min_timestamp_ms is not None else dataclasses.replace(s, batches=lambda s=s: watched(s))
+            for s in srcs]
 
 
 class RestoreRun:
