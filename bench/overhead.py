@@ -3,6 +3,8 @@ moto, then `--repeats` fresh processes of each asked figure, min / median / max.
 
     flock /tmp/locks/heavy .venv/bin/python -m bench.overhead --repeats 5            # one-record fresh runs
     flock /tmp/locks/heavy .venv/bin/python -m bench.overhead --repeats 0 --memory 1,16
+    flock /tmp/locks/heavy .venv/bin/python -m bench.overhead --repeats 0 --imports 0 --memory 1,16 \
+        --memory-repeats 3 --trees /tmp/a,/tmp/b          # an A/B of two checkouts, interleaved
 
 Also times a bare `import s3_archive.definitions` in fresh processes (what a run worker imports to load the code
 location). Same commands as bench/run.py (`bench.worker --once`); prints JSON lines. `--trees A,B`: source trees
@@ -70,6 +72,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="fresh one-record runs (0: none)")
     ap.add_argument("--imports", type=int, default=5, help="fresh `import s3_archive.definitions` processes")
     ap.add_argument("--memory", default="", help="window sizes (multiples of --base records) in fresh processes")
+    ap.add_argument("--memory-repeats", type=int, default=1, help="rounds of --memory, trees interleaved")
+    ap.add_argument("--steps", action="store_true", help="--memory: every size in one process per round, the "
+                    "JVM's peak reset before each (bench.worker cmd_fresh_steps; cheaper, a proxy)")
     ap.add_argument("--base", type=int, default=5733, help="records of the 1x window (make bench's default)")
     ap.add_argument("--trees", default=str(ROOT), help="source trees to compare, comma-separated")
     ap.add_argument("--jvm-extra", default="", help="driver JVM options added to the default (jvm_profile short), "
@@ -116,13 +121,38 @@ def main() -> None:
             wl.create_topic(kafka, TOPIC)
             sizes = [int(m) for m in args.memory.split(",")]
             wl.produce(kafka, TOPIC, max(sizes) * args.base * wl.PARTITIONS)
-            for mult in sizes:
-                for t in trees:
-                    out = once(t, stack, logs / "fresh.log", cmd="fresh", one_topic="one", prefix=f"fresh-{mult}x-{t.name}/",
-                               topic=TOPIC, partition=1, records=args.base * mult)
-                    print(json.dumps({"tree": str(t), "mult": mult} | {k: round(out[k], 1) for k in (
-                        "records", "seconds", "jvm_peak_before_mb", "jvm_peak_mb", "jvm_rss_max_mb",
-                        "python_peak_mb")}), flush=True)
+            peaks: dict[Path, dict[int, list[float]]] = {t: {m: [] for m in sizes} for t in trees}
+            cold: dict[Path, list[float]] = {t: [] for t in trees}
+            for i in range(args.memory_repeats):
+                if args.steps:  # one process per tree and round, every size in it (worker.cmd_fresh_steps)
+                    for t in trees:
+                        out = once(t, stack, logs / "fresh.log", cmd="fresh_steps", one_topic="one",
+                                   prefix=f"steps-{i}-{t.name}/", topic=TOPIC, partition=1,
+                                   sizes=[args.base * m for m in sizes])
+                        cold[t].append(out["cold_s"])
+                        for m in sizes:
+                            peaks[t][m].append(out["steps"][str(args.base * m)]["jvm_peak_mb"])
+                        print(json.dumps({"tree": str(t), "round": i, "cold_s": round(out["cold_s"], 2),
+                                          "process_s": round(out["process_s"], 1)} | {
+                            f"{m}x": {k: round(v, 1) for k, v in out["steps"][str(args.base * m)].items()}
+                            for m in sizes}), flush=True)
+                    continue
+                for mult in sizes:
+                    for t in trees:
+                        out = once(t, stack, logs / "fresh.log", cmd="fresh", one_topic="one",
+                                   prefix=f"fresh-{i}-{mult}x-{t.name}/", topic=TOPIC, partition=1,
+                                   records=args.base * mult)
+                        cold[t].append(out["cold_s"])
+                        peaks[t][mult].append(out["jvm_peak_mb"])
+                        print(json.dumps({"tree": str(t), "round": i, "mult": mult} | {k: round(out[k], 1) for k in (
+                            "records", "seconds", "cold_s", "jvm_peak_before_mb", "jvm_peak_mb", "jvm_rss_max_mb",
+                            "python_peak_mb", "process_s")}), flush=True)
+            for t in trees:  # the JVM peak of each size over the smallest's, of the medians (as make bench has it)
+                med = {m: Summary.of(v).median for m, v in peaks[t].items()}
+                print(json.dumps({"tree": str(t), "jvm_peak_mb": {f"{m}x": Summary.of(v).fmt(0)
+                                                                  for m, v in peaks[t].items()},
+                                  "growth_of_medians": {f"{m}x": round(med[m] / med[sizes[0]], 3) for m in sizes},
+                                  "cold_one_record_s": Summary.of(cold[t]).fmt(2)}), flush=True)
     print(f"logs: {logs}", flush=True)
 
 

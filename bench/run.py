@@ -48,9 +48,9 @@ PEERS = ("connect_iceberg", "flink", "spark_streaming")
 # Run-overhead variants: the driver's JVM flags, one step at a time (s3_archive/io/jvm.py).
 JVM_VARIANTS = {
     "tiered JIT, no AppCDS (before)": {"jvm_profile": "long", "cds": False},
-    "C1 only": {"jvm_profile": "short", "cds": False},
+    "C1 only + serial GC": {"jvm_profile": "short", "cds": False},
     "tiered JIT + AppCDS": {"jvm_profile": "long", "cds": True},
-    "C1 only + AppCDS (default)": {"jvm_profile": "short", "cds": True},
+    "C1 only + serial GC + AppCDS (default)": {"jvm_profile": "short", "cds": True},
 }
 
 
@@ -342,7 +342,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(args.overhead_repeats):
             for variant, spec in JVM_VARIANTS.items():
                 conf = {} if spec["cds"] else {"spark.driver.extraJavaOptions":
-                                               "-XX:TieredStopAtLevel=1" if spec["jvm_profile"] == "short" else
+                                               "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+                                               if spec["jvm_profile"] == "short" else
                                                "-Xshare:auto"}  # the JVM's default: a no-op
                 out = once(stack | {"jvm_profile": spec["jvm_profile"], "spark_conf": conf}, logs / "fresh.log",
                            cmd="one", one_topic=one, prefix=f"one-{i}/")

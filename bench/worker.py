@@ -266,6 +266,29 @@ class Worker:
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
                       "jvm_rss_max_mb": rss.max_kb / 1024, "python_peak_mb": status_kb("self", "VmHWM") / 1024}
 
+    def cmd_fresh_steps(self, one_topic: str, prefix: str, topic: str, partition: int, sizes: list[int],
+                        ) -> dict[str, Any]:
+        """`fresh` for several window sizes in one process (a cheaper proxy of one fresh process per size, for
+        A/B rounds): the two one-record windows, then one window per size, smallest first, the JVM's peak resident
+        set reset to its current one before each (`/proc/PID/clear_refs` 5). In a fresh process per size the
+        windows before the big one are the same two one-record runs, so the heap it starts from is nearly this. The
+        first size's peak is the process's (one-record runs included), as `fresh` has it."""
+        cold = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 0, 1)])
+        warm = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 1, 2)])
+        pid = jvm_pid()
+        assert pid, "no local JVM"
+        steps = {}
+        for i, n in enumerate(sizes):
+            if i:  # the first size's peak includes the one-record runs, as `fresh` has it
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+            before = status_kb(pid, "VmHWM") / 1024
+            out = self.materialize(self.config(topic, f"{prefix}{n}/"), topic, [OffsetWindow(partition, 0, n)])
+            assert out["records"] == n, out
+            steps[str(n)] = {"seconds": out["seconds"], "jvm_rss_at_reset_mb": before,
+                             "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024}
+        return {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "steps": steps,
+                "python_peak_mb": status_kb("self", "VmHWM") / 1024}
+
     def cmd_catchup(self, topic: str, prefix: str, window_records: int) -> dict[str, Any]:
         """100 windows behind: one tick of the offsets sensor cuts them and requests runs of windows_per_run
         windows; each run is executed like the daemon would (its own Spark session: the session is stopped after

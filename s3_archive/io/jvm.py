@@ -2,6 +2,9 @@
 
 - `short`: a run's own process (Dagster launches one per run), which starts a JVM, archives and exits. C1 only
   (`-XX:TieredStopAtLevel=1`): C2 spends seconds of CPU compiling hot code that a short process never amortizes.
+  The serial collector (`-XX:+UseSerialGC`): G1 grows its heap to meet its GC-time goal as the window grows (the
+  Kafka source's fetch buffers are humongous objects in 1 MB regions) and keeps 50-65 MB of its own structures;
+  the serial collector grows the heap only when the old generation fills (docs/benchmarks.md, "Memory").
   With the AppCDS archive (`-XX:SharedArchiveFile`) of the driver's classpath, when `scripts/setup` has built it,
   the ~25,000 classes of Spark, Hadoop and the AWS SDK are mapped instead of loaded and verified one by one.
 - `long`: a session that lives across many runs (a notebook, a benchmark's warm worker, a Connect server): the
@@ -24,6 +27,7 @@ from s3_archive.io import paths
 
 JVM_PROFILES = ("short", "long")
 C1_ONLY = "-XX:TieredStopAtLevel=1"
+SERIAL_GC = "-XX:+UseSerialGC"
 
 
 def java_home() -> Path | None:
@@ -70,7 +74,7 @@ def driver_java_options(profile: str, extra_jars: Iterable[Path | str]) -> str:
     """`spark.driver.extraJavaOptions` for a profile (see the module docstring)."""
     if profile not in JVM_PROFILES:
         raise ValueError(f"SparkResource.jvm_profile is {profile!r}; allowed: {', '.join(JVM_PROFILES)}")
-    opts = [C1_ONLY] if profile == "short" else []
+    opts = [C1_ONLY, SERIAL_GC] if profile == "short" else []
     archive = cds_archive(extra_jars)
     if archive.is_file():
         opts.append(f"-XX:SharedArchiveFile={archive}")

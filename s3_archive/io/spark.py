@@ -37,6 +37,7 @@ MAGIC_COMMITTER_CONF = {
     "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
 }
 S3_COMMITTERS = ("file", "magic")
+PYSPARK_DAEMON = "s3_archive.io.pyspark_daemon"
 # s3a's credentials without static keys: the AWS SDK's default chain (environment, profile, web identity, container
 # and instance roles), as boto3 does.
 DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
@@ -128,6 +129,9 @@ class SparkResource(dg.ConfigurableResource):
                     "s3_committer='file'")
             conf |= MAGIC_COMMITTER_CONF
         if not connect:
+            # Python workers import the installed pyspark, not Spark's zips of it (io/pyspark_daemon.py: 0.6 s
+            # less per worker start, 0.13 s less per task)
+            conf["spark.python.daemon.module"] = PYSPARK_DAEMON
             java_opts = driver_java_options(self.jvm_profile, jars if self.master.startswith("local") else [])
             if java_opts:
                 conf["spark.driver.extraJavaOptions"] = java_opts

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from s3_archive.io.jvm import C1_ONLY, cds_archive, classpath_fingerprint, driver_java_options
+from s3_archive.io.jvm import C1_ONLY, SERIAL_GC, cds_archive, classpath_fingerprint, driver_java_options
 from s3_archive.io.spark import SparkResource
 
 pytestmark = pytest.mark.unit
@@ -21,9 +21,10 @@ def jar_home(tmp_path, monkeypatch):
     return d
 
 
-def test_short_is_c1_only_and_long_keeps_the_default_jit(jar_home):
+def test_short_is_c1_only_with_the_serial_collector_and_long_keeps_the_jvms_defaults(jar_home):
     jars = list(jar_home.glob("*.jar"))
-    assert driver_java_options("short", jars) == C1_ONLY
+    # serial GC: G1 grew the heap of a fresh run with the window (JVM peak 16x window / 1x, docs/benchmarks.md)
+    assert driver_java_options("short", jars) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     assert driver_java_options("long", jars) == ""
 
 
@@ -32,7 +33,7 @@ def test_the_cds_archive_is_used_only_once_built(jar_home):
     archive = cds_archive(jars)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"jsa")
-    assert driver_java_options("short", jars) == f"{C1_ONLY} -XX:SharedArchiveFile={archive}"
+    assert driver_java_options("short", jars) == f"{C1_ONLY} {SERIAL_GC} -XX:SharedArchiveFile={archive}"
     assert driver_java_options("long", jars) == f"-XX:SharedArchiveFile={archive}"
 
 
@@ -51,7 +52,7 @@ def test_an_unknown_profile_names_the_allowed_ones(jar_home):
 
 
 def test_spark_resource_passes_the_flags_to_the_driver_only_when_it_starts_one(jar_home):
-    assert SparkResource().spark_conf()["spark.driver.extraJavaOptions"] == C1_ONLY
+    assert SparkResource().spark_conf()["spark.driver.extraJavaOptions"] == f"{C1_ONLY} {SERIAL_GC}"
     assert "spark.driver.extraJavaOptions" not in SparkResource(jvm_profile="long").spark_conf()
     assert "spark.driver.extraJavaOptions" not in SparkResource(remote="sc://spark:15002").spark_conf()
     # extra_conf still has the last word
