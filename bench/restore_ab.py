@@ -8,7 +8,8 @@ pyarrow in the archive's columns, so no Spark is needed), restored into a new 4-
 bare produce of the same records (the restore's producer settings, in this process), then each tree's restore in
 a fresh process with that tree first on PYTHONPATH (the tree order alternates per round). Figures: seconds, CPU
 seconds of the restore process, the broker and moto, and the ratio restore / bare produce of each round.
-`--py-spy DIR`: one more, uncounted, round per tree under `py-spy record` (raw collapsed stacks of every thread).
+`--py-spy DIR`: one more, uncounted, round per tree under `py-spy record` (raw collapsed stacks of every thread, once with
+`--idle`, once with `--gil`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from s3_archive.model.windows import OffsetWindow
 
 TOPIC = "bench.ab"
 BUCKET = "bench"
-BASE_TS = 1_700_000_000_000
+BASE_TS = (int(time.time()) - 3600) * 1000  # recent: the target's time retention must not delete them
 
 _RESTORE = """
 import json, logging, os, resource, sys, time
@@ -109,12 +110,13 @@ def write_archive(s3: Any, prefix: str, n: int) -> list[OffsetWindow]:
     return windows
 
 
-def restore_in(tree: str, args: dict[str, Any], py_spy: Path | None = None) -> dict[str, Any]:
+def restore_in(tree: str, args: dict[str, Any], py_spy: Path | None = None, spy_flag: str = "--idle",
+               ) -> dict[str, Any]:
     tree, _, lanes = tree.partition(":")
     cmd = [sys.executable, "-c", _RESTORE, json.dumps(args | ({"lanes": int(lanes)} if lanes else {}))]
     if py_spy is not None:
-        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--threads", "--format", "raw", "-r", "200", "--nonblocking", "-o",
-               str(py_spy), "--", *cmd]
+        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--threads", spy_flag, "--format", "raw",
+               "-r", "200", "--nonblocking", "-o", str(py_spy), "--", *cmd]
     env = {**os.environ, "PYTHONPATH": tree}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=tree)
     if proc.returncode:
@@ -148,11 +150,12 @@ def main() -> None:
         if a.py_spy is not None:
             a.py_spy.mkdir(parents=True, exist_ok=True)
             for i, tree in enumerate(trees):
-                target = f"ab-spy-{i}-{uuid.uuid4().hex[:6]}"
-                wl.create_topic(kafka, target)
-                res = restore_in(tree, base | {"target": target}, a.py_spy / f"tree{i}.txt")
-                wl.delete_topic(kafka, target)
-                print(f"py-spy tree {i}: {res}", flush=True)
+                for flag in ("--idle", "--gil"):  # every thread's wall time; who holds the GIL
+                    target = f"ab-spy-{i}-{uuid.uuid4().hex[:6]}"
+                    wl.create_topic(kafka, target)
+                    res = restore_in(tree, base | {"target": target}, a.py_spy / f"tree{i}{flag[1:]}.txt", flag)
+                    wl.delete_topic(kafka, target)
+                    print(f"py-spy {flag} tree {i}: {res}", flush=True)
         for r in range(a.rounds):
             row: dict[str, Any] = {}
             target = f"ab-bare-{r}-{uuid.uuid4().hex[:6]}"
