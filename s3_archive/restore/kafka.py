@@ -23,8 +23,6 @@ from s3_archive.restore.request import RestoreRequest
 # our watchdog adds before it gives up on a call that ignores its timeout (io/deadline.py).
 TRANSACTION_CALL_TIMEOUT_S = 30.0
 WATCHDOG_GRACE_S = 15.0
-# Records a run's producers may hold unsent, shared by the producers that run side by side (restore/lanes.py).
-QUEUE_MESSAGES = 200_000
 
 
 def _kafka_error(e: BaseException) -> Any:
@@ -105,18 +103,16 @@ class Producer:
     `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
     client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
-    def __init__(self, kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None,
-                 queue_messages: int = QUEUE_MESSAGES) -> None:
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest) -> None:
         self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
         self.deadline = self.timeout + WATCHDOG_GRACE_S
-        self.tid = transactional_id or request.ledger_id
         self.producer = kafka.producer(**{
-            "transactional.id": self.tid,
+            "transactional.id": request.ledger_id,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
             "message.max.bytes": 64 << 20,
-            "queue.buffering.max.messages": queue_messages,
+            "queue.buffering.max.messages": 200_000,
             "delivery.report.only.error": True,
             "transaction.timeout.ms": 300_000,
         })
@@ -125,7 +121,7 @@ class Producer:
             # Aborts a transaction a crashed run left open, and fences that run's producer.
             self._call(self.producer.init_transactions)
         except KafkaException as e:
-            raise RestoreFailed(f"init_transactions for transactional.id {self.tid!r} failed: {e}. "
+            raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
                                 "Does the target cluster allow transactions (transaction.state.log.*)?") from None
 
     def failed(self, what: str, e: KafkaException) -> RestoreFailed:
@@ -140,7 +136,7 @@ class Producer:
                 code = getattr(_kafka_error(fatal), "code", lambda: code)()
         if code in _FENCED:
             return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
-                                 f"{self.tid!r}) started, and only one may run at a time; this run "
+                                 f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
                                  f"stopped, and its open transaction is aborted. Kafka said: {e}")
         return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
 
@@ -152,7 +148,7 @@ class Producer:
             return call_with_deadline(fn, *args, self.timeout, deadline_s=self.deadline, what=name)
         except DeadlineExceeded:
             raise RestoreFailed(
-                f"{name} for transactional.id {self.tid!r} did not return within {self.deadline:.0f}s "
+                f"{name} for transactional.id {self.request.ledger_id!r} did not return within {self.deadline:.0f}s "
                 f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
                 f"{self.who} is unreachable (is the broker down or restarting?). The run stopped; the open "
                 "transaction commits or aborts as a whole, and a re-run (whose init_transactions completes it "

@@ -15,10 +15,8 @@ and restoring windows in several runs (or out of order) makes the last record sa
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import itertools
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +29,7 @@ from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
-from s3_archive.restore.kafka import QUEUE_MESSAGES, LedgerStore, Producer, target_partition_count, target_warnings
-from s3_archive.restore.lanes import LANES, Stopped, lane_ids, plan_lanes, run_lanes, side_by_side
+from s3_archive.restore.kafka import LedgerStore, Producer, target_partition_count, target_warnings
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
@@ -46,14 +43,7 @@ from s3_archive.restore.request import (
     WindowSource,
     no_fault,
 )
-from s3_archive.restore.sources import (
-    Prefetch,
-    check_restorable,
-    lane_order,
-    read_manifests,
-    window_batches,
-    window_objects,
-)
+from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_batches, window_objects
 
 # Batches the reader may run ahead of the producer (0: read inline).
 READ_AHEAD_BATCHES = 2
@@ -66,9 +56,8 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
                     cold: ColdOptions | None = ColdOptions(), interleaved: bool = False,
                     on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
     """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
-    its records are committed (dry run: once counted). Each source partition's windows run in (start) order so
-    that its records reach the target in offset order; partitions run in lanes side by side (restore/lanes.py),
-    so reports of different partitions may interleave. `fault(step)` lets tests crash after
+    its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
+    of a source partition reach the target in offset order. `fault(step)` lets tests crash after
     `produced:<n>` (n-th record of the run handed to the producer) or `committed:<n>` (n-th transaction).
 
     Before producing: every window must be archived and restorable, and the objects to read must be readable
@@ -88,13 +77,7 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
             target_partition_count(kafka, request.target_topic)  # a wrong target fails before any RestoreObject
             prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", log)
 
-    # Objects in the order the run opens them (lanes side by side: each partition's next window in turn), up to
-    # one per lane downloaded ahead.
-    partitions = {m.partition for m in to_read}
-    lanes = min(LANES, len(partitions)) if not request.dry_run and side_by_side(request.mapping, partitions) else 1
-    read = {m.window_key for m in to_read}
-    ordered = [manifests[w] for w in (lane_order(ws) if lanes > 1 else ws) if manifests[w].window_key in read]
-    prefetch = Prefetch(s3, bucket, [o for m in ordered for o in window_objects(m)], depth=max(1, lanes))
+    prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
     def source(w: OffsetWindow, m: Manifest) -> WindowSource:
         return WindowSource(w, lambda: window_batches(s3, bucket, w, m, interleaved, prefetch), m.record_count,
@@ -108,41 +91,27 @@ def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, req
 
 def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Any,
                     fault: Fault = no_fault, on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
-    """The restore itself, for windows from any archive: the ledger, and windows in (partition, start) order per
-    source partition, in lanes of source partitions side by side, each with its own transactional producer
-    (restore/lanes.py); reports come as their windows are committed."""
+    """The restore itself, for windows from any archive: one transactional producer, the ledger, windows in
+    (partition, start) order."""
     srcs = sorted(sources, key=lambda s: s.window)
     num_target = target_partition_count(kafka, request.target_topic)
     request.mapping.check({s.window.partition for s in srcs}, num_target, request.target_topic)
     target, parts = request.target_topic, list(range(num_target))
-    plan = plan_lanes(request.mapping, [s.window.partition for s in srcs], num_target,
-                      1 if request.dry_run else LANES)
-    ids = [] if request.dry_run else lane_ids(request.ledger_id)
-    ledger_store = LedgerStore(kafka, request, num_target)
-    producers: list[Producer] = []
-    with ThreadPoolExecutor(3 + len(ids), thread_name_prefix="s3-archive-restore-setup") as pool:
-        # Admin round trips that need not wait for each other run beside the producers' init_transactions and
-        # the ledger's read (which must follow them); the target's offsets are only used when there is no ledger.
+    with ThreadPoolExecutor(3, thread_name_prefix="s3-archive-restore-setup") as pool:
+        # Admin round trips that need not wait for each other run beside the producer's init_transactions and
+        # the ledger's read (which must follow it); the target's offsets are only used when there is no ledger.
         warnings = pool.submit(target_warnings, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms}
                                                                 for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
-        opening = [pool.submit(Producer, kafka, request, tid, QUEUE_MESSAGES // max(1, len(plan))) for tid in ids]
+        run = RestoreRun(kafka, request, num_target, fault)
         try:
-            errors = []
-            for f in opening:
-                try:
-                    producers.append(f.result())
-                except BaseException as e:  # noqa: BLE001 - the first is raised once all have returned
-                    errors.append(e)
-            if errors:
-                raise errors[0]
-            ledger = ledger_store.read()  # after init_transactions: no transaction of ours is pending now
+            run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
             if on_ledger is not None:
-                on_ledger({p: rs.copy() for p, rs in ledger.items()})
+                on_ledger({p: rs.copy() for p, rs in run.ledger.items()})
             for warning in warnings.result():
                 log.warning(warning)
-            if not ledger:
+            if not run.ledger:
                 ends, starts = latest.result(), earliest.result()
                 present = sum(ends[p] - starts.get(p, 0) for p in ends)
                 if present > 0:
@@ -151,31 +120,24 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
                                 "earlier run of this restore whose ledger expired (offsets.retention.minutes), this "
                                 "run restores them again")
         except BaseException:
-            ledger_store.close()
+            run.close(log)
             raise
-    counts = Counts()
-    runs = [RestoreRun(request, num_target, fault, producers[i] if producers else None, ledger_store, ledger,
-                       counts) for i in range(len(plan))]
-    lane_srcs = [[s for s in srcs if s.window.partition in set(sps)] for sps in plan]
     try:
         log.info(f"restore {request.ledger_id}: {len(srcs)} windows into {request.target_topic!r} ({num_target} "
-                 f"partitions, mapping {request.mapping.mode}, {len(plan)} lane(s) side by side); the ledger "
-                 f"already covers {sum(rs.size() for rs in ledger.values())} source offsets"
+                 f"partitions, mapping {request.mapping.mode}); the ledger already covers "
+                 f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
                  + (" [dry run]" if request.dry_run else ""))
         with older_objects_frozen():
-            if len(runs) == 1:
-                yield from runs[0].lane(lane_srcs[0])
-            else:
-                yield from run_lanes([functools.partial(_lane, r, s) for r, s in zip(runs, lane_srcs)])
+            for src in srcs:
+                yield from run.window(src)
+            yield from run.finish()
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
         # init_transactions aborts its transaction.)
-        for r in runs:
-            r.close(log)
+        run.close(log)
         raise
-    finally:
-        ledger_store.close()
+    run.ledger_store.close()
 
 
 @contextlib.contextmanager
@@ -192,40 +154,25 @@ def older_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _lane(run: RestoreRun, srcs: list[WindowSource], stop: threading.Event,
-          emit: Callable[[WindowReport], None]) -> None:
-    for rep in run.lane(srcs, stop):
-        emit(rep)
-
-
-class Counts:
-    """Transactions committed and records produced by a run, over its lanes (for `fault`'s steps)."""
-
-    def __init__(self) -> None:
-        self.committed, self.produced = itertools.count(1), itertools.count(1)
-
-
 class RestoreRun:
-    """State of one lane of a restore run (restore/lanes.py): its producer, its copy of the ledger as last
-    committed, and what is done but unrecorded.
+    """State of one restore run: the producer, the ledger as last committed, and what is done but unrecorded.
 
     A transaction may span consecutive windows of one source partition (their records follow each other in the
     target anyway): it is committed every `transaction_records` records, every TRANSACTION_SECONDS, when the next
-    window is of another source partition, and at the end of the lane. A window's report is yielded once the
+    window is of another source partition, and at the end of the run. A window's report is yielded once the
     transaction holding its last records is committed."""
 
-    def __init__(self, request: RestoreRequest, num_target: int, fault: Fault, producer: Producer | None,
-                 ledger_store: LedgerStore, ledger: dict[int, RangeSet], counts: Counts) -> None:
-        self.request, self.fault, self.counts = request, fault, counts
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, fault: Fault) -> None:
+        self.request, self.fault = request, fault
         self.route = request.mapping.compiled(num_target)
-        self.producer = producer
-        self.ledger_store = ledger_store
-        # Exact for this lane's ledger buckets (only this lane commits them); other entries are not read.
-        self.ledger = {p: rs.copy() for p, rs in ledger.items()}
+        self.producer = None if request.dry_run else Producer(kafka, request)
+        self.ledger_store = LedgerStore(kafka, request, num_target)
+        self.ledger: dict[int, RangeSet] = {}
         # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
         # next commit of the same source partition, so the ledger's ranges stay merged.
         self.unrecorded: dict[int, RangeSet] = {}
-        self.stop: threading.Event | None = None
+        self.committed = 0  # transactions committed by this run
+        self.produced = 0  # records produced by this run
         # The open transaction: its source partition, the source offsets it covers so far (records produced,
         # plus skipped, filtered and absent offsets of windows done), its record count and start time.
         self.txn_sp: int | None = None
@@ -235,21 +182,16 @@ class RestoreRun:
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
         self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
 
-    def lane(self, srcs: list[WindowSource], stop: threading.Event | None = None) -> Iterator[WindowReport]:
-        """Restore `srcs` (in order), then commit what is open; each report once its window is committed.
-        `stop`: checked between batches (raises lanes.Stopped once set)."""
-        self.stop = stop
-        for src in srcs:
-            yield from self.window(src)
-        yield from self.finish()
-
     def close(self, log: Any) -> None:
-        """After a failure: abort the open transaction (if any)."""
-        if self.producer is not None:
-            try:
-                self.producer.abort()
-            except Exception as e:  # the original error matters more
-                log.warning(f"aborting the restore transaction failed too: {e}")
+        """After a failure: abort the open transaction (if any), close the ledger's consumer."""
+        try:
+            if self.producer is not None:
+                try:
+                    self.producer.abort()
+                except Exception as e:  # the original error matters more
+                    log.warning(f"aborting the restore transaction failed too: {e}")
+        finally:
+            self.ledger_store.close()
 
     def _commit(self, rep: WindowReport) -> list[WindowReport]:
         """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
@@ -262,11 +204,11 @@ class RestoreRun:
             rs.add(a, b)
         self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
         self.ledger = new
+        self.committed += 1
         rep.transactions += 1
         self.txn_sp, self.txn_ranges, self.txn_records = None, RangeSet(), 0
         done, self.waiting = self.waiting, []
-        if self.fault is not no_fault:
-            self.fault(f"committed:{next(self.counts.committed)}")
+        self.fault(f"committed:{self.committed}")
         return done
 
     def finish(self) -> list[WindowReport]:
@@ -305,8 +247,6 @@ class RestoreRun:
         # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
         with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
             for batch in batches:
-                if self.stop is not None and self.stop.is_set():
-                    raise Stopped("another lane failed")
                 n = len(batch)
                 if not n:
                     continue
@@ -399,6 +339,9 @@ class RestoreRun:
                 except BufferError:  # the local queue is full: the slow path lets it drain
                     slow(tp, k, v, h, t)
                 if faulty:  # tests: crash after the n-th record of the run
-                    self.fault(f"produced:{next(self.counts.produced)}")
+                    self.produced += 1
+                    self.fault(f"produced:{self.produced}")
         except KafkaException as e:
             raise self.producer.failed("producing to", e) from None
+        if not faulty:
+            self.produced += len(batch)

@@ -9,7 +9,6 @@ import itertools
 import operator
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,8 +79,9 @@ def spool(s3: Any, bucket: str, obj: ManifestObject) -> Any:
     f = tempfile.TemporaryFile(prefix="s3-archive-restore-")
     try:
         if obj.size <= ONE_GET_BYTES:
-            # One GET streamed to the file: a reader takes ~50 MB/s, which one connection carries, and objects of
-            # other windows download beside it (Prefetch); ranged parts cost more requests and CPU on both ends.
+            # One GET streamed to the file: a restore reads ~50 MB/s, which one connection carries, and the next
+            # object downloads meanwhile (Prefetch). Ranged parts cost more requests and CPU on both ends (moto
+            # even reads the whole object for each part).
             body = s3.get_object(Bucket=bucket, Key=key)["Body"]
             try:
                 shutil.copyfileobj(body, f, COPY_CHUNK)
@@ -106,44 +106,36 @@ Opener = Callable[[ManifestObject], Any]  # manifest object -> spooled file (see
 
 
 class Prefetch:
-    """Downloads the next objects of a run while the current ones are read (up to `depth` ahead, in threads): the
-    restore reads the objects in a known order (per lane: windows in order, each window's objects, then its dead
-    letters), and S3 then no longer waits for Kafka or the other way round. Lanes take objects side by side, so
-    `objects` come in the order the lanes start them (see `lane_order`) and several may be pending. An object
-    asked for that is not pending is downloaded on the spot. Thread-safe."""
+    """Downloads the next object of a run while the current one is read (one object ahead, in a thread): the
+    restore reads the objects in a known order (windows in order, each window's objects, then its dead letters),
+    and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
+    downloaded on the spot."""
 
-    def __init__(self, s3: Any, bucket: str, objects: list[ManifestObject], depth: int = 1) -> None:
+    def __init__(self, s3: Any, bucket: str, objects: list[ManifestObject]) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self.s3, self.bucket, self.order, self.pos, self.depth = s3, bucket, objects, 0, max(1, depth)
-        self.pool = ThreadPoolExecutor(self.depth, thread_name_prefix="s3-archive-restore-prefetch")
-        self.pending: dict[str, Any] = {}
-        self.taken: set[str] = set()  # asked for before their turn: never downloaded ahead any more
-        self.lock = threading.Lock()
-        self.closed = False
-        with self.lock:
-            self._top_up()
+        self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="s3-archive-restore-prefetch")
+        self.pending: tuple[str, Any] | None = None
+        self._next()
 
-    def _top_up(self) -> None:
-        while not self.closed and len(self.pending) < self.depth and self.pos < len(self.order):
+    def _next(self) -> None:
+        self.pending = None
+        if self.pos < len(self.order):
             obj = self.order[self.pos]
             self.pos += 1
-            if obj.key not in self.pending and obj.key not in self.taken:
-                self.pending[obj.key] = self.pool.submit(spool, self.s3, self.bucket, obj)
+            self.pending = (obj.key, self.pool.submit(spool, self.s3, self.bucket, obj))
 
     def __call__(self, obj: ManifestObject) -> Any:
-        with self.lock:
-            fut = self.pending.pop(obj.key, None)
-            if fut is None:
-                self.taken.add(obj.key)
-            self._top_up()
-        return fut.result() if fut is not None else spool(self.s3, self.bucket, obj)
+        if self.pending is not None and self.pending[0] == obj.key:
+            fut = self.pending[1]
+            self._next()
+            return fut.result()
+        return spool(self.s3, self.bucket, obj)
 
     def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            pending, self.pending = list(self.pending.values()), {}
-        for fut in pending:
+        if self.pending is not None:
+            fut, self.pending = self.pending[1], None
             fut.cancel()
             if not fut.cancelled():
                 try:
@@ -151,17 +143,6 @@ class Prefetch:
                 except Exception:  # noqa: BLE001 - an object nobody reads any more
                     pass
         self.pool.shutdown(wait=True)
-
-
-def lane_order(windows: list[OffsetWindow]) -> list[OffsetWindow]:
-    """Windows in the order lanes side by side start them: each partition's first window, then each one's
-    second, and so on (within a partition in offset order)."""
-    rank: dict[int, int] = {}
-    ranked = []
-    for w in sorted(windows):
-        ranked.append((rank.get(w.partition, 0), w))
-        rank[w.partition] = rank.get(w.partition, 0) + 1
-    return [w for _, w in sorted(ranked)]
 
 
 def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
