@@ -32,3 +32,18 @@ def test_an_object_is_one_get_streamed_to_a_file_and_its_size_is_checked():
     assert s3.gets == ["a"]
     with pytest.raises(ArchiveIntegrityError, match=f"is {len(data)} bytes, its manifest says 5"):
         spool(s3, "b", ManifestObject(key="a", size=5, etag="x"))
+
+
+def test_an_object_over_the_one_get_size_goes_through_the_transfer_manager(monkeypatch):
+    import s3_archive.restore.sources as sources
+
+    class Ranged(_S3):
+        def download_fileobj(self, bucket: str, key: str, f) -> None:
+            self.gets.append(("ranged", key))
+            f.write(self.objects[key])
+
+    monkeypatch.setattr(sources, "ONE_GET_BYTES", 2)
+    s3 = Ranged({"big": b"abc"})
+    with spool(s3, "b", ManifestObject(key="big", size=3, etag="x")) as f:
+        assert f.read() == b"abc"
+    assert s3.gets == [("ranged", "big")]
