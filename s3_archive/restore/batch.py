@@ -101,69 +101,42 @@ _END = object()
 def read_ahead(batches: Iterator[Records], depth: int) -> Iterator[Records]:
     """`batches` read in a thread, up to `depth` batches ahead of the caller, so that downloading and decoding
     (Arrow releases the GIL) overlap the caller's producing; `depth` 0 reads them inline. An error of the reader
-    is raised in the caller, in order. Closing this generator stops the thread (after its current batch). The
-    thread starts with the first batch asked for; `ReadAhead` starts it at once."""
+    is raised in the caller, in order. Closing this generator stops the thread (after its current batch)."""
     if depth <= 0:
         yield from batches
         return
-    reader = ReadAhead(batches, depth)
-    try:
-        yield from reader
-    finally:
-        reader.close()
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
 
-
-class ReadAhead:
-    """`batches` read in a thread that starts at once (the restore starts the next window's reader while it
-    produces the current window: opening an object decodes its first row group, all of it); else as
-    `read_ahead`. Iterate it once; `close` it (also when never iterated)."""
-
-    def __init__(self, batches: Iterator[Records], depth: int) -> None:
-        self.batches, self.q, self.stop = batches, queue.Queue(max(1, depth)), threading.Event()
-        self.done = False
-        self.thread = threading.Thread(target=self._work, name="s3-archive-restore-read", daemon=True)
-        self.thread.start()
-
-    def _put(self, item: object) -> bool:
-        while not self.stop.is_set():
+    def put(item: object) -> bool:
+        while not stop.is_set():
             try:
-                self.q.put(item, timeout=0.1)
+                q.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def _work(self) -> None:
+    def work() -> None:
         try:
-            for b in self.batches:
-                if not self._put(b):
+            for b in batches:
+                if not put(b):
                     return
         except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
-            self._put(e)
+            put(e)
             return
-        self._put(_END)
+        put(_END)
 
-    def __iter__(self) -> Iterator[Records]:
-        return self
-
-    def __next__(self) -> Records:
-        if self.done:
-            raise StopIteration
-        item = self.q.get()
-        if item is _END:
-            self.done = True
-            raise StopIteration
-        if isinstance(item, BaseException):
-            self.done = True
-            raise item
-        return item
-
-    def close(self) -> None:
-        if self.stop.is_set():
-            return
-        self.done = True
-        self.stop.set()
-        self.thread.join()
-        close = getattr(self.batches, "close", None)
+    thread = threading.Thread(target=work, name="s3-archive-restore-read", daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+        close = getattr(batches, "close", None)
         if close is not None:
             close()  # the reader's own cleanup (spooled files), now that no thread runs it

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import ReadAhead, Records, read_ahead, select
+from s3_archive.restore.batch import Records, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
 from s3_archive.restore.kafka import LedgerStore, Producer, target_partition_count, target_warnings
 from s3_archive.restore.ledger import RangeSet
@@ -128,7 +128,9 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
                  f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
                  + (" [dry run]" if request.dry_run else ""))
         with older_objects_frozen():
-            yield from run.windows(srcs)
+            for src in srcs:
+                yield from run.window(src)
+            yield from run.finish()
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
@@ -216,40 +218,8 @@ class RestoreRun:
         done, self.waiting = self.waiting, []
         return done
 
-    def reads(self, src: WindowSource) -> bool:
-        """Whether the window's objects are read at all (else the filters exclude all of it)."""
-        filters = self.request.filters
-        return filters.offset_scope(src.window) is not None and filters.time_may_match(src.min_timestamp_ms,
-                                                                                       src.max_timestamp_ms)
-
-    def windows(self, srcs: list[WindowSource]) -> Iterator[WindowReport]:
-        """Restore `srcs` in order, then commit what is open; each report once its window is committed. The next
-        window that is read has its reader started when the current one starts: opening an object decodes its
-        whole first row group, which then overlaps producing instead of stalling it at every window."""
-        read = [s for s in srcs if self.reads(s)]
-        after = {id(a): b for a, b in zip(read, read[1:])}
-        ahead: ReadAhead | None = None
-        try:
-            for src in srcs:
-                reader, ahead = (ahead, None) if self.reads(src) else (None, ahead)
-                nxt = after.get(id(src))
-                if nxt is not None:
-                    if reader is None:
-                        reader = ReadAhead(src.batches(), READ_AHEAD_BATCHES)
-                    ahead = ReadAhead(nxt.batches(), READ_AHEAD_BATCHES)
-                try:
-                    yield from self.window(src, reader)
-                finally:
-                    if reader is not None:
-                        reader.close()
-            yield from self.finish()
-        finally:
-            if ahead is not None:
-                ahead.close()
-
-    def window(self, src: WindowSource, reader: ReadAhead | None = None) -> list[WindowReport]:
-        """Restore one window; returns the reports now complete (this one, earlier ones its commits complete).
-        `reader`: the window's batches already being read (closed here), else they are read here."""
+    def window(self, src: WindowSource) -> list[WindowReport]:
+        """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
         t0 = time.monotonic()
         request, filters, producer, w = self.request, self.request.filters, self.producer, src.window
         rep = WindowReport(w, request.dry_run, archived=src.record_count or 0, objects=src.objects,
@@ -257,8 +227,6 @@ class RestoreRun:
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
         if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
-            if reader is not None:
-                reader.close()
             rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
             rep.seconds = time.monotonic() - t0
             (self.waiting if self.waiting else ready).append(rep)
@@ -277,8 +245,7 @@ class RestoreRun:
         self.seg_start, last = lo, -1
         archived = restored = skipped = filtered = nbytes = replaced = 0
         # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
-        with contextlib.closing(reader if reader is not None else read_ahead(src.batches(), READ_AHEAD_BATCHES)) \
-                as batches:
+        with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
             for batch in batches:
                 n = len(batch)
                 if not n:

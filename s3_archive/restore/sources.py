@@ -9,7 +9,6 @@ import itertools
 import operator
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -107,11 +106,10 @@ Opener = Callable[[ManifestObject], Any]  # manifest object -> spooled file (see
 
 
 class Prefetch:
-    """Downloads the next object of a run while the current one is read (one ahead, in a thread): the restore
-    reads the objects in a known order (windows in order, each window's objects, then its dead letters), and S3
-    then no longer waits for Kafka or the other way round. An object asked for out of that order is downloaded
-    on the spot (and never ahead any more). Thread-safe: the next window's reader starts while the current one
-    still reads."""
+    """Downloads the next object of a run while the current one is read (one object ahead, in a thread): the
+    restore reads the objects in a known order (windows in order, each window's objects, then its dead letters),
+    and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
+    downloaded on the spot."""
 
     def __init__(self, s3: Any, bucket: str, objects: list[ManifestObject]) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -119,37 +117,25 @@ class Prefetch:
         self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="s3-archive-restore-prefetch")
         self.pending: tuple[str, Any] | None = None
-        self.taken: set[str] = set()
-        self.lock = threading.Lock()
-        self.closed = False
-        with self.lock:
-            self._next()
+        self._next()
 
     def _next(self) -> None:
         self.pending = None
-        while not self.closed and self.pos < len(self.order):
+        if self.pos < len(self.order):
             obj = self.order[self.pos]
             self.pos += 1
-            if obj.key not in self.taken:
-                self.pending = (obj.key, self.pool.submit(spool, self.s3, self.bucket, obj))
-                return
+            self.pending = (obj.key, self.pool.submit(spool, self.s3, self.bucket, obj))
 
     def __call__(self, obj: ManifestObject) -> Any:
-        with self.lock:
-            fut = None
-            if self.pending is not None and self.pending[0] == obj.key:
-                fut = self.pending[1]
-                self._next()
-            else:
-                self.taken.add(obj.key)
-        return fut.result() if fut is not None else spool(self.s3, self.bucket, obj)
+        if self.pending is not None and self.pending[0] == obj.key:
+            fut = self.pending[1]
+            self._next()
+            return fut.result()
+        return spool(self.s3, self.bucket, obj)
 
     def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            pending, self.pending = self.pending, None
-        if pending is not None:
-            fut = pending[1]
+        if self.pending is not None:
+            fut, self.pending = self.pending[1], None
             fut.cancel()
             if not fut.cancelled():
                 try:

@@ -159,29 +159,3 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed()
     it.close()  # stops the thread, then closes the reader in the caller's thread
     assert closed == [threading.current_thread().name]
     assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
-
-
-def test_read_ahead_started_at_once_reads_before_it_is_asked_and_closes_unread():
-    import threading
-
-    from s3_archive.restore.batch import ReadAhead
-
-    started, closed = threading.Event(), threading.Event()
-
-    def reader():
-        started.set()
-        try:
-            for i in range(100):
-                yield Records.from_rows([(0, i, None, None, [], 0)])
-        finally:
-            closed.set()
-
-    r = ReadAhead(reader(), 2)
-    assert started.wait(5)  # before anything was asked for
-    r.close()
-    assert closed.is_set()
-    r.close()  # twice is fine
-
-    r = ReadAhead(reader(), 2)
-    assert [b.offsets[0] for b in r] == list(range(100))
-    r.close()

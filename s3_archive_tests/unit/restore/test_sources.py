@@ -47,30 +47,3 @@ def test_an_object_over_the_one_get_size_goes_through_the_transfer_manager(monke
     with spool(s3, "b", ManifestObject(key="big", size=3, etag="x")) as f:
         assert f.read() == b"abc"
     assert s3.gets == [("ranged", "big")]
-
-
-def test_prefetch_serves_readers_side_by_side_each_object_downloaded_once():
-    import threading
-
-    from s3_archive.restore.sources import Prefetch
-
-    data = {f"k{i}": f"object {i}".encode() * 100 for i in range(6)}
-    s3 = _S3(data)
-    objs = [ManifestObject(key=k, size=len(v), etag="x") for k, v in data.items()]
-    prefetch = Prefetch(s3, "b", objs)
-    got: dict[str, bytes] = {}
-
-    def reader(mine):
-        for o in mine:
-            with prefetch(o) as f:
-                got[o.key] = f.read()
-
-    # the next window's reader starts while the current one still reads: requests come out of order
-    threads = [threading.Thread(target=reader, args=(objs[i::2],)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    prefetch.close()
-    assert got == data
-    assert sorted(s3.gets) == sorted(data)  # none downloaded twice
