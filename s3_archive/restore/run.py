@@ -146,7 +146,11 @@ def older_objects_frozen() -> Iterator[None]:
     (`gc.freeze`; `gc.unfreeze` after). A restore makes a list and tuples per record (the headers, which the
     client's `produce` takes as a list); every collection of the oldest generation then also walked the whole heap
     of the process (Dagster, boto3, pyarrow): half of the reader's time in a profile. Objects of the restore
-    itself are collected as before."""
+    itself are collected as before. A process that froze objects itself (a forking server) is left as it is:
+    `unfreeze` would undo its freeze."""
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
     try:
         yield

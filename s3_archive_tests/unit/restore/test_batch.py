@@ -166,8 +166,16 @@ def test_objects_older_than_the_restore_are_frozen_only_while_it_runs():
 
     from s3_archive.restore.run import older_objects_frozen
 
-    before = gc.get_freeze_count()
+    assert gc.get_freeze_count() == 0
     with older_objects_frozen():
-        assert gc.get_freeze_count() > before  # the collector leaves the process's older objects alone
+        assert gc.get_freeze_count() > 0  # the collector leaves the process's older objects alone
         made = [[i] for i in range(10)]
-    assert gc.get_freeze_count() == before and made
+    assert gc.get_freeze_count() == 0 and made
+    gc.freeze()  # a process that freezes objects itself keeps its freeze
+    try:
+        frozen = gc.get_freeze_count()
+        with older_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
