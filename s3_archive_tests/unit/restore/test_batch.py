@@ -159,3 +159,23 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed()
     it.close()  # stops the thread, then closes the reader in the caller's thread
     assert closed == [threading.current_thread().name]
     assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
+
+
+def test_objects_older_than_the_restore_are_frozen_only_while_it_runs():
+    import gc
+
+    from s3_archive.restore.run import older_objects_frozen
+
+    assert gc.get_freeze_count() == 0
+    with older_objects_frozen():
+        assert gc.get_freeze_count() > 0  # the collector leaves the process's older objects alone
+        made = [[i] for i in range(10)]
+    assert gc.get_freeze_count() == 0 and made
+    gc.freeze()  # a process that freezes objects itself keeps its freeze
+    try:
+        frozen = gc.get_freeze_count()
+        with older_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
