@@ -16,12 +16,14 @@ from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from s3_archive.archive.buckets import bucket_column
 from s3_archive.archive.encoders import avro_schema
 from s3_archive.archive.job import RESULT_SCHEMA, FormatPlan, JobOutput, Output, Slice, UndecodableValue, WriteJob
 from s3_archive.archive.writer import write_task
 from s3_archive.keys.buckets import BUCKET_COLUMN
+from s3_archive.model.columns import SOURCE_FIELD, stored_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS
 
 # Spark's Kafka consumer fetches at most max.poll.records per poll, each poll costing a seek and a round trip:
@@ -134,18 +136,31 @@ def infer_json_ddls(df: DataFrame, slices: list[Slice]) -> dict[str, str | None]
 
 
 def _stored_columns(df: DataFrame, out: Output, json_ddl: str | None) -> list[Column]:
-    """The kept envelope columns plus the decoded value fields (what parquet/avro/jsonl/json store)."""
+    """The kept envelope columns plus the decoded value fields (what parquet/avro/jsonl/json store).
+
+    Field names come from payloads: two may differ only in case, or hold a backtick or a dot. The decoded struct is
+    cast (positionally) to one with plain field names, each field is taken by that name and aliased to the name
+    it is stored under (`model/columns.py::stored_names`: its own, unless another field or a kept envelope column
+    differs from it only in case). So no payload name is ever resolved by Spark, whatever the session's
+    spark.sql.caseSensitive; a renamed column's metadata keeps the field's own name (SOURCE_FIELD)."""
     cols = [F.col(c).cast("string").alias(c) if c == "value" and out.decoding == "utf8" else F.col(c)
             for c in out.columns]
     if out.decoding == "json" and json_ddl:
         ddl = json_ddl if json_ddl.upper().startswith("STRUCT<") else f"STRUCT<{json_ddl}>"
         decoded = F.try_variant_get(F.col(JSON_COLUMN), "$", ddl)
-        fields = [f.name for f in df.select(decoded.alias("d")).schema["d"].dataType.fields]
+        struct = df.select(decoded.alias("d")).schema["d"].dataType
+        fields = [f.name for f in struct.fields]
         clash = sorted({out.column_prefix + f for f in fields} & set(out.columns))
         if clash:
             raise UndecodableValue(f"decoded value field(s) {clash} clash with envelope columns; set "
                                    "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
-        cols += [decoded[f].alias(out.column_prefix + f) for f in fields]
+        names = stored_names([out.column_prefix + f for f in fields], out.columns)
+        plain = StructType([StructField(f"_{i}", f.dataType, f.nullable) for i, f in enumerate(struct.fields)])
+        by_position = decoded.cast(plain)
+        for i, f in enumerate(fields):
+            name = names[out.column_prefix + f]
+            meta = {SOURCE_FIELD: f} if name != out.column_prefix + f else None
+            cols.append(by_position[f"_{i}"].alias(name, metadata=meta) if meta else by_position[f"_{i}"].alias(name))
     return cols
 
 
