@@ -222,10 +222,14 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
 
 
 def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: WriteJob, out: Output,
-                  json_ddl: str | None) -> JobOutput:
-    """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows."""
+                  json_ddl: str | None, undecodable_only: bool = False) -> JobOutput:
+    """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows. `undecodable_only`:
+    only the records whose value does not decode, so the job writes their dead letters and nothing else (format
+    iceberg, whose rows go to the table; its slice rows then count those records only)."""
     df = read_slices(spark, kafka_options, job.topic, job.slices)
     frame, shape = write_frame(df, out, json_ddl)
+    if undecodable_only:
+        frame = frame.where(~F.col("_good"))
     job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
                   multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault)
     rows = [r.asDict() for r in frame.mapInArrow(partial(write_task, job), RESULT_SCHEMA).collect()]
