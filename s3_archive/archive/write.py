@@ -31,6 +31,7 @@ from s3_archive.model.formats import ENVELOPE_COLUMNS
 KAFKA_READ_OPTIONS = {"kafka.max.poll.records": "10000", "kafka.max.partition.fetch.bytes": str(16 << 20),
                       "kafka.fetch.max.bytes": str(64 << 20), "kafka.receive.buffer.bytes": str(4 << 20)}
 _DICTIONARY = ("topic", "partition", "timestamp_type", "headers.list.element.key")
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a column name Spark takes as a reference as it is
 
 
 def _kafka(spark: SparkSession, kafka_options: dict[str, str], topic: str, ranges: dict[int, tuple[int, int]],
@@ -205,18 +206,21 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     if dead_letter:
         internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
     payload, described = _payload(df, out, json_ddl)
-    frame = df.select(*internal, *payload)
+    names = tuple(df.select(*payload).columns)
+    # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
+    # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
+    plain = () if all(_PLAIN.fullmatch(n) for n in names) else tuple(f"_p{i}" for i in range(len(names)))
+    frame = df.select(*internal, *([c.alias(n) for c, n in zip(payload, plain, strict=True)] if plain else payload))
     if out.bucketed:
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, "_offset")
     schema_json = described.schema.json()
-    names = tuple(frame.columns[len(internal):])
     fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
                      spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
                      dictionary=_DICTIONARY)
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
-                   decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names,
+                   decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names, payload_columns=plain,
                    dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
     return frame, job
 
