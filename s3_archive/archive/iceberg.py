@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 
 from s3_archive.__init__ import __version__
 from s3_archive.archive.commit import Fault, no_fault
-from s3_archive.archive.job import Slice
+from s3_archive.archive.job import Slice, WriteJob
+from s3_archive.archive.upload import S3Connection
 from s3_archive.archive.write import (
     JSON_COLUMN,
     Output,
@@ -38,13 +39,14 @@ from s3_archive.archive.write import (
     infer_json_ddls,
     read_slices,
     record_bytes,
+    run_write_job,
     with_parsed_json,
 )
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
 from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, S3Endpoint, table_ident, use_catalog, warehouse
-from s3_archive.io.s3 import error_code, read_manifest
-from s3_archive.keys.objects import manifest_key
+from s3_archive.io.s3 import error_code, list_objects, read_manifest
+from s3_archive.keys.objects import dead_letter_stem, manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError, MissingJars
 from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
@@ -113,6 +115,14 @@ def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str, options:
     except Exception as e:  # another attempt created it first
         if "AlreadyExists" not in str(e) and "already exists" not in str(e):
             raise
+
+
+def _rows(df: DataFrame, out: Output, columns: list[Column], topic: str) -> DataFrame:
+    """The table's rows: with dead letters the records whose value decodes (the others are the dead letters'),
+    else every record."""
+    if out.decoding != "bytes" and out.on_error == "dead_letter":
+        return df.where(decodable(out.decoding)).select(*columns)
+    return df.select(*_checked(df, out, columns, topic))
 
 
 def _checked(df: DataFrame, out: Output, columns: list[Column], topic: str) -> list[Column]:
@@ -246,20 +256,50 @@ def _data_files(spark: Any, s3: Any, cfg: ArchiveConfig, ident: str, windows: li
     return out
 
 
+def _dead_letters(spark: Any, kafka_options: dict[str, str], cfg: ArchiveConfig, topic: str, out: Output,
+                  slices: list[Slice], conn: S3Connection) -> dict[str, list[dict[str, Any]]]:
+    """Write the undecodable records of `slices` as dead letters, where the other formats put them
+    (`<prefix>_dead_letter/`, one raw-envelope Parquet object per slice at a key fixed by the window and slice, so
+    a re-run writes the same objects again, never more), before the table's commit. Per window key: the write
+    job's result rows (its dead objects, and per slice the count, bytes, offsets and timestamps of those records)."""
+    job = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
+                   slices=tuple(slices))
+    by_window: dict[str, list[dict[str, Any]]] = {}
+    for r in run_write_job(spark, kafka_options, job, out, None, undecodable_only=True).rows:
+        by_window.setdefault(r["window"], []).append(r)
+    return by_window
+
+
+def _merged(stats: dict[str, Any] | None, dead: list[dict[str, Any]]) -> dict[str, Any]:
+    """A window's table statistics (_stats) plus those of its dead letters: the manifest counts every record."""
+    s = dict(stats or {})
+    for r in (r for r in dead if r["kind"] == "slice"):
+        s["n"] = (s.get("n") or 0) + r["records"]
+        s["bytes"] = (s.get("bytes") or 0) + r["bytes"]
+        s["bad"] = s.get("bad", 0) + (r["bad"] or 0)
+        for k, rk, pick in (("first", "first", min), ("last", "last", max), ("t0", "min_ts", min),
+                            ("t1", "max_ts", max)):
+            values = [v for v in (s.get(k), r[rk]) if v is not None]
+            s[k] = pick(values) if values else None
+    return s
+
+
 def _iso(ms: int | None) -> str | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, lost: list[list[int]],
               stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int | None, attempt: str,
-              objects: list[ManifestObject]) -> Manifest:
-    s = stats or {}
+              objects: list[ManifestObject], dead: list[dict[str, Any]]) -> Manifest:
+    s = _merged(stats, dead)
+    dead_objects = sorted((ManifestObject(key=r["key"], size=r["size"], etag=r["etag"])
+                           for r in dead if r["kind"] == "dead"), key=lambda o: o.key)
     records = s.get("n") or 0
     out = Output.of(cfg)
     return Manifest(
         manifest_version=MANIFEST_VERSION, writer=f"s3-archive {__version__}", topic=topic, partition=w.partition,
         start_offset=w.start, end_offset=w.end, window_key=w.key, format=cfg.format, compression=cfg.codec,
-        envelope=list(out.columns), value_decoding=cfg.value_decoding.type, undecodable_records=0,
+        envelope=list(out.columns), value_decoding=cfg.value_decoding.type, undecodable_records=s.get("bad", 0),
         restorable=cfg.restorable, record_count=records, bytes_read=s.get("bytes") or 0,
         bytes_written=sum(o.size for o in objects),
         first_offset=s.get("first"), last_offset=s.get("last"), min_timestamp_ms=s.get("t0"),
@@ -267,8 +307,8 @@ def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, 
         # the gaps are not listed (only counted): the table's rows are the record
         absent_offsets=[], absent_offsets_truncated=records < w.end - read_start,
         absent_offset_count=w.end - read_start - records, lost_offsets=lost, spark_schema=schema_json,
-        attempt=attempt, committed_at=datetime.now(UTC).isoformat(), objects=objects, iceberg_table=ident,
-        iceberg_snapshot_id=snapshot)
+        attempt=attempt, committed_at=datetime.now(UTC).isoformat(), objects=objects,
+        dead_letter_objects=dead_objects, iceberg_table=ident, iceberg_snapshot_id=snapshot)
 
 
 def _put_manifest(s3: Any, cfg: ArchiveConfig, topic: str, manifest: Manifest) -> tuple[Manifest, bool]:
@@ -286,9 +326,18 @@ def _put_manifest(s3: Any, cfg: ArchiveConfig, topic: str, manifest: Manifest) -
     return manifest, True
 
 
+def _remove_stray_dead_letters(s3: Any, cfg: ArchiveConfig, topic: str, manifest: Manifest) -> None:
+    """Dead letters of the window that its manifest does not list (an earlier attempt's, cut into other slices)."""
+    listed = {o.key for o in manifest.dead_letter_objects}
+    stray = [o["Key"] for o in list_objects(s3, cfg.bucket, dead_letter_stem(cfg.prefix, topic, manifest.window))
+             if o["Key"] not in listed]
+    if stray:
+        s3.delete_objects(Bucket=cfg.bucket, Delete={"Objects": [{"Key": k} for k in stray], "Quiet": True})
+
+
 def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: ArchiveConfig, topic: str,
                    pending: list[tuple[OffsetWindow, int, list[list[int]]]], slices: list[Slice],
-                   endpoint: S3Endpoint, attempt: str, fault: Fault = no_fault,
+                   endpoint: S3Endpoint, attempt: str, fault: Fault = no_fault, conn: S3Connection | None = None,
                    ) -> dict[OffsetWindow, tuple[Manifest, str] | BaseException]:
     """Write `pending` windows ((window, first offset to read, lost ranges)) reading `slices`; per window its
     manifest and outcome (committed | already_committed | committed_by_concurrent_attempt), or what failed it."""
@@ -297,7 +346,10 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
     out = Output.of(cfg)
     windows = [w for w, _, _ in pending]
     results: dict[OffsetWindow, tuple[Manifest, str] | BaseException] = {}
+    dead: dict[str, list[dict[str, Any]]] = {}
     try:
+        if slices and out.decoding != "bytes" and out.on_error == "dead_letter":
+            dead = _dead_letters(spark, kafka_options, cfg, topic, out, slices, conn or S3Connection.of_client(s3))
         df = with_parsed_json(read_slices(spark, kafka_options, topic, slices), out.decoding) if slices else None
         groups: dict[str | None, list[OffsetWindow]] = {out.json_schema: windows}
         if df is not None and out.decoding == "json" and out.json_schema is None:
@@ -312,7 +364,7 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
             if df is None:
                 break
             columns = _stored_columns(df, out, ddl)
-            frame = df.select(*_checked(df, out, columns, topic))
+            frame = _rows(df, out, columns, topic)
             schema = frame.schema.json()
             _ensure_table(spark, ident, frame, cfg.codec, cfg.iceberg or IcebergOptions(),
                           f"{warehouse(cfg)}/{ident.split('.', 1)[1].replace('.', '/')}")
@@ -327,8 +379,10 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: Any, cfg: Arch
         try:
             snapshot, by = done.get(w.key, (None, attempt))  # None: nothing to write (the window was lost)
             draft = _manifest(cfg, topic, w, read_start, lost, stats.get(w.key), schema, ident, snapshot, by,
-                              files.get(w.key, []))
+                              files.get(w.key, []), dead.get(w.key, []))
             manifest, ours = _put_manifest(s3, cfg, topic, draft)
+            if ours and out.on_error == "dead_letter":
+                _remove_stray_dead_letters(s3, cfg, topic, manifest)
             outcome = ("committed" if by == attempt else "already_committed" if w.key in earlier
                        else "committed_by_concurrent_attempt") if ours else "committed_by_concurrent_attempt"
             results[w] = (manifest, outcome)

@@ -90,6 +90,7 @@ class WriteJob:
     decoding: bool = False  # a `_good` column says which records decode
     dead_letter: bool = False  # undecodable records go to dead-letter objects (else: the slice writes nothing)
     payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
+    payload_columns: tuple[str, ...] = ()  # their names in the batches when not `payload` (archive/write.py)
     dead_letter_schema: str = ""  # Spark schema JSON of the raw envelope (`_raw`), for the dead-letter Parquet
     multipart_threshold: int = MULTIPART_THRESHOLD
     part_size: int = PART_SIZE

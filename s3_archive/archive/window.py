@@ -181,7 +181,7 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: Any, cfg: ArchiveConfi
         done = iceberg.commit_windows(spark, kafka.spark_options(), s3, cfg, topic,
                                       [(p.window, p.read_start, p.lost) for p in ready],
                                       [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
-                                      attempt, fault)
+                                      attempt, fault, conn)
         for w, r in done.items():
             results[w] = r if isinstance(r, BaseException) else WindowResult(w, r[0], r[1], time.monotonic() - t0)
         return results

@@ -16,12 +16,14 @@ from functools import partial, reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from s3_archive.archive.buckets import bucket_column
 from s3_archive.archive.encoders import avro_schema
 from s3_archive.archive.job import RESULT_SCHEMA, FormatPlan, JobOutput, Output, Slice, UndecodableValue, WriteJob
 from s3_archive.archive.writer import write_task
 from s3_archive.keys.buckets import BUCKET_COLUMN
+from s3_archive.model.columns import SOURCE_FIELD, stored_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS
 
 # Spark's Kafka consumer fetches at most max.poll.records per poll, each poll costing a seek and a round trip:
@@ -29,6 +31,7 @@ from s3_archive.model.formats import ENVELOPE_COLUMNS
 KAFKA_READ_OPTIONS = {"kafka.max.poll.records": "10000", "kafka.max.partition.fetch.bytes": str(16 << 20),
                       "kafka.fetch.max.bytes": str(64 << 20), "kafka.receive.buffer.bytes": str(4 << 20)}
 _DICTIONARY = ("topic", "partition", "timestamp_type", "headers.list.element.key")
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a column name Spark takes as a reference as it is
 
 
 def _kafka(spark: SparkSession, kafka_options: dict[str, str], topic: str, ranges: dict[int, tuple[int, int]],
@@ -134,18 +137,31 @@ def infer_json_ddls(df: DataFrame, slices: list[Slice]) -> dict[str, str | None]
 
 
 def _stored_columns(df: DataFrame, out: Output, json_ddl: str | None) -> list[Column]:
-    """The kept envelope columns plus the decoded value fields (what parquet/avro/jsonl/json store)."""
+    """The kept envelope columns plus the decoded value fields (what parquet/avro/jsonl/json store).
+
+    Field names come from payloads: two may differ only in case, or hold a backtick or a dot. The decoded struct is
+    cast (positionally) to one with plain field names, each field is taken by that name and aliased to the name
+    it is stored under (`model/columns.py::stored_names`: its own, unless another field or a kept envelope column
+    differs from it only in case). So no payload name is ever resolved by Spark, whatever the session's
+    spark.sql.caseSensitive; a renamed column's metadata keeps the field's own name (SOURCE_FIELD)."""
     cols = [F.col(c).cast("string").alias(c) if c == "value" and out.decoding == "utf8" else F.col(c)
             for c in out.columns]
     if out.decoding == "json" and json_ddl:
         ddl = json_ddl if json_ddl.upper().startswith("STRUCT<") else f"STRUCT<{json_ddl}>"
         decoded = F.try_variant_get(F.col(JSON_COLUMN), "$", ddl)
-        fields = [f.name for f in df.select(decoded.alias("d")).schema["d"].dataType.fields]
+        struct = df.select(decoded.alias("d")).schema["d"].dataType
+        fields = [f.name for f in struct.fields]
         clash = sorted({out.column_prefix + f for f in fields} & set(out.columns))
         if clash:
             raise UndecodableValue(f"decoded value field(s) {clash} clash with envelope columns; set "
                                    "value_decoding.column_prefix (e.g. 'value_') or turn those envelope parts off")
-        cols += [decoded[f].alias(out.column_prefix + f) for f in fields]
+        names = stored_names([out.column_prefix + f for f in fields], out.columns)
+        plain = StructType([StructField(f"_{i}", f.dataType, f.nullable) for i, f in enumerate(struct.fields)])
+        by_position = decoded.cast(plain)
+        for i, f in enumerate(fields):
+            name = names[out.column_prefix + f]
+            meta = {SOURCE_FIELD: f} if name != out.column_prefix + f else None
+            cols.append(by_position[f"_{i}"].alias(name, metadata=meta) if meta else by_position[f"_{i}"].alias(name))
     return cols
 
 
@@ -190,27 +206,34 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     if dead_letter:
         internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
     payload, described = _payload(df, out, json_ddl)
-    frame = df.select(*internal, *payload)
+    names = tuple(df.select(*payload).columns)
+    # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
+    # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
+    plain = () if all(_PLAIN.fullmatch(n) for n in names) else tuple(f"_p{i}" for i in range(len(names)))
+    frame = df.select(*internal, *([c.alias(n) for c, n in zip(payload, plain, strict=True)] if plain else payload))
     if out.bucketed:
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, "_offset")
     schema_json = described.schema.json()
-    names = tuple(frame.columns[len(internal):])
     fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
                      spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
                      dictionary=_DICTIONARY)
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
-                   decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names,
+                   decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names, payload_columns=plain,
                    dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
     return frame, job
 
 
 def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: WriteJob, out: Output,
-                  json_ddl: str | None) -> JobOutput:
-    """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows."""
+                  json_ddl: str | None, undecodable_only: bool = False) -> JobOutput:
+    """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows. `undecodable_only`:
+    only the records whose value does not decode, so the job writes their dead letters and nothing else (format
+    iceberg, whose rows go to the table; its slice rows then count those records only)."""
     df = read_slices(spark, kafka_options, job.topic, job.slices)
     frame, shape = write_frame(df, out, json_ddl)
+    if undecodable_only:
+        frame = frame.where(~F.col("_good"))
     job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
                   multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault)
     rows = [r.asDict() for r in frame.mapInArrow(partial(write_task, job), RESULT_SCHEMA).collect()]

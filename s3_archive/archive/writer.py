@@ -166,7 +166,9 @@ class _SliceWriter:
         else:
             part = self.slice.index if self.slice.count > 1 else 0
             runs = [((part, 0), 0, n)]
-        table = pa.Table.from_batches([b]).select(list(job.payload))
+        table = pa.Table.from_batches([b]).select(list(job.payload_columns or job.payload))
+        if job.payload_columns:
+            table = table.rename_columns(list(job.payload))
         for part_id, a, z in runs:
             if st.open is None or part_id != st.part_id:
                 if st.open is not None:

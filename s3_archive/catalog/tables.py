@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +13,7 @@ from s3_archive.catalog.mappings import mapping
 from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.model.columns import SOURCE_FIELD, column_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 if TYPE_CHECKING:
@@ -75,35 +75,6 @@ def table_columns(cfg: ArchiveConfig) -> list[dict[str, str]]:
     return cols
 
 
-# A column (or struct field) name Athena's DDL takes as it is: lowercase letters, digits and _ (its documented rule;
-# Hive folds case, so `userId` is `userid`).
-_COLUMN = re.compile(r"[a-z_][a-z0-9_]{0,254}")
-
-
-def column_names(names: Sequence[str], taken: Iterable[str] = ()) -> dict[str, str]:
-    """Each field name (from record payloads: anything) -> a column name matching `_COLUMN`, never one of `taken`
-    and never another's after case folding. A valid name is kept (lowercased); any other is renamed: accents
-    dropped, every other character outside a-z 0-9 _ made `_`, `_` before a leading digit, `field` when nothing is
-    left, `_2`, `_3`, ... against a clash. Names valid as they are go first, then valid ones in another case, so
-    renaming another field never takes theirs and the choice does not depend on the fields' order."""
-    used = {t.lower() for t in taken}
-    out: dict[str, str] = {}
-    for name in sorted(dict.fromkeys(names), key=lambda n: (not _COLUMN.fullmatch(n.lower()), n != n.lower(), n)):
-        base = name.lower()
-        if not _COLUMN.fullmatch(base):
-            ascii_ = unicodedata.normalize("NFKD", base).encode("ascii", "ignore").decode()
-            base = re.sub(r"[^a-z0-9_]", "_", ascii_)
-            base = base if re.search("[a-z0-9]", base) else "field"
-            base = ("_" + base if base[0].isdigit() else base)[:240]
-        candidate, n = base, 1
-        while candidate in used:
-            n += 1
-            candidate = f"{base}_{n}"
-        used.add(candidate)
-        out[name] = candidate
-    return {n: out[n] for n in dict.fromkeys(names)}
-
-
 def hive_type(data_type: DataType) -> str:
     """A Spark type (pyspark.sql.types, as parsed from a manifest's `schema`) as a Hive/Glue column type. Struct
     field names come from record payloads: each is a valid name or renamed (`column_names`), so no name can change
@@ -149,9 +120,9 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
     Spark JSON), in order of first appearance; envelope columns are not repeated. A field whose type differs
     between windows keeps its first type (Glue has one type per column). A field name that is not a valid column name
     (spaces, quotes, backticks, `;`, non-ASCII, a leading digit, a clash after case folding) is renamed
-    (`column_names`) and its comment gives the field's own name; nothing from a payload reaches DDL unchecked.
-    Also returns the schemas that do not parse (manifest key -> why), for the caller to report: their fields are
-    not columns."""
+    (`column_names`) and its comment gives the field's own name, as does the comment of a column the archive
+    stored renamed (`model/columns.py::stored_names`); nothing from a payload reaches DDL unchecked. Also returns
+    the schemas that do not parse (manifest key -> why), for the caller to report: their fields are not columns."""
     envelope = {c for c, _ in ENVELOPE_COLUMNS}
     fields: dict[str, StructField] = {}
     skipped: dict[str, str] = {}
@@ -171,8 +142,11 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
     out = []
     for name, f in fields.items():
         comment = "decoded from the record value (value_decoding: json)"
-        if names[name] != name.lower():
-            shown = json.dumps(name)  # ASCII, one line; cut to stay within Glue's 255-character comment
+        # The archive stored the field under another name (archive/write.py): its own is in the column's metadata.
+        source = (f.metadata or {}).get(SOURCE_FIELD)
+        source = source if isinstance(source, str) else None
+        if names[name] != name.lower() or source is not None:
+            shown = json.dumps(source or name)  # ASCII, one line; cut to stay within Glue's 255-character comment
             shown = shown if len(shown) <= 160 else shown[:156] + '..."'
             comment = f"decoded from the record value field {shown} (value_decoding: json); renamed"
         out.append({"Name": names[name], "Type": hive_type(f.dataType), "Comment": comment})

@@ -287,9 +287,6 @@ class ArchiveConfig(StrictModel):
                              f"{self.format!r}: S3 must not expire or archive files under an Iceberg table (its "
                              "metadata would point to missing or unreadable files); old snapshots and orphan "
                              "files go through Iceberg's snapshot expiration instead")
-        if self.value_decoding.on_error == "dead_letter":
-            raise ValueError(f"value_decoding.on_error 'dead_letter' is not supported for format {self.format!r} "
-                             "yet; allowed: 'fail'")
 
     @property
     def restorable(self) -> bool:

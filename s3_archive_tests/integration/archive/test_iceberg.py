@@ -22,7 +22,7 @@ from s3_archive_tests.conftest import BUCKET
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest
 from s3_archive_tests.integration.restore.test_restore import body, consume_all
-from s3_archive_tests.kafka_helpers import Rec, create_topic, produce
+from s3_archive_tests.kafka_helpers import Rec, create_topic, parquet_records, produce
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +179,48 @@ def test_an_undecodable_value_fails_the_window_before_the_commit(spark, kafka, s
     assert f"topic {topic!r} partition 0 offset 1: the value is not a UTF-8 JSON object" in str(r)
     assert manifest(s3, cfg, topic, window) is None
     assert spark.table(table_ident(cfg, topic)).count() == 0
+
+
+def test_dead_letters_go_beside_the_table_and_restore_merges_them_in(spark, kafka, s3, services, endpoint, unique):
+    """on_error dead_letter: the rows that decode go to the table, the others to `<prefix>_dead_letter/` like the
+    other formats', in the same window commit (the manifest lists both); a re-run after a lost manifest writes
+    neither again; restore gives every record back in offset order. Payload fields that differ only in case are
+    two columns (`ID` stored as `id_2`)."""
+    topic = create_topic(kafka, f"ice-dlq-{unique}")
+    values = [b'{"id": 1, "ID": "one"}', b"\xff not json", b'{"id": 2}', b"[1, 2]", b'{"ID": "three", "id": 3}']
+    sent = produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(values)])
+    cfg = archive_config(BUCKET, topic, f"ice-dlq-{unique}/", format="iceberg",
+                         value_decoding={"type": "json", "on_error": "dead_letter"})
+    windows = [OffsetWindow(0, 0, 3), OffsetWindow(0, 3, 5)]
+    first = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
+    assert [r.outcome for r in first.values()] == ["committed", "committed"]
+    table = _table(services, cfg, topic)
+    good = [r for r in sent if r.offset in (0, 2, 4)]
+    assert _rows(table) == good
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["id"], r["id_2"]) for r in rows] == [(1, "one"), (2, None), (3, "three")]
+    dead_keys = []
+    for w, bad in zip(windows, ([1], [3]), strict=True):
+        m = manifest(s3, cfg, topic, w)
+        assert m.undecodable_records == 1 and m.record_count == w.end - w.start and m.absent_offset_count == 0
+        assert (m.first_offset, m.last_offset) == (w.start, w.end - 1)
+        [dead] = m.dead_letter_objects
+        assert dead.key.startswith(f"{cfg.prefix}_dead_letter/{topic}/kafka_partition=0/")
+        assert parquet_records(s3.get_object(Bucket=BUCKET, Key=dead.key)["Body"].read()) == [sent[i] for i in bad]
+        assert verify_manifest(s3, BUCKET, m) == []
+        dead_keys.append(dead.key)
+
+    # a crash after the snapshot, before the manifest: the re-run finds the snapshot, writes the same dead letters
+    s3.delete_object(Bucket=BUCKET, Key=manifest_key(cfg.prefix, topic, windows[0]))
+    again = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
+    assert [r.outcome for r in again.values()] == ["already_committed", "already_committed"]
+    assert [o.key for o in again[windows[0]].manifest.dead_letter_objects] == dead_keys[:1]
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{cfg.prefix}_dead_letter/")["Contents"]
+    assert sorted(o["Key"] for o in listed) == sorted(dead_keys)
+    table = _table(services, cfg, topic)
+    assert _rows(table) == good and len(_window_snapshots(table)) == 1
+
+    target = create_topic(kafka, f"ice-dlq-target-{unique}")
+    reports = list(restore_windows(kafka, s3, BUCKET, cfg.prefix, RestoreRequest(topic, target), windows, log))
+    assert sum(r.restored for r in reports) == len(sent)
+    assert [g.body for g in consume_all(kafka, target)[0]] == [body(r) for r in sent]

@@ -48,6 +48,7 @@ from s3_archive.defs.catalog.assets import build_catalog_defs, catalog_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.buckets import render_path
+from s3_archive.model.columns import SOURCE_FIELD
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 pytestmark = pytest.mark.unit
@@ -332,6 +333,16 @@ def test_payload_field_names_become_valid_column_names_and_never_reach_ddl_raw()
     assert "DROP TABLE" not in ddl.replace("'decoded from the record value field \"x; DROP TABLE t; --\"", "")
     spark_names = re.findall(r"(?:^|, )`((?:[^`]|``)*)` ", spark_schema_ddl(table))
     assert spark_names == [col["Name"] for col in table["StorageDescriptor"]["Columns"] + table["PartitionKeys"]]
+
+
+def test_a_column_the_archive_stored_renamed_keeps_its_name_and_says_which_field_it_holds():
+    # archive/write.py stores `ID` next to `id` as `id_2` (model/columns.py::stored_names), its own name in metadata
+    schema = json.dumps({"type": "struct", "fields": [
+        field("id", "long"), {**field("id_2", "string"), "metadata": {SOURCE_FIELD: "ID"}}, field("userId", "long")]})
+    cols, _ = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), {"m.json": schema})
+    assert [(c["Name"], c["Type"]) for c in cols] == [("id", "bigint"), ("id_2", "string"), ("userid", "bigint")]
+    assert cols[1]["Comment"] == 'decoded from the record value field "ID" (value_decoding: json); renamed'
+    assert cols[0]["Comment"] == cols[2]["Comment"] == "decoded from the record value (value_decoding: json)"
 
 
 def test_merging_with_a_table_whose_columns_kept_their_case_gives_one_column_per_name():

@@ -46,7 +46,6 @@ def test_jdbc_catalog_and_warehouse():
     ({"iceberg": {"warehouse": "s3://other/x"}}, "must be in the archive.s bucket"),
     ({"max_records_per_object": 10}, "max_records_per_object does not apply to format 'iceberg'"),
     ({"layout": {}}, "layout does not apply to format 'iceberg'"),
-    ({"value_decoding": {"type": "json", "on_error": "dead_letter"}}, "'dead_letter' is not supported"),
     ({"envelope": {"metadata": False}}, "needs envelope.metadata"),
     ({"lifecycle": {"expiration_days": 30}}, "S3 must not expire or archive files under an Iceberg table"),
     ({"iceberg": {"warehouse": "s3://b-1/arch/orders.v1/t"}}, "under topic 'orders.v1'"),
@@ -64,6 +63,11 @@ def test_partition_transforms_accepted():
                value_decoding={"type": "json", "json_schema": "region STRING", "column_prefix": "v_"})
     assert cfg.iceberg.partition_columns() == ["partition", "timestamp", "key", "v_region"]
     assert _cfg(iceberg={"partition_by": []}).iceberg.partition_by == []
+
+
+def test_dead_letters_accepted():
+    cfg = _cfg(value_decoding={"type": "json", "on_error": "dead_letter"})
+    assert cfg.value_decoding.on_error == "dead_letter" and cfg.restorable
 
 
 def test_iceberg_options_only_with_format_iceberg():
