@@ -7,7 +7,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,10 +34,8 @@ RESTORABLE_FORMATS = tuple(name for name, spec in FORMATS.items() if spec.lossle
 
 _OFFSET = operator.itemgetter(1)  # a record's offset
 
-# Objects up to this size are downloaded with one GET (larger ones in ranged parts, in threads), in chunks of
-# COPY_CHUNK bytes.
+# Objects up to this size are downloaded with one GET (larger ones in ranged parts, in threads).
 ONE_GET_BYTES = 256 << 20
-COPY_CHUNK = 1 << 20
 
 
 def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
@@ -72,24 +69,23 @@ def parallel_map(fn: Callable[[Any], Any], items: list[Any], threads: int = 8) -
         return list(pool.map(fn, items))
 
 
+def _transfer_config() -> Any:
+    from boto3.s3.transfer import TransferConfig  # boto3 is imported where a run uses it (docs/architecture.md)
+
+    return TransferConfig(multipart_threshold=ONE_GET_BYTES)
+
+
 def spool(s3: Any, bucket: str, obj: ManifestObject) -> Any:
     """The object downloaded to a temporary file (not memory), its size checked against the manifest's; the
     caller closes it."""
     key = obj.key
     f = tempfile.TemporaryFile(prefix="s3-archive-restore-")
     try:
-        if obj.size <= ONE_GET_BYTES:
-            # One GET streamed to the file: a restore reads ~50 MB/s, which one connection carries, and the next
-            # object downloads meanwhile (Prefetch). Ranged parts cost more requests and CPU on both ends (moto
-            # even reads the whole object for each part).
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"]
-            try:
-                shutil.copyfileobj(body, f, COPY_CHUNK)
-            finally:
-                body.close()
-        else:
-            s3.download_fileobj(bucket, key, f)
-        # Not f.tell(): a multipart download (objects over 8 MB) writes its ranges out of order, so the position
+        # One GET up to ONE_GET_BYTES: a restore reads ~50 MB/s, which one connection carries, and the next object
+        # downloads meanwhile (Prefetch); ranged parts cost more requests and CPU on both ends (moto even reads the
+        # whole object for each part). Through the transfer manager either way: it retries a body cut off midway.
+        s3.download_fileobj(bucket, key, f, Config=_transfer_config())
+        # Not f.tell(): a ranged download (objects over ONE_GET_BYTES) writes its parts out of order, so the position
         # after the last write need not be the end.
         size = f.seek(0, 2)
         if size != obj.size:

@@ -1,49 +1,48 @@
-"""Downloading an archived object for a restore (restore/sources.py `spool`)."""
+"""Downloading an archived object for a restore (restore/sources.py `spool`), against moto in-process."""
 
 from __future__ import annotations
 
-import io
-
+import boto3
 import pytest
+from moto import mock_aws
 
+import s3_archive.restore.sources as sources
 from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.manifest import ManifestObject
 from s3_archive.restore.sources import spool
 
 pytestmark = pytest.mark.unit
 
-
-class _S3:
-    """Enough of an S3 client for `spool`: objects in memory, GETs counted."""
-
-    def __init__(self, objects: dict[str, bytes]) -> None:
-        self.objects, self.gets = objects, []
-
-    def get_object(self, Bucket: str, Key: str) -> dict:  # noqa: N803 - boto3's names
-        self.gets.append(Key)
-        return {"Body": io.BytesIO(self.objects[Key])}
+DATA = bytes(range(256)) * 40_000  # 10 MB: over the transfer manager's default 8 MB multipart threshold
 
 
-def test_an_object_is_one_get_streamed_to_a_file_and_its_size_is_checked():
-    data = bytes(range(256)) * 12_000  # 3 MB: more than one copy chunk
-    s3 = _S3({"a": data})
-    with spool(s3, "b", ManifestObject(key="a", size=len(data), etag="x")) as f:
-        assert f.read() == data
-    assert s3.gets == ["a"]
-    with pytest.raises(ArchiveIntegrityError, match=f"is {len(data)} bytes, its manifest says 5"):
-        spool(s3, "b", ManifestObject(key="a", size=5, etag="x"))
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="restore-b")
+        client.put_object(Bucket="restore-b", Key="a", Body=DATA)
+        gets: list[str | None] = []  # the Range header of each GetObject sent
+
+        def seen(request, **_):
+            rng = request.headers.get("Range")
+            gets.append(rng.decode() if isinstance(rng, bytes) else rng)
+
+        client.meta.events.register("before-send.s3.GetObject", seen)
+        client.gets = gets
+        yield client
 
 
-def test_an_object_over_the_one_get_size_goes_through_the_transfer_manager(monkeypatch):
-    import s3_archive.restore.sources as sources
+def test_an_object_is_one_get_and_its_size_is_checked(s3):
+    with spool(s3, "restore-b", ManifestObject(key="a", size=len(DATA), etag="x")) as f:
+        assert f.read() == DATA
+    assert s3.gets == [None]  # one GET of the whole object, no ranges
+    with pytest.raises(ArchiveIntegrityError, match=f"is {len(DATA)} bytes, its manifest says 5"):
+        spool(s3, "restore-b", ManifestObject(key="a", size=5, etag="x"))
 
-    class Ranged(_S3):
-        def download_fileobj(self, bucket: str, key: str, f) -> None:
-            self.gets.append(("ranged", key))
-            f.write(self.objects[key])
 
-    monkeypatch.setattr(sources, "ONE_GET_BYTES", 2)
-    s3 = Ranged({"big": b"abc"})
-    with spool(s3, "b", ManifestObject(key="big", size=3, etag="x")) as f:
-        assert f.read() == b"abc"
-    assert s3.gets == [("ranged", "big")]
+def test_an_object_over_the_one_get_size_is_read_in_ranged_parts(s3, monkeypatch):
+    monkeypatch.setattr(sources, "ONE_GET_BYTES", 1 << 20)
+    with spool(s3, "restore-b", ManifestObject(key="a", size=len(DATA), etag="x")) as f:
+        assert f.read() == DATA
+    assert len(s3.gets) > 1 and all(r and r.startswith("bytes=") for r in s3.gets), s3.gets
