@@ -221,14 +221,10 @@ def target_partition_count(kafka: KafkaResource, topic: str) -> int:
                              "choose)") from None
 
 
-def target_warnings(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -> list[str]:
-    """Target topic settings that would silently change restored records (best effort: needs DescribeConfigs)."""
-    return target_checks(kafka, topic, manifests)[0]
-
-
 def target_checks(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -> tuple[list[str], int]:
-    """`target_warnings`, and the target's retention.ms (-1: unlimited or not known) for records whose age is
-    only known once they are read (a sink's objects)."""
+    """Warnings about target topic settings that would silently change restored records (best effort: needs
+    DescribeConfigs), and the target's retention.ms (-1: unlimited or not known) for records whose age is only
+    known once they are read (a sink's objects)."""
     try:
         res = ConfigResource("TOPIC", topic)
         admin = kafka.admin()  # keep a reference: a collected client never resolves its futures

@@ -154,9 +154,8 @@ def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, lo
         try:
             for batch in batches:
                 if not said and len(batch):
-                    oldest = min(batch.timestamps)
-                    if oldest <= 0:  # timestamps librdkafka replaces with "now" are not at risk
-                        oldest = min((t for t in batch.timestamps if t > 0), default=None)
+                    # timestamps <= 0 are replaced with "now" by librdkafka: not at risk
+                    oldest = min((t for t in batch.timestamps if t > 0), default=None)
                     if oldest is not None and oldest < time.time() * 1000 - retention_ms:
                         said.append(True)
                         log.warning(retention_warning(target, retention_ms, oldest,

@@ -178,8 +178,8 @@ def test_cold_options_are_checked():
 
 def test_target_config_that_cannot_be_read_is_said_not_swallowed():
     from s3_archive.io.kafka import KafkaResource
-    from s3_archive.restore.kafka import target_warnings
+    from s3_archive.restore.kafka import target_checks
 
     nowhere = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_s=1)
-    [warning] = target_warnings(nowhere, "t", [{"min_timestamp_ms": 0}])
+    [warning], _ = target_checks(nowhere, "t", [{"min_timestamp_ms": 0}])
     assert warning.startswith("could not read the config of target topic 't' (") and "not checked" in warning
