@@ -41,6 +41,10 @@ appender.file.name = file
 appender.file.fileName = {dir}/spark.log
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{UNIX_MILLIS}} [%t] %c: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = info
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = info
 logger.cc.name = org.apache.kafka.clients.consumer.ConsumerConfig
 logger.cc.level = warn
 logger.ac.name = org.apache.kafka.clients.admin.AdminClientConfig
@@ -333,7 +337,7 @@ def timeline(d: Path) -> dict[str, Any]:
     rows += [(e["t"], f"driver: {e['event']}" + (f" [{e['thread']}]" if e["thread"] != "MainThread" and
                                                   e["thread"] != "main" else "")) for e in drv["events"]]
     if drv.get("jvm"):
-        rows.append((drv["jvm"]["start"], "JVM process started (/proc, ±10 ms)"))
+        rows.append((drv["jvm"]["start"], "spark-submit process started (/proc, ±10 ms; java execs into it)"))
     cl, counts = _classload(d)
     rows += cl
     rows += _eventlog(d)
@@ -348,6 +352,14 @@ def timeline(d: Path) -> dict[str, Any]:
             "cds_log": [ln for ln in cds if re.search(r"(?i)open|mapped|archive|error|fail|mismatch|disab", ln)][:12]}
 
 
+def _print(tl: dict[str, Any], tree: str) -> None:
+    print(json.dumps({"tree": tree, "dir": tl["dir"], "run_s": round(tl["result"]["seconds"], 2),
+                      "process_to_done_s": round(tl["result"]["process_to_done_s"], 2), "classes": tl["classes"],
+                      "codegen_compiles": tl["codegen_compiles"], "codegen_ms": tl["codegen_ms"],
+                      "cds_log": tl["cds_log"]}), flush=True)
+    print("\n".join(f"  {t:7.3f}  {label}" for t, label in tl["timeline"]), flush=True)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _child(json.loads(sys.argv[2]), Path(sys.argv[3]))
@@ -360,7 +372,7 @@ def main() -> None:
     ap.add_argument("--parse", default="", help="only print the timeline of an earlier run's directory")
     args = ap.parse_args()
     if args.parse:
-        print(json.dumps(timeline(Path(args.parse)), indent=1))
+        _print(timeline(Path(args.parse)), "")
         return
     from bench import workload as wl
     from bench.run import BUCKET
@@ -380,12 +392,13 @@ def main() -> None:
             for k, tree in enumerate(trees):
                 d = out / f"run{i}-tree{k}"
                 run_once(tree, stack, d, args.xshare_on)
-                tl = timeline(d)
+                try:
+                    tl = timeline(d)
+                except Exception as e:  # the logs stay: `--parse DIR` once this is mended
+                    print(json.dumps({"tree": str(tree), "dir": str(d), "parse_error": repr(e)}), flush=True)
+                    continue
                 (d / "timeline.json").write_text(json.dumps(tl, indent=1))
-                print(json.dumps({"tree": str(tree), "dir": str(d), "run_s": round(tl["result"]["seconds"], 2),
-                                  "process_to_done_s": round(tl["result"]["process_to_done_s"], 2),
-                                  "classes": tl["classes"], "codegen_ms": tl["codegen_ms"]}), flush=True)
-                print("\n".join(f"  {t:7.3f}  {label}" for t, label in tl["timeline"]), flush=True)
+                _print(tl, str(tree))
 
 
 if __name__ == "__main__":
