@@ -186,7 +186,8 @@ def _jvm_extra(d: Path, xshare_on: bool) -> str:
     opts = [f"-Dlog4j2.configurationFile=file:{d}/log4j2.properties",
             f"-Xlog:class+load=info:file={d}/classload.log:timemillis,uptimemillis",
             f"-Xlog:cds=info,class+path=info:file={d}/cds.log:timemillis,uptimemillis",
-            f"-Xlog:startuptime=info:file={d}/startup.log:timemillis,uptimemillis"]
+            f"-Xlog:startuptime=info:file={d}/startup.log:timemillis,uptimemillis",
+            f"-Xlog:gc=info,safepoint=info:file={d}/gc.log:timemillis,uptimemillis"]
     if xshare_on:
         opts.append("-Xshare:on")
     return " ".join(opts)
@@ -346,9 +347,12 @@ def timeline(d: Path) -> dict[str, Any]:
     rows += _workers(d)
     rows.sort()
     cds = (d / "cds.log").read_text(errors="replace").splitlines() if (d / "cds.log").exists() else []
+    gc = (d / "gc.log").read_text(errors="replace") if (d / "gc.log").exists() else ""
+    pauses = [float(ms) for ms in re.findall(r"Pause.* ([\d.]+)ms$", gc, re.M)]
     return {"dir": str(d), "result": drv["result"], "java_options": drv["java_options"],
             "timeline": [(round(t - t0, 3), label) for t, label in rows], "classes": counts,
             "codegen_compiles": len(codegen), "codegen_ms": round(codegen_ms, 1),
+            "gc_pauses": len(pauses), "gc_pause_ms": round(sum(pauses), 1),
             "cds_log": [ln for ln in cds if re.search(r"(?i)open|mapped|archive|error|fail|mismatch|disab", ln)][:12]}
 
 
@@ -356,6 +360,7 @@ def _print(tl: dict[str, Any], tree: str) -> None:
     print(json.dumps({"tree": tree, "dir": tl["dir"], "run_s": round(tl["result"]["seconds"], 2),
                       "process_to_done_s": round(tl["result"]["process_to_done_s"], 2), "classes": tl["classes"],
                       "codegen_compiles": tl["codegen_compiles"], "codegen_ms": tl["codegen_ms"],
+                      "gc_pauses": tl["gc_pauses"], "gc_pause_ms": tl["gc_pause_ms"],
                       "cds_log": tl["cds_log"]}), flush=True)
     print("\n".join(f"  {t:7.3f}  {label}" for t, label in tl["timeline"]), flush=True)
 
