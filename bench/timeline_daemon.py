@@ -1,6 +1,7 @@
 """PySpark's worker daemon with timestamps, for bench/timeline.py (`spark.python.daemon.module`): the daemon's own
 start, each forked worker's start, the task's command unpickled (which imports the write path), the first Arrow
-batch in, the first result out, every S3 call, the task's end. One JSON line per event in
+batch in, the first result out, the task's end; S3 calls only in a worker that had botocore's client module
+imported when its task was unpickled (a reused one: the first task imports boto3 later, so its PUT is not stamped). One JSON line per event in
 `$S3A_TIMELINE_DIR/worker-<pid>.jsonl`, wall-clock seconds.
 
 Then it runs the tree's own daemon (`s3_archive.io.pyspark_daemon.main`), so whatever that does before it forks
