@@ -166,3 +166,54 @@ def test_only_windows_nothing_else_numbers_are_split():
     assert splittable(None, False, "parquet") and not splittable(None, True, "parquet")
     assert not splittable(None, False, "bytes") and not splittable(by_key, False, "parquet")
     assert splittable(OutputLayout(), False, "jsonl")
+
+
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def _records(rnd: random.Random, n: int) -> tuple[list, list, list]:
+    keys = [rnd.choice([None, b"", b"k" * rnd.randrange(1, 40)]) for _ in range(n)]
+    values = [rnd.choice([None, b"v" * rnd.randrange(0, 900)]) for _ in range(n)]
+    headers = [rnd.choice([None, [], [{"key": "\u00e9" * rnd.randrange(0, 4), "value": rnd.choice([None, b"xy"])}
+                                      for _ in range(rnd.randrange(1, 4))]]) for _ in range(n)]
+    return keys, values, headers
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 50), st.integers(0, 2**31), st.integers(0, 10))
+def test_record_sizes_from_arrow_are_key_value_and_header_bytes(n, seed, cut):
+    rnd = random.Random(seed)
+    keys, values, headers = _records(rnd, n)
+    cut = min(cut, n - 1)  # a sliced batch, as Spark's batches may be cut by the task
+    cols = [pa.array(keys, pa.binary()).slice(cut), pa.array(values, pa.binary()).slice(cut),
+            pa.array(headers, _HEADERS).slice(cut)]
+    expected = [len(k or b"") + len(v or b"") + sum(len(h["key"].encode()) + len(h["value"] or b"") for h in hs or [])
+                for k, v, hs in zip(keys[cut:], values[cut:], headers[cut:], strict=True)]
+    assert writer_mod.record_sizes(*cols).to_pylist() == expected
+
+
+def test_a_payload_sized_job_rotates_and_counts_as_one_with_rec_bytes():
+    rnd = random.Random(3)
+    n = 40
+    keys, values, headers = _records(rnd, n)
+    sizes = writer_mod.record_sizes(pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                                    pa.array(headers, _HEADERS)).to_pylist()
+    window = OffsetWindow(0, 0, n)
+    table = pa.table({"_partition": [0] * n, "_offset": list(range(n)), "_ts": [1000 + o for o in range(n)],
+                      "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
+                      "headers": pa.array(headers, _HEADERS),
+                      "_line": [json.dumps({"o": o}).encode() for o in range(n)]})
+    payload = ("key", "value", "headers", "_line")  # the lines stand in for the Parquet encoder (no file here)
+    plan = FormatPlan("jsonl", "none", ".jsonl")
+    job = WriteJob(topic="t", bucket="b", prefix="p/", fmt=plan, conn=S3Connection(),
+                   slices=(Slice(window, 0, n),), payload=payload, max_bytes=3000, sizes_from_payload=True)
+    rows = _run(job, table.to_batches(max_chunksize=7))
+    stored = dict(FakeUpload.store)
+    with_column = table.append_column("_rec_bytes", pa.array(sizes, pa.int64()))
+    reference = _run(WriteJob(topic="t", bucket="b", prefix="p/", fmt=plan, conn=S3Connection(),
+                              slices=(Slice(window, 0, n),), payload=payload, max_bytes=3000),
+                     with_column.to_batches(max_chunksize=7))
+    assert [(r["kind"], r["key"], r["records"], r["bytes"]) for r in rows] == \
+        [(r["kind"], r["key"], r["records"], r["bytes"]) for r in reference]
+    assert [r for r in rows if r["kind"] == "slice"][0]["bytes"] == sum(sizes)
+    assert sum(r["kind"] == "object" for r in rows) > 1 and stored == FakeUpload.store
