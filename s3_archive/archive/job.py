@@ -92,7 +92,6 @@ class WriteJob:
     payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
     payload_columns: tuple[str, ...] = ()  # their names in the batches when not `payload` (archive/write.py)
     dead_letter_schema: str = ""  # Spark schema JSON of the raw envelope (`_raw`), for the dead-letter Parquet
-    sizes_from_payload: bool = False  # no `_rec_bytes` column: the task sums the payload's key, value and headers
     multipart_threshold: int = MULTIPART_THRESHOLD
     part_size: int = PART_SIZE
     fault: str | None = None  # tests: "object:<n>" raises after n objects, "mid_upload" kills the worker

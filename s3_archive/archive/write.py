@@ -195,13 +195,8 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     the output: payload names, schemas, format plan."""
     df = with_parsed_json(df, out.decoding)
     good = decodable(out.decoding)
-    payload, described = _payload(df, out, json_ddl)
-    names = tuple(df.select(*payload).columns)
-    # The payload holds the record's key, value and headers as they are (parquet, avro; utf8 keeps the value's
-    # bytes): the task sums their lengths from the Arrow buffers, cheaper than a projection on the task's JVM thread.
-    sized = {"key", "value", "headers"} <= set(out.columns) & set(names) and out.fmt.name in ("parquet", "avro")
     internal = [F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
-                F.unix_millis("timestamp").alias("_ts"), *([] if sized else [record_bytes().alias("_rec_bytes")])]
+                F.unix_millis("timestamp").alias("_ts"), record_bytes().alias("_rec_bytes")]
     if out.decoding != "bytes":
         internal.append(good.alias("_good"))
     if out.layout is not None:
@@ -210,6 +205,8 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     dead_letter = out.decoding != "bytes" and out.on_error == "dead_letter"
     if dead_letter:
         internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
+    payload, described = _payload(df, out, json_ddl)
+    names = tuple(df.select(*payload).columns)
     # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
     # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
     plain = () if all(_PLAIN.fullmatch(n) for n in names) else tuple(f"_p{i}" for i in range(len(names)))
@@ -224,8 +221,7 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
                    decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names, payload_columns=plain,
-                   dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "",
-                   sizes_from_payload=sized)
+                   dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
     return frame, job
 
 

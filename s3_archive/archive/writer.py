@@ -2,8 +2,7 @@
 offset, when the layout splits a window by record content) become the window's objects at their final keys, and
 the slice's statistics. `write_task` is what `DataFrame.mapInArrow` runs (archive/write.py).
 
-Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms), `_rec_bytes` (key + value + header bytes; computed
-here from the payload instead when it holds them: `WriteJob.sizes_from_payload`),
+Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms), `_rec_bytes` (key + value + header bytes),
 `_good` (the value decodes; with value decoding), `_bucket` (with a layout), `_raw` (the raw envelope of an
 undecodable record, with dead letters), and the stored columns (`WriteJob.payload`: the envelope and decoded
 fields, or `_line` for the text formats, or `value` for bytes).
@@ -281,29 +280,6 @@ class _SliceWriter:
             "absent": json.dumps(absent), "absent_truncated": truncated, "committed": self.committed})
 
 
-def _lengths(col: pa.Array) -> pa.Array:
-    return pc.fill_null(pc.binary_length(col), 0).cast(pa.int64())
-
-
-def record_sizes(key: pa.Array, value: pa.Array, headers: pa.Array) -> pa.Array:
-    """key + value + header bytes of each record (what `_rec_bytes` holds otherwise), from the Arrow buffers: the
-    header bytes of a row are the difference of the running sum of name + value lengths at its list offsets."""
-    names, values = headers.values.flatten()
-    each = pc.add(_lengths(names), _lengths(values))
-    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)])
-    at = pc.take(running, headers.offsets)  # absolute offsets into headers.values (a sliced array's included)
-    per_row = pc.subtract(at.slice(1), at.slice(0, len(headers)))
-    if headers.null_count:
-        per_row = pc.if_else(headers.is_valid(), per_row, 0)
-    return pc.add(pc.add(_lengths(key), _lengths(value)), per_row)
-
-
-def _with_sizes(job: WriteJob, batch: pa.RecordBatch) -> pa.RecordBatch:
-    name = dict(zip(job.payload, job.payload_columns or job.payload, strict=True))
-    sizes = record_sizes(*(batch.column(name[c]) for c in ("key", "value", "headers")))
-    return batch.append_column("_rec_bytes", sizes)
-
-
 def _result_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
     fields = [pa.field(f.split(" ")[0], types[f.split(" ")[1]]) for f in RESULT_SCHEMA.split(", ")]
@@ -321,8 +297,6 @@ def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
-                if job.sizes_from_payload:
-                    batch = _with_sizes(job, batch)
                 parts = batch.column("_partition").to_numpy()
                 offsets = batch.column("_offset").to_numpy()
                 # A task reads one slice (archive/write.py); split the batch anyway wherever the slice changes.
