@@ -228,6 +228,8 @@ def main() -> None:
                     f"{', min_partitions ' + str(arm.min_partitions) if arm.min_partitions else ''}): warm-up "
                     f"archive {out['seconds']:.2f} s, JVM pid {arm.jvm}")
                 wl.empty_prefix(s3, BUCKET, f"warmup-{arm.name}/")
+            if "count" in contenders:
+                arms[0].call(cmd="spark_read", topic=TOPIC, windows=wlist)  # its own code paths warm too
             acct = Accountant(broker.pid or 0, moto.proc.pid if moto.proc else 0, arms)
             for r in range(args.rounds):
                 say(f"round {r + 1}/{args.rounds}, load average {os.getloadavg()}")
