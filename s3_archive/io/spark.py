@@ -98,7 +98,7 @@ class SparkResource(dg.ConfigurableResource):
     local_slots_per_core: int = Field(default=2, ge=1, description="`local[*]`: task slots per core (local[N] "
                                       "with N = slots x cores): a task's thread waits for Kafka fetches and for its "
                                       "Python worker, so more tasks than cores keep the cores busy (bench/"
-                                      "profile_notes.md: 1.16x at make bench's shape with 2 per core)")
+                                      "profile_notes.md: 1.08x median at make bench's shape with 2 per core)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: Any = PrivateAttr(default=None)  # dagster_pyspark's LazyPySparkResource, made on first use
 
