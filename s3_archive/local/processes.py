@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,9 +73,11 @@ def tied_to_parent(cmd: list[str]) -> list[str]:
 def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None, detached: bool = False,
           ) -> subprocess.Popen:
     """Start a child in its own session (so stopping it also stops its children) with output to a log file.
-    Unless `detached`, it is tied to this process (`tied_to_parent`): a test session or benchmark killed before
-    its teardown leaves no server behind. `s3-archive local up` starts detached servers, which outlive it."""
-    if not detached:
+    Unless `detached`, a child started from the main thread is tied to this process (`tied_to_parent`): a test
+    session or benchmark killed before its teardown leaves no server behind. One started from another thread is
+    not (the signal would come when that thread ends, e.g. a test's thread restarting a broker). `s3-archive
+    local up` starts detached servers, which outlive it."""
+    if not detached and threading.current_thread() is threading.main_thread():
         cmd = tied_to_parent(cmd)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:

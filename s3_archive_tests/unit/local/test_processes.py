@@ -3,11 +3,12 @@
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from s3_archive.local.processes import StackError, pid_alive, stop_pid, tied_to_parent, wait_until
+from s3_archive.local.processes import StackError, pid_alive, spawn, stop_pid, tied_to_parent, wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -89,3 +90,18 @@ def test_a_tied_command_keeps_its_own_command_line():
     cmd = tied_to_parent(["java", "-cp", "x", "kafka.Kafka"])
     assert cmd[-4:] == ["java", "-cp", "x", "kafka.Kafka"]  # setpriv executes it in its place: same PID and cmdline
     assert cmd[:-4] in ([], [shutil.which("setpriv"), "--pdeathsig", "TERM", "--"])
+
+
+def test_a_child_started_from_another_thread_is_not_tied_to_that_thread(tmp_path):
+    # Linux signals a tied child when the thread that started it ends: a broker restarted from a test's thread
+    # must outlive that thread.
+    started = []
+    t = threading.Thread(target=lambda: started.append(spawn([sys.executable, "-c", "import time; time.sleep(60)"],
+                                                             tmp_path / "log")))
+    t.start()
+    t.join()
+    time.sleep(0.5)
+    try:
+        assert pid_alive(started[0].pid)
+    finally:
+        stop_pid(started[0].pid)
