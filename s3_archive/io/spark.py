@@ -95,6 +95,10 @@ class SparkResource(dg.ConfigurableResource):
         "of `scripts/fetch-jars` (e.g. baked into the worker image), or several separated by ':' (e.g. the `spark` "
         "and `iceberg` groups); executors put them on their classpath. None: ship the jars with spark.jars from "
         "the driver at every session start (~540 MB, docs/deployment.md)")
+    local_slots_per_core: int = Field(default=2, ge=1, description="`local[*]`: task slots per core (local[N] "
+                                      "with N = slots x cores): a task's thread waits for Kafka fetches and for its "
+                                      "Python worker, so more tasks than cores keep the cores busy (bench/"
+                                      "profile_notes.md: 1.08x median at make bench's shape with 2 per core)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: Any = PrivateAttr(default=None)  # dagster_pyspark's LazyPySparkResource, made on first use
 
@@ -140,7 +144,7 @@ class SparkResource(dg.ConfigurableResource):
         elif self.master.startswith("local"):
             # Driver and executors share one JVM: put the jars on its classpath instead of shipping ~560 MB
             # through Spark's file server (which costs ~20 s at every session start).
-            conf |= {"spark.master": self.master, "spark.driver.extraClassPath": os.pathsep.join(jars),
+            conf |= {"spark.master": self.local_master(), "spark.driver.extraClassPath": os.pathsep.join(jars),
                      "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
         else:
             conf |= self._cluster_conf(jars)
@@ -151,6 +155,12 @@ class SparkResource(dg.ConfigurableResource):
         if self.s3_ca_bundle and not connect:
             conf |= self.s3a_truststore_conf(conf)
         return conf | self.extra_conf
+
+    def local_master(self) -> str:
+        """The local master Spark gets: `local[*]` becomes local[slots per core x cores]; any other as given."""
+        if self.master != "local[*]":
+            return self.master
+        return f"local[{self.local_slots_per_core * (os.cpu_count() or 1)}]"
 
     def s3a_conf(self) -> dict[str, str]:
         """s3a's settings that hold no secret (they are on the driver JVM's command line): endpoint, region, path

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 import pytest
 
@@ -76,7 +78,8 @@ def test_aws_default_chain_with_plaintext_kafka(env):
         conf = res.spark.spark_conf()
         assert res.spark.s3a_secret_conf() == {}
     assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"] == DEFAULT_CREDENTIALS
-    assert "spark.hadoop.fs.s3a.endpoint" not in conf and conf["spark.master"] == "local[*]"
+    # local[*]: two task slots per core (SparkResource.local_slots_per_core)
+    assert "spark.hadoop.fs.s3a.endpoint" not in conf and conf["spark.master"] == f"local[{2 * os.cpu_count()}]"
 
 
 def test_region_comes_from_ours_first_then_the_sdk_variables(env):
