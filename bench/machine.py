@@ -83,10 +83,13 @@ def machine() -> dict[str, Any]:
     import pyarrow
     import pyspark
 
+    from s3_archive.io.spark import SparkResource
+
+    master = SparkResource().local_master()  # what the benchmark's sessions get from the default `local[*]`
     return {"cpu": cpu, "nproc": int(nproc or 0), "mem_gb": mem_kb / 1024 / 1024,
             "kernel": f"Linux {platform.release()}", "load_start": " ".join(_read("/proc/loadavg").split()[:3]),
             "other_work": other_work(), "heavy_lock": heavy_lock(),
-            "software": f"Python {platform.python_version()}, {java}, pyspark {pyspark.__version__} (local[*]), "
+            "software": f"Python {platform.python_version()}, {java}, pyspark {pyspark.__version__} (local[*] = {master}), "
                         f"dagster {dagster.__version__}, confluent-kafka {confluent_kafka.version()[0]} "
                         f"(librdkafka {confluent_kafka.libversion()[0]}), pyarrow {pyarrow.__version__}, "
                         "Kafka 4.1.1 broker (KRaft), moto server"}
