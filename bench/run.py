@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -62,22 +63,47 @@ def say(msg: str) -> None:
 # the Spark worker
 
 
-class SparkWorker:
-    """A long-lived `bench.worker` process: its Spark session stays warm between rounds."""
+LOG_TAIL_LINES = 40
 
-    def __init__(self, stack: dict[str, Any], log: Path) -> None:
+
+def keep_log(log: Path, kept: Path | None) -> None:
+    """A worker's log (its stderr: the JVM's log included) copied to `kept` and its tail printed, so that a failure
+    stays readable after the run's temporary directory is removed."""
+    if kept is None:
+        return
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, kept)
+        tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError as e:
+        say(f"could not keep the worker's log {log}: {e}")
+        return
+    say(f"the worker's log is kept at {kept}; its last {len(tail)} lines:\n" + "\n".join(tail))
+
+
+class SparkWorker:
+    """A long-lived `bench.worker` process: its Spark session stays warm between rounds. `kept_log`: where its log
+    is copied when a command fails or it exits (None: not kept)."""
+
+    def __init__(self, stack: dict[str, Any], log: Path, kept_log: Path | None = None) -> None:
+        self.log_path, self.kept_log = log, kept_log
         self.log = log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.worker", json.dumps(stack)], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
 
     def call(self, **cmd: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        for line in self.proc.stdout:
-            if line.startswith(RESULT):
-                return _checked(json.loads(line[len(RESULT):]), cmd)
-        raise RuntimeError(f"the Spark worker exited during {cmd['cmd']} (see {self.log.name})")
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+            for line in self.proc.stdout:
+                if line.startswith(RESULT):
+                    return _checked(json.loads(line[len(RESULT):]), cmd)
+            raise RuntimeError(f"the Spark worker exited during {cmd['cmd']} (see {self.kept_log or self.log.name})")
+        except Exception:
+            self.log.flush()
+            keep_log(self.log_path, self.kept_log)
+            raise
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -97,17 +123,23 @@ def _checked(out: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def once(stack: dict[str, Any], log: Path, **cmd: Any) -> dict[str, Any]:
-    """One command in a fresh worker process; adds the process's wall time (Python start to exit)."""
+def once(stack: dict[str, Any], log: Path, kept_log: Path | None = None, **cmd: Any) -> dict[str, Any]:
+    """One command in a fresh worker process; adds the process's wall time (Python start to exit). On a failure
+    the log is copied to `kept_log` (see keep_log)."""
     t = time.monotonic()
     with log.open("ab") as err:
         p = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(stack), "--once", json.dumps(cmd)],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, timeout=3600)
     wall = time.monotonic() - t
-    for line in p.stdout.splitlines():
-        if line.startswith(RESULT):
-            return _checked(json.loads(line[len(RESULT):]), cmd) | {"process_s": wall}
-    raise RuntimeError(f"the Spark worker for {cmd['cmd']} exited with {p.returncode} and no result (see {log})")
+    try:
+        for line in p.stdout.splitlines():
+            if line.startswith(RESULT):
+                return _checked(json.loads(line[len(RESULT):]), cmd) | {"process_s": wall}
+        raise RuntimeError(f"the Spark worker for {cmd['cmd']} exited with {p.returncode} and no result (see "
+                           f"{kept_log or log})")
+    except Exception:
+        keep_log(log, kept_log)
+        raise
 
 
 def moto_requests(log: Path) -> int:
@@ -208,6 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cleanup.callback(lambda: worker.stop() if worker is not None else None)  # before the stack stops
         logs = root / "logs"
         logs.mkdir()
+        kept = args.out / f"failed-logs-{args.mb:g}mb"  # a failed worker's log is copied there (keep_log)
         moto_log = root / "moto" / "moto.log"
         say(f"stack up: broker {broker.bootstrap_servers}, moto {moto.endpoint_url} (logs under {root})")
         stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
@@ -233,7 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               "window_records": window_records, "per_partition": per_partition}
 
         # --- warm-up of the long-lived Spark worker (not counted) ---
-        worker = SparkWorker(stack | {"jvm_profile": "long"}, logs / "spark-worker.log")
+        worker = SparkWorker(stack | {"jvm_profile": "long"}, logs / "spark-worker.log", kept / "spark-worker.log")
         say("Spark worker (jvm_profile long): warm-up archive of one small window (not counted)")
         worker.call(cmd="archive", topic=TOPIC, prefix="warmup/", windows=[[0, 0, min(10_000, per_partition)]])
         wl.empty_prefix(s3, BUCKET, "warmup/")
@@ -346,7 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                if spec["jvm_profile"] == "short" else
                                                "-Xshare:auto"}  # the JVM's default: a no-op
                 out = once(stack | {"jvm_profile": spec["jvm_profile"], "spark_conf": conf}, logs / "fresh.log",
-                           cmd="one", one_topic=one, prefix=f"one-{i}/")
+                           kept / "fresh.log", cmd="one", one_topic=one, prefix=f"one-{i}/")
                 overhead[variant].append(out)
                 wl.empty_prefix(s3, BUCKET, f"one-{i}/")
                 say(f"run overhead, {variant}: {out['seconds']:.1f}s in the run (session start included); process "
@@ -354,8 +387,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"{out['java_options']!r}")
         x["overhead"] = overhead
         if args.spark_remote:
-            remote = [once(stack | {"remote": args.spark_remote}, logs / "fresh.log", cmd="one", one_topic=one,
-                           prefix=f"one-remote-{i}/") for i in range(args.overhead_repeats)]
+            remote = [once(stack | {"remote": args.spark_remote}, logs / "fresh.log", kept / "fresh.log", cmd="one",
+                           one_topic=one, prefix=f"one-remote-{i}/") for i in range(args.overhead_repeats)]
             x["overhead_remote"] = remote
             say(f"run overhead over Spark Connect ({args.spark_remote}): "
                 f"{Summary.of([o['seconds'] for o in remote]).fmt(1)}s")
@@ -364,8 +397,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base = per_partition // 16
         memory: dict[int, dict[str, Any]] = {}
         for mult in (1, 4, 16):
-            out = once(stack | {"jvm_profile": "short"}, logs / "fresh.log", cmd="fresh", one_topic=one,
-                       prefix=f"fresh-{mult}x/", topic=TOPIC, partition=1, records=base * mult)
+            out = once(stack | {"jvm_profile": "short"}, logs / "fresh.log", kept / "fresh.log", cmd="fresh",
+                       one_topic=one, prefix=f"fresh-{mult}x/", topic=TOPIC, partition=1, records=base * mult)
             memory[mult] = out
             wl.empty_prefix(s3, BUCKET, f"fresh-{mult}x/")
             say(f"memory {mult}x: window of {base * mult:,} records ({base * mult * wl.record_bytes() / 1e6:.0f} MB)"
@@ -376,8 +409,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # --- the whole workload in one fresh process, per JVM profile (what a deployed run of it costs) ---
         fresh_full: dict[str, dict[str, Any]] = {}
         for prof in ("short", "long"):
-            out = once(stack | {"jvm_profile": prof}, logs / "fresh.log", cmd="archive", topic=TOPIC,
-                       prefix=f"full-{prof}/", windows=wlist)
+            out = once(stack | {"jvm_profile": prof}, logs / "fresh.log", kept / "fresh.log", cmd="archive",
+                       topic=TOPIC, prefix=f"full-{prof}/", windows=wlist)
             assert out["records"] == n, out
             fresh_full[prof] = out
             wl.empty_prefix(s3, BUCKET, f"full-{prof}/")
@@ -387,7 +420,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # --- catch-up of 100 windows ---
         ct = catchup_topic(kafka, args.catchup_window_records)
-        catchup = once(stack, logs / "catchup.log", cmd="catchup", topic=ct, prefix="catchup/",
+        catchup = once(stack, logs / "catchup.log", kept / "catchup.log", cmd="catchup", topic=ct, prefix="catchup/",
                        window_records=args.catchup_window_records)
         assert catchup["windows"] == 100, catchup
         say(f"catch-up of 100 windows: {catchup['seconds']:.1f}s, {catchup['runs']} runs, {catchup['spark_sessions']}"

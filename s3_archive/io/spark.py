@@ -37,6 +37,19 @@ MAGIC_COMMITTER_CONF = {
     "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
 }
 S3_COMMITTERS = ("file", "magic")
+# Spark's Kafka source keeps each task's consumer (with its last fetch: up to kafka.max.partition.fetch.bytes, 16 MiB
+# in archive/write.py) and its last poll's records (up to kafka.max.poll.records, 10,000) for reuse: by default 64
+# consumers and every poll of the last 5 minutes. A batch read never reuses them (each read has a group id of its
+# own), so a session running 20-window runs back to back kept 546,000 records of old polls and 1.1 GB of fetch
+# buffers live, and its JVM ran out of a 2 GB heap (in a task: Spark exits the JVM; bench/profile_notes.md,
+# 2026-11-23). Keep a few, briefly: the heap then depends on the tasks running, not on the runs before.
+KAFKA_CACHE_CONF = {
+    "spark.kafka.consumer.cache.capacity": "4",
+    "spark.kafka.consumer.cache.timeout": "30s",
+    "spark.kafka.consumer.cache.evictorThreadRunInterval": "10s",
+    "spark.kafka.consumer.fetchedData.cache.timeout": "30s",
+    "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "10s",
+}
 PYSPARK_DAEMON = "s3_archive.io.pyspark_daemon"
 # s3a's credentials without static keys: the AWS SDK's default chain (environment, profile, web identity, container
 # and instance roles), as boto3 does.
@@ -122,7 +135,7 @@ class SparkResource(dg.ConfigurableResource):
             # No _SUCCESS markers in staging: our manifest is the commit record.
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
             "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "2",
-        }
+        } | KAFKA_CACHE_CONF
         if self.kafka_min_partitions is not None:
             conf[KAFKA_MIN_PARTITIONS_CONF] = str(self.kafka_min_partitions)
         if self.s3_committer == "magic" and not connect:  # a Connect server configures its own committer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
+from s3_archive.io.spark import KAFKA_CACHE_CONF, KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
 from s3_archive.model.errors import MissingJars
 
 pytestmark = pytest.mark.unit
@@ -67,3 +67,13 @@ def test_a_connect_server_gets_no_local_jars_nor_committer(monkeypatch, tmp_path
 def test_sizes_below_one_are_refused(field, value):
     with pytest.raises(Exception, match=field):
         SparkResource(**{field: value})
+
+
+def test_the_kafka_sources_consumer_caches_stay_small_and_short(jar_home):
+    # Spark's defaults (64 consumers, 5 minutes) let a warm session's idle consumers fill a 2 GB heap: its JVM
+    # exited in the 1 GB benchmark (bench/profile_notes.md, 2026-11-23)
+    conf = SparkResource().spark_conf()
+    assert int(conf["spark.kafka.consumer.cache.capacity"]) <= 4
+    for key in ("spark.kafka.consumer.cache.timeout", "spark.kafka.consumer.fetchedData.cache.timeout"):
+        assert conf[key] == "30s"
+    assert conf.items() >= KAFKA_CACHE_CONF.items()
