@@ -21,25 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
+from bench.procstat import descendants, snapshot
 from bench.run import BUCKET, TOPIC, SparkWorker, windows_for
 from bench.worker import status_kb
 from s3_archive.io import paths
 from s3_archive.io.jvm import driver_java_options
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.stack import local_s3_client, temporary_stack
-
-
-def descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            kids = [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except OSError:
-            continue
-        out += kids
-        todo += kids
-    return out
 
 
 def is_java(pid: int) -> bool:
@@ -78,7 +66,9 @@ class Sampler:
             f.write("t\tphase\tjvm_rss_mb\theap_used_mb\theap_committed_mb\tpy_workers_rss_mb\tpy_workers\n")
             t0 = time.monotonic()
             while not self._stop.is_set():
-                kids = descendants(self.worker_pid)
+                # every process below the worker, by parent pid: the JVM forks PySpark's daemon from a thread other
+                # than its main one, so /proc/<pid>/task/<pid>/children would not list it
+                kids = sorted(descendants(snapshot().procs, self.worker_pid) - {self.worker_pid})
                 jvm = next((k for k in kids if is_java(k)), None)
                 workers = [k for k in kids if not is_java(k)]
                 rss = status_kb(jvm, "VmRSS") / 1024 if jvm else 0.0
