@@ -74,6 +74,7 @@ class KafkaBroker:
     log_level: str = "WARN"
     security: str = "plaintext"
     users: dict[str, str] = field(default_factory=dict)
+    detached: bool = False  # outlive the process that starts it (`local up`); see processes.spawn
     proc: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -242,7 +243,7 @@ class KafkaBroker:
             self._format(cfg)
         else:
             self._check_formatted()
-        self.proc = spawn(self._cmd("kafka.Kafka", str(cfg)), self.data_dir / "broker.out")
+        self.proc = spawn(self._cmd("kafka.Kafka", str(cfg)), self.data_dir / "broker.out", detached=self.detached)
         try:
             wait_until(self._ready, timeout, self.proc, f"the Kafka broker on {self.bootstrap_servers}", self.log)
         except BaseException:

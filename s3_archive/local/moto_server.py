@@ -18,6 +18,7 @@ class MotoServer:
     port: int = 0
     env: dict[str, str] | None = None  # e.g. INITIAL_NO_AUTH_ACTION_COUNT=0 to make moto check credentials
     tls: tuple[Path, Path] | None = None  # (certificate, key) as PEM: serve HTTPS, like an S3-compatible server
+    detached: bool = False  # outlive the process that starts it (`local up`); see processes.spawn
     proc: subprocess.Popen | None = None
 
     @property
@@ -33,7 +34,7 @@ class MotoServer:
         cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
         if self.tls:
             cmd += ["-c", str(self.tls[0]), "-k", str(self.tls[1])]
-        self.proc = spawn(cmd, log, env=self.env)
+        self.proc = spawn(cmd, log, env=self.env, detached=self.detached)
         try:
             wait_until(self._ready, timeout, self.proc, f"the moto server on {self.endpoint_url}", log)
         except BaseException:

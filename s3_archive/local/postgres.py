@@ -98,6 +98,7 @@ class PostgresServer:
     user: str = DEFAULT_USER
     database: str = DEFAULT_DATABASE
     settings: dict[str, str] = field(default_factory=dict)  # extra `postgres -c` settings, e.g. fsync=off in tests
+    detached: bool = False  # outlive the process that starts it (`local up`); see processes.spawn
     proc: subprocess.Popen | None = None
 
     @property
@@ -149,7 +150,7 @@ class PostgresServer:
                     **self.settings}
         cmd = [str(bindir / "postgres"), "-D", str(self.pgdata), *[a for k, v in settings.items()
                                                                    for a in ("-c", f"{k}={v}")]]
-        self.proc = spawn(_as_unprivileged(cmd), self.log)
+        self.proc = spawn(_as_unprivileged(cmd), self.log, detached=self.detached)
         try:
             wait_until(self._ready, timeout, self.proc, f"PostgreSQL on 127.0.0.1:{self.port}", self.log)
             self.create_database(self.database)

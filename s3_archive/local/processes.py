@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,17 +44,41 @@ def write_private(path: Path, text: str) -> None:
 
 
 def pid_alive(pid: int) -> bool:
+    """True while `pid` runs. A zombie (exited, not yet reaped: a stopped server whose parent is gone, where the
+    machine's init does not reap) is not alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
         return True
-    return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # the state follows the command name in parentheses
 
 
-def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start a child in its own session (so stopping it also stops its children) with output to a log file."""
+def tied_to_parent(cmd: list[str]) -> list[str]:
+    """`cmd` run so that it gets SIGTERM when its parent dies, however it dies (SIGKILL, a timeout's kill):
+    through util-linux's `setpriv --pdeathsig`, which sets the signal and then executes `cmd` in its place (same
+    PID, same command line). Linux sends it when the *thread* that started the child ends: start such children
+    from a thread that lives as long as they should (the main thread). As is where `setpriv` is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None, detached: bool = False,
+          ) -> subprocess.Popen:
+    """Start a child in its own session (so stopping it also stops its children) with output to a log file.
+    Unless `detached`, a child started from the main thread is tied to this process (`tied_to_parent`): a test
+    session or benchmark killed before its teardown leaves no server behind. One started from another thread is
+    not (the signal would come when that thread ends, e.g. a test's thread restarting a broker). `s3-archive
+    local up` starts detached servers, which outlive it."""
+    if not detached and threading.current_thread() is threading.main_thread():
+        cmd = tied_to_parent(cmd)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(

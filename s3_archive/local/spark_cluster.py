@@ -39,6 +39,7 @@ class SparkCluster:
     worker_proc: subprocess.Popen | None = None
     webui_port: int = 0
     env: dict[str, str] = field(default_factory=dict)  # the worker's (and its executors') extra environment
+    detached: bool = False  # outlive the process that starts it (`local up`); see processes.spawn
 
     @property
     def master_url(self) -> str:
@@ -78,12 +79,13 @@ class SparkCluster:
         try:
             self.master_proc = spawn(spark_class(MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port),
                                                  "--webui-port", str(self.webui_port)),
-                                     self.data_dir / "master.out", env=env)
+                                     self.data_dir / "master.out", env=env, detached=self.detached)
             wait_until(lambda: self._status() is not None, timeout, self.master_proc, what, self.log)
             self.worker_proc = spawn(spark_class(WORKER_CLASS, "--host", "127.0.0.1", "--port", str(free_port()),
                                                  "--webui-port", str(free_port()), "--cores", str(self.cores),
                                                  "--memory", self.memory, "--work-dir", str(work), self.master_url),
-                                     self.data_dir / "worker.out", env=env | self.env)
+                                     self.data_dir / "worker.out", env=env | self.env,
+                                     detached=self.detached)
             wait_until(lambda: self._alive_workers() >= 1, timeout, self.worker_proc,
                        f"the Spark worker of {self.master_url}", self.log)
         except BaseException:

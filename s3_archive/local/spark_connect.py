@@ -36,6 +36,7 @@ class SparkConnectServer:
     s3_region: str = "us-east-1"
     s3_path_style: bool = False
     env: dict[str, str] = field(default_factory=dict)  # e.g. AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY for S3A
+    detached: bool = False  # outlive the process that starts it (`local up`); see processes.spawn
     proc: subprocess.Popen | None = None
 
     @property
@@ -68,7 +69,7 @@ class SparkConnectServer:
         cmd = spark_class("org.apache.spark.deploy.SparkSubmit", "--class", MAIN_CLASS,
                           "--name", "s3-archive Spark Connect server")
         self.proc = spawn(cmd, self.data_dir / "spark-connect.out",
-                          env=spark_env(conf, self.data_dir / "work") | self.env)
+                          env=spark_env(conf, self.data_dir / "work") | self.env, detached=self.detached)
         try:
             wait_until(self._ready, timeout, self.proc, f"the Spark Connect server on {self.url}", self.log)
         except BaseException:

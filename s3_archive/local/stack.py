@@ -163,9 +163,10 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         root.mkdir(parents=True, exist_ok=True)
         security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
         password = _kafka_password(root) if security == "sasl_ssl" else None
+        # `up` returns and the stack stays: every server is detached from this process.
         broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
-                             users={KAFKA_USER: password} if password else {})
-        moto = MotoServer(root / "moto", port=s3_port)
+                             users={KAFKA_USER: password} if password else {}, detached=True)
+        moto = MotoServer(root / "moto", port=s3_port, detached=True)
         broker.start()
         try:
             moto.start()
@@ -178,14 +179,14 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
                            security, password, str(broker.ca_file) if broker.secured else None)
         _save(root, state)
     if postgres and state.postgres_pid is None:
-        pg = PostgresServer(root / "postgres")
+        pg = PostgresServer(root / "postgres", detached=True)
         pg.start()
         state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
         _save(root, state)
     if spark_cluster and state.spark_master_url is None:
         # The worker's environment holds the S3 keys of its executors' default chain (Iceberg's S3 client), as a
         # deployed worker's role does.
-        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port,
+        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port, detached=True,
                                env={k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
         cluster.start()
         state.spark_master_url, state.spark_jars_dir = cluster.master_url, cluster.worker_jars_dirs
@@ -193,7 +194,7 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         _save(root, state)
     if spark_connect and state.spark_connect_url is None:
         # On the cluster when there is one (executors in their own JVMs), else in local mode.
-        server = SparkConnectServer(root / "spark-connect", port=spark_connect_port,
+        server = SparkConnectServer(root / "spark-connect", port=spark_connect_port, detached=True,
                                     master=state.spark_master_url or "local[*]",
                                     worker_jars_dir=state.spark_jars_dir, s3_endpoint_url=state.s3_endpoint_url,
                                     s3_region=LOCAL_AWS["AWS_REGION"], s3_path_style=True,

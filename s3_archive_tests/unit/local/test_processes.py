@@ -1,12 +1,14 @@
 """Readiness waits of the local stack's child processes (real child processes, no services)."""
 
+import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from s3_archive.local.processes import StackError, wait_until
+from s3_archive.local.processes import StackError, pid_alive, spawn, stop_pid, tied_to_parent, wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -47,3 +49,59 @@ def test_a_process_that_exits_fails_at_once_with_its_log(tmp_path):
     with pytest.raises(StackError, match=r"the thing exited with code 3 while starting; log .*:\nline 1\nboom"):
         wait_until(lambda: False, 30, proc, "the thing", log)
     assert time.monotonic() - start < 1
+
+
+_MIDDLE = """
+import sys, time
+from pathlib import Path
+from s3_archive.local.processes import spawn
+log = Path(sys.argv[1])
+sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+tied, detached = spawn(sleeper, log), spawn(sleeper, log, detached=True)
+print(tied.pid, detached.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_spawned_child_dies_with_the_process_that_started_it_unless_detached(tmp_path):
+    # The process that spawns is killed as a timeout would kill a test session: no teardown runs.
+    middle = subprocess.Popen([sys.executable, "-c", _MIDDLE, str(tmp_path / "log")], stdout=subprocess.PIPE,
+                              text=True)
+    tied, detached = (int(p) for p in middle.stdout.readline().split())
+    try:
+        assert pid_alive(tied) and pid_alive(detached)
+        middle.kill()
+        middle.wait()
+        deadline = time.monotonic() + 10
+        while pid_alive(tied) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(tied)
+        assert pid_alive(detached)
+    finally:
+        for pid in (tied, detached):
+            start = time.monotonic()
+            stop_pid(pid)
+            assert time.monotonic() - start < 5  # a zombie left by the stop counts as stopped
+        middle.stdout.close()
+    assert not pid_alive(detached)
+
+
+def test_a_tied_command_keeps_its_own_command_line():
+    cmd = tied_to_parent(["java", "-cp", "x", "kafka.Kafka"])
+    assert cmd[-4:] == ["java", "-cp", "x", "kafka.Kafka"]  # setpriv executes it in its place: same PID and cmdline
+    assert cmd[:-4] in ([], [shutil.which("setpriv"), "--pdeathsig", "TERM", "--"])
+
+
+def test_a_child_started_from_another_thread_is_not_tied_to_that_thread(tmp_path):
+    # Linux signals a tied child when the thread that started it ends: a broker restarted from a test's thread
+    # must outlive that thread.
+    started = []
+    t = threading.Thread(target=lambda: started.append(spawn([sys.executable, "-c", "import time; time.sleep(60)"],
+                                                             tmp_path / "log")))
+    t.start()
+    t.join()
+    time.sleep(0.5)
+    try:
+        assert pid_alive(started[0].pid)
+    finally:
+        stop_pid(started[0].pid)
