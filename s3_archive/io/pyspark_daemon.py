@@ -11,12 +11,25 @@ archive's directory (0.13 s a task for the three; the jar alone lists 5,358 file
 
 Anything else (a Spark distribution with its own python/lib, another pyspark version): the path is left as Spark
 made it. Run as `python -m s3_archive.io.pyspark_daemon pyspark.worker`, as Spark runs any daemon module.
+
+The daemon also imports what every archive write task needs before it forks the workers (`preload`). Spark stops
+a Python worker that has been idle for a minute, and a sensor's runs come minutes apart, so most runs of a
+long-lived session meet no worker left and fork new ones: each used to import the write path (pyarrow, pandas
+through PySpark's Arrow serializer, boto3) and build botocore's S3 model, ~1.3 CPU-s per worker, 4 workers at once
+on this 2-core machine (bench/profile_notes.md, "Idle Python workers"). Forked from a daemon that has them, a
+worker starts with them.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import os
 import sys
+
+# What a write task imports (archive/writer.py through encoders and upload; PySpark's Arrow path of mapInArrow).
+PRELOAD = ("s3_archive.archive.writer", "pyarrow.parquet", "pyspark.sql.pandas.serializers", "pandas", "boto3",
+           "botocore.config")
 
 
 def redundant_paths(path: list[str], spark_home: str | None) -> list[str]:
@@ -36,10 +49,37 @@ def redundant_paths(path: list[str], spark_home: str | None) -> list[str]:
     return added
 
 
+def preload(modules: tuple[str, ...] = PRELOAD) -> list[str]:
+    """Import `modules` and load botocore's S3 model into boto3's default session, so that the workers this
+    process forks start with them; then freeze the objects made so far out of the garbage collector (Python's
+    advice before forking: the workers' collections do not touch, and so copy, the shared pages). Nothing here
+    starts a thread or opens a connection, which a fork would not survive. A failure only costs the speed-up: it
+    is written to stderr (the executor's log; stdout is the daemon's channel to the JVM) and returned."""
+    failed: list[str] = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - any import error: the workers import it themselves
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+    if "boto3" in sys.modules:
+        try:
+            # Placeholder keys: no credential lookup (which could ask an instance metadata service); the client
+            # is thrown away, the default session keeps the loaded S3 model and endpoint rules.
+            sys.modules["boto3"].client("s3", region_name="us-east-1", aws_access_key_id="preload",
+                                        aws_secret_access_key="preload")
+        except Exception as e:  # noqa: BLE001 - e.g. AWS_PROFILE naming a missing profile
+            failed.append(f"boto3 S3 model: {type(e).__name__}: {e}")
+    for f in failed:
+        print(f"s3_archive.io.pyspark_daemon: not preloaded ({f})", file=sys.stderr, flush=True)
+    gc.freeze()
+    return failed
+
+
 def main() -> None:
     for p in redundant_paths(sys.path, os.environ.get("SPARK_HOME")):
         sys.path.remove(p)
         sys.path_importer_cache.pop(p, None)  # else invalidate_caches() re-reads its directory at every task
+    preload()
     from pyspark.daemon import manager
 
     manager()

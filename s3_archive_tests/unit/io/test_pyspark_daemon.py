@@ -4,6 +4,8 @@ entries Spark adds it takes off, and when it leaves the path alone."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +77,31 @@ def test_the_daemon_hands_over_to_pysparks_with_the_zips_off_the_path(installed,
     assert out[0] == str(home / "__init__.py")
     assert out[1] == "['pyspark.worker']"
     assert not set(zips) & set(out[2].split("|"))
+
+
+_PRELOADED = """
+import json, sys, threading, gc
+from s3_archive.io.pyspark_daemon import preload
+failed = preload(("s3_archive.archive.writer", "boto3", "no_such_module_for_the_test"))
+import boto3
+print(json.dumps({"failed": failed, "threads": threading.active_count(), "frozen": gc.get_freeze_count(),
+                  "writer": "s3_archive.archive.writer" in sys.modules,
+                  "loaded": [k[-1] for k in boto3.DEFAULT_SESSION._session.get_component("data_loader")._cache]}))
+"""
+
+
+def test_preload_imports_the_write_path_and_reports_what_it_could_not(tmp_path):
+    """In a fresh interpreter, as the daemon runs it: the write path and boto3's default session are loaded, no
+    thread is started (a fork keeps only the forking thread), the objects are frozen, and a module that cannot be
+    imported is named on stderr (stdout is the daemon's channel to the JVM), not raised."""
+    no_aws = {"AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+    proc = subprocess.run([sys.executable, "-c", _PRELOADED], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[3], env={"PATH": os.environ["PATH"], **no_aws})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["writer"]
+    assert "s3/2006-03-01/service-2" in out["loaded"]  # botocore's S3 model, in the session workers will use
+    assert out["threads"] == 1
+    assert out["frozen"] > 0
+    assert [f.split(":")[0] for f in out["failed"]] == ["no_such_module_for_the_test"]
+    assert "not preloaded (no_such_module_for_the_test: ModuleNotFoundError" in proc.stderr

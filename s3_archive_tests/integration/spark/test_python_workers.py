@@ -1,0 +1,35 @@
+"""The Python workers of SparkResource's sessions come from its daemon (s3_archive/io/pyspark_daemon.py), which
+imported the write path before forking them: a run after a minute of idleness (Spark has stopped its idle
+workers) does not pay those imports again in every new worker."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _worker_state(batches):
+    import gc
+    import os
+    import sys
+
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    yield pa.record_batch({"pid": [os.getpid()], "frozen": [gc.get_freeze_count()],
+                           "writer": ["s3_archive.archive.writer" in sys.modules],
+                           "s3_model": [sys.modules["boto3"].DEFAULT_SESSION is not None
+                                        if "boto3" in sys.modules else False]})
+
+
+def test_each_python_worker_starts_with_the_write_path_loaded(spark):
+    """Frozen objects in a worker can only come from the daemon's `preload` (nothing else in a worker freezes):
+    without it the count is 0. Two tasks at once, so at least one worker is new whatever earlier tests left."""
+    rows = (spark.range(0, 2, numPartitions=2)
+            .mapInArrow(_worker_state, "pid long, frozen long, writer boolean, s3_model boolean").collect())
+    assert len(rows) == 2
+    for r in rows:
+        assert r["frozen"] > 0, r
+        assert r["writer"] and r["s3_model"], r
