@@ -26,7 +26,7 @@ def _worker_state(batches):
 
 def test_each_python_worker_starts_with_the_write_path_loaded(spark):
     """Frozen objects in a worker can only come from the daemon's `preload` (nothing else in a worker freezes):
-    without it the count is 0. Two tasks at once, so at least one worker is new whatever earlier tests left."""
+    without it the count is 0. Every worker of the session, reused or new, was forked by that daemon."""
     rows = (spark.range(0, 2, numPartitions=2)
             .mapInArrow(_worker_state, "pid long, frozen long, writer boolean, s3_model boolean").collect())
     assert len(rows) == 2
