@@ -3,8 +3,9 @@
 - parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data; `key`, `value` and the
   offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); the Spark schema is
   kept in the file's metadata as Spark's own writer does.
-- avro: fastavro with the schema Spark's avro writer derives (`avro_schema`), a sync marker derived from the object
-  key (a re-run writes the same bytes).
+- avro: the schema Spark's avro writer derives (`avro_schema`); records encoded a column at a time
+  (archive/avro_binary.py) into fastavro's container, with a sync marker derived from the object key (a re-run
+  writes the same bytes).
 - jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
   that reads Kafka; here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`) and
   compressed as a stream (gzip, bzip2, zstd: one stream / frame per object).
@@ -29,6 +30,7 @@ from s3_archive.archive.job import FormatPlan
 
 _PARQUET_CODECS = {"none": None, "lz4_raw": "lz4"}
 _AVRO_CODECS = {"none": "null", "zstd": "zstandard"}
+_SYNC_INTERVAL = 1 << 20  # Avro block size: uncompressed bytes of records per block
 SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"
 
 
@@ -76,20 +78,36 @@ def _timestamps_as_micros(table: pa.Table) -> pa.Table:
 
 
 class AvroEncoder:
+    """Columnar (archive/avro_binary.py) when the schema allows it, else fastavro record by record; the same bytes
+    either way, in fastavro's container (header, codec, blocks of `_SYNC_INTERVAL` bytes, a sync marker derived
+    from the object key: a re-run writes the same bytes)."""
+
     def __init__(self, fmt: FormatPlan, sink: Any, key: str) -> None:
         from fastavro import parse_schema
         from fastavro.write import Writer
 
-        self._writer = Writer(sink, parse_schema(json.loads(fmt.avro_schema)),
-                              codec=_AVRO_CODECS.get(fmt.codec, fmt.codec), sync_interval=1 << 20,
-                              sync_marker=hashlib.md5(key.encode()).digest())
+        from s3_archive.archive.avro_binary import BlockWriter, supported
+
+        self._schema = json.loads(fmt.avro_schema)
+        self._writer = Writer(sink, parse_schema(self._schema), codec=_AVRO_CODECS.get(fmt.codec, fmt.codec),
+                              sync_interval=_SYNC_INTERVAL, sync_marker=hashlib.md5(key.encode()).digest())
+        self._blocks = BlockWriter(self._writer, _SYNC_INTERVAL) if supported(self._schema) else None
 
     def write(self, table: pa.Table) -> None:
+        if self._blocks is not None:
+            from s3_archive.archive.avro_binary import encode_record
+
+            if table.num_rows:
+                self._blocks.write(encode_record(self._schema, table.columns, table.column_names, table.num_rows))
+            return
         for record in _timestamps_as_micros(table).to_pylist(maps_as_pydicts="strict"):
             self._writer.write(record)
 
     def close(self) -> None:
-        self._writer.flush()
+        if self._blocks is not None:
+            self._blocks.close()
+        else:
+            self._writer.flush()
 
 
 class _Compressor:

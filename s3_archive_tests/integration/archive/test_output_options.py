@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 
+import fastavro
 import pyarrow.parquet as pq
 import pytest
 
@@ -68,6 +69,23 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     assert dead.startswith(f"{cfg.prefix}{DEAD_LETTER}/{topic}/kafka_partition=0/")
     assert parquet_records(s3.get_object(Bucket=cfg.bucket, Key=dead)["Body"].read()) == [produced[i] for i in (1, 3, 5)]
     assert staging_objects(s3, cfg, topic) == []
+
+
+def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, kafka, s3, services, spark):
+    """The columnar avro encoder (archive/avro_binary.py) on the types Spark infers from JSON values (nested
+    records, arrays, nulls, text): fastavro reads back the rows that the Parquet object of the same window holds."""
+    topic, _ = json_topic
+    decoding = {"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}
+    rows = {}
+    for fmt in ("parquet", "avro"):
+        cfg = archive_config(services.bucket, topic, f"opts/json-{fmt}/", format=fmt, value_decoding=decoding)
+        archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
+        [key] = final_objects(s3, cfg, topic)
+        body = io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
+        rows[fmt] = pq.read_table(body).to_pylist() if fmt == "parquet" else list(fastavro.reader(body))
+    assert [r["offset"] for r in rows["avro"]] == [0, 2, 4, 6]
+    assert rows["avro"][1]["v_extra"] == {"deep": True} and rows["avro"][0]["v_tags"] == ["x"]
+    assert rows["avro"] == rows["parquet"]
 
 
 def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, spark):
