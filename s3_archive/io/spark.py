@@ -4,8 +4,10 @@ or a Spark Connect endpoint. The tuning fields are explained in docs/deployment.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -284,8 +286,41 @@ class SparkResource(dg.ConfigurableResource):
             self._lazy = LazyPySparkResource(spark_config=self.session_conf())
             with self._jvm_credentials():  # the JVM starts here
                 self._lazy.spark_session  # noqa: B018
+            if self.connect_url is None and self.master.startswith("local"):
+                start_python_workers(self._lazy.spark_session)
         spark = self._lazy.spark_session
         if self.connect_url is None:  # a Connect server owns its S3A settings: no credential is sent to it
             for key, value in self.s3a_secret_conf().items():
                 spark.conf.set(key, value)
         return spark
+
+
+log = logging.getLogger(__name__)
+WARM_UP_GROUP = "s3-archive-python-workers"  # the warm-up's Spark job group (the UI's Jobs page shows it)
+
+
+def _same_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    yield from batches
+
+
+def start_python_workers(spark: Any) -> threading.Thread:
+    """Starts PySpark's worker daemon now, beside whatever the driver does next, instead of inside the first
+    Python task. In a fresh process the daemon's start (an interpreter, pyspark and the write path, about 2 s:
+    io/pyspark_daemon.py) came after the driver had planned the run's job (about 3 s of a new JVM), and the run
+    waited for both in turn (bench/profile_notes.md, "Run overhead: where a fresh run's seconds go"). One task of
+    a one-row mapInArrow job does it (an RDD job would start a daemon of its own: Spark keeps one per
+    runner environment); its worker stays in the pool for the run's first task. Local masters only: there
+    the driver's JVM is the executor. A failure is logged and the run's own tasks start the daemon as before."""
+
+    def run() -> None:
+        sc = spark.sparkContext
+        try:
+            sc.setJobGroup(WARM_UP_GROUP, "s3-archive: start the Python workers before the run's job needs them")
+            # the run's tasks are mapInArrow's: the same Python runner and environment, hence the same daemon
+            spark.range(1, numPartitions=1).mapInArrow(_same_batches, "id long").collect()
+        except Exception as e:  # noqa: BLE001 (the run does not depend on it: its tasks start the daemon)
+            log.warning("starting the Python workers ahead of the run failed (the run's tasks start them): %s", e)
+
+    thread = threading.Thread(target=run, name="s3-archive-python-workers", daemon=True)
+    thread.start()
+    return thread

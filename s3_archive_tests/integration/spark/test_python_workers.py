@@ -4,7 +4,11 @@ workers) does not pay those imports again in every new worker."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
+
+from s3_archive.io.spark import WARM_UP_GROUP, start_python_workers
 
 pytestmark = pytest.mark.integration
 
@@ -33,3 +37,17 @@ def test_each_python_worker_starts_with_the_write_path_loaded(spark):
     for r in rows:
         assert r["frozen"] > 0, r
         assert r["writer"] and r["s3_model"], r
+
+
+def test_the_python_workers_start_beside_the_driver(spark, caplog):
+    """`start_python_workers` (run by SparkResource.session in a new local session) is one job of its own group
+    that succeeds: the daemon and a worker exist before the run's first task asks for one."""
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(WARM_UP_GROUP))
+    with caplog.at_level(logging.WARNING, logger="s3_archive.io.spark"):
+        thread = start_python_workers(spark)
+        thread.join(120)
+    assert not thread.is_alive()
+    [job] = set(tracker.getJobIdsForGroup(WARM_UP_GROUP)) - before
+    assert tracker.getJobInfo(job).status == "SUCCEEDED"
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
