@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s3_archive.archive.avro_binary import BlockWriter, encode_record, supported
 from s3_archive.archive.job import FormatPlan
 
 _PARQUET_CODECS = {"none": None, "lz4_raw": "lz4"}
@@ -86,8 +87,6 @@ class AvroEncoder:
         from fastavro import parse_schema
         from fastavro.write import Writer
 
-        from s3_archive.archive.avro_binary import BlockWriter, supported
-
         self._schema = json.loads(fmt.avro_schema)
         self._writer = Writer(sink, parse_schema(self._schema), codec=_AVRO_CODECS.get(fmt.codec, fmt.codec),
                               sync_interval=_SYNC_INTERVAL, sync_marker=hashlib.md5(key.encode()).digest())
@@ -95,8 +94,6 @@ class AvroEncoder:
 
     def write(self, table: pa.Table) -> None:
         if self._blocks is not None:
-            from s3_archive.archive.avro_binary import encode_record
-
             if table.num_rows:
                 self._blocks.write(encode_record(self._schema, table.columns, table.column_names, table.num_rows))
             return
