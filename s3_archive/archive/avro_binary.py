@@ -58,6 +58,11 @@ def _binary(offsets: np.ndarray, data: np.ndarray | pa.Buffer) -> pa.Array:
                                  [None, pa.py_buffer(np.ascontiguousarray(offsets, dtype=np.int64)), buf])
 
 
+def _nothing(rows: int) -> pa.Array:
+    """`rows` empty encodings (the null type, a record without fields)."""
+    return _binary(np.zeros(rows + 1, dtype=np.int64), np.empty(0, dtype=np.uint8))
+
+
 def _join(*parts: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _EMPTY)
 
@@ -126,8 +131,11 @@ def _decimal(schema: dict[str, Any], arr: pa.Array) -> pa.Array:
     return _binary(np.arange(len(arr) + 1, dtype=np.int64) * size, big.reshape(-1))
 
 
-def _items_of_rows(counts: np.ndarray, list_offsets: np.ndarray, items: pa.Array) -> pa.Array:
-    """Avro's array/map blocks of each row: the count, the items' encodings (one slice of `items`), then 0."""
+def _items_of_rows(arr: pa.Array, items: pa.Array) -> pa.Array:
+    """Avro's array/map blocks of each row of a list or map array: the count, the items' encodings (one slice of
+    `items`, the encodings of `arr.values`), then 0."""
+    list_offsets = arr.offsets.to_numpy().astype(np.int64)
+    counts = np.diff(list_offsets)
     item_offsets, data = _parts(items)
     rows = _binary(item_offsets[list_offsets], data)
     count = pc.if_else(pa.array(counts > 0), varints(counts), _EMPTY)
@@ -148,7 +156,7 @@ def encode_column(schema: Any, arr: pa.Array) -> pa.Array:
         return pc.if_else(arr.is_valid(), _join(tag, value), _BRANCH_0 if null_first else _BRANCH_1)
     kind = schema if isinstance(schema, str) else schema["type"]
     if kind == "null":
-        return _binary(np.zeros(len(arr) + 1, dtype=np.int64), np.empty(0, dtype=np.uint8))
+        return _nothing(len(arr))
     if kind == "boolean":
         return _fixed_width(_numbers(arr, np.uint8))
     if kind in ("int", "long"):
@@ -164,12 +172,10 @@ def encode_column(schema: Any, arr: pa.Array) -> pa.Array:
     if kind == "record":
         return encode_record(schema, arr.flatten(), [f.name for f in arr.type], len(arr))
     if kind == "array":
-        offsets = arr.offsets.to_numpy().astype(np.int64)
-        return _items_of_rows(np.diff(offsets), offsets, encode_column(schema["items"], arr.values))
+        return _items_of_rows(arr, encode_column(schema["items"], arr.values))
     if kind == "map":
-        offsets = arr.offsets.to_numpy().astype(np.int64)
         entries = _join(_length_prefixed(arr.values.field(0)), encode_column(schema["values"], arr.values.field(1)))
-        return _items_of_rows(np.diff(offsets), offsets, entries)
+        return _items_of_rows(arr, entries)
     raise ValueError(f"no columnar Avro encoding for the schema {schema!r}")
 
 
@@ -178,7 +184,7 @@ def encode_record(schema: dict[str, Any], columns: list[Any], names: list[str], 
     by_name = dict(zip(names, columns, strict=True))
     fields = [encode_column(f["type"], by_name[f["name"]]) for f in schema["fields"]]
     if not fields:
-        return _binary(np.zeros(rows + 1, dtype=np.int64), np.empty(0, dtype=np.uint8))
+        return _nothing(rows)
     return fields[0] if len(fields) == 1 else _join(*fields)
 
 

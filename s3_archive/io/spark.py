@@ -22,6 +22,8 @@ from s3_archive.io.s3_resource import S3_ENV, check_storage_class
 from s3_archive.io.truststore import TRUSTSTORE_PASSWORD, java_truststore
 from s3_archive.model.errors import MissingJars
 
+log = logging.getLogger(__name__)
+
 # Spark conf key through which `SparkResource.kafka_min_partitions` reaches `archive.write.read_window` (a conf, not an
 # argument, so that it needs no plumbing through the asset and archive_window, and works over Spark Connect too).
 KAFKA_MIN_PARTITIONS_CONF = "spark.s3archive.kafka.minPartitions"
@@ -39,6 +41,7 @@ MAGIC_COMMITTER_CONF = {
     "spark.hadoop.fs.s3a.committer.magic.enabled": "true",
 }
 S3_COMMITTERS = ("file", "magic")
+WARM_UP_GROUP = "s3-archive-python-workers"  # start_python_workers's Spark job group (the UI shows it)
 # Spark's Kafka source keeps each task's consumer (with its last fetch: up to kafka.max.partition.fetch.bytes, 16 MiB
 # in archive/write.py) and its last poll's records (up to kafka.max.poll.records, 10,000) for reuse: by default 64
 # consumers and every poll of the last 5 minutes. A batch read never reuses them (each read has a group id of its
@@ -293,10 +296,6 @@ class SparkResource(dg.ConfigurableResource):
             for key, value in self.s3a_secret_conf().items():
                 spark.conf.set(key, value)
         return spark
-
-
-log = logging.getLogger(__name__)
-WARM_UP_GROUP = "s3-archive-python-workers"  # the warm-up's Spark job group (the UI's Jobs page shows it)
 
 
 def _same_batches(batches: Iterator[Any]) -> Iterator[Any]:
