@@ -26,10 +26,20 @@ import gc
 import importlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 # What a write task imports (archive/writer.py through encoders and upload; PySpark's Arrow path of mapInArrow).
 PRELOAD = ("s3_archive.archive.writer", "pyarrow.parquet", "pyspark.sql.pandas.serializers", "pandas", "boto3",
            "botocore.config")
+
+
+def same_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """The function of `io/spark.py::start_python_workers`'s one-row mapInArrow job: its batches as they are.
+    It lives here because a worker unpickles it by reference, importing its module: this one imports only the
+    standard library, where io/spark.py imports dagster (about 1.5 CPU-s in a new worker, beside the driver's
+    planning on the same cores)."""
+    yield from batches
 
 
 def redundant_paths(path: list[str], spark_home: str | None) -> list[str]:

@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr
 
 from s3_archive.io import paths
 from s3_archive.io.jvm import JVM_PROFILES, driver_java_options
+from s3_archive.io.pyspark_daemon import same_batches
 from s3_archive.io.s3_resource import S3_ENV, check_storage_class
 from s3_archive.io.truststore import TRUSTSTORE_PASSWORD, java_truststore
 from s3_archive.model.errors import MissingJars
@@ -298,10 +299,6 @@ class SparkResource(dg.ConfigurableResource):
         return spark
 
 
-def _same_batches(batches: Iterator[Any]) -> Iterator[Any]:
-    yield from batches
-
-
 def start_python_workers(spark: Any) -> threading.Thread:
     """Starts PySpark's worker daemon now, beside whatever the driver does next, instead of inside the first
     Python task. In a fresh process the daemon's start (an interpreter, pyspark and the write path, about 2 s:
@@ -316,7 +313,7 @@ def start_python_workers(spark: Any) -> threading.Thread:
         try:
             sc.setJobGroup(WARM_UP_GROUP, "s3-archive: start the Python workers before the run's job needs them")
             # the run's tasks are mapInArrow's: the same Python runner and environment, hence the same daemon
-            spark.range(1, numPartitions=1).mapInArrow(_same_batches, "id long").collect()
+            spark.range(1, numPartitions=1).mapInArrow(same_batches, "id long").collect()
         except Exception as e:  # noqa: BLE001 (the run does not depend on it: its tasks start the daemon)
             log.warning("starting the Python workers ahead of the run failed (the run's tasks start them): %s", e)
 

@@ -105,3 +105,25 @@ def test_preload_imports_the_write_path_and_reports_what_it_could_not(tmp_path):
     assert out["frozen"] > 0
     assert [f.split(":")[0] for f in out["failed"]] == ["no_such_module_for_the_test"]
     assert "not preloaded (no_such_module_for_the_test: ModuleNotFoundError" in proc.stderr
+
+
+_UNPICKLED = """
+import pickle, sys
+batches = pickle.loads(sys.stdin.buffer.read())([1, 2])
+print(list(batches), sorted(m for m in ("dagster", "pydantic", "pyspark", "s3_archive.io.spark") if m in sys.modules))
+"""
+
+
+def test_a_worker_unpickles_the_warm_up_function_without_the_driver_side_imports():
+    """`start_python_workers`'s job function, pickled as PySpark pickles it and loaded in a fresh interpreter as a
+    worker loads it: its module comes with nothing but the standard library (a worker that imported io/spark.py
+    imported dagster, ~1.5 CPU-s beside the driver's planning)."""
+    from pyspark import cloudpickle
+
+    from s3_archive.io import spark
+
+    payload = cloudpickle.dumps(spark.same_batches)
+    proc = subprocess.run([sys.executable, "-c", _UNPICKLED], input=payload, capture_output=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[3], env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["[1,", "2]", "[]"]

@@ -56,6 +56,25 @@ def test_nothing_is_added_by_default_and_path_style_is_chosen():
     assert client.meta.config.s3["addressing_style"] == "path"
 
 
+def test_clients_share_the_parsed_service_models_not_the_credentials():
+    """Every client reads botocore's models through one loader (parsed once per process), while each resource's
+    client keeps its own credentials and settings."""
+    def signed_by(client) -> str:
+        def grab(request, **_):
+            raise Sent(request.headers["Authorization"].decode())
+        client.meta.events.register("before-send.s3.PutObject", grab)
+        with pytest.raises(Sent) as sent:
+            client.put_object(Bucket="b", Key="k", Body=b"")
+        return sent.value.args[0].split("Credential=")[1].split("/")[0]
+
+    a = S3Resource(region_name="us-east-1", aws_access_key_id="AKIAFIRST", aws_secret_access_key="s1").get_client()
+    b = S3Resource(region_name="eu-west-1", aws_access_key_id="AKIASECOND", aws_secret_access_key="s2").get_client()
+    assert a._loader is b._loader
+    assert a.meta.service_model.service_name == "s3"
+    assert (signed_by(a), signed_by(b)) == ("AKIAFIRST", "AKIASECOND")
+    assert (a.meta.region_name, b.meta.region_name) == ("us-east-1", "eu-west-1")
+
+
 @pytest.mark.parametrize("settings,message", [
     ({"storage_class": "GLACIER"}, r"S3 storage class 'GLACIER' \(\$S3_ARCHIVE_S3_STORAGE_CLASS\) is not supported; "
                                    r"allowed: STANDARD, .*GLACIER_IR.* \(GLACIER and DEEP_ARCHIVE by a lifecycle"),
