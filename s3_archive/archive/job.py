@@ -60,6 +60,12 @@ def slices_of(window: OffsetWindow, read_start: int, count: int) -> list[Slice]:
     return [Slice(window, bounds[i], bounds[i + 1], i, count) for i in range(count)]
 
 
+# Stored envelope columns a write task makes itself instead of receiving them (archive/write.py::_derived): each
+# one's source in the task's batches, or TOPIC for the job's topic.
+TOPIC = ""
+DERIVED = {"topic": TOPIC, "partition": "_partition", "offset": "_offset"}
+
+
 @dataclass(frozen=True)
 class FormatPlan:
     """How a task encodes objects of the archive's format (archive/encoders.py)."""
@@ -90,7 +96,9 @@ class WriteJob:
     decoding: bool = False  # a `_good` column says which records decode
     dead_letter: bool = False  # undecodable records go to dead-letter objects (else: the slice writes nothing)
     payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
-    payload_columns: tuple[str, ...] = ()  # their names in the batches when not `payload` (archive/write.py)
+    payload_columns: tuple[str, ...] = ()  # the sent ones' names in the batches when not theirs (archive/write.py)
+    derived: tuple[tuple[str, str], ...] = ()  # stored columns not sent, with their source (DERIVED)
+    ts_stored: bool = False  # `_ts` is not sent: the task computes it from the stored `timestamp`
     dead_letter_schema: str = ""  # Spark schema JSON of the raw envelope (`_raw`), for the dead-letter Parquet
     multipart_threshold: int = MULTIPART_THRESHOLD
     part_size: int = PART_SIZE

@@ -20,7 +20,16 @@ from pyspark.sql.types import StructField, StructType
 
 from s3_archive.archive.buckets import bucket_column
 from s3_archive.archive.encoders import avro_schema
-from s3_archive.archive.job import RESULT_SCHEMA, FormatPlan, JobOutput, Output, Slice, UndecodableValue, WriteJob
+from s3_archive.archive.job import (
+    DERIVED,
+    RESULT_SCHEMA,
+    FormatPlan,
+    JobOutput,
+    Output,
+    Slice,
+    UndecodableValue,
+    WriteJob,
+)
 from s3_archive.archive.writer import write_task
 from s3_archive.keys.buckets import BUCKET_COLUMN
 from s3_archive.model.columns import SOURCE_FIELD, stored_names
@@ -190,13 +199,28 @@ def _payload(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[list[Col
     return stored, described
 
 
+def _derived(out: Output, names: tuple[str, ...]) -> tuple[dict[str, str], bool]:
+    """The stored columns a write task makes itself rather than receive, each with its source (job.DERIVED), and
+    whether it computes `_ts` from the stored timestamp. Every column crosses the JVM -> Python Arrow hand-off row
+    by row (Spark sizes the batch after each row, over all vectors), so a column sent twice, or a constant sent
+    per record, costs task time. Only for parquet and avro, whose stored envelope columns are Spark's own."""
+    if out.fmt.name not in ("parquet", "avro"):
+        return {}, False
+    kept = {n for n in names if n in out.columns}
+    return {n: src for n, src in DERIVED.items() if n in kept}, "timestamp" in kept
+
+
 def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataFrame, WriteJob]:
     """The frame a write job maps (internal columns, then the stored ones) and the job fields that follow from
     the output: payload names, schemas, format plan."""
     df = with_parsed_json(df, out.decoding)
+    payload, described = _payload(df, out, json_ddl)
+    names = tuple(df.select(*payload).columns)
+    derived, ts_stored = _derived(out, names)
     good = decodable(out.decoding)
-    internal = [F.col("partition").alias("_partition"), F.col("offset").alias("_offset"),
-                F.unix_millis("timestamp").alias("_ts"), record_bytes().alias("_rec_bytes")]
+    ts = [] if ts_stored else [F.unix_millis("timestamp").alias("_ts")]
+    internal = [F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), *ts,
+                record_bytes().alias("_rec_bytes")]
     if out.decoding != "bytes":
         internal.append(good.alias("_good"))
     if out.layout is not None:
@@ -205,12 +229,12 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     dead_letter = out.decoding != "bytes" and out.on_error == "dead_letter"
     if dead_letter:
         internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
-    payload, described = _payload(df, out, json_ddl)
-    names = tuple(df.select(*payload).columns)
+    sent = [(c, n) for c, n in zip(payload, names, strict=True) if n not in derived]
     # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
     # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
-    plain = () if all(_PLAIN.fullmatch(n) for n in names) else tuple(f"_p{i}" for i in range(len(names)))
-    frame = df.select(*internal, *([c.alias(n) for c, n in zip(payload, plain, strict=True)] if plain else payload))
+    plain = () if all(_PLAIN.fullmatch(n) for _, n in sent) else tuple(f"_p{i}" for i in range(len(sent)))
+    frame = df.select(*internal, *([c.alias(a) for (c, _), a in zip(sent, plain, strict=True)] if plain
+                                   else [c for c, _ in sent]))
     if out.bucketed:
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, "_offset")
     schema_json = described.schema.json()
@@ -221,6 +245,7 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
                    decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names, payload_columns=plain,
+                   derived=tuple(derived.items()), ts_stored=ts_stored,
                    dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
     return frame, job
 

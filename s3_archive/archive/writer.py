@@ -2,10 +2,11 @@
 offset, when the layout splits a window by record content) become the window's objects at their final keys, and
 the slice's statistics. `write_task` is what `DataFrame.mapInArrow` runs (archive/write.py).
 
-Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms), `_rec_bytes` (key + value + header bytes),
-`_good` (the value decodes; with value decoding), `_bucket` (with a layout), `_raw` (the raw envelope of an
-undecodable record, with dead letters), and the stored columns (`WriteJob.payload`: the envelope and decoded
-fields, or `_line` for the text formats, or `value` for bytes).
+Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms; not sent when `timestamp` is stored),
+`_rec_bytes` (key + value + header bytes), `_good` (the value decodes; with value decoding), `_bucket` (with a
+layout), `_raw` (the raw envelope of an undecodable record, with dead letters), and the stored columns
+(`WriteJob.payload`: the envelope and decoded fields, or `_line` for the text formats, or `value` for bytes) but
+the ones the task makes itself (`WriteJob.derived`: topic, partition, offset in parquet and avro).
 
 Rotation is computed here, per record and in offset order within a bucket: record i goes to byte part
 floor(bytes before i / max_bytes), then within it to record part floor(n / max_records); parts are numbered
@@ -14,6 +15,7 @@ floor(bytes before i / max_bytes), then within it to record part floor(n / max_r
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3_archive.archive.encoders import ParquetEncoder, open_encoder
-from s3_archive.archive.job import MAX_GAP_RANGES, RESULT_SCHEMA, FormatPlan, Slice, WriteJob
+from s3_archive.archive.job import MAX_GAP_RANGES, RESULT_SCHEMA, TOPIC, FormatPlan, Slice, WriteJob
 from s3_archive.archive.upload import ObjectUpload, WindowAlreadyCommitted, Written
 from s3_archive.keys.objects import dead_letter_key, manifest_key, object_key, record_object_key
 
@@ -93,8 +95,12 @@ class _SliceWriter:
         lo, hi = int(offsets.min()), int(offsets.max())
         self.first = lo if self.first is None else min(self.first, lo)
         self.last = hi if self.last is None else max(self.last, hi)
-        ts = pc.min_max(b.column("_ts"))
-        tmin, tmax = ts["min"].as_py(), ts["max"].as_py()
+        if self.job.ts_stored:  # epoch microseconds of Kafka's milliseconds: exact, as Spark's unix_millis
+            ts = pc.min_max(b.column(_batch_names(self.job)["timestamp"]).cast(pa.int64()))
+            tmin, tmax = (None if v is None else v // 1000 for v in (ts["min"].as_py(), ts["max"].as_py()))
+        else:
+            ts = pc.min_max(b.column("_ts"))
+            tmin, tmax = ts["min"].as_py(), ts["max"].as_py()
         if tmin is not None:
             self.min_ts = tmin if self.min_ts is None else min(self.min_ts, tmin)
             self.max_ts = tmax if self.max_ts is None else max(self.max_ts, tmax)
@@ -166,9 +172,7 @@ class _SliceWriter:
         else:
             part = self.slice.index if self.slice.count > 1 else 0
             runs = [((part, 0), 0, n)]
-        table = pa.Table.from_batches([b]).select(list(job.payload_columns or job.payload))
-        if job.payload_columns:
-            table = table.rename_columns(list(job.payload))
+        table = _stored_table(job, b)
         for part_id, a, z in runs:
             if st.open is None or part_id != st.part_id:
                 if st.open is not None:
@@ -278,6 +282,39 @@ class _SliceWriter:
             "bytes": self.bytes_read, "first": self.first, "last": self.last, "min_ts": self.min_ts,
             "max_ts": self.max_ts, "bad": self.bad, "first_bad": self.first_bad,
             "absent": json.dumps(absent), "absent_truncated": truncated, "committed": self.committed})
+
+
+def _batch_names(job: WriteJob) -> dict[str, str]:
+    """Each sent stored column's name in the batches (archive/write.py: `_p<i>` when its own is not plain)."""
+    derived = dict(job.derived)
+    sent = [n for n in job.payload if n not in derived]
+    return dict(zip(sent, job.payload_columns or sent, strict=True))
+
+
+@functools.cache
+def _nullable(spark_schema: str, name: str) -> bool:
+    return next(bool(f["nullable"]) for f in json.loads(spark_schema)["fields"] if f["name"] == name)
+
+
+def _stored_table(job: WriteJob, b: pa.RecordBatch) -> pa.Table:
+    """The stored columns of a batch, in `job.payload` order: the sent ones named back, the derived ones made
+    here (job.DERIVED) with the type and nullability Spark gives them, so the objects' bytes are the same."""
+    if not job.derived:
+        table = pa.Table.from_batches([b]).select(list(job.payload_columns or job.payload))
+        return table.rename_columns(list(job.payload)) if job.payload_columns else table
+    derived, names = dict(job.derived), _batch_names(job)
+    fields, arrays = [], []
+    for name in job.payload:
+        src = derived.get(name)
+        if src == TOPIC:
+            field = pa.field(name, pa.string(), _nullable(job.fmt.spark_schema, name))
+            arrays.append(pa.DictionaryArray.from_arrays(np.zeros(b.num_rows, np.int32),
+                                                         pa.array([job.topic])).dictionary_decode())
+        else:
+            field = b.schema.field(names[name] if src is None else src).with_name(name)
+            arrays.append(b.column(names[name] if src is None else src))
+        fields.append(field)
+    return pa.Table.from_batches([pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))])
 
 
 def _result_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -35,6 +36,23 @@ class FakeUpload:
 
     def tell(self) -> int:
         return len(self.buf)
+
+    closed = False
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
 
     def finish(self) -> Written:
         FakeUpload.store[self.key] = bytes(self.buf)
@@ -166,3 +184,57 @@ def test_only_windows_nothing_else_numbers_are_split():
     assert splittable(None, False, "parquet") and not splittable(None, True, "parquet")
     assert not splittable(None, False, "bytes") and not splittable(by_key, False, "parquet")
     assert splittable(OutputLayout(), False, "jsonl")
+
+
+def _envelope(offsets: list[int]) -> pa.Table:
+    """Spark's Arrow types for the stored envelope of parquet and avro (every field nullable, as Spark's Kafka
+    source has them)."""
+    n = len(offsets)
+    headers = pa.array([[{"key": "h", "value": b"%d" % o}] for o in offsets],
+                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    return pa.table({"key": pa.array([b"k%d" % o for o in offsets], pa.binary()),
+                     "value": pa.array([b"v" * (o % 7) for o in offsets], pa.binary()),
+                     "headers": headers, "topic": pa.array(["t"] * n, pa.string()),
+                     "partition": pa.array([0] * n, pa.int32()), "offset": pa.array(offsets, pa.int64()),
+                     "timestamp": pa.array([1_700_000_000_000_000 + 1000 * o for o in offsets],
+                                           pa.timestamp("us", "UTC")),
+                     "timestamp_type": pa.array([0] * n, pa.int32())})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "avro"])
+def test_columns_the_task_derives_give_the_same_bytes_and_statistics_as_columns_sent(fmt):
+    """archive/write.py does not send topic, partition, offset and `_ts` when parquet or avro store them: the task
+    makes them (writer._stored_table). Same objects, byte for byte, and the same slice statistics."""
+    from pyspark.sql import types as T
+
+    from s3_archive.archive.encoders import avro_schema
+    from s3_archive.archive.job import DERIVED
+
+    offsets = [3, 4, 5, 7, 8, 11]
+    env = _envelope(offsets)
+    header = T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())])
+    spark_schema = T.StructType([
+        T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
+        T.StructField("headers", T.ArrayType(header)), T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()), T.StructField("timestamp_type", T.IntegerType())]).json()
+    plan = FormatPlan(fmt, "snappy" if fmt == "parquet" else "none", f".{fmt}", spark_schema=spark_schema,
+                      avro_schema=avro_schema(spark_schema) if fmt == "avro" else "",
+                      dictionary=("topic", "partition", "timestamp_type"))
+    window = OffsetWindow(0, 3, 12)
+    internal = {"_partition": env["partition"], "_offset": env["offset"],
+                "_rec_bytes": pa.array([10] * len(offsets), pa.int64())}
+    sent_all = pa.table({**internal, "_ts": pa.array([1_700_000_000_000 + o for o in offsets], pa.int64()),
+                         **{c: env[c] for c in env.column_names}})
+    lean = pa.table({**internal, **{c: env[c] for c in env.column_names if c not in DERIVED}})
+    job = WriteJob(topic="t", bucket="b", prefix="p/", fmt=plan, conn=S3Connection(),
+                   slices=(Slice(window, 3, 12),), payload=tuple(env.column_names))
+    full = _run(job, sent_all.to_batches(max_chunksize=4))
+    full_bytes = dict(FakeUpload.store)
+    derived = _run(replace(job, derived=tuple((n, DERIVED[n]) for n in ("topic", "partition", "offset")),
+                           ts_stored=True), lean.to_batches(max_chunksize=4))
+    assert FakeUpload.store == full_bytes and len(full_bytes) == 1
+    assert derived == full
+    stats = next(r for r in derived if r["kind"] == "slice")
+    assert (stats["min_ts"], stats["max_ts"], stats["records"]) == (1_700_000_000_003, 1_700_000_000_011, 6)
+    assert json.loads(stats["absent"]) == [[6, 7], [9, 11]]
