@@ -3,6 +3,7 @@ into Arrow batches, and match a per-record reference."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from dataclasses import replace
@@ -22,12 +23,13 @@ from s3_archive.model.windows import OffsetWindow
 pytestmark = pytest.mark.unit
 
 
-class FakeUpload:
-    """ObjectUpload's interface, in memory."""
+class FakeUpload(io.RawIOBase):
+    """ObjectUpload's interface, in memory (a writable file-like sink, as ParquetWriter needs)."""
 
     store: dict[str, bytes] = {}
 
     def __init__(self, conn, bucket, key, manifest_key, *a, **kw) -> None:
+        super().__init__()
         self.key, self.buf = key, bytearray()
 
     def write(self, data) -> int:
@@ -37,22 +39,8 @@ class FakeUpload:
     def tell(self) -> int:
         return len(self.buf)
 
-    closed = False
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
     def writable(self) -> bool:
         return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
 
     def finish(self) -> Written:
         FakeUpload.store[self.key] = bytes(self.buf)
