@@ -12,6 +12,8 @@
 
 The archive is only valid for the exact JDK and classpath it was dumped with, so its file name carries a
 fingerprint of both; a changed jar or JDK simply finds no archive (no flag, no warning) until setup rebuilds it.
+Beside each archive a list of the files of its fingerprint: setup removes the archives whose files are gone or
+changed and keeps those of other installations on the host (`stale_archives`).
 docs/benchmarks.md ("Run overhead") measures each flag's gain.
 """
 
@@ -27,6 +29,7 @@ from s3_archive.io import paths
 
 JVM_PROFILES = ("short", "long")
 C1_ONLY = "-XX:TieredStopAtLevel=1"
+ARCHIVE_PREFIX = "spark-driver-"
 SERIAL_GC = "-XX:+UseSerialGC"
 
 
@@ -47,14 +50,17 @@ def _pyspark_jars() -> list[Path]:
     return sorted((Path(spec.origin).parent / "jars").glob("*.jar"))
 
 
-def classpath_fingerprint(extra_jars: Iterable[Path | str]) -> str:
-    """A hash of what an AppCDS archive depends on: the JDK (its libjvm) and every jar of the driver's classpath
-    (the extra ones first, then pyspark's), each by path, size and modification time."""
-    h = hashlib.sha256()
+def classpath_files(extra_jars: Iterable[Path | str]) -> list[Path]:
+    """What an AppCDS archive depends on: the JDK (its libjvm) and every jar of the driver's classpath (the extra
+    ones first, then pyspark's)."""
     home = java_home()
-    files = [*(Path(j) for j in extra_jars), *_pyspark_jars()]
-    if home is not None:
-        files.insert(0, home / "lib" / "server" / "libjvm.so")
+    return [*([home / "lib" / "server" / "libjvm.so"] if home is not None else []),
+            *(Path(j) for j in extra_jars), *_pyspark_jars()]
+
+
+def fingerprint(files: Iterable[Path]) -> str:
+    """A hash of `files`, each by path, size and modification time (a missing one counts as missing)."""
+    h = hashlib.sha256()
     for f in files:
         try:
             st = f.stat()
@@ -65,9 +71,40 @@ def classpath_fingerprint(extra_jars: Iterable[Path | str]) -> str:
     return h.hexdigest()[:20]
 
 
+def classpath_fingerprint(extra_jars: Iterable[Path | str]) -> str:
+    return fingerprint(classpath_files(extra_jars))
+
+
 def cds_archive(extra_jars: Iterable[Path | str]) -> Path:
     """Where the AppCDS archive for this JDK and classpath lives (it may not exist)."""
-    return paths.home() / "cds" / f"spark-driver-{classpath_fingerprint(extra_jars)}.jsa"
+    return paths.home() / "cds" / _archive_name(classpath_fingerprint(extra_jars))
+
+
+def _archive_name(classpath_print: str) -> str:
+    return f"{ARCHIVE_PREFIX}{classpath_print}.jsa"
+
+
+def classpath_list(archive: Path) -> Path:
+    """The file beside an archive that lists the files of its fingerprint, one per line (local/cds.py writes it)."""
+    return archive.with_suffix(".classpath")
+
+
+def stale_archives(directory: Path) -> list[Path]:
+    """The archives in `directory` that no JVM can use again: their JDK or a jar of their classpath is gone or
+    changed (the fingerprint of the files they list differs from the one in their name), or they list nothing.
+    The archives of other installations on this host (another checkout's virtualenv, a CI clone) that are still
+    as they were are kept: each of them maps only its own."""
+    stale = []
+    for archive in sorted(directory.glob(f"{ARCHIVE_PREFIX}*.jsa")):
+        listed = classpath_list(archive)
+        try:
+            files = [Path(line) for line in listed.read_text().splitlines() if line]
+        except OSError:
+            stale.append(archive)
+            continue
+        if archive.name != _archive_name(fingerprint(files)):
+            stale.append(archive)
+    return stale
 
 
 def driver_java_options(profile: str, extra_jars: Iterable[Path | str]) -> str:

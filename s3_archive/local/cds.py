@@ -18,7 +18,7 @@ from pathlib import Path
 from s3_archive.archive.window import archive_window
 from s3_archive.config.archive import ArchiveConfig, ValueDecoding
 from s3_archive.io import paths
-from s3_archive.io.jvm import cds_archive
+from s3_archive.io.jvm import cds_archive, classpath_files, classpath_list, stale_archives
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
@@ -68,15 +68,18 @@ def _train(archive: Path) -> None:
 
 
 def build(force: bool = False) -> Path:
-    """The archive for the current JDK and jars, trained now unless it exists (or `force`)."""
-    archive = cds_archive(paths.spark_jars())
+    """The archive for the current JDK and jars, trained now unless it exists (or `force`); archives no JVM can
+    use again are removed (jvm.stale_archives), those of other installations on this host are kept."""
+    jars = paths.spark_jars()
+    archive = cds_archive(jars)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    for old in stale_archives(archive.parent):
+        old.unlink(missing_ok=True)
+        classpath_list(old).unlink(missing_ok=True)
     if archive.is_file() and not force:
         print(f"cds: {archive.name} up to date ({archive.parent})")
         return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    for old in archive.parent.glob("spark-driver-*.jsa"):  # an archive of other jars is never valid again
-        old.unlink()
-    tmp = archive.with_suffix(".tmp.jsa")
+    tmp = archive.with_name(f"training-{archive.name}")
     tmp.unlink(missing_ok=True)
     t = time.monotonic()
     print("cds: training the Spark driver's AppCDS archive (a few small windows against a temporary broker and "
@@ -84,6 +87,7 @@ def build(force: bool = False) -> Path:
     _train(tmp)
     if not tmp.is_file():
         raise RuntimeError(f"the training JVM exited without writing {tmp}; see its output above")
+    classpath_list(archive).write_text("".join(f"{f}\n" for f in classpath_files(jars)))
     os.replace(tmp, archive)
     print(f"cds: wrote {archive} ({archive.stat().st_size / 1e6:.0f} MB) in {time.monotonic() - t:.0f}s")
     return archive

@@ -6,7 +6,16 @@ import os
 
 import pytest
 
-from s3_archive.io.jvm import C1_ONLY, SERIAL_GC, cds_archive, classpath_fingerprint, driver_java_options
+from s3_archive.io.jvm import (
+    C1_ONLY,
+    SERIAL_GC,
+    cds_archive,
+    classpath_files,
+    classpath_fingerprint,
+    classpath_list,
+    driver_java_options,
+    stale_archives,
+)
 from s3_archive.io.spark import SparkResource
 
 pytestmark = pytest.mark.unit
@@ -44,6 +53,27 @@ def test_a_changed_jar_names_another_archive(jar_home):
     os.utime(jar, ns=(1, 1))
     assert classpath_fingerprint([jar]) != before
     assert classpath_fingerprint([jar, jar_home / "new.jar"]) != classpath_fingerprint([jar])
+
+
+def test_only_archives_whose_classpath_is_gone_or_changed_are_stale(jar_home):
+    """Another installation's archive (another virtualenv's jars) stays while its files are as they were: setup
+    in a CI clone no longer removes the archive of the checkout beside it (which then ran without one)."""
+    jar = next(jar_home.glob("*.jar"))
+    other = jar_home / "other-installation.jar"
+    other.write_bytes(b"jar")
+    mine, theirs = cds_archive([jar]), cds_archive([other])
+    mine.parent.mkdir(parents=True)
+    for archive, files in ((mine, classpath_files([jar])), (theirs, classpath_files([other]))):
+        archive.write_bytes(b"jsa")
+        classpath_list(archive).write_text("".join(f"{f}\n" for f in files))
+    unlisted = mine.with_name("spark-driver-0123456789abcdef0123.jsa")  # from before the lists: unknown files
+    unlisted.write_bytes(b"jsa")
+    assert stale_archives(mine.parent) == [unlisted]
+    other.write_bytes(b"another jar")
+    os.utime(other, ns=(1, 1))
+    assert stale_archives(mine.parent) == sorted([unlisted, theirs])
+    jar.unlink()
+    assert stale_archives(mine.parent) == sorted([unlisted, theirs, mine])
 
 
 def test_an_unknown_profile_names_the_allowed_ones(jar_home):
