@@ -13,7 +13,7 @@ from typing import Any
 import dagster as dg
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, UnknownTopic
 
@@ -55,6 +55,11 @@ class _Refusals:
         return self.seen[0] if self.seen else None
 
 
+# The kept admin client retries a lost broker at most a second apart (librdkafka's default backs off to 10 s), so a
+# request made right after a broker restart does not wait out a long backoff.
+ADMIN_RECONNECT = {"reconnect.backoff.max.ms": 1000}
+
+
 def jaas_string(value: str) -> str:
     """`value` as a double-quoted string of Kafka's JAAS parser (java.io.StreamTokenizer): a backslash escapes the
     next character, and a quoted string may not span lines, so backslash, quote, CR and LF are escaped."""
@@ -89,6 +94,7 @@ class KafkaResource(dg.ConfigurableResource):
     ssl_verify_hostname: bool = Field(default=True, description="False skips checking that the broker's "
                                       "certificate names the host (the certificate is still verified)")
     timeout_s: float = Field(default=15.0, description="admin request timeout")
+    _admin: Any = PrivateAttr(default=None)  # (pid, AdminClient): see `admin`
 
     @property
     def sasl(self) -> bool:
@@ -189,10 +195,19 @@ class KafkaResource(dg.ConfigurableResource):
         return text
 
     def admin(self) -> AdminClient:
-        """An admin client; its authentication and TLS errors are kept for `unavailable` (`refusals`)."""
+        """This resource's admin client, made on first use and kept for the process (a forked child makes its own);
+        its authentication and TLS errors are kept for `unavailable` (`refusals`). One client, not one per
+        request: each new client opens its connections again (with SASL/TLS, their handshakes too), and on a
+        loopback broker about 1 in 100 `list_offsets` through a new client waited 1 or 3 s for its connection,
+        so a run (four admin requests) sometimes stalled 3 s with the cores idle (bench/profile_notes.md, "Three
+        seconds in the offsets"). It reconnects after a broker restart within a second of the broker's return."""
+        cached = self._admin
+        if cached is not None and cached[0] == os.getpid():
+            return cached[1]
         refusals = _Refusals()
-        admin = AdminClient(self.client_config(error_cb=refusals))
+        admin = AdminClient(self.client_config(error_cb=refusals, **ADMIN_RECONNECT))
         admin.refusals = refusals
+        self._admin = (os.getpid(), admin)  # a race makes two; one is kept, both work
         return admin
 
     def unavailable(self, e: BaseException, client: Any = None, what: str = "") -> KafkaUnavailable:
@@ -252,7 +267,7 @@ class KafkaResource(dg.ConfigurableResource):
         stable offset. -1 (from `OffsetSpec.for_timestamp`: no record that new) is returned as is."""
         if not specs:
             return {}
-        admin = self.admin()  # keep a reference: a collected client never resolves its futures
+        admin = self.admin()
         level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
         try:
             futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},

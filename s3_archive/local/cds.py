@@ -35,14 +35,13 @@ def _train(archive: Path) -> None:
 
     with temporary_stack("s3a-cds-", "cds", broker_heap="256m", remove=True) as (broker, moto, _):
         kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
-        admin = kafka.admin()
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        kafka.admin().create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         producer = kafka.producer()
         for i in range(RECORDS):
             producer.produce(TOPIC, key=f"k{i % 7}".encode(), value=f'{{"id":{i},"v":"x{i}"}}'.encode(),
                              headers=[("trace", f"{i:08x}".encode())], partition=0)
         producer.flush(60)
-        del producer, admin  # librdkafka clients left alive would log refused connections once the stack stops
+        del producer  # librdkafka clients left alive would log refused connections once the stack stops
         spark = SparkResource(
             s3_endpoint_url=moto.endpoint_url, s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
             s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True, app_name="cds-training",

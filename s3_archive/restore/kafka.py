@@ -227,7 +227,7 @@ def target_checks(kafka: KafkaResource, topic: str, manifests: Iterable[dict]) -
     known once they are read (a sink's objects)."""
     try:
         res = ConfigResource("TOPIC", topic)
-        admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+        admin = kafka.admin()
         configs = admin.describe_configs([res], request_timeout=kafka.timeout_s)[res].result(timeout=kafka.timeout_s)
     except Exception as e:  # noqa: BLE001 - a missing permission must not stop the restore, but is said
         return [f"could not read the config of target topic {topic!r} ({type(e).__name__}): its timestamp type "

@@ -291,7 +291,7 @@ def retention_result(instance: dg.DagsterInstance, kafka: KafkaResource, topic: 
 
 def topic_retention_ms(kafka: KafkaResource, topic: str) -> int:
     """The topic's `retention.ms` (broker default included); -1: infinite. One DescribeConfigs round trip."""
-    admin = kafka.admin()  # keep a reference: a collected client never resolves its futures
+    admin = kafka.admin()
     resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
         entries = admin.describe_configs([resource], request_timeout=kafka.timeout_s)[resource].result(

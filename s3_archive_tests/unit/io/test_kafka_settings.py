@@ -124,3 +124,17 @@ def test_a_refused_login_names_servers_and_user_never_the_password():
         "$S3_ARCHIVE_KAFKA_SSL_CA_LOCATION" in tls
     down = str(k.unavailable(KafkaException(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))))
     assert down.startswith("cannot reach Kafka at b:9096 as user 'archiver' (SCRAM-SHA-512) within 15s")
+
+
+def test_the_admin_client_is_made_once_per_resource_and_process(monkeypatch):
+    """Every admin request of a resource goes through one client (a new one per request opened its connections
+    again, and sometimes waited seconds for them); another resource has its own, and so does a forked child (a
+    librdkafka client does not survive a fork)."""
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9")  # nothing is asked of it: no broker needed
+    first = kafka.admin()
+    assert kafka.admin() is first
+    assert KafkaResource(bootstrap_servers="127.0.0.1:9").admin() is not first
+    monkeypatch.setattr("s3_archive.io.kafka.os.getpid", lambda: -1)  # what a forked child sees
+    child = kafka.admin()
+    assert child is not first
+    assert kafka.admin() is child
