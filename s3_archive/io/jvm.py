@@ -29,8 +29,8 @@ from s3_archive.io import paths
 
 JVM_PROFILES = ("short", "long")
 C1_ONLY = "-XX:TieredStopAtLevel=1"
-ARCHIVE_PREFIX = "spark-driver-"
 SERIAL_GC = "-XX:+UseSerialGC"
+ARCHIVE_PREFIX = "spark-driver-"
 
 
 def java_home() -> Path | None:
