@@ -8,6 +8,7 @@ no error carries one: errors name the bootstrap servers and the user.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import dagster as dg
@@ -55,6 +56,9 @@ class _Refusals:
         return self.seen[0] if self.seen else None
 
 
+# Answers to a request sent to a partition's leader as the client last knew it (a topic just created, a leader that
+# moved): retried after the topic's metadata is asked for again, until the request's timeout.
+_LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 # The kept admin client retries a lost broker at most a second apart (librdkafka's default backs off to 10 s), so a
 # request made right after a broker restart does not wait out a long backoff.
 ADMIN_RECONNECT = {"reconnect.backoff.max.ms": 1000}
@@ -269,12 +273,23 @@ class KafkaResource(dg.ConfigurableResource):
             return {}
         admin = self.admin()
         level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-        try:
-            futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},
-                                         isolation_level=level, request_timeout=self.timeout_s)
-            return {tp.partition: f.result(timeout=self.timeout_s + 5).offset for tp, f in futures.items()}
-        except (KafkaException, TimeoutError) as e:
-            raise self.unavailable(e, admin) from e
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},
+                                             isolation_level=level, request_timeout=self.timeout_s)
+                return {tp.partition: f.result(timeout=self.timeout_s + 5).offset for tp, f in futures.items()}
+            except (KafkaException, TimeoutError) as e:
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                if err is None or err.code() not in _LEADER_MOVED or time.monotonic() > deadline:
+                    raise self.unavailable(e, admin) from e
+                # The kept client's view of the leaders is older than the request (a topic just created, a
+                # leader moved): ask for the topic's metadata again, then retry.
+                try:
+                    admin.list_topics(topic=topic, timeout=self.timeout_s)
+                except KafkaException:
+                    pass
+                time.sleep(0.1)
 
     def producer(self, **extra: Any):
         from confluent_kafka import Producer
