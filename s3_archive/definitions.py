@@ -20,10 +20,10 @@ import dagster as dg
 
 from s3_archive.config.settings import Settings, load_settings, resolve_topic_patterns
 from s3_archive.defs.archive.assets import build_archive_assets
+from s3_archive.defs.archive.automation import build_archive_automation
 from s3_archive.defs.archive.discovery import build_topic_discovery_sensor
-from s3_archive.defs.archive.sensors import build_archive_automation
-from s3_archive.defs.catalog import build_catalog_defs
-from s3_archive.defs.lifecycle import build_lifecycle_defs
+from s3_archive.defs.catalog.assets import build_catalog_defs
+from s3_archive.defs.lifecycle.assets import build_lifecycle_defs
 from s3_archive.defs.resources import build_resources
 from s3_archive.defs.restore.assets import build_restore_defs
 from s3_archive.io.paths import topic_state_file

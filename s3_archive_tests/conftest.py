@@ -3,6 +3,10 @@ started only by the tests that ask for them, one SASL_SSL broker with one HTTPS 
 the tests of secured connections) and one PostgreSQL server.
 
 Integration tests share them and isolate themselves by topic name, S3 prefix and database.
+
+A test's tier is its folder, declared here once (`TIERS`): `unit/`, `integration/` and `e2e/` mark their tests
+with the marker of the same name (`make test-unit` = `pytest -m unit`), and `integration/reliability/` (faults,
+outages and races against the real stack) adds `reliability`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,22 @@ SECURE_BUCKET = "s3-archive-secure"
 # Java client through its JAAS config) must pass them through unchanged.
 SECURE_USER = 'arch "iver" \\ one'
 SECURE_S3_KEY_ID = "secure-access-key"
+
+TESTS = Path(__file__).parent
+# Folder under s3_archive_tests/ -> the markers of its tests (the longest matching folder wins).
+TIERS = {("unit",): ("unit",), ("integration",): ("integration",), ("e2e",): ("e2e",),
+         ("integration", "reliability"): ("integration", "reliability")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts
+        folder = max((f for f in TIERS if parts[:len(f)] == f), key=len, default=None)
+        if folder is None:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in a tier folder ({', '.join('/'.join(f) for f in TIERS)})")
+        for name in TIERS[folder]:
+            item.add_marker(name)
 
 
 @dataclass

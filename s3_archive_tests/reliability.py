@@ -14,8 +14,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from s3_archive.archive.upload import S3Connection
-from s3_archive.archive.window import archive_windows
+from s3_archive.archive.driver.coordinator import archive_windows
+from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import list_objects, read_manifest

@@ -1,8 +1,11 @@
-"""Archiving a window, in the order it happens:
+"""Archiving Kafka offset windows to S3, in the order it happens.
 
-    plan.py     which windows to cut from Kafka's offsets (pure; used by the sensor) and what retention took
-    window.py   one window end to end: check Kafka still has it, write it, commit it
-    write.py    Spark reads exactly the window from Kafka and writes it to staging in the configured format
-    buckets.py  a record's layout bucket as a Spark column (keys/buckets.py is its Python reference)
-    commit.py   staging → deterministic final keys → manifest with If-None-Match (the commit point)
+    plan.py        which windows to cut from Kafka's offsets (pure; the offsets sensor calls it)
+    scan.py        where each partition's next window starts and how far it may reach (Kafka's offsets)
+    cursor.py      what the offsets sensor remembers between ticks (pure)
+    protocol.py    what the driver sends each write task and what comes back (pure; both sides import it)
+    driver/        on the Spark driver: the run, its one Spark job, the commit
+    executor/      in the executors' Python workers: the write task, encoders, upload (no Spark, no Dagster)
+    health.py      the verdicts of the asset checks: contiguity, objects, retention, headroom
+    retirement.py  which old windows may leave Dagster's partition set (docs/windows.md)
 """

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 import fastavro
 from botocore.exceptions import ClientError
 
-from s3_archive.io.s3 import error_code, list_objects, read_manifest
+from s3_archive.io.s3 import S3Client, error_code, list_objects, read_manifest
 from s3_archive.keys.objects import manifest_prefix
 from s3_archive.model.errors import InvalidManifest
 
@@ -41,7 +41,7 @@ def header_schema(stream: BinaryIO) -> str:
         raise ValueError("its header has no avro.schema") from None
 
 
-def newest_writer_schema(s3: Any, bucket: str, prefix: str, topic: str, log: Any) -> WriterSchema | None:
+def newest_writer_schema(s3: S3Client, bucket: str, prefix: str, topic: str, log: Any) -> WriterSchema | None:
     """The writer schema of the first object of the most recently committed window that has objects (one LIST of
     the manifests, a GET of manifests newest first until one has objects, and the start of one object); None while
     no window with records is archived. A manifest that does not parse is a logged warning naming it; the next

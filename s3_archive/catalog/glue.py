@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from s3_archive.catalog.partitions import (
+from s3_archive.catalog.table_partitions import (
     PARTITION_KEY,
     SkippedDirectory,
     layout_partition_dirs,
@@ -21,7 +21,7 @@ from s3_archive.catalog.partitions import (
 from s3_archive.catalog.tables import merge_columns, table_changes, update_input
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.io.s3 import error_code, list_objects, list_prefixes, read_manifest
+from s3_archive.io.s3 import S3Client, error_code, list_objects, list_prefixes, read_manifest
 from s3_archive.keys.objects import manifest_prefix
 from s3_archive.model.errors import InvalidManifest
 
@@ -29,7 +29,7 @@ _PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
 BATCH = 100  # BatchCreatePartition's limit per call
 
 
-def latest_schemas(s3: Any, bucket: str, prefix: str, topic: str, log: Any) -> dict[str, str]:
+def latest_schemas(s3: S3Client, bucket: str, prefix: str, topic: str, log: Any) -> dict[str, str]:
     """Manifest key -> `schema` of the newest committed window of each Kafka partition (one GET per partition). A
     manifest that does not parse is a logged warning naming it: its partition's schema is left out."""
     newest: dict[str, str] = {}
@@ -103,7 +103,7 @@ def ensure_table(glue: Any, database: str, table_input: dict[str, Any]) -> tuple
     return "updated", changes
 
 
-def partition_dirs(s3: Any, bucket: str, prefix: str, topic: str) -> list[int]:
+def partition_dirs(s3: S3Client, bucket: str, prefix: str, topic: str) -> list[int]:
     """The Kafka partitions that have a `kafka_partition=<p>/` directory (at least one object) under the topic."""
     found = []
     for directory in list_prefixes(s3, bucket, f"{prefix}{topic}/"):
@@ -155,7 +155,7 @@ def register_partitions(glue: Any, database: str, table_input: dict[str, Any],
     return [int(i["Values"][0]) for i in added], [int(i["Values"][0]) for i in existing]
 
 
-def layout_partitions(s3: Any, cfg: ArchiveConfig, topic: str, table_input: dict[str, Any],
+def layout_partitions(s3: S3Client, cfg: ArchiveConfig, topic: str, table_input: dict[str, Any],
                       ) -> tuple[list[dict[str, Any]], list[SkippedDirectory]]:
     """Partition inputs of every partition_by directory under the topic that holds an object (one listing), and
     the directories the layout does not parse."""
@@ -179,7 +179,7 @@ class CatalogSync:
     skipped_directories: list[SkippedDirectory] = field(default_factory=list)
 
 
-def sync_catalog(glue: Any, s3: Any, cfg: ArchiveConfig, topic: str, options: CatalogOptions,
+def sync_catalog(glue: Any, s3: S3Client, cfg: ArchiveConfig, topic: str, options: CatalogOptions,
                  table_input: dict[str, Any]) -> CatalogSync:
     """Database, table, and (explicit mode) partitions of one topic, each written only when missing or changed."""
     created = ensure_database(glue, options.database)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from s3_archive.catalog.partitions import layout_reason
+from s3_archive.catalog.table_partitions import layout_reason
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.model.formats import ENVELOPE_COLUMNS
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from s3_archive.catalog.mappings import mapping
-from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
+from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.model.columns import SOURCE_FIELD, column_names
@@ -142,7 +142,8 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
     out = []
     for name, f in fields.items():
         comment = "decoded from the record value (value_decoding: json)"
-        # The archive stored the field under another name (archive/write.py): its own is in the column's metadata.
+        # The archive stored the field under another name (archive/driver/spark_job.py): its own is in the column's
+        # metadata.
         source = (f.metadata or {}).get(SOURCE_FIELD)
         source = source if isinstance(source, str) else None
         if names[name] != name.lower() or source is not None:

@@ -14,9 +14,11 @@ from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout
+from s3_archive.keys.objects import WindowLocation
 from s3_archive.keys.template import InvalidTemplate
 from s3_archive.model.base import StrictModel
 from s3_archive.model.formats import FORMATS, envelope_columns, parse_ddl_fields
+from s3_archive.model.windows import OffsetWindow
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
@@ -295,6 +297,11 @@ class ArchiveConfig(StrictModel):
                 and self.value_decoding.type != "utf8")
 
     @property
+    def lifecycle_policy(self) -> LifecyclePolicy:
+        """`lifecycle`, or the defaults."""
+        return self.lifecycle or LifecyclePolicy()
+
+    @property
     def codec(self) -> str:
         return self.compression or FORMATS[self.format].default_codec
 
@@ -304,3 +311,7 @@ class ArchiveConfig(StrictModel):
         spec = FORMATS[self.format]
         ext = self.layout.extension if self.layout is not None and self.layout.extension is not None else spec.extension
         return ext + spec.codec_suffix.get(self.codec, "")
+
+    def location(self, topic: str, window: OffsetWindow) -> WindowLocation:
+        """Where the window of `topic` lives in this archive's bucket."""
+        return WindowLocation(self.bucket, self.prefix, topic, window, self.object_suffix, self.layout)

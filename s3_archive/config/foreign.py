@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from s3_archive.keys.foreign import DEFAULT_AIVEN_TEMPLATE, aiven_template
+from s3_archive.keys.foreign_keys import DEFAULT_AIVEN_TEMPLATE, aiven_template
 from s3_archive.keys.template import InvalidTemplate, KeyTemplate
 
 LAYOUTS = ("aiven", "confluent")

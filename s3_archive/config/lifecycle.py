@@ -4,6 +4,8 @@ reference, Transition and LifecycleRule): the order of storage classes, minimum 
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from pydantic import Field, field_validator, model_validator
 
 from s3_archive.keys.objects import STAGING
@@ -89,3 +91,17 @@ class LifecyclePolicy(StrictModel):
                 out.append(f"{cls} from day {start} is left at day {end}, before its {minimum}-day minimum "
                            f"storage duration: S3 bills the remaining {minimum - (end - start)} days")
         return out
+
+
+# S3 deletes an expired object asynchronously, some time after `created + Days` rounded up to the next midnight UTC,
+# and a window's objects are copied into place just before its manifest records `committed_at`. A window is treated
+# as expiring one day early, so neither the copy's lead nor S3's timing can turn an expiry into a "missing" alarm.
+EXPIRY_SLACK = timedelta(days=1)
+
+
+def expiry_due(created: datetime | None, expiration_days: int | None, now: datetime) -> bool:
+    """May S3 already have expired an object written at `created` (UTC) under `expiration_days`? False when
+    nothing expires or the time is unknown: a missing object is then a problem, never an expiry."""
+    if expiration_days is None or created is None:
+        return False
+    return now >= created + timedelta(days=expiration_days) - EXPIRY_SLACK

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from typing import Any
 
 import dagster as dg
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 from pydantic import Field, PrivateAttr
 
 from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, UnknownTopic
@@ -295,3 +296,42 @@ class KafkaResource(dg.ConfigurableResource):
         from confluent_kafka import Producer
 
         return Producer(self.client_config(**extra))
+
+    def retention_ms(self, topic: str) -> int:
+        """The topic's `retention.ms` (broker default included); -1: infinite. One DescribeConfigs round trip."""
+        admin = self.admin()
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            entries = admin.describe_configs([resource], request_timeout=self.timeout_s)[resource].result(
+                timeout=self.timeout_s + 5)
+        except (KafkaException, TimeoutError) as e:
+            raise self.unavailable(e, admin, f"describing the configs of topic {topic!r}") from e
+        return int(entries["retention.ms"].value)
+
+    def first_record_timestamps(self, topic: str, offsets: dict[int, int], timeout_s: float = 10.0) -> dict[int, int]:
+        """Per partition, the timestamp (ms) of the first committed record at or after the given offset: one
+        consumer, assigned to every partition at once, reads one record each (read_committed). A partition whose
+        record does not arrive within `timeout_s` (e.g. only aborted records or markers left) is left out."""
+        if not offsets:
+            return {}
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self.client_config(**{
+            "group.id": f"s3-archive-headroom-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", "enable.partition.eof": False,
+            "fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 1 << 20}))
+        try:
+            consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+            out: dict[int, int] = {}
+            deadline = time.monotonic() + timeout_s
+            while len(out) < len(offsets) and time.monotonic() < deadline:
+                msg = consumer.poll(min(1.0, max(0.0, deadline - time.monotonic())))
+                if msg is None or msg.error() is not None:
+                    continue
+                if msg.partition() not in out:
+                    out[msg.partition()] = msg.timestamp()[1]
+                    # Stop fetching a partition once its record is read.
+                    consumer.pause([TopicPartition(topic, msg.partition())])
+            return out
+        finally:
+            consumer.close()

@@ -29,8 +29,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-# What a write task imports (archive/writer.py through encoders and upload; PySpark's Arrow path of mapInArrow).
-PRELOAD = ("s3_archive.archive.writer", "pyarrow.parquet", "pyspark.sql.pandas.serializers", "pandas", "boto3",
+# What a write task imports (archive/executor/task.py through encoders and upload; PySpark's Arrow path of mapInArrow).
+PRELOAD = ("s3_archive.archive.executor.task", "pyarrow.parquet", "pyspark.sql.pandas.serializers", "pandas", "boto3",
            "botocore.config")
 
 

@@ -6,32 +6,35 @@ bucket with a clear error.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
 from s3_archive.model.errors import S3Unavailable
 from s3_archive.model.manifest import Manifest, parse_manifest
 
+# A boto3 S3 client (boto3's clients are made at run time and carry no static type of their own).
+S3Client: TypeAlias = Any
 
-def _pages(s3: Any, bucket: str, prefix: str, **kw: Any) -> Iterator[dict]:
+
+def _pages(s3: S3Client, bucket: str, prefix: str, **kw: Any) -> Iterator[dict]:
     yield from s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, **kw)
 
 
-def list_objects(s3: Any, bucket: str, prefix: str) -> Iterator[dict]:
+def list_objects(s3: S3Client, bucket: str, prefix: str) -> Iterator[dict]:
     """Every object under `prefix` (ListObjectsV2 `Contents` entries: Key, Size, StorageClass, ...), in key order."""
     for page in _pages(s3, bucket, prefix):
         yield from page.get("Contents", [])
 
 
-def list_prefixes(s3: Any, bucket: str, prefix: str, delimiter: str = "/") -> Iterator[str]:
+def list_prefixes(s3: S3Client, bucket: str, prefix: str, delimiter: str = "/") -> Iterator[str]:
     """The "directories" directly under `prefix`: each common prefix up to the next `delimiter`."""
     for page in _pages(s3, bucket, prefix, Delimiter=delimiter):
         for cp in page.get("CommonPrefixes", []):
             yield cp["Prefix"]
 
 
-def delete_keys(s3: Any, bucket: str, keys: list[str]) -> None:
+def delete_keys(s3: S3Client, bucket: str, keys: list[str]) -> None:
     for i in range(0, len(keys), 1000):
         s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
 
@@ -46,7 +49,7 @@ def error_message(e: ClientError) -> str:
     return str(e.response.get("Error", {}).get("Message", ""))
 
 
-def read_manifest(s3: Any, bucket: str, key: str) -> Manifest | None:
+def read_manifest(s3: S3Client, bucket: str, key: str) -> Manifest | None:
     """The window's manifest at `key`; None when there is none (not committed). Raises InvalidManifest when it
     does not parse (model/manifest.py)."""
     try:
@@ -58,7 +61,7 @@ def read_manifest(s3: Any, bucket: str, key: str) -> Manifest | None:
     return parse_manifest(body, f"s3://{bucket}/{key}")
 
 
-def verify_manifest(s3: Any, bucket: str, manifest: Manifest) -> list[str]:
+def verify_manifest(s3: S3Client, bucket: str, manifest: Manifest) -> list[str]:
     """What is wrong with a committed window's objects in S3 (empty when all exist with their recorded sizes)."""
     problems = []
     for obj in manifest.all_objects:
@@ -75,7 +78,7 @@ def verify_manifest(s3: Any, bucket: str, manifest: Manifest) -> list[str]:
     return problems
 
 
-def check_bucket(s3: Any, bucket: str, prefix: str = "") -> None:
+def check_bucket(s3: S3Client, bucket: str, prefix: str = "") -> None:
     """One LIST of at most one key under the archive's prefix, turned into a clear error; never includes
     credentials. Not HeadBucket: that needs s3:ListBucket on the whole bucket, which the least-privilege policy
     (`s3-archive iam-policy`) grants only under the archive's prefixes."""

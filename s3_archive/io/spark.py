@@ -43,8 +43,9 @@ MAGIC_COMMITTER_CONF = {
 }
 S3_COMMITTERS = ("file", "magic")
 WARM_UP_GROUP = "s3-archive-python-workers"  # start_python_workers's Spark job group (the UI shows it)
-# Spark's Kafka source keeps each task's consumer (with its last fetch: up to kafka.max.partition.fetch.bytes, 16 MiB
-# in archive/write.py) and its last poll's records (up to kafka.max.poll.records, 10,000) for reuse: by default 64
+# Spark's Kafka source keeps each task's consumer (with its last fetch: up to kafka.max.partition.fetch.bytes,
+# 16 MiB in archive/driver/spark_job.py) and its last poll's records (up to kafka.max.poll.records, 10,000) for
+# reuse: by default 64
 # consumers and every poll of the last 5 minutes. A batch read never reuses them (each read has a group id of its
 # own), so a session running 20-window runs back to back kept 546,000 records of old polls and 1.1 GB of fetch
 # buffers live, and its JVM ran out of a 2 GB heap (in a task: Spark exits the JVM; bench/profile_notes.md,

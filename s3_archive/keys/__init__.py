@@ -4,7 +4,7 @@
     values.py    partition values as safe, reversible path segments; the time path format
     layout.py    the `layout:` config: the key template and the partition_by dimensions (OutputLayout)
     buckets.py   a record's bucket (partition_by path + record-level template values), the Python reference of
-                 what archive/buckets.py computes in Spark; Spark's partition directory names
+                 what archive/driver/bucket_column.py computes in Spark; Spark's partition directory names
     objects.py   where a window's objects, manifest and staging live (the default layout is OutputLayout())
     foreign.py   the object names of the Kafka Connect S3 sinks (Aiven file.name.template, Confluent)
 

@@ -2,8 +2,8 @@
 `{{timestamp:unit=…}}`). Pure.
 
 A window's records are split into buckets. A bucket is one string, `/`-joined encoded values: one per
-partition_by dimension, then one per record-level template placeholder. archive/buckets.py computes it in Spark;
-`record_bucket` here is the Python reference (tested to agree). Spark writes a bucket as the staging directory
+partition_by dimension, then one per record-level template placeholder. archive/driver/bucket_column.py computes it
+in Spark; `record_bucket` here is the Python reference (tested to agree). Spark writes a bucket as the staging directory
 `_bucket=<escaped>`; `bucket_from_staging_dir` reads it back.
 """
 
@@ -29,7 +29,7 @@ from s3_archive.keys.values import (
 BUCKET_COLUMN = "_bucket"  # the staging directory column holding a record's bucket (buckets.bucket_column)
 
 
-_EPOCH_MS = re.compile(r"-?[0-9]{1,18}")  # also used as a Spark regex in archive/buckets.py
+_EPOCH_MS = re.compile(r"-?[0-9]{1,18}")  # also used as a Spark regex in archive/driver/bucket_column.py
 EPOCH_MS_REGEX = "^" + _EPOCH_MS.pattern + "$"
 
 

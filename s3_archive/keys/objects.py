@@ -16,6 +16,8 @@ objects share the name stem. See docs/layout.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from s3_archive.keys.buckets import join_bucket, parse_path, path_from_encoded, split_bucket
 from s3_archive.keys.layout import KafkaPartition, OutputLayout
 from s3_archive.keys.template import KeyTemplate, parse_key, render_key
@@ -132,3 +134,55 @@ def window_scan_prefix(layout: OutputLayout | None, prefix: str, topic: str, win
         else:
             break
     return prefix + "".join(out)
+
+
+@dataclass(frozen=True)
+class WindowLocation:
+    """Where one window of an archive lives: the bucket, the archive's prefix, the topic, the window, and how its
+    data objects are named (the layout, None for the default one, and the suffix every data object ends with).
+    What the write tasks, the commit and the checks pass around instead of those six values."""
+
+    bucket: str
+    prefix: str
+    topic: str
+    window: OffsetWindow
+    suffix: str
+    layout: OutputLayout | None = None
+
+    @property
+    def manifest_key(self) -> str:
+        return manifest_key(self.prefix, self.topic, self.window)
+
+    @property
+    def scan_prefix(self) -> str:
+        """Every data object of the window has a key under this prefix (window_scan_prefix)."""
+        return window_scan_prefix(self.layout, self.prefix, self.topic, self.window)
+
+    @property
+    def dead_letter_stem(self) -> str:
+        return dead_letter_stem(self.prefix, self.topic, self.window)
+
+    def object_key(self, part: int, record_bucket: str | None = None) -> str:
+        """The data object of part `part` of the record bucket `record_bucket` (object_key)."""
+        return object_key(self.prefix, self.topic, self.window, part, self.suffix, self.layout, record_bucket)
+
+    def record_object_key(self, offset: int) -> str:
+        return record_object_key(self.prefix, self.topic, self.window, offset, self.suffix)
+
+    def dead_letter_key(self, part: int) -> str:
+        return dead_letter_key(self.prefix, self.topic, self.window, part)
+
+    def owns(self, key: str) -> bool:
+        """Whether a data key under `scan_prefix` names an object of this window (whatever its part)."""
+        if self.layout is None:
+            return key.startswith(window_object_stem(self.prefix, self.topic, self.window))
+        try:
+            v = parse_object_key(self.layout, self.prefix, key, self.suffix)
+        except ValueError:
+            return False  # not an object of this layout (another window's name that only shares the prefix)
+        w = self.window
+        return (v.get("topic", self.topic), v.get("partition"), v.get("start_offset"), v.get("end_offset", w.end)) \
+            == (self.topic, w.partition, w.start, w.end)
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"

@@ -12,7 +12,7 @@ zeros (Java's Long.toString, Python's str).
 Who writes the keys is a `Dialect`, a frozen value the template carries: which placeholders it knows, which are
 required, what `{{key}}` renders to, whether a placeholder may repeat, the parameter syntax, unit aliases, whether
 the template is an S3 path below a prefix (strict literals) and the default padding. `ARCHIVE` is ours;
-keys/foreign.py defines Aiven's. Everything else (the grammar, the character set and width of each placeholder,
+keys/foreign_keys.py defines Aiven's. Everything else (the grammar, the character set and width of each placeholder,
 the ambiguity check, rendering and parsing) is the same code for both.
 
 A template is accepted only if every key it renders parses back to the same values, so two windows (or two

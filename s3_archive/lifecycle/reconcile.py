@@ -10,11 +10,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from s3_archive.io.s3 import error_code
+from s3_archive.io.s3 import S3Client, error_code
 from s3_archive.lifecycle.rules import LifecyclePlan, plan_lifecycle
 
 
-def read_lifecycle(s3: Any, bucket: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def read_lifecycle(s3: S3Client, bucket: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The bucket's rules, and the extra PUT arguments that must be written back with them."""
     try:
         r = s3.get_bucket_lifecycle_configuration(Bucket=bucket)
@@ -35,7 +35,7 @@ class LifecycleResult:
     attempts: int
 
 
-def reconcile_lifecycle(s3: Any, bucket: str, desired: Sequence[dict[str, Any]], owner: str,
+def reconcile_lifecycle(s3: S3Client, bucket: str, desired: Sequence[dict[str, Any]], owner: str,
                         attempts: int = 3) -> LifecycleResult:
     """Make the bucket's rules under `owner` exactly `desired`, leaving every other rule alone; write only on change.
 

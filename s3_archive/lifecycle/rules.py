@@ -24,7 +24,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
@@ -37,22 +36,8 @@ ID_PREFIX = "s3-archive"
 
 
 def policy_for(cfg: ArchiveConfig, policies: Mapping[str, LifecyclePolicy] | None = None) -> LifecyclePolicy:
-    """Explicit mapping first, then `ArchiveConfig.lifecycle`, then the defaults."""
-    return (policies or {}).get(cfg.name) or cfg.lifecycle or LifecyclePolicy()
-
-
-# S3 deletes an expired object asynchronously, some time after `created + Days` rounded up to the next midnight UTC,
-# and a window's objects are copied into place just before its manifest records `committed_at`. A window is treated
-# as expiring one day early, so neither the copy's lead nor S3's timing can turn an expiry into a "missing" alarm.
-EXPIRY_SLACK = timedelta(days=1)
-
-
-def expiry_due(created: datetime | None, expiration_days: int | None, now: datetime) -> bool:
-    """May S3 already have expired an object written at `created` (UTC) under `expiration_days`? False when
-    nothing expires or the time is unknown: a missing object is then a problem, never an expiry."""
-    if expiration_days is None or created is None:
-        return False
-    return now >= created + timedelta(days=expiration_days) - EXPIRY_SLACK
+    """Explicit mapping first, then the archive's own (`ArchiveConfig.lifecycle_policy`)."""
+    return (policies or {}).get(cfg.name) or cfg.lifecycle_policy
 
 
 # --- rules (pure) ----------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.config.archive import ArchiveConfig, ValueDecoding
 from s3_archive.io import paths
 from s3_archive.io.jvm import cds_archive, classpath_files, classpath_list, stale_archives

@@ -1,5 +1,5 @@
 """Column names for fields decoded from record payloads (`value_decoding: json`), whose names can be anything: the one
-rule the archive's writer (archive/write.py) and the catalog's tables (catalog/tables.py) share. Pure.
+rule the archive's writer (archive/driver/spark_job.py) and the catalog's tables (catalog/tables.py) share. Pure.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ class DataLoss(UserError, RuntimeError):
     """Kafka no longer has (part of) a window."""
 
 
+class UndecodableValue(UserError, ValueError):
+    """A record value does not decode as configured (value_decoding.on_error: fail)."""
+
+
 class WindowNotAvailable(UserError, ValueError):
     """A window reaches past what Kafka has written (or names a partition the topic lacks)."""
 

@@ -128,7 +128,7 @@ FORMATS: dict[str, FormatSpec] = {
                        {"zstd": "zstandard", "none": "uncompressed"}),
     "jsonl": FormatSpec("jsonl", "json", ".jsonl", _TEXT_CODECS, "none", _TEXT_SUFFIX),
     # Aiven's json: each object is one JSON array of the records (same fields and encoding as jsonl). Written by
-    # Spark's text writer from lines `[rec`, `,rec`, ..., `,rec]` (archive/write.py).
+    # Spark's text writer from lines `[rec`, `,rec`, ..., `,rec]` (archive/driver/spark_job.py).
     "json": FormatSpec("json", "text", ".json", _TEXT_CODECS, "none", _TEXT_SUFFIX),
     # Aiven's csv: the configured fields, key and value base64, headers as name:value pairs (both base64)
     # separated by ';'. A null value and an absent header value are both empty: not lossless.
@@ -138,12 +138,13 @@ FORMATS: dict[str, FormatSpec] = {
     "text": FormatSpec("text", "text", ".txt", _TEXT_CODECS, "none", _TEXT_SUFFIX, lossless=False, envelope=False,
                        stores="the value as text"),
     # Lenses BYTES: one object per record holding the value's bytes (images, documents). Not lossless: no key,
-    # headers or timestamp, and a tombstone becomes an empty object. archive/commit.py publishes one object per
+    # headers or timestamp, and a tombstone becomes an empty object. archive/driver/commit.py publishes one object per
     # record.
     "bytes": FormatSpec("bytes", "bytes", ".bin", ("none",), "none", {}, lossless=False, envelope=False,
                         stores="one record value per object"),
     # Apache Iceberg: the envelope (and decoded value fields) appended to one table per topic through a catalog;
-    # Iceberg writes Parquet data files (write.parquet.compression-codec) and its own metadata (archive/iceberg.py).
+    # Iceberg writes Parquet data files (write.parquet.compression-codec) and its own metadata
+    # (archive/driver/iceberg_commit.py).
     "iceberg": FormatSpec("iceberg", "iceberg", "", ("zstd", "snappy", "gzip", "lz4", "none"), "zstd", {},
                           {"none": "uncompressed"}, stores="rows of one Iceberg table per topic", table=True),
 }

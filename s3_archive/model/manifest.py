@@ -1,6 +1,6 @@
 """Manifest: the commit record of one window, JSON at
 `<prefix>_manifests/<topic>/kafka_partition=<p>/<window key>.json`, written once with `If-None-Match: *`
-(archive/commit.py). Every consumer reads it through `parse_manifest` (from S3: `io/s3.py::read_manifest`), never
+(archive/driver/commit.py). Every consumer reads it through `parse_manifest` (from S3: `io/s3.py::read_manifest`), never
 as a dict.
 
 Versions. Every manifest written so far says `manifest_version` 1. Those written before the output options

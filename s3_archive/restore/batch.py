@@ -1,6 +1,7 @@
 """A batch of archived records, column-wise: what every reader hands to the restore run. The run filters,
 counts and routes a batch at a time (slices, `sum`, `bisect`), so the only Python left per record is the
-producer's call. No I/O here (`read_ahead` runs a reader in a thread).
+producer's call. `WindowSource` is one window to restore as the batches of its records, from our archives or a
+sink's. No I/O here (`read_ahead` runs a reader in a thread).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import itertools
 import operator
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
+from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.request import ArchivedRecord, Filters, record_bytes
 
@@ -140,3 +143,19 @@ def read_ahead(batches: Iterator[Records], depth: int) -> Iterator[Records]:
         close = getattr(batches, "close", None)
         if close is not None:
             close()  # the reader's own cleanup (spooled files), now that no thread runs it
+
+
+@dataclass(frozen=True)
+class WindowSource:
+    """One window to restore and how to read it: our archives (a manifest) and archives written by others
+    (restore/foreign_sources.py) both come in as these, so the exactly-once machinery is one."""
+
+    window: OffsetWindow
+    batches: Callable[[], Iterator[Records]]  # the window's records in offset order, a batch at a time
+    record_count: int | None = None  # None: unknown until read (counted while reading)
+    min_timestamp_ms: int | None = None
+    max_timestamp_ms: int | None = None
+    # The window's end is not known (the last object of a foreign partition): records at or past `window.end`
+    # never come, and the ledger records the window as done up to its last record read, not up to `window.end`.
+    open_end: bool = False
+    objects: int = 0  # objects the window is read from (the plan's count)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 from tenacity import Retrying, retry_if_result, stop_after_delay
 
-from s3_archive.io.s3 import error_code
+from s3_archive.io.s3 import S3Client, error_code
 from s3_archive.model.errors import ColdObjectsPending
 from s3_archive.model.manifest import ManifestObject
 from s3_archive.restore.sources import parallel_map
@@ -66,7 +66,7 @@ class ColdReport:
     pending: int = 0  # still being restored when the run gave up or went on
 
 
-def head_storage_classes(s3: Any, bucket: str, objects: Iterable[ManifestObject]) -> list[ListedObject]:
+def head_storage_classes(s3: S3Client, bucket: str, objects: Iterable[ManifestObject]) -> list[ListedObject]:
     """Objects named by manifests with their storage class (HeadObject; absent means STANDARD)."""
     def head(o: ManifestObject) -> ListedObject:
         return ListedObject(o.key, o.size, s3.head_object(Bucket=bucket, Key=o.key).get("StorageClass", "STANDARD"))
@@ -74,7 +74,7 @@ def head_storage_classes(s3: Any, bucket: str, objects: Iterable[ManifestObject]
     return parallel_map(head, list(objects))
 
 
-def prepare_cold(s3: Any, bucket: str, objects: list[ListedObject], opts: ColdOptions, what: str, log: Any,
+def prepare_cold(s3: S3Client, bucket: str, objects: list[ListedObject], opts: ColdOptions, what: str, log: Any,
                  ) -> ColdReport:
     """Before anything is produced: request a restore of every cold object of `objects` not yet requested, then
     fail with the count of objects still being restored (`opts.wait_seconds` 0), or poll until they are

@@ -1,5 +1,5 @@
 """The restore ledger: which source offsets are already in the target, as merged range sets, and their encoding as
-committed-offset metadata (one entry per target partition bucket). Pure; restore/kafka.py stores it in Kafka.
+committed-offset metadata (one entry per target partition bucket). Pure; restore/producer.py stores it in Kafka.
 """
 
 from __future__ import annotations

@@ -182,8 +182,8 @@ def jsonl_records(stream: Any) -> Iterator[ArchivedRecord]:
 
 
 def json_array_records(stream: Any, what: str) -> Iterator[ArchivedRecord]:
-    """Records of one (decompressed) `json` object: a JSON array of jsonl's records, as archive/write.py writes it, one
-    record per line: `[rec`, `,rec`, ..., `,rec]` (also `[rec]` and `[]`)."""
+    """Records of one (decompressed) `json` object: a JSON array of jsonl's records, as the archive writes it
+    (archive/executor/encoders.py), one record per line: `[rec`, `,rec`, ..., `,rec]` (also `[rec]` and `[]`)."""
     state = "start"  # start -> open (after '[') -> closed (after ']')
     first = True  # no record read yet: the next one has no leading ','
     for raw in _lines(stream):

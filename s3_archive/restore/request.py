@@ -1,20 +1,17 @@
 """What a restore is asked to do and what it reports: the request (target, mapping, filters), the record tuple
-every reader yields, one window to read (`WindowSource`, from our archives or a sink's), and a window's report.
+every reader yields, and a window's report.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.routing import PartitionMapping
-
-if TYPE_CHECKING:
-    from s3_archive.restore.batch import Records
 
 Fault = Callable[[str], None]
 
@@ -179,19 +176,3 @@ def record_bytes(key: bytes | None, value: bytes | None, headers: list[tuple[str
     for k, v in headers:
         n += len(k.encode()) + len(v or b"")
     return n
-
-
-@dataclass(frozen=True)
-class WindowSource:
-    """One window to restore and how to read it: our archives (a manifest) and archives written by others
-    (restore/foreign.py) both come in as these, so the exactly-once machinery is one."""
-
-    window: OffsetWindow
-    batches: Callable[[], Iterator[Records]]  # the window's records in offset order, a batch at a time
-    record_count: int | None = None  # None: unknown until read (counted while reading)
-    min_timestamp_ms: int | None = None
-    max_timestamp_ms: int | None = None
-    # The window's end is not known (the last object of a foreign partition): records at or past `window.end`
-    # never come, and the ledger records the window as done up to its last record read, not up to `window.end`.
-    open_end: bool = False
-    objects: int = 0  # objects the window is read from (the plan's count)

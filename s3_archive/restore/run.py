@@ -1,4 +1,4 @@
-"""The restore run: windows of any source (ours: `restore_windows`; a sink's: restore/foreign.py) produced into
+"""The restore run: windows of any source (ours: `restore_windows`; a sink's: restore/foreign_sources.py) produced into
 a Kafka topic in (partition, offset) order, exactly once. No Dagster here: the assets only map config and
 partition keys to these functions.
 
@@ -26,12 +26,13 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import S3Client
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, read_ahead, select
+from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
-from s3_archive.restore.kafka import LedgerStore, Producer, retention_warning, target_checks, target_partition_count
 from s3_archive.restore.ledger import RangeSet
+from s3_archive.restore.producer import LedgerStore, Producer
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
     PROVENANCE_PARTITION,
@@ -41,10 +42,10 @@ from s3_archive.restore.request import (
     PartitionCount,
     RestoreRequest,
     WindowReport,
-    WindowSource,
     no_fault,
 )
 from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_batches, window_objects
+from s3_archive.restore.target_topic import retention_warning, target_checks, target_partition_count
 
 # Batches the reader may run ahead of the producer (0: read inline).
 READ_AHEAD_BATCHES = 2
@@ -52,7 +53,7 @@ READ_AHEAD_BATCHES = 2
 LedgerSeen = Callable[[dict[int, RangeSet]], None]
 
 
-def restore_windows(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, request: RestoreRequest,
+def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str, request: RestoreRequest,
                     windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault,
                     cold: ColdOptions | None = ColdOptions(), interleaved: bool = False,
                     on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from s3_archive.io.s3 import read_manifest
+from s3_archive.io.s3 import S3Client, read_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore, WindowNotArchived
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
@@ -38,7 +38,7 @@ _OFFSET = operator.itemgetter(1)  # a record's offset
 ONE_GET_BYTES = 256 << 20
 
 
-def read_manifests(s3: Any, bucket: str, prefix: str, topic: str,
+def read_manifests(s3: S3Client, bucket: str, prefix: str, topic: str,
                    windows: list[OffsetWindow]) -> dict[OffsetWindow, Manifest]:
     """Every window's manifest, or one error naming every window that is not archived yet. A manifest that does
     not parse raises InvalidManifest."""
@@ -75,7 +75,7 @@ def _transfer_config() -> Any:
     return TransferConfig(multipart_threshold=ONE_GET_BYTES)
 
 
-def spool(s3: Any, bucket: str, obj: ManifestObject) -> Any:
+def spool(s3: S3Client, bucket: str, obj: ManifestObject) -> Any:
     """The object downloaded to a temporary file (not memory), its size checked against the manifest's; the
     caller closes it."""
     key = obj.key
@@ -107,7 +107,7 @@ class Prefetch:
     and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
     downloaded on the spot."""
 
-    def __init__(self, s3: Any, bucket: str, objects: list[ManifestObject]) -> None:
+    def __init__(self, s3: S3Client, bucket: str, objects: list[ManifestObject]) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
@@ -141,7 +141,7 @@ class Prefetch:
         self.pool.shutdown(wait=True)
 
 
-def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
+def object_batches(s3: S3Client, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
                    opener: Opener | None = None) -> Iterator[Records]:
     """One archived object's records in file order, a batch at a time. The object is spooled to a temporary file
     (not memory; `opener`, default `spool`), then read a batch at a time."""
@@ -164,14 +164,14 @@ def object_batches(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: s
                     yield from batches_of(json_array_records(stream, f"s3://{bucket}/{key}"), PARQUET_BATCH)
 
 
-def object_records(s3: Any, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
+def object_records(s3: S3Client, bucket: str, obj: ManifestObject, fmt: str, codec: str | None = None,
                    ) -> Iterator[ArchivedRecord]:
     """One archived object's records, in file order."""
     for batch in object_batches(s3, bucket, obj, fmt, codec):
         yield from batch.records()
 
 
-def _batches(s3: Any, bucket: str, objects: list[ManifestObject], fmt: str, codec: str | None,
+def _batches(s3: S3Client, bucket: str, objects: list[ManifestObject], fmt: str, codec: str | None,
              opener: Opener | None) -> Iterator[Records]:
     for obj in objects:
         yield from object_batches(s3, bucket, obj, fmt, codec, opener)
@@ -182,7 +182,7 @@ def window_objects(manifest: Manifest) -> list[ManifestObject]:
     return manifest.all_objects
 
 
-def window_batches(s3: Any, bucket: str, window: OffsetWindow, manifest: Manifest,
+def window_batches(s3: S3Client, bucket: str, window: OffsetWindow, manifest: Manifest,
                    interleaved: bool = False, opener: Opener | None = None) -> Iterator[Records]:
     """A committed window's records in offset order, a batch at a time; checks (a batch at a time) that they
     belong to the window.

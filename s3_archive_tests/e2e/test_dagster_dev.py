@@ -28,7 +28,6 @@ from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
 from s3_archive_tests.manifests import put_jsonl_window
 
-pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 

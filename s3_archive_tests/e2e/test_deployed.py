@@ -23,7 +23,6 @@ from s3_archive_tests.e2e.test_dagster_dev import graphql
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
-pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 DATABASE = "e2e_deployed"
 

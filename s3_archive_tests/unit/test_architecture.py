@@ -1,5 +1,7 @@
 """The package's shape, checked: folders import only downwards, no import cycles, the pure folders import no I/O
-library, no private Dagster API, no module grows past ~500 lines (docs/architecture.md)."""
+library, the stages import no Dagster, the write's executor side imports no Spark or Dagster (nor the driver's
+side), module names are unique, `__init__` files only describe their folder, no private Dagster API, no module
+grows past ~500 lines (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
 PACKAGE = Path(__file__).resolve().parents[2] / "s3_archive"
 # A folder may import its own modules and those of folders with a lower rank; the stages (rank 4) are siblings
 # and never import each other.
 RANK = {"model": 0, "keys": 1, "config": 2, "io": 3, "archive": 4, "restore": 4, "catalog": 4, "lifecycle": 4,
         "defs": 5, "definitions": 6, "iam": 6, "local": 7, "cli": 8}
 PURE = {"model", "keys"}  # pure logic: the standard library and pydantic only
+STAGES = {"archive", "restore", "catalog", "lifecycle"}  # Dagster is defs/'s (and the resources' in io/)
+EXECUTOR = "s3_archive.archive.executor"  # runs in Spark's Python workers: no Spark, no Dagster, no driver code
+DRIVER = "s3_archive.archive.driver"
+# defs/ splits every domain the same way (STYLE.md), so these names repeat there, and only there.
+DEFS_NAMES = {"assets", "sensors", "checks", "schedules", "partitions", "config"}
 MAX_LINES = 500
 
 
@@ -94,6 +97,57 @@ def test_pure_folders_import_no_io_library():
     bad = [f"{p.relative_to(PACKAGE.parent)}:{line}: {imp}" for m, p in modules().items() if folder(m) in PURE
            for imp, line in imports(p) if imp.split(".")[0] not in allowed]
     assert not bad, "\n".join(bad)
+
+
+def closure(start: str, graph: dict[str, set[str]]) -> set[str]:
+    """`start` and every project module it imports, directly or not."""
+    seen, todo = {start}, [start]
+    while todo:
+        for n in graph[todo.pop()] - seen:
+            seen.add(n)
+            todo.append(n)
+    return seen
+
+
+def test_the_stages_import_no_dagster():
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{line}: {imp}" for m, p in modules().items() if folder(m) in STAGES
+           for imp, line in imports(p) if imp.split(".")[0] in ("dagster", "dagster_aws", "dagster_pyspark")]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_executor_side_imports_no_spark_dagster_or_driver_code():
+    """What a write task imports, directly or through other modules of the package: it runs in the executors'
+    Python workers, which must not pay for (or need) Spark's or Dagster's modules."""
+    mods, graph = modules(), project_graph()
+    executor = [m for m in mods if m.startswith(EXECUTOR + ".") or m == "s3_archive.archive.protocol"]
+    assert executor
+    bad = []
+    for start in executor:
+        for m in sorted(closure(start, graph)):
+            if m.startswith(DRIVER):
+                bad.append(f"{start} reaches {m} (the driver's side)")
+            bad += [f"{start} reaches {m}, which imports {imp} (line {line})" for imp, line in imports(mods[m])
+                    if imp.split(".")[0] in ("pyspark", "dagster", "dagster_aws", "dagster_pyspark")]
+    assert not bad, "\n".join(bad)
+
+
+def test_module_names_are_unique():
+    """A stack trace or an import names one place: no two modules share a file name, but defs/'s per-domain
+    files (assets.py, sensors.py, ...)."""
+    by_name: dict[str, list[str]] = {}
+    for m, p in modules().items():
+        if p.name != "__init__.py" and not (folder(m) == "defs" and p.stem in DEFS_NAMES):
+            by_name.setdefault(p.name, []).append(str(p.relative_to(PACKAGE.parent)))
+    same = {n: ps for n, ps in by_name.items() if len(ps) > 1}
+    assert not same, same
+
+
+def test_init_files_only_describe_their_folder():
+    """`__init__.py` holds a docstring and nothing else: importing a folder loads no other module."""
+    bad = [str(p.relative_to(PACKAGE.parent)) for m, p in modules().items() if p.name == "__init__.py"
+           and m != "s3_archive" and any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+                                         for n in ast.parse(p.read_text()).body)]
+    assert not bad, bad
 
 
 def test_no_private_dagster_api():

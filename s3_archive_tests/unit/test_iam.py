@@ -3,16 +3,12 @@
 import json
 import re
 
-import pytest
-
 from s3_archive.catalog.mappings import NO_TABLE
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import Settings
 from s3_archive.iam import ancestors, iam_policy
 from s3_archive.model.formats import FORMATS
-
-pytestmark = pytest.mark.unit
 
 SETTINGS = Settings(archives=[
     ArchiveConfig(name="orders", topics=["orders", "payments.v1"], bucket="bkt-one", prefix="kafka/"),

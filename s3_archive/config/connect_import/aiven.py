@@ -8,7 +8,7 @@ the sink's own source connector read them. Deprecated underscore names (`aws_s3_
 from __future__ import annotations
 
 from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest, topic_list
-from s3_archive.keys.foreign import DEFAULT_AIVEN_TEMPLATE, aiven_template
+from s3_archive.keys.foreign_keys import DEFAULT_AIVEN_TEMPLATE, aiven_template
 from s3_archive.keys.template import InvalidTemplate
 
 _FORMATS = ("csv", "json", "jsonl", "avro", "parquet")

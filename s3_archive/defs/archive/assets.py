@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from s3_archive.archive.upload import S3Connection
-from s3_archive.archive.window import archive_windows
+from s3_archive.archive.driver.coordinator import archive_windows
+from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.metadata import archive_links, typed
-from s3_archive.io.iceberg import S3Endpoint
+from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource

@@ -3,33 +3,28 @@
 It is the one path that cuts windows: full windows (and rests older than flush.interval_seconds) at every tick and,
 with `schedule_cron`, every partition's rest at the first tick after each cron tick.
 
-The existing dynamic partition keys (and the retired ranges, windows.py) are the only record of which offsets have
-windows. The cursor (cursor.py) holds the last cron tick handled, the `start_position: latest` anchors, and per topic
-where each partition's windows end as of the last key it read, so a tick reads only the keys added since, not all of
-them. A restarted sensor, a lost cursor, or a tick evaluated twice therefore plans the same windows from the same
-keys, and never cuts a window overlapping one that exists. Planning itself is pure (s3_archive/archive/plan.py).
+The existing dynamic partition keys (and the retired ranges, instance.py) are the only record of which offsets
+have windows. The cursor (archive/cursor.py) holds the last cron tick handled, the `start_position: latest`
+anchors, and per topic where each partition's windows end as of the last key it read, so a tick reads only the keys
+added since, not all of them. A restarted sensor, a lost cursor, or a tick evaluated twice therefore plans the same
+windows from the same keys, and never cuts a window overlapping one that exists. Kafka's side is archive/scan.py;
+planning is pure (archive/plan.py).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import dagster as dg
-from confluent_kafka.admin import OffsetSpec
 
-from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows, window_size
+from s3_archive.archive.cursor import SensorCursor, Tail, cron_due
+from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows
 from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_record
+from s3_archive.archive.scan import partition_states
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.config.settings import Settings
-from s3_archive.defs.archive.checks import build_archive_checks
-from s3_archive.defs.archive.cursor import SensorCursor, Tail, cron_due
+from s3_archive.defs.archive.instance import read_keys, read_retired
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.archive.retire import build_retire_schedule
-from s3_archive.defs.archive.schedules import build_checks_schedule
-from s3_archive.defs.archive.windows import read_keys, read_retired
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import UnknownTopic
 from s3_archive.model.windows import OffsetWindow
@@ -48,11 +43,6 @@ def run_key(topic: str, window: OffsetWindow) -> str:
     # Run keys are de-duplicated per sensor, and two topics of one archive have the same window keys: the topic
     # must be part of the key, or the second topic's window would be skipped as already requested.
     return f"{topic}/{window.key}"
-
-
-def list_offsets(kafka: KafkaResource, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
-    """read_committed, so `latest` is the last stable offset (see `partition_states`)."""
-    return kafka.list_offsets(topic, specs, read_committed=True)
 
 
 def window_ends(instance: dg.DagsterInstance, topic: str, tail: Tail | None, log: dg.DagsterLogManager) -> Tail:
@@ -82,66 +72,6 @@ def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float |
         if "bytes_read" in m and "records" in m:
             samples.append((int(m["bytes_read"].value), int(m["records"].value)))
     return estimate_bytes_per_record(samples)
-
-
-@dataclass(frozen=True)
-class TopicScan:
-    states: list[PartitionState]
-    behind: list[str]  # partitions whose windows reach past what Kafka has: reported, never cut
-
-
-def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: Sequence[int], end: dict[int, int],
-                  starts: dict[int, int] | None) -> dict[int, int]:
-    """Where the first window of each partition in `parts` (partitions with no window yet) starts, per
-    `cfg.start_position`: the log start offset; the last stable offset when the partition was first seen
-    ("latest", remembered in `starts`, the topic's part of the sensor cursor, so that records produced before its
-    first window are not skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that
-    new: the end)."""
-    if not parts:
-        return {}
-    pos = cfg.start_position
-    if pos == "earliest":
-        return list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts})
-    if isinstance(pos, int) and pos >= 0:
-        found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(pos) for p in parts})
-        return {p: end[p] if o < 0 else o for p, o in found.items()}
-    # "latest" (or -1): the end at the first tick that saw the partition, remembered until it has a window.
-    if starts is None:
-        raise ValueError("start_position 'latest' needs the sensor cursor to remember where partitions start")
-    out = {p: starts[p] for p in parts if p in starts}
-    new = {p: end[p] for p in parts if p not in out}
-    starts.update(new)
-    return out | new
-
-
-def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, ends: dict[int, int],
-                     bytes_per_record: float | None, now_ms: int,
-                     starts: dict[int, int] | None = None) -> TopicScan:
-    """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic.
-    `ends`: where each partition's windows end (`window_ends`). `starts`: the topic's `start_position: latest`
-    anchors (sensor cursor), updated in place."""
-    parts = kafka.partitions(topic)
-    # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
-    # records a read_committed reader cannot see yet and would record as absent.
-    end = list_offsets(kafka, topic, {p: OffsetSpec.latest() for p in parts})
-    nxt = dict(ends)
-    for p in [p for p in starts or {} if p in nxt]:  # a partition with a window no longer needs its anchor
-        del starts[p]
-    # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
-    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, starts)
-    size, reason = window_size(cfg.flush, bytes_per_record)
-    pending = [p for p in parts if end[p] > nxt[p]]
-    aged: dict[int, int] = {}
-    if cfg.flush.interval_seconds is not None and pending:
-        # The first offset whose record is at most interval_seconds old; every record before it is older. One
-        # round trip for all partitions instead of fetching a record per partition. -1: no record that recent.
-        cutoff = now_ms - round(cfg.flush.interval_seconds * 1000)
-        found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(cutoff) for p in pending})
-        aged = {p: end[p] if o < 0 else o for p, o in found.items()}
-    behind = [f"partition {p}: windows reach offset {nxt[p]} but Kafka's last stable offset is {end[p]}"
-              for p in parts if nxt[p] > end[p]]
-    states = [PartitionState(topic, p, nxt[p], max(end[p], nxt[p]), size, reason, aged.get(p)) for p in parts]
-    return TopicScan(states, behind)
 
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -248,21 +178,3 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_
         return evaluate(context, kafka, cfg, max_windows)
 
     return _offsets_sensor
-
-
-def build_archive_automation(settings: Settings) -> dg.Definitions:
-    """Sensors, asset checks, the daily check schedule and the window retirement of every archive (needs the `kafka`
-    and `s3` resources)."""
-    sensors, checks, jobs, schedules = [], [], [], []
-    for cfg in settings.archives:
-        sensors.append(build_offsets_sensor(cfg))
-        for topic in cfg.topics:
-            checks += build_archive_checks(cfg, topic)
-        job, schedule = build_checks_schedule(cfg)
-        jobs.append(job)
-        schedules.append(schedule)
-        if cfg.retire_after_days is not None:
-            job, schedule = build_retire_schedule(cfg)
-            jobs.append(job)
-            schedules.append(schedule)
-    return dg.Definitions(sensors=sensors, asset_checks=checks, jobs=jobs, schedules=schedules)

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from s3_archive.catalog.avro_header import WriterSchema, WriterSchemaUnreadable, newest_writer_schema
 from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_catalog
 from s3_archive.catalog.mappings import mapping, no_table_reason
-from s3_archive.catalog.partitions import PARTITION_KEY, partition_keys
+from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys
 from s3_archive.catalog.tables import (
     athena_ddl,
     build_table_input,
@@ -35,7 +35,7 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.s3 import error_code, error_message
+from s3_archive.io.s3 import S3Client, error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
 
@@ -78,7 +78,7 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
                                    for c in cols])
 
 
-def _writer_schema(log: Any, s3: Any, cfg: ArchiveConfig, topic: str, qualified: str) -> WriterSchema | None:
+def _writer_schema(log: Any, s3: S3Client, cfg: ArchiveConfig, topic: str, qualified: str) -> WriterSchema | None:
     """The avro table's writer schema, read from the newest archived object; None (said in the run log) before a
     window with records is archived."""
     try:

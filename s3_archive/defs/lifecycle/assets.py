@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.settings import Settings
-from s3_archive.defs.lifecycle.iceberg import build_iceberg_maintenance_assets
+from s3_archive.defs.lifecycle.maintenance import build_iceberg_maintenance_assets
 from s3_archive.io.s3 import error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.lifecycle.reconcile import reconcile_lifecycle

@@ -13,8 +13,8 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_assets
-from s3_archive.defs.restore.run import restore_asset_spec, restore_events
 from s3_archive.defs.restore.targets import build_target_assets
+from s3_archive.defs.restore.window_restore import restore_asset_spec, restore_events
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError

@@ -18,7 +18,7 @@ from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.restore.cold import ColdReport
-from s3_archive.restore.foreign import discover, restore_foreign, shown_ignored
+from s3_archive.restore.foreign_sources import discover, restore_foreign, shown_ignored
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 

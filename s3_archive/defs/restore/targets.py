@@ -15,7 +15,7 @@ from pydantic import Field
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.config.settings import Settings
-from s3_archive.defs.restore.run import restore_asset_spec, restore_events
+from s3_archive.defs.restore.window_restore import restore_asset_spec, restore_events
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import InvalidRestore, UserError

@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 import pytest
 from confluent_kafka import Producer
 
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF
 from s3_archive.keys.objects import object_key
@@ -31,9 +31,6 @@ from s3_archive_tests.integration.archive_helpers import (
     window_metadata,
 )
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, parquet_records, produce
-
-pytestmark = pytest.mark.integration
-
 
 
 @pytest.fixture

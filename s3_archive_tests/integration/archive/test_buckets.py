@@ -10,13 +10,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from s3_archive.archive.buckets import bucket_column
+from s3_archive.archive.driver.bucket_column import bucket_column
 from s3_archive.keys.buckets import BUCKET_COLUMN, bucket_from_staging_dir, record_bucket
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.objects import object_key, parse_object_key
 from s3_archive.model.windows import OffsetWindow
-
-pytestmark = pytest.mark.integration
 
 BERLIN = OutputLayout.model_validate({
     "template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-{{end_offset}}+{{part}}",

@@ -12,13 +12,11 @@ import json
 import fastavro
 import pytest
 
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log
 from s3_archive_tests.kafka_helpers import Rec, create_topic, parquet_records, produce
-
-pytestmark = pytest.mark.integration
 
 RECORDS = [
     (b"\x00\xffk", b"\x00\x01v", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),
@@ -135,7 +133,7 @@ def test_avro_writer_schema_is_the_one_sparks_avro_writer_derives(spark, tmp_pat
     """Our avro objects' writer schema is the one Spark's avro writer would put in the header (the Glue table's
     literal is read from it), for the envelope and decoded value types: the same types, logical types and full
     names (compared parsed: Avro may spell a full name as `name` + `namespace`)."""
-    from s3_archive.archive.encoders import avro_schema
+    from s3_archive.archive.executor.encoders import avro_schema
 
     df = spark.sql("""SELECT CAST('k' AS BINARY) AS key, CAST(NULL AS BINARY) AS value,
         array(named_struct('key', 'h', 'value', CAST('v' AS BINARY))) AS headers, 't' AS topic, 0 AS partition,

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from s3_archive.archive.window import archive_windows
-from s3_archive.archive.write import UndecodableValue
+from s3_archive.archive.driver.coordinator import archive_windows
+from s3_archive.archive.driver.spark_job import UndecodableValue
 from s3_archive.config.iceberg import IcebergOptions
-from s3_archive.io.iceberg import WINDOWS_PROPERTY, S3Endpoint, table_ident
+from s3_archive.io.iceberg_catalog import WINDOWS_PROPERTY, S3Endpoint, table_ident
 from s3_archive.io.s3 import verify_manifest
 from s3_archive.keys.objects import manifest_key
-from s3_archive.lifecycle.iceberg import maintain_table
+from s3_archive.lifecycle.iceberg_maintenance import maintain_table
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
@@ -23,8 +23,6 @@ from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest
 from s3_archive_tests.integration.restore.test_restore import body, consume_all
 from s3_archive_tests.kafka_helpers import Rec, create_topic, parquet_records, produce
-
-pytestmark = pytest.mark.integration
 
 RECORDS = [
     (b"\x00\xffk", b"\x00\x01v", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),

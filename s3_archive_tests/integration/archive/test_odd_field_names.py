@@ -11,15 +11,13 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.catalog.tables import decoded_columns
 from s3_archive.model.columns import SOURCE_FIELD
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.sources import window_batches
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log, staging_objects
 from s3_archive_tests.kafka_helpers import create_topic, produce
-
-pytestmark = pytest.mark.integration
 
 VALUES = [
     b'{"id": 1, "ID": "one", "a`b": 2, "a.b": 3, "Offset": 7, "o": {"x": 1, "X": 2}}',

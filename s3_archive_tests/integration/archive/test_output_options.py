@@ -10,8 +10,8 @@ import fastavro
 import pyarrow.parquet as pq
 import pytest
 
-from s3_archive.archive.job import UndecodableValue
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
+from s3_archive.archive.protocol import UndecodableValue
 from s3_archive.io.s3 import list_objects
 from s3_archive.keys.buckets import join_bucket
 from s3_archive.keys.objects import DEAD_LETTER, STAGING, object_key, parse_object_key
@@ -25,8 +25,6 @@ from s3_archive_tests.integration.archive_helpers import (
     staging_objects,
 )
 from s3_archive_tests.kafka_helpers import create_topic, parquet_records, produce
-
-pytestmark = pytest.mark.integration
 
 VALUES = [
     b'{"id": 1, "name": "a", "tags": ["x"]}',
@@ -72,7 +70,7 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
 
 
 def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, kafka, s3, services, spark):
-    """The columnar avro encoder (archive/avro_binary.py) on the types Spark infers from JSON values (nested
+    """The columnar avro encoder (archive/executor/avro_encoding.py) on the types Spark infers from JSON values (nested
     records, arrays, nulls, text): fastavro reads back the rows that the Parquet object of the same window holds."""
     topic, _ = json_topic
     decoding = {"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}

@@ -27,7 +27,7 @@ from s3_archive.catalog.mappings import (
     TEXT_INPUT,
     TEXT_OUTPUT,
 )
-from s3_archive.catalog.partitions import HIVE_NULL
+from s3_archive.catalog.table_partitions import HIVE_NULL
 from s3_archive.catalog.tables import build_table_input, spark_schema_ddl, table_columns, table_name
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
@@ -45,8 +45,6 @@ from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
 from s3_archive_tests.manifests import hand_manifest
-
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

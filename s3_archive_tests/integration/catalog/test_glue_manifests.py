@@ -8,15 +8,12 @@ import io
 import logging
 
 import fastavro
-import pytest
 
 from s3_archive.catalog.avro_header import newest_writer_schema
 from s3_archive.catalog.glue import latest_schemas
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.manifests import hand_manifest
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_newest_manifest_that_does_not_parse_is_a_warning_naming_its_key(s3, services, unique, caplog):

@@ -9,21 +9,19 @@ import json
 import logging
 import time
 
-import pytest
 import yaml
 
-from s3_archive.archive.window import archive_windows
+from s3_archive.archive.driver.coordinator import archive_windows
 from s3_archive.config.connect_import.convert import import_connect
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.settings import parse_settings
 from s3_archive.io.s3 import list_objects
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.foreign import restore_foreign
+from s3_archive.restore.foreign_sources import restore_foreign
 from s3_archive.restore.request import RestoreRequest
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
-pytestmark = pytest.mark.integration
 log = logging.getLogger("s3_archive_tests")
 # Recent record timestamps: the broker's time-based retention (7 days) deletes records older than that, which
 # made an archive of a 2023-stamped window fail with DataLoss whenever the retention check ran in between.

@@ -2,13 +2,10 @@
 the run fails listing every failed window."""
 
 import dagster as dg
-import pytest
 
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, manifest, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_failed_window_logs_its_traceback_and_fails_the_run_naming_it(kafka, s3, services, spark_resource,

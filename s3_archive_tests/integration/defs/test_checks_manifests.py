@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import dagster as dg
-import pytest
 
 from s3_archive.defs.archive.checks import objects_result
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
@@ -14,8 +13,6 @@ from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config
 from s3_archive_tests.manifests import hand_manifest
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_manifest_that_does_not_parse_is_a_problem_naming_its_key(s3, services, unique):

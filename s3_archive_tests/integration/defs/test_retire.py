@@ -4,19 +4,15 @@ partition set; the sensor, the checks and a window added back (to restore it) al
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
-import pytest
 
 from s3_archive.defs.archive.checks import contiguity_result, objects_result, retention_result
+from s3_archive.defs.archive.instance import read_retired, retire_topic
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.archive.retire import retire_topic
 from s3_archive.defs.archive.sensors import build_offsets_sensor
-from s3_archive.defs.archive.windows import read_retired
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
-
-pytestmark = pytest.mark.integration
 
 
 class Log:

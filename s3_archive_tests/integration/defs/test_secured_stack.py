@@ -40,7 +40,6 @@ from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
 from s3_archive_tests.process_list import cmdlines
 
-pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 FLUSH = 4  # records per window: the 8 NASTY records make two windows
 

@@ -11,10 +11,12 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
+from s3_archive.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.archive.plan import DEFAULT_BYTES_PER_RECORD
 from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.assets import build_archive_assets
+from s3_archive.defs.archive.automation import build_archive_automation
 from s3_archive.defs.archive.checks import (
     CONTIGUOUS,
     HEADROOM,
@@ -26,15 +28,12 @@ from s3_archive.defs.archive.checks import (
     objects_result,
     retention_result,
 )
-from s3_archive.defs.archive.cursor import SensorCursor, last_cron_tick
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.archive.retire import retire_job_name
-from s3_archive.defs.archive.schedules import build_checks_schedule, checks_job_name
+from s3_archive.defs.archive.schedules import build_checks_schedule, checks_job_name, retire_job_name
 from s3_archive.defs.archive.sensors import (
     CUT_TAG,
     RANGE_END,
     RANGE_START,
-    build_archive_automation,
     build_offsets_sensor,
     sensor_name,
 )
@@ -42,8 +41,6 @@ from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.windows import OffsetWindow, check_contiguous
 from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
 from s3_archive_tests.kafka_helpers import create_topic, produce
-
-pytestmark = pytest.mark.integration
 
 
 def config(services, topics: list[str], unique: str, **flush) -> ArchiveConfig:

@@ -22,8 +22,6 @@ from s3_archive.model.errors import KafkaUnavailable
 from s3_archive_tests.definitions_snapshot import describe_definitions
 from s3_archive_tests.kafka_helpers import create_topic
 
-pytestmark = pytest.mark.integration
-
 
 @contextmanager
 def unreachable() -> Iterator[str]:

@@ -8,14 +8,12 @@ import socket
 import pyarrow.parquet as pq
 import pytest
 
-from s3_archive.archive.write import read_window
+from s3_archive.archive.driver.spark_job import read_window
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.processes import StackError
 from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
 from s3_archive_tests.kafka_helpers import create_topic, produce
-
-pytestmark = pytest.mark.integration
 
 
 def test_spark_reads_exact_offset_range_and_writes_parquet_through_s3a(kafka, spark, s3, services, unique):

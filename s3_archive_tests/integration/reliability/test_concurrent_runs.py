@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from s3_archive.io.s3 import list_objects
 from s3_archive.keys.objects import MANIFESTS, manifest_key
 from s3_archive.model.windows import OffsetWindow
@@ -23,8 +21,6 @@ from s3_archive_tests.integration.archive_helpers import (
 )
 from s3_archive_tests.integration.spark.runner import RunningJob, archive_spec, job_result, start_job
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
-
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 WINDOWS = [OffsetWindow(0, 0, 8), OffsetWindow(1, 0, 5), OffsetWindow(1, 5, 8)]
 # What the attempt that does not commit a window reports (docs/commit-protocol.md): it found the manifest at its

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from s3_archive.archive.upload import S3Connection
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
+from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.io.s3 import delete_keys
 from s3_archive.keys.objects import MANIFESTS, object_key
 from s3_archive.local.fault_proxy import FaultRule
@@ -18,8 +18,6 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, final_objects, log, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
 from s3_archive_tests.reliability import fault_round, proxied_s3
-
-pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 
 @pytest.fixture

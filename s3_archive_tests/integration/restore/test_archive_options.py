@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from s3_archive.archive.window import archive_window
+from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.errors import ArchiveIntegrityError, ColdObjectsPending, InvalidRestore
@@ -26,8 +26,6 @@ from s3_archive_tests.integration.restore.test_restore import body, consume_all,
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
 from s3_archive_tests.manifests import hand_manifest
 from s3_archive_tests.moto_helpers import moto_transition
-
-pytestmark = pytest.mark.integration
 
 # JSON objects, values that are not (dead letters), and the nasty records of the Archive issue
 JSONISH = [b'{"id": 1, "region": "eu"}', b"\xff\xfe not utf-8", b'{"id": 2, "region": "us"}', b"[1, 2]",

@@ -13,20 +13,18 @@ from datetime import UTC, datetime
 
 import dagster as dg
 import fastavro
-import pytest
 
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.defs.restore.config import ForeignRestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_asset
 from s3_archive.restore.cold import ColdReport
-from s3_archive.restore.foreign import restore_foreign
+from s3_archive.restore.foreign_sources import restore_foreign
 from s3_archive.restore.request import RestoreRequest
 from s3_archive_tests.integration.archive_helpers import resources
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic
 from s3_archive_tests.moto_helpers import moto_transition
 
-pytestmark = pytest.mark.integration
 log = logging.getLogger("s3_archive_tests")
 TS = 1_700_000_000_000
 

@@ -36,9 +36,6 @@ from s3_archive_tests.integration.archive_helpers import archive_config, log, ma
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
 from s3_archive_tests.manifests import hand_manifest
 
-pytestmark = pytest.mark.integration
-
-
 
 @dataclass(frozen=True)
 class Got:

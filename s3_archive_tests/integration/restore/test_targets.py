@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import dagster as dg
-import pytest
 
 from s3_archive.config.settings import parse_settings
 from s3_archive.defs.archive.partitions import window_partitions
@@ -20,7 +19,6 @@ from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic
 from s3_archive_tests.manifests import put_jsonl_window
 
-pytestmark = pytest.mark.integration
 KIND = {int: dg.IntMetadataValue, float: dg.FloatMetadataValue}
 
 

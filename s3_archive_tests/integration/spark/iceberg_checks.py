@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from s3_archive.io.iceberg import TOPIC_PROPERTY, WINDOWS_PROPERTY, table_ident
+from s3_archive.io.iceberg_catalog import TOPIC_PROPERTY, WINDOWS_PROPERTY, table_ident
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows

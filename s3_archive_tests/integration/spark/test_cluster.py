@@ -6,8 +6,6 @@ process's command line is read: neither secret is on the master's, the worker's,
 
 from __future__ import annotations
 
-import pytest
-
 import s3_archive
 from s3_archive.io import paths
 from s3_archive.local.kafka_broker import SCRAM
@@ -19,8 +17,6 @@ from s3_archive_tests.integration.archive_helpers import archive_config, archive
 from s3_archive_tests.integration.spark.iceberg_checks import archive_and_check_iceberg
 from s3_archive_tests.integration.spark.runner import archive_job
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
-
-pytestmark = pytest.mark.integration
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 

@@ -8,7 +8,6 @@ import io
 import json
 
 import pyarrow.parquet as pq
-import pytest
 
 from s3_archive.keys.objects import DEAD_LETTER, object_key, parse_object_key
 from s3_archive.model.windows import OffsetWindow
@@ -23,8 +22,6 @@ from s3_archive_tests.integration.archive_helpers import (
 from s3_archive_tests.integration.spark.iceberg_checks import archive_and_check_iceberg
 from s3_archive_tests.integration.spark.runner import archive_job
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, parquet_records, produce
-
-pytestmark = pytest.mark.integration
 
 
 def _connect(server) -> dict:

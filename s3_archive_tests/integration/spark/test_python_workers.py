@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import logging
 
-import pytest
-
 from s3_archive.io.spark import WARM_UP_GROUP, start_python_workers
-
-pytestmark = pytest.mark.integration
 
 
 def _worker_state(batches):
@@ -23,7 +19,7 @@ def _worker_state(batches):
     for _ in batches:
         pass
     yield pa.record_batch({"pid": [os.getpid()], "frozen": [gc.get_freeze_count()],
-                           "writer": ["s3_archive.archive.writer" in sys.modules],
+                           "writer": ["s3_archive.archive.executor.task" in sys.modules],
                            "s3_model": [sys.modules["boto3"].DEFAULT_SESSION is not None
                                         if "boto3" in sys.modules else False]})
 

@@ -1,11 +1,8 @@
+from collections import Counter
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-from collections import Counter  # noqa: E402
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from s3_archive.archive.plan import (
     DEFAULT_BYTES_PER_RECORD,
@@ -18,8 +15,8 @@ from s3_archive.archive.plan import (
     retention_headroom,
     window_size,
 )
-from s3_archive.config.archive import FlushPolicy  # noqa: E402
-from s3_archive.model.windows import OffsetWindow, check_contiguous, next_offsets  # noqa: E402
+from s3_archive.config.archive import FlushPolicy
+from s3_archive.model.windows import OffsetWindow, check_contiguous, next_offsets
 
 PROPS = settings(max_examples=300, deadline=None)
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from bench.peers.common import steady_rate
-
-pytestmark = pytest.mark.unit
 
 
 def test_steady_rate_is_taken_between_the_first_and_last_commit():

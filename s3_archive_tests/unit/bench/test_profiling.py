@@ -8,8 +8,6 @@ import pytest
 from bench import jfr_top
 from bench.procstat import TICK, Stat, cpu_delta, descendants, machine_cpu, parse_stat, thread_deltas, thread_group
 
-pytestmark = pytest.mark.unit
-
 
 def _stat(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0,
           start: int = 100) -> str:

@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 
 from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
 
-pytestmark = pytest.mark.unit
-
 secs = st.lists(st.floats(min_value=0.01, max_value=1e4, allow_nan=False), min_size=1, max_size=9)
 
 

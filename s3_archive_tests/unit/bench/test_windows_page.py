@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from bench.windows_page import figures, section, targets
-
-pytestmark = pytest.mark.unit
 
 PROFILE = """         12 function calls in 51.353 seconds
 

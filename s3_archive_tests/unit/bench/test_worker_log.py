@@ -10,8 +10,6 @@ import pytest
 
 from bench import run as bench_run
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_worker_that_dies_leaves_its_log_next_to_the_output(tmp_path, monkeypatch, capsys):
     # a stand-in for `python -m bench.worker`: writes to its stderr (the log) and exits without an answer

@@ -21,7 +21,7 @@ from s3_archive.catalog.mappings import (
     UnsupportedFormat,
     no_table_reason,
 )
-from s3_archive.catalog.partitions import (
+from s3_archive.catalog.table_partitions import (
     HIVE_NULL,
     layout_partition_dirs,
     layout_partition_input,
@@ -50,8 +50,6 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.buckets import render_path
 from s3_archive.model.columns import SOURCE_FIELD
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
-
-pytestmark = pytest.mark.unit
 
 
 def cfg(fmt: str = "parquet", topics: tuple[str, ...] = ("demo.orders",), name: str = "demo", **kw) -> ArchiveConfig:
@@ -336,7 +334,7 @@ def test_payload_field_names_become_valid_column_names_and_never_reach_ddl_raw()
 
 
 def test_a_column_the_archive_stored_renamed_keeps_its_name_and_says_which_field_it_holds():
-    # archive/write.py stores `ID` next to `id` as `id_2` (model/columns.py::stored_names), its own name in metadata
+    # archive/driver/spark_job.py stores `ID` next to `id` as `id_2` (model/columns.py::stored_names), its own name in metadata
     schema = json.dumps({"type": "struct", "fields": [
         field("id", "long"), {**field("id_2", "string"), "metadata": {SOURCE_FIELD: "ID"}}, field("userId", "long")]})
     cols, _ = decoded_columns(cfg("parquet", value_decoding={"type": "json"}), {"m.json": schema})

@@ -20,9 +20,7 @@ from s3_archive.keys.objects import object_key
 from s3_archive.model.errors import UnsupportedConnectConfig
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ListedObject
-from s3_archive.restore.foreign import plan
-
-pytestmark = pytest.mark.unit
+from s3_archive.restore.foreign_sources import plan
 
 W = OffsetWindow(3, 1000, 2000)
 

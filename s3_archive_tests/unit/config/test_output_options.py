@@ -1,17 +1,14 @@
 """Envelope selection, value decoding and rotation options: config validation and the pure helpers."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-pytestmark = pytest.mark.unit
-
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from s3_archive.archive.job import Output  # noqa: E402
-from s3_archive.archive.write import variant_schema_to_ddl  # noqa: E402
+from s3_archive.archive.driver.spark_job import variant_schema_to_ddl
+from s3_archive.archive.protocol import Output
 from s3_archive.config.settings import parse_settings
 from s3_archive.model.errors import InvalidConfig
-from s3_archive.model.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields  # noqa: E402
+from s3_archive.model.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields
 
 
 def cfg(**kw):

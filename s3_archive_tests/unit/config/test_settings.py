@@ -1,13 +1,11 @@
+import re
+from pathlib import Path
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from s3_archive.config.settings import Settings, load_settings, parse_settings, resolve_topic_patterns
 from s3_archive.model.errors import InvalidConfig
-from s3_archive.model.formats import FORMATS  # noqa: E402
+from s3_archive.model.formats import FORMATS
 
 BASE = {"name": "orders_archive", "topics": ["orders"], "bucket": "my-bucket"}
 

@@ -4,15 +4,11 @@ overlapping windows. This pins that: no schedule, and no other sensor, materiali
 
 import warnings
 
-import pytest
-
 from s3_archive.config.settings import parse_settings
 from s3_archive.definitions import build_defs
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.defs.archive.sensors import sensor_name
 from s3_archive_tests.unit.defs.test_definitions import KNOWN, RICH
-
-pytestmark = [pytest.mark.unit, pytest.mark.reliability]
 
 
 def test_with_schedule_cron_the_offsets_sensor_is_the_one_path_that_cuts_windows():

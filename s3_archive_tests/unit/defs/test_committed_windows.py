@@ -2,13 +2,10 @@
 (an ephemeral Dagster instance; no service)."""
 
 import dagster as dg
-import pytest
 
-from s3_archive.defs.archive.checks import materialized_windows
+from s3_archive.defs.archive.instance import materialized_windows
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.model.windows import OffsetWindow
-
-pytestmark = pytest.mark.unit
 
 
 def test_a_failed_rerun_of_a_committed_window_keeps_it_committed():

@@ -18,8 +18,6 @@ from s3_archive.defs.resources import kafka_resource
 from s3_archive.io.topic_state import write_known_topics
 from s3_archive_tests.definitions_snapshot import describe_definitions
 
-pytestmark = pytest.mark.unit
-
 SNAPSHOT = Path(__file__).with_name("definitions_snapshot.json")
 PACKAGE = Path(__file__).resolve().parents[3] / "s3_archive"
 

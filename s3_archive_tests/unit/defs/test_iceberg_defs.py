@@ -5,8 +5,6 @@ from s3_archive.config.settings import parse_settings
 from s3_archive.definitions import build_defs
 from s3_archive.defs.lifecycle.assets import build_lifecycle_assets
 
-pytestmark = pytest.mark.unit
-
 ICE = {"archives": [{"name": "ice", "topics": ["orders"], "bucket": "b-1", "format": "iceberg"},
                     {"name": "pq", "topics": ["pay"], "bucket": "b-1", "prefix": "pq/"}]}
 

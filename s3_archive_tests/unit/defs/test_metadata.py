@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from s3_archive.archive.window import WindowResult
+from s3_archive.archive.driver.coordinator import WindowResult
 from s3_archive.config.settings import parse_settings
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.metadata import PLOT_KEYS, typed
@@ -17,8 +17,6 @@ from s3_archive.model.manifest import parse_manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import PartitionCount, RestoreRequest, WindowReport
 from s3_archive.restore.summary import RunSummary
-
-pytestmark = pytest.mark.unit
 
 MANIFESTS = Path(__file__).parents[1] / "model" / "manifests"
 KIND = {int: dg.IntMetadataValue, float: dg.FloatMetadataValue}

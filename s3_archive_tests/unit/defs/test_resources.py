@@ -12,8 +12,6 @@ from s3_archive.defs.resources import build_resources, spark_resource
 from s3_archive.io.spark import DEFAULT_CREDENTIALS
 from s3_archive.model.errors import InvalidConfig
 
-pytestmark = pytest.mark.unit
-
 SASL_SSL = {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "kafka.example:9096",
             "S3_ARCHIVE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "S3_ARCHIVE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
             "S3_ARCHIVE_KAFKA_SASL_USERNAME": "archiver", "S3_ARCHIVE_KAFKA_SASL_PASSWORD": "kafka-pw-never-shown"}

@@ -12,8 +12,6 @@ from s3_archive.defs.restore.assets import build_restore_defs
 from s3_archive.defs.restore.targets import target_asset_key, target_request
 from s3_archive.model.errors import InvalidConfig
 
-pytestmark = pytest.mark.unit
-
 
 def settings(**target):
     archive = {"name": "shop", "topics": ["orders", "users"], "bucket": "bkt",

@@ -2,15 +2,13 @@
 since its cursor's position, and never short of a window that exists (an in-memory Dagster instance, no Kafka)."""
 
 import dagster as dg
-import pytest
 
-from s3_archive.defs.archive.cursor import SensorCursor, Tail
+from s3_archive.archive.cursor import SensorCursor, Tail
+from s3_archive.defs.archive.instance import Retired, read_retired, record_retired
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import window_ends
-from s3_archive.defs.archive.windows import Retired, read_retired, record_retired
 from s3_archive.model.windows import OffsetWindow
 
-pytestmark = pytest.mark.unit
 TOPIC = "ends"
 
 

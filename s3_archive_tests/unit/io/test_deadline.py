@@ -11,8 +11,6 @@ import pytest
 from s3_archive.io.deadline import call_with_deadline
 from s3_archive.model.errors import DeadlineExceeded
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_call_within_the_deadline_returns_its_result_or_raises_its_error():
     assert call_with_deadline(lambda a, b: a + b, 1, 2, deadline_s=5, what="add") == 3

@@ -1,11 +1,8 @@
 import pytest
+from pydantic import ValidationError
 
-pytestmark = pytest.mark.unit
-
-from pydantic import ValidationError  # noqa: E402
-
-from s3_archive.config.archive import ArchiveConfig  # noqa: E402
-from s3_archive.io.iceberg import S3Endpoint, catalog_conf, table_ident, warehouse  # noqa: E402
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.iceberg_catalog import S3Endpoint, catalog_conf, table_ident, warehouse
 
 
 def _cfg(**kw) -> ArchiveConfig:

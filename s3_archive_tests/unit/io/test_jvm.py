@@ -18,8 +18,6 @@ from s3_archive.io.jvm import (
 )
 from s3_archive.io.spark import SparkResource
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def jar_home(tmp_path, monkeypatch):

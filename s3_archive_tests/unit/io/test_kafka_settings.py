@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 from s3_archive.io.kafka import KafkaResource, jaas_config, jaas_string
 from s3_archive.model.errors import InvalidConfig
 
-pytestmark = pytest.mark.unit
-
 SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "archiver",
         "sasl_password": "pw-never-shown"}
 

@@ -15,8 +15,6 @@ import pytest
 from s3_archive.io.pyspark_daemon import redundant_paths
 from s3_archive.io.spark import PYSPARK_DAEMON, SparkResource
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def installed(tmp_path):
@@ -82,10 +80,10 @@ def test_the_daemon_hands_over_to_pysparks_with_the_zips_off_the_path(installed,
 _PRELOADED = """
 import json, sys, threading, gc
 from s3_archive.io.pyspark_daemon import preload
-failed = preload(("s3_archive.archive.writer", "boto3", "no_such_module_for_the_test"))
+failed = preload(("s3_archive.archive.executor.task", "boto3", "no_such_module_for_the_test"))
 import boto3
 print(json.dumps({"failed": failed, "threads": threading.active_count(), "frozen": gc.get_freeze_count(),
-                  "writer": "s3_archive.archive.writer" in sys.modules,
+                  "writer": "s3_archive.archive.executor.task" in sys.modules,
                   "loaded": [k[-1] for k in boto3.DEFAULT_SESSION._session.get_component("data_loader")._cache]}))
 """
 

@@ -10,8 +10,6 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import DEFAULT_CREDENTIALS, SparkResource
 from s3_archive.model.errors import InvalidConfig
 
-pytestmark = pytest.mark.unit
-
 
 class Sent(Exception):
     """Raised instead of sending: the request's headers, as botocore built them."""

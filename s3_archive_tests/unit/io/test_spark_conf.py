@@ -7,8 +7,6 @@ import pytest
 from s3_archive.io.spark import KAFKA_CACHE_CONF, KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
 from s3_archive.model.errors import MissingJars
 
-pytestmark = pytest.mark.unit
-
 SPARK_JARS = ["spark-sql-kafka-0-10_2.13-4.0.0.jar", "hadoop-aws-3.4.1.jar", "spark-hadoop-cloud_2.13-4.0.0.jar"]
 
 

@@ -6,8 +6,6 @@ import pytest
 
 from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, SparkResource
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def jar_home(tmp_path, monkeypatch):

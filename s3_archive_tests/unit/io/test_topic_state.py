@@ -8,8 +8,6 @@ from s3_archive.config.settings import parse_settings
 from s3_archive.io.topic_state import forget_topics, merge_topics, read_known_topics, write_known_topics
 from s3_archive.model.errors import TopicStateUnreadable
 
-pytestmark = pytest.mark.unit
-
 SETTINGS = parse_settings({"archives": [
     {"name": "a", "topics": ["orders.eu"], "topic_pattern": r"orders\..*", "bucket": "bkt", "prefix": "a/"},
     {"name": "b", "topic_pattern": r".*\.eu", "bucket": "bkt", "prefix": "b/"},

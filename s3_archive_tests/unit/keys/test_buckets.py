@@ -1,14 +1,11 @@
+import json
+import re
+from datetime import UTC, datetime
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-import json  # noqa: E402
-import re  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-
-from hypothesis import example, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from s3_archive.keys.buckets import (
     EPOCH_MS_REGEX,
@@ -26,8 +23,8 @@ from s3_archive.keys.layout import OutputLayout, RecordTime
 from s3_archive.keys.objects import object_key, parse_object_key, window_object_stem, window_scan_prefix
 from s3_archive.keys.template import DEFAULT_TEMPLATE, ENCODED_CHARS, MAX_PART
 from s3_archive.keys.values import NO_BUCKETS, decode_value, encode_bytes, encode_value
-from s3_archive.model.formats import FORMATS  # noqa: E402
-from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow  # noqa: E402
+from s3_archive.model.formats import FORMATS
+from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 
 FAST = settings(max_examples=200, deadline=None)
 SUFFIXES = sorted({spec.object_suffix(c) for spec in FORMATS.values() for c in spec.codecs})

@@ -1,9 +1,6 @@
 import pytest
-
-pytestmark = pytest.mark.unit
-
-from hypothesis import assume, example, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 from s3_archive.keys.objects import (
     manifest_key,
@@ -14,8 +11,8 @@ from s3_archive.keys.objects import (
     window_object_stem,
 )
 from s3_archive.keys.template import MAX_PART
-from s3_archive.model.formats import FORMATS  # noqa: E402
-from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow  # noqa: E402
+from s3_archive.model.formats import FORMATS
+from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 
 FAST = settings(max_examples=100, deadline=None)
 

@@ -1,11 +1,8 @@
+import re
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-import re  # noqa: E402
-
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from s3_archive.keys.template import (
     DEFAULT_TEMPLATE,
@@ -21,7 +18,7 @@ from s3_archive.keys.template import (
     render_key,
     slot_regex,
 )
-from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION  # noqa: E402
+from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 

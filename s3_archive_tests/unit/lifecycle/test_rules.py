@@ -7,13 +7,11 @@ import pytest
 from pydantic import ValidationError
 
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.config.lifecycle import LifecyclePolicy, Transition
+from s3_archive.config.lifecycle import LifecyclePolicy, Transition, expiry_due
 from s3_archive.config.settings import Settings
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, check_disjoint, lifecycle_asset_key
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.lifecycle.rules import build_rules, expiry_due, owner_prefix, plan_lifecycle, policy_for, rule_id
-
-pytestmark = pytest.mark.unit
+from s3_archive.lifecycle.rules import build_rules, owner_prefix, plan_lifecycle, policy_for, rule_id
 
 
 def T(days: int, cls: str) -> dict:

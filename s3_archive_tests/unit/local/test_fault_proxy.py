@@ -6,12 +6,10 @@ import random
 
 import pytest
 
-from s3_archive.archive.upload import S3Connection
+from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.local.fault_proxy import KINDS, FaultRule, _State, mixed, operation
 from s3_archive.model.errors import InvalidConfig
-
-pytestmark = pytest.mark.unit
 
 
 def test_mixed_faults_hit_the_share_evenly_over_the_kinds():

@@ -14,8 +14,6 @@ from botocore.config import Config
 
 from s3_archive.local.fault_proxy import FaultProxy, FaultRule
 
-pytestmark = pytest.mark.unit
-
 
 class ToyS3(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

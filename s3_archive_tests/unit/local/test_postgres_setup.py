@@ -13,7 +13,6 @@ import pytest
 from s3_archive.local.postgres import find_bin_dir
 from s3_archive.local.processes import StackError
 
-pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[3]
 
 

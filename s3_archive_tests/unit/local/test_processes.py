@@ -5,12 +5,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from s3_archive.local.processes import StackError, pid_alive, spawn, stop_pid, tied_to_parent, wait_until
-
-pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
@@ -70,6 +69,11 @@ def test_a_spawned_child_dies_with_the_process_that_started_it_unless_detached(t
     tied, detached = (int(p) for p in middle.stdout.readline().split())
     try:
         assert pid_alive(tied) and pid_alive(detached)
+        # setpriv sets the signal, then executes the command in its place: until then (a loaded machine can take a
+        # while to get there) the child is not tied yet.
+        deadline = time.monotonic() + 10
+        while b"setpriv" in Path(f"/proc/{tied}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
         middle.kill()
         middle.wait()
         deadline = time.monotonic() + 10

@@ -6,8 +6,6 @@ from s3_archive.local.kafka_broker import KafkaBroker, _argfile_quote
 from s3_archive.local.processes import StackError
 from s3_archive.local.stack import KAFKA_USER, StackState
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_sasl_ssl_stack_exports_every_kafka_variable():
     state = StackState("127.0.0.1:9096", "http://127.0.0.1:5000", "b", 1, 2, "sasl_ssl", "pw", "/ca.pem")

@@ -10,8 +10,6 @@ import pytest
 
 from s3_archive.model.columns import COLUMN, column_names, stored_names
 
-pytestmark = pytest.mark.unit
-
 ENVELOPE = ["key", "value", "headers", "topic", "partition", "offset", "timestamp", "timestamp_type"]
 
 

@@ -1,12 +1,10 @@
+import re
+import typing
+
 import pytest
 
-pytestmark = pytest.mark.unit
-
-import re  # noqa: E402
-import typing  # noqa: E402
-
-from s3_archive.config.archive import ArchiveConfig  # noqa: E402
-from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec  # noqa: E402
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS, FormatSpec
 
 # Formats whose output is objects of ours (iceberg's is a table: Iceberg names its own data files)
 ALL = [(name, codec) for name, spec in sorted(FORMATS.items()) for codec in spec.codecs if not spec.table]

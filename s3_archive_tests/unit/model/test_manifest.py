@@ -17,8 +17,6 @@ from s3_archive.model.errors import InvalidManifest
 from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject, parse_manifest
 from s3_archive.model.windows import OffsetWindow
 
-pytestmark = pytest.mark.unit
-
 HERE = Path(__file__).parent / "manifests"
 WRITTEN = sorted(p.name for p in HERE.glob("*.json"))
 LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable")

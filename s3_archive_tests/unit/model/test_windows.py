@@ -1,11 +1,8 @@
+import re
+
 import pytest
-
-pytestmark = pytest.mark.unit
-
-import re  # noqa: E402
-
-from hypothesis import example, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from s3_archive.model.windows import (
     MAX_OFFSET,

@@ -19,8 +19,6 @@ from s3_archive.restore.routing import PartitionMapping, murmur2_partition
 from s3_archive.restore.sources import window_batches
 from s3_archive_tests.manifests import hand_manifest
 
-pytestmark = pytest.mark.unit
-
 
 def _records(offsets: list[int], timestamps: list[int]) -> Records:
     rows = [ArchivedRecord(0, o, str(o).encode(), b"v" * (o % 3), [("h", None)] if o % 2 else [], t)

@@ -20,16 +20,13 @@ import pytest
 from pydantic import ValidationError
 
 from s3_archive.config.foreign import ForeignSource
-from s3_archive.keys.foreign import aiven_render
+from s3_archive.keys.foreign_keys import aiven_render
 from s3_archive.model.errors import InvalidForeignObject
 from s3_archive.model.windows import MAX_OFFSET
 from s3_archive.restore.cold import ListedObject, cold_state
-from s3_archive.restore.foreign import plan, shown_ignored
-from s3_archive.restore.foreign_decode import Decoder, decompress, numbered
+from s3_archive.restore.foreign_records import Decoder, decompress, numbered
+from s3_archive.restore.foreign_sources import plan, shown_ignored
 from s3_archive.restore.request import ArchivedRecord
-
-pytestmark = pytest.mark.unit
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Config

@@ -17,8 +17,6 @@ from s3_archive.restore.readers import jsonl_records, parquet_records
 from s3_archive.restore.request import Filters, RestoreRequest, ledger_id
 from s3_archive.restore.routing import PartitionMapping, murmur2, murmur2_partition, to_positive
 
-pytestmark = pytest.mark.unit
-
 # Computed with org.apache.kafka.common.utils.Utils.murmur2 from kafka-clients 4.1.1 (the first six are also
 # Kafka's own UtilsTest vectors).
 KAFKA_MURMUR2 = [

@@ -6,10 +6,8 @@ import time
 import pytest
 
 from s3_archive.model.errors import RestoreFailed
-from s3_archive.restore.kafka import Producer
+from s3_archive.restore.producer import Producer
 from s3_archive.restore.request import RestoreRequest
-
-pytestmark = pytest.mark.unit
 
 
 class FullQueue:

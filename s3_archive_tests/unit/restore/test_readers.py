@@ -21,8 +21,6 @@ from s3_archive.restore.request import ArchivedRecord, record_bytes
 from s3_archive.restore.sources import check_restorable, unrestorable_reason
 from s3_archive_tests.manifests import hand_manifest
 
-pytestmark = pytest.mark.unit
-
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 maybe_bytes = st.none() | st.binary(max_size=12)
 header = st.tuples(st.text(max_size=4), maybe_bytes)
@@ -149,7 +147,7 @@ def test_check_restorable_names_every_bad_window():
 def test_only_restorable_archives_get_a_restore_asset():
     from s3_archive.config.settings import parse_settings
     from s3_archive.defs.restore.assets import build_restore_assets
-    from s3_archive.defs.restore.run import splits_windows
+    from s3_archive.defs.restore.window_restore import splits_windows
 
     base = {"bucket": "bkt"}
     settings_ = parse_settings({"archives": [
@@ -178,7 +176,7 @@ def test_cold_options_are_checked():
 
 def test_target_config_that_cannot_be_read_is_said_not_swallowed():
     from s3_archive.io.kafka import KafkaResource
-    from s3_archive.restore.kafka import target_checks
+    from s3_archive.restore.target_topic import target_checks
 
     nowhere = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_s=1)
     [warning], _ = target_checks(nowhere, "t", [{"min_timestamp_ms": 0}])

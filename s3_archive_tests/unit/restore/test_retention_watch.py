@@ -4,14 +4,9 @@ known once read, get the same warning from the first batch that old."""
 
 import time
 
-import pytest
-
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records
-from s3_archive.restore.request import WindowSource
+from s3_archive.restore.batch import Records, WindowSource
 from s3_archive.restore.run import watch_retention
-
-pytestmark = pytest.mark.unit
 
 DAY_MS = 86_400_000
 WEEK_MS = 7 * DAY_MS

@@ -6,9 +6,7 @@ import pytest
 import tenacity
 from confluent_kafka import KafkaError, KafkaException
 
-from s3_archive.restore.kafka import commit_retrying, ledger_retrying
-
-pytestmark = pytest.mark.unit
+from s3_archive.restore.producer import commit_retrying, ledger_retrying
 
 
 def failing(outcomes: list) -> tuple[list, object]:

@@ -11,8 +11,6 @@ from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.manifest import ManifestObject
 from s3_archive.restore.sources import spool
 
-pytestmark = pytest.mark.unit
-
 DATA = bytes(range(256)) * 40_000  # 10 MB: over the transfer manager's default 8 MB multipart threshold
 
 

@@ -1,0 +1,49 @@
+"""How a window is written, as the driver's write job sees the archive config: format, codec, kept envelope
+columns, value decoding, rotation and layout (config/archive.py is where they are validated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from s3_archive.keys.layout import KafkaPartition, OutputLayout
+from s3_archive.model.formats import FORMATS, FormatSpec
+
+if TYPE_CHECKING:
+    from s3_archive.config.archive import ArchiveConfig
+
+
+@dataclass(frozen=True)
+class Output:
+    """Everything the write job needs from the archive config."""
+
+    fmt: FormatSpec
+    codec: str
+    columns: tuple[str, ...]  # envelope columns kept, envelope order
+    csv_fields: tuple[str, ...] = ()
+    decoding: str = "bytes"  # bytes | utf8 | json
+    json_schema: str | None = None  # json: Spark DDL of the fields; None: inferred per window
+    column_prefix: str = ""
+    on_error: str = "fail"  # fail | dead_letter
+    max_records: int | None = None
+    max_bytes: int | None = None
+    layout: OutputLayout | None = None  # None: the default layout, no bucket column
+    suffix: str | None = None  # how object names end (ArchiveConfig.object_suffix); None: the format's
+
+    @classmethod
+    def of(cls, cfg: ArchiveConfig) -> Output:
+        d = cfg.value_decoding
+        return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
+                   d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
+                   cfg.layout, cfg.object_suffix)
+
+    @property
+    def rotates(self) -> bool:
+        return bool(self.max_records or self.max_bytes)
+
+    @property
+    def bucketed(self) -> bool:
+        """The layout splits a window by record content (more than its Kafka partition)."""
+        return self.layout is not None and (
+            any(not isinstance(d, KafkaPartition) for d in self.layout.partition_by)
+            or bool(self.layout.template_slots))

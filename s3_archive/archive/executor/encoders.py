@@ -1,0 +1,226 @@
+"""Each format's bytes, written on the executors from the Arrow batches Spark hands a write task (task.py).
+
+- parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data; `key`, `value` and the
+  offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); the Spark schema is
+  kept in the file's metadata as Spark's own writer does.
+- avro: the schema Spark's avro writer derives (`avro_schema`); records encoded a column at a time
+  (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run writes the
+  same bytes).
+- jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
+  that reads Kafka; here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`) and
+  compressed as a stream (gzip, bzip2, zstd: one stream / frame per object).
+
+Every encoder writes into a file-like sink (archive/executor/upload.py's ObjectUpload) and never holds more than a row
+group (parquet) or one Arrow batch (the others).
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import json
+import zlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s3_archive.archive.executor.avro_encoding import BlockWriter, encode_record, supported
+from s3_archive.archive.protocol import FormatPlan
+
+_PARQUET_CODECS = {"none": None, "lz4_raw": "lz4"}
+_AVRO_CODECS = {"none": "null", "zstd": "zstandard"}
+_SYNC_INTERVAL = 1 << 20  # Avro block size: uncompressed bytes of records per block
+SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"
+
+
+class ParquetEncoder:
+    def __init__(self, fmt: FormatPlan, sink: Any) -> None:
+        self.fmt, self.sink = fmt, sink
+        self._writer: Any = None
+        self._buffered: list[pa.Table] = []
+        self._bytes = 0
+
+    def write(self, table: pa.Table) -> None:
+        self._buffered.append(table)
+        self._bytes += table.nbytes
+        if self._bytes >= self.fmt.row_group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffered:
+            return
+        import pyarrow.parquet as pq
+
+        table = pa.concat_tables(self._buffered) if len(self._buffered) > 1 else self._buffered[0]
+        self._buffered, self._bytes = [], 0
+        if self._writer is None:
+            schema = table.schema.with_metadata({SPARK_ROW_METADATA: self.fmt.spark_schema})
+            self._writer = pq.ParquetWriter(
+                self.sink, schema, compression=_PARQUET_CODECS.get(self.fmt.codec, self.fmt.codec),
+                use_dictionary=[c for c in self.fmt.dictionary if c in schema.names] or False,
+                write_statistics=True, store_schema=False)
+        self._writer.write_table(table.replace_schema_metadata(self._writer.schema.metadata),
+                                 row_group_size=max(1, table.num_rows))
+
+    def close(self) -> None:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+
+
+def _timestamps_as_micros(table: pa.Table) -> pa.Table:
+    """Top-level timestamps as epoch microseconds (fastavro takes them as is for timestamp-micros)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type):
+            table = table.set_column(i, f.name, pc.cast(table.column(i), pa.timestamp("us")).cast(pa.int64()))
+    return table
+
+
+class AvroEncoder:
+    """Columnar (avro_encoding.py) when the schema allows it, else fastavro record by record; the same bytes
+    either way, in fastavro's container (header, codec, blocks of `_SYNC_INTERVAL` bytes, a sync marker derived
+    from the object key: a re-run writes the same bytes)."""
+
+    def __init__(self, fmt: FormatPlan, sink: Any, key: str) -> None:
+        from fastavro import parse_schema
+        from fastavro.write import Writer
+
+        self._schema = json.loads(fmt.avro_schema)
+        self._writer = Writer(sink, parse_schema(self._schema), codec=_AVRO_CODECS.get(fmt.codec, fmt.codec),
+                              sync_interval=_SYNC_INTERVAL, sync_marker=hashlib.md5(key.encode()).digest())
+        self._blocks = BlockWriter(self._writer, _SYNC_INTERVAL) if supported(self._schema) else None
+
+    def write(self, table: pa.Table) -> None:
+        if self._blocks is not None:
+            if table.num_rows:
+                self._blocks.write(encode_record(self._schema, table.columns, table.column_names, table.num_rows))
+            return
+        for record in _timestamps_as_micros(table).to_pylist(maps_as_pydicts="strict"):
+            self._writer.write(record)
+
+    def close(self) -> None:
+        if self._blocks is not None:
+            self._blocks.close()
+        else:
+            self._writer.flush()
+
+
+class _Compressor:
+    """A streaming codec of the text formats: one gzip member / bzip2 stream / zstd frame per object."""
+
+    def __init__(self, codec: str, sink: Any) -> None:
+        self.sink = sink
+        if codec == "gzip":
+            self._c: Any = zlib.compressobj(6, zlib.DEFLATED, 31)  # Hadoop's GzipCodec level; 31: gzip header
+        elif codec == "bzip2":
+            self._c = bz2.BZ2Compressor(9)
+        elif codec == "zstd":
+            from backports import zstd
+
+            self._c = zstd.ZstdCompressor()
+        elif codec == "none":
+            self._c = None
+        else:
+            raise ValueError(f"no text codec {codec!r}; supported: none, gzip, bzip2, zstd")
+
+    def write(self, data: Any) -> None:
+        out = data if self._c is None else self._c.compress(data)
+        if out:
+            self.sink.write(out)
+
+    def close(self) -> None:
+        if self._c is not None:
+            self.sink.write(self._c.flush())
+
+
+def joined(lines: pa.Array, sep: bytes) -> memoryview:
+    """Every line followed by `sep`, as one buffer (Arrow joins them; no Python object per line)."""
+    out = pc.binary_join_element_wise(lines, pa.scalar(b"", lines.type), pa.scalar(sep, lines.type))
+    width = 8 if pa.types.is_large_binary(out.type) or pa.types.is_large_string(out.type) else 4
+    offsets = np.frombuffer(out.buffers()[1], dtype=f"<i{width}", count=len(out) + 1, offset=out.offset * width)
+    return memoryview(out.buffers()[2])[int(offsets[0]):int(offsets[-1])]
+
+
+class LinesEncoder:
+    """jsonl, csv, text: each record's line (`_line`, binary) then `\\n`; json: one array `[a\\n,b]\\n` per object."""
+
+    def __init__(self, fmt: FormatPlan, sink: Any) -> None:
+        self.array = fmt.name == "json"
+        self._out = _Compressor(fmt.codec, sink)
+        self._started = False
+
+    def write(self, table: pa.Table) -> None:
+        lines = table.column("_line").combine_chunks()
+        if len(lines) == 0:
+            return
+        if not self.array:
+            self._out.write(joined(lines, b"\n"))
+            return
+        data = joined(lines, b"\n,")  # each record then "\n,": the last one's "\n," is held back
+        self._out.write(b"[" if not self._started else b"\n,")
+        self._out.write(data[:-2])
+        self._started = True
+
+    def close(self) -> None:
+        if self.array and self._started:
+            self._out.write(b"]\n")
+        self._out.close()
+
+
+def open_encoder(fmt: FormatPlan, sink: Any, key: str) -> ParquetEncoder | AvroEncoder | LinesEncoder:
+    if fmt.name == "parquet":
+        return ParquetEncoder(fmt, sink)
+    if fmt.name == "avro":
+        return AvroEncoder(fmt, sink, key)
+    return LinesEncoder(fmt, sink)
+
+
+def avro_type(data_type: Any, nullable: bool, record_name: str, namespace: str) -> Any:
+    """Spark's avro writer's schema for a Spark type (its SchemaConverters.toAvroType), from the type's JSON
+    (`StructType.jsonValue()`): nullable types are unions [type, "null"], records are named after their field
+    within the enclosing record's name, timestamps are timestamp-micros longs."""
+    t: Any
+    if isinstance(data_type, str):
+        simple = {"boolean": "boolean", "byte": "int", "short": "int", "integer": "int", "long": "long",
+                  "float": "float", "double": "double", "string": "string", "binary": "bytes", "null": "null",
+                  "date": {"type": "int", "logicalType": "date"},
+                  "timestamp": {"type": "long", "logicalType": "timestamp-micros"},
+                  "timestamp_ntz": {"type": "long", "logicalType": "local-timestamp-micros"}}
+        if data_type.startswith(("char", "varchar")):
+            t = "string"
+        elif data_type.startswith("decimal"):
+            precision, scale = (int(x) for x in data_type[len("decimal("):-1].split(","))
+            size = next(n for n in range(1, 32) if 2 ** (8 * n - 1) > 10 ** precision)
+            name = f"{record_name}.fixed" if not namespace else f"{namespace}.{record_name}.fixed"
+            t = {"type": "fixed", "name": name, "size": size, "logicalType": "decimal", "precision": precision,
+                 "scale": scale}
+        elif data_type in simple:
+            t = simple[data_type]
+        else:
+            raise ValueError(f"no avro type for the Spark type {data_type!r}")
+    elif data_type["type"] == "array":
+        t = {"type": "array", "items": avro_type(data_type["elementType"], data_type["containsNull"], record_name,
+                                                 namespace)}
+    elif data_type["type"] == "map":
+        if data_type["keyType"] != "string":
+            raise ValueError(f"avro maps have string keys; got a map of {data_type['keyType']!r}")
+        t = {"type": "map", "values": avro_type(data_type["valueType"], data_type["valueContainsNull"], record_name,
+                                                namespace)}
+    elif data_type["type"] == "struct":
+        child = f"{namespace}.{record_name}" if namespace else record_name
+        t = {"type": "record", "name": record_name,
+             "fields": [{"name": f["name"], "type": avro_type(f["type"], f["nullable"], f["name"], child)}
+                        for f in data_type["fields"]]}
+        if namespace:
+            t["namespace"] = namespace
+    else:
+        raise ValueError(f"no avro type for the Spark type {data_type!r}")
+    return [t, "null"] if nullable and data_type != "null" else t
+
+
+def avro_schema(spark_schema_json: str) -> str:
+    """The Avro writer schema (JSON) of a Spark schema, as Spark's avro writer writes it."""
+    return json.dumps(avro_type(json.loads(spark_schema_json), False, "topLevelRecord", ""),
+                      separators=(",", ":"))

@@ -1,0 +1,255 @@
+"""The verdicts of an archive's asset checks, as plain functions: windows tile the offsets, committed objects are
+intact, Kafka has not deleted anything before it was archived, and nothing unarchived is close to Kafka's retention.
+
+Each takes what the Dagster instance knows of the topic's windows (`WindowsView`; defs/archive/instance.py reads
+it) and reads S3 and Kafka itself; each returns a `Verdict`, which defs/archive/checks.py shows as the check's result.
+
+Retired windows (docs/windows.md) are checked too: the contiguity check takes each partition's retired range as one
+window, and the objects check verifies every manifest in S3 (retired windows' included) and that the manifests
+cover every retired range.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from s3_archive.archive.plan import archive_progress, retention_headroom
+from s3_archive.archive.retirement import Retired
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.lifecycle import expiry_due
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import S3Client, list_objects, read_manifest, verify_manifest
+from s3_archive.keys.objects import manifest_key, manifest_prefix
+from s3_archive.model.errors import InvalidManifest, UnknownTopic
+from s3_archive.model.manifest import Manifest
+from s3_archive.model.windows import InvalidWindow, OffsetWindow, check_contiguous
+
+READERS = 8  # manifests fetched concurrently
+SHOWN = 20  # problems spelled out in a result; the count is always complete
+
+
+def summary(problems: list[str]) -> str:
+    """The first SHOWN problems, one per line, and how many more."""
+    more = f"\n… and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+    return "\n".join(problems[:SHOWN]) + more
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A check's answer: its problems (none: passed), what it says when it passes, and its metadata (plain values;
+    dicts and lists are JSON). `warn`: the check warns rather than fails."""
+
+    problems: list[str]
+    ok: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warn: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+class WindowsView:
+    """What the checks of one topic know from the Dagster instance: the live windows (partition keys), the keys that
+    are not windows, the retired ranges, and which live windows were materialized (committed)."""
+
+    windows: list[OffsetWindow]
+    bad: list[str]
+    retired: Retired
+    materialized: set[str]  # keys of live windows materialized at least once
+
+    def materialized_at(self, keys: list[str]) -> dict[str, datetime]:
+        """When each window was last materialized."""
+        raise NotImplementedError
+
+    @property
+    def live_and_retired(self) -> list[OffsetWindow]:
+        """Every window as far as offsets go: the live ones, and each retired range as one window. Live windows
+        inside a retired range (added back, e.g. to restore one) are part of the range."""
+        return [w for w in self.windows if not self.retired.covers(w)] + list(self.retired.ranges.values())
+
+    def committed(self) -> set[OffsetWindow]:
+        """live_and_retired's committed windows (retired ones were committed and verified)."""
+        return {w for w in self.windows if w.key in self.materialized} | set(self.retired.ranges.values())
+
+
+def contiguity(topic: str, view: WindowsView) -> Verdict:
+    """(1) Per Kafka partition, the windows (each partition's retired range counting as one) neither overlap nor
+    leave offsets out.
+
+    Offsets lost to retention are recorded inside a window's manifest, never as a hole between windows (the
+    sensor always starts the next window where the last one ends), so every hole is a problem.
+    """
+    windows = view.live_and_retired
+    problems = [f"partition key {k!r} of {topic!r} is not a window key" for k in view.bad]
+    problems += [f"topic {topic!r} {p}" for p in check_contiguous(windows)]
+    ok = f"{len(view.windows)} windows of {topic!r}" + (f" and {view.retired.windows} retired" if view.retired.ranges
+                                                        else "") + ", contiguous"
+    return Verdict(problems, ok, {
+        "windows": len(view.windows),
+        "retired_windows": view.retired.windows,
+        "kafka_partitions": len({w.partition for w in windows}),
+        "offsets_in_windows": sum(w.size for w in windows),
+    })
+
+
+def retired_gaps(retired: Retired, manifested: set[str]) -> dict[int, list[tuple[int, int]]]:
+    """Per Kafka partition, the offsets of its retired range that no manifest's window covers."""
+    by_partition: dict[int, list[OffsetWindow]] = {}
+    for key in manifested:
+        try:
+            w = OffsetWindow.parse(key)
+        except InvalidWindow:
+            continue
+        if retired.covers(w):
+            by_partition.setdefault(w.partition, []).append(w)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for p, r in retired.ranges.items():
+        pos, gaps = r.start, []
+        for w in sorted(by_partition.get(p, [])):
+            if w.start > pos:
+                gaps.append((pos, w.start))
+            pos = max(pos, w.end)
+        if pos < r.end:
+            gaps.append((pos, r.end))
+        if gaps:
+            out[p] = gaps
+    return out
+
+
+def objects(s3: S3Client, cfg: ArchiveConfig, topic: str, view: WindowsView, now: datetime | None = None,
+            ) -> Verdict:
+    """(2) Every committed manifest's objects exist with their recorded sizes; every materialized window has one.
+
+    Two listings instead of a HEAD per object; only a manifest that the listings disagree with is checked object by
+    object (io/s3.py::verify_manifest), so a listing quirk cannot raise a false alarm.
+
+    With a lifecycle `expiration_days`, S3 deletes a window's objects and its manifest once they are that old (the
+    lifecycle rules expire `_manifests/` at the same age). A window old enough to be expiring (config/lifecycle.py's
+    expiry_due: by its manifest's `committed_at`, or its latest materialization when the manifest is gone) whose
+    objects or manifest are absent is counted as expired in the metadata, not as a problem. A changed size is always
+    a problem, and so is a manifest that does not parse (model/manifest.py), named with its key.
+    """
+    now = now or datetime.now(UTC)
+    days = cfg.lifecycle_policy.expiration_days
+    # Manifests first, data second: a window's objects are written before its manifest, so every object of a
+    # listed manifest is in the later data listing unless it was really deleted.
+    manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, topic))
+                     if o["Key"].endswith(".json")]
+    sizes = {o["Key"]: o["Size"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{topic}/")}
+
+    def read(key: str) -> Manifest | InvalidManifest | None:
+        try:
+            return read_manifest(s3, cfg.bucket, key)
+        except InvalidManifest as e:  # one bad manifest is a problem of its window, not a failed check
+            return e
+
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        manifests = list(pool.map(read, manifest_keys))
+
+    problems: list[str] = []
+    expired: list[str] = []
+    count = size = 0
+    committed: set[str] = set()
+    unreadable: set[str] = set()  # window keys (from the manifest's name) whose manifest does not parse
+    for mkey, m in zip(manifest_keys, manifests):
+        if m is None:  # deleted between the listing and the read
+            continue
+        if isinstance(m, InvalidManifest):
+            unreadable.add(mkey.rsplit("/", 1)[-1].removesuffix(".json"))
+            problems.append(str(m))
+            continue
+        committed.add(m.window_key)
+        count += len(m.objects)
+        size += sum(o.size for o in m.objects)
+        if all(sizes.get(o.key) == o.size for o in m.objects):
+            continue
+        absent_only = all(o.key not in sizes or sizes[o.key] == o.size for o in m.objects)
+        if absent_only and expiry_due(m.committed_time, days, now):
+            expired.append(m.window_key)
+            continue
+        problems += [f"window {m.window_key} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
+
+    unmanifested = [w for w in sorted(view.windows)
+                    if w.key in view.materialized and w.key not in committed and w.key not in unreadable]
+    when = view.materialized_at([w.key for w in unmanifested]) if days and unmanifested else {}
+    for w in unmanifested:
+        if expiry_due(when.get(w.key), days, now):
+            expired.append(w.key)
+            continue
+        problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
+                        f"s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, w)}")
+    # Retired windows are only in S3: their manifests must cover each retired range. With expiration_days, S3
+    # expires the oldest first, so a gap at the start of a range is expired, any other gap a problem.
+    for p, gaps in sorted(retired_gaps(view.retired, committed | unreadable).items()):
+        for i, (a, b) in enumerate(gaps):
+            if days and i == 0 and a == view.retired.ranges[p].start:
+                expired.append(f"retired p{p} [{a}, {b})")
+                continue
+            problems.append(f"topic {topic!r} partition {p}: retired offsets [{a}, {b}) have no manifest under "
+                            f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}")
+    ok = f"{len(committed)} committed windows of {topic!r}: all objects present"
+    if expired:
+        ok += f"; {len(expired)} older windows expired by the lifecycle policy (expiration_days {days})"
+    return Verdict(problems, ok, {
+        "manifests": len(committed),
+        "objects": count,
+        "bytes": size,
+        "manifest_prefix": f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}",
+        "expiration_days": days if days is not None else 0,
+        "expired_windows": len(expired),
+        "expired": summary(sorted(expired)),
+    })
+
+
+def retention(kafka: KafkaResource, topic: str, view: WindowsView) -> Verdict:
+    """(3) Kafka's log start has not passed an offset that is in no committed window; archive lag as metadata."""
+    try:
+        log_start = kafka.offsets(topic, "earliest")
+        high = kafka.offsets(topic, "latest", sorted(log_start))
+    except UnknownTopic as e:
+        return Verdict([str(e)], "")
+    progress = archive_progress(view.live_and_retired, view.committed(), log_start, high)
+    problems = [f"topic {topic!r} partition {p.partition}: offsets [{a}, {b}) were deleted by Kafka (log start "
+                f"offset {p.log_start}) before they were archived" for p in progress for a, b in p.lost]
+    return Verdict(problems, f"nothing of {topic!r} lost to retention", {
+        "archive_lag": sum(p.lag for p in progress),
+        "lost_offsets": sum(b - a for p in progress for a, b in p.lost),
+        "lag_by_partition": {str(p.partition): p.lag for p in progress},
+        "first_unarchived_offset": {str(p.partition): p.first_unarchived for p in progress},
+        "log_start_offset": {str(p.partition): p.log_start for p in progress},
+        "lost_ranges": {str(p.partition): [list(r) for r in p.lost] for p in progress if p.lost},
+    })
+
+
+def headroom(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, view: WindowsView) -> Verdict:
+    """(4) WARN when the oldest unarchived record of a partition is older than retention_warn_fraction x the
+    topic's retention.ms: Kafka will soon delete records the archive does not have yet."""
+    try:
+        retention_ms = kafka.retention_ms(topic)
+        log_start = kafka.offsets(topic, "earliest")
+        high = kafka.offsets(topic, "latest", sorted(log_start))
+    except UnknownTopic as e:
+        return Verdict([str(e)], "")
+    meta: dict[str, Any] = {"retention_ms": retention_ms, "retention_warn_fraction": cfg.retention_warn_fraction}
+    if retention_ms < 0:
+        return Verdict([], f"{topic!r} has infinite retention (retention.ms -1)",
+                       {**meta, "oldest_unarchived_age_seconds": {}}, warn=True)
+    progress = archive_progress(view.live_and_retired, view.committed(), log_start, high)
+    pending = {p.partition: max(p.first_unarchived, p.log_start) for p in progress
+               if max(p.first_unarchived, p.log_start) < p.end_offset}
+    now_ms = int(time.time() * 1000)
+    rooms = retention_headroom(kafka.first_record_timestamps(topic, pending), retention_ms,
+                               cfg.retention_warn_fraction, now_ms)
+    problems = [f"topic {topic!r} partition {h.partition}: the oldest unarchived record (offset "
+                f"{pending[h.partition]}) is {h.age_ms / 1000:.0f} s old, more than "
+                f"{cfg.retention_warn_fraction:g} of retention.ms "
+                f"{retention_ms} ({retention_ms / 1000:.0f} s)" for h in rooms if h.warn]
+    return Verdict(problems, f"every unarchived record of {topic!r} is younger than "
+                             f"{cfg.retention_warn_fraction:g} of retention.ms",
+                   {**meta, "oldest_unarchived_age_seconds": {str(h.partition): round(h.age_ms / 1000, 3)
+                                                              for h in rooms}}, warn=True)

@@ -1,0 +1,242 @@
+"""What the driver sends each write task and what comes back: the one contract between the two sides of the write
+(archive/driver/ plans and commits, archive/executor/ reads records and writes objects). Pure: no Spark, no I/O.
+
+A run's windows are cut into slices, each read by one Spark task and written by the same task straight to the
+window's final object keys. A window is one slice unless it may be split (`splittable`): then slice i of n is
+offsets [start + i*size/n, ...) and writes the object numbered i. Each task sends back one row per object it wrote
+(`ObjectRow`) and one row of statistics per slice (`RecordStats`); the driver merges a window's slices
+(`window_stats`). A slice with no committed record sends no row at all: it is all absent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from s3_archive.archive.executor.upload import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
+from s3_archive.keys.layout import KafkaPartition, OutputLayout
+from s3_archive.keys.objects import WindowLocation
+from s3_archive.model.windows import OffsetWindow
+
+MAX_GAP_RANGES = 10_000
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Offsets [start, end) of `window`, read by one task; slice `index` of `count` of the window."""
+
+    window: OffsetWindow
+    start: int
+    end: int
+    index: int = 0
+    count: int = 1
+
+
+def splittable(layout: OutputLayout | None, rotates: bool, fmt: str) -> bool:
+    """Whether a window may be written by several tasks, one object each, numbered by slice: only when nothing
+    else numbers its parts (no rotation, a single bucket per window, `{{part}}` in the key)."""
+    if rotates or fmt == "bytes":
+        return False
+    if layout is None:
+        return True
+    single_bucket = all(isinstance(d, KafkaPartition) for d in layout.partition_by) and not layout.template_slots
+    return single_bucket and "part" in layout.key_template.slots
+
+
+def slices_of(window: OffsetWindow, read_start: int, count: int) -> list[Slice]:
+    """[read_start, window.end) in `count` contiguous slices of (nearly) equal size, in offset order."""
+    size = window.end - read_start
+    count = max(1, min(count, size))
+    bounds = [read_start + size * i // count for i in range(count + 1)]
+    return [Slice(window, bounds[i], bounds[i + 1], i, count) for i in range(count)]
+
+
+# Stored envelope columns a write task makes itself instead of receiving them (driver/spark_job.py::_derived):
+# each one's source in the task's batches, or TOPIC for the job's topic.
+TOPIC = ""
+DERIVED = {"topic": TOPIC, "partition": "_partition", "offset": "_offset"}
+
+
+@dataclass(frozen=True)
+class FormatPlan:
+    """How a task encodes objects of the archive's format (executor/encoders.py)."""
+
+    name: str  # parquet | avro | jsonl | json | csv | text | bytes
+    codec: str
+    suffix: str  # object name suffix (extension + codec suffix)
+    spark_schema: str = ""  # JSON of the stored columns' Spark schema (Parquet metadata, the Avro schema)
+    avro_schema: str = ""  # the Avro writer schema (JSON), for avro
+    dictionary: tuple[str, ...] = ()  # Parquet columns dictionary-encoded (not key/value: all distinct)
+    row_group_bytes: int = 32 << 20  # Parquet: Arrow bytes buffered per row group
+
+
+class TaskFault(StrEnum):
+    """Tests: where a write task stops on purpose (WriteJob.fault)."""
+
+    MID_UPLOAD = "mid_upload"  # the worker is killed with a multipart upload open
+
+    @staticmethod
+    def after_objects(n: int) -> str:
+        """The task raises after writing n objects."""
+        return f"object:{n}"
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """Everything a write task needs: sent with the task (pickled), so it holds no client and no session."""
+
+    topic: str
+    bucket: str
+    prefix: str
+    fmt: FormatPlan
+    conn: S3Connection
+    slices: tuple[Slice, ...]
+    layout: OutputLayout | None = None
+    bucketed: bool = False  # the layout splits a window by record content (input sorted by bucket, offset)
+    max_records: int | None = None
+    max_bytes: int | None = None
+    decoding: bool = False  # a `_good` column says which records decode
+    dead_letter: bool = False  # undecodable records go to dead-letter objects (else: the slice writes nothing)
+    payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
+    payload_columns: tuple[str, ...] = ()  # the sent ones' names in the batches when not theirs (spark_job.py)
+    derived: tuple[tuple[str, str], ...] = ()  # stored columns not sent, with their source (DERIVED)
+    ts_stored: bool = False  # `_ts` is not sent: the task computes it from the stored `timestamp`
+    dead_letter_schema: str = ""  # Spark schema JSON of the raw envelope (`_raw`), for the dead-letter Parquet
+    multipart_threshold: int = MULTIPART_THRESHOLD
+    part_size: int = PART_SIZE
+    fault: str | None = None  # tests: a TaskFault
+    _index: dict[int, tuple[list[int], list[Slice]]] = field(default_factory=dict, compare=False, repr=False)
+
+    def location(self, window: OffsetWindow) -> WindowLocation:
+        return WindowLocation(self.bucket, self.prefix, self.topic, window, self.fmt.suffix, self.layout)
+
+    def slice_at(self, partition: int, offset: int) -> Slice:
+        if not self._index:
+            by: dict[int, list[Slice]] = {}
+            for s in self.slices:
+                by.setdefault(s.window.partition, []).append(s)
+            for p, ss in by.items():
+                ss.sort(key=lambda s: s.start)
+                self._index[p] = ([s.start for s in ss], ss)
+        starts, ss = self._index[partition]
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0 or not ss[i].start <= offset < ss[i].end:
+            raise ValueError(f"offset {offset} of partition {partition} is in no slice of this job")
+        return ss[i]
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass
+class RecordStats:
+    """Statistics of the records read: a slice's (counted by its write task) or a window's (its slices' merged by
+    the driver). `absent`: offset ranges with no committed record (compaction, transaction markers, aborted
+    records), in offset order."""
+
+    records: int = 0
+    bytes_read: int = 0  # key + value + header bytes (what the connectors' flush.size counts)
+    first_offset: int | None = None
+    last_offset: int | None = None
+    min_timestamp_ms: int | None = None
+    max_timestamp_ms: int | None = None
+    undecodable: int = 0
+    first_undecodable_offset: int | None = None
+    absent: list[list[int]] = field(default_factory=list)
+    absent_truncated: bool = False
+    committed_elsewhere: bool = False  # a task found the window committed by another attempt
+
+    def add(self, other: RecordStats) -> None:
+        """Merge `other`, which follows this one in offset order (adjacent absent ranges join)."""
+        self.records += other.records
+        self.bytes_read += other.bytes_read
+        self.first_offset = _min(self.first_offset, other.first_offset)
+        self.last_offset = _max(self.last_offset, other.last_offset)
+        self.min_timestamp_ms = _min(self.min_timestamp_ms, other.min_timestamp_ms)
+        self.max_timestamp_ms = _max(self.max_timestamp_ms, other.max_timestamp_ms)
+        self.undecodable += other.undecodable
+        self.first_undecodable_offset = _min(self.first_undecodable_offset, other.first_undecodable_offset)
+        self.absent_truncated |= other.absent_truncated
+        self.committed_elsewhere |= other.committed_elsewhere
+        for a, b in other.absent:
+            if self.absent and self.absent[-1][1] == a:
+                self.absent[-1][1] = b
+            else:
+                self.absent.append([a, b])
+        if len(self.absent) > MAX_GAP_RANGES:
+            self.absent, self.absent_truncated = self.absent[:MAX_GAP_RANGES], True
+
+    def row(self, window: OffsetWindow, index: int) -> dict[str, Any]:
+        """The slice row a task sends back."""
+        return {"kind": "slice", "window": window.key, "slice": index, **asdict(self),
+                "absent": json.dumps(self.absent)}
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> RecordStats:
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["absent"] = json.loads(row["absent"] or "[]")
+        values["undecodable"] = values["undecodable"] or 0
+        values["absent_truncated"] = bool(values["absent_truncated"])
+        values["committed_elsewhere"] = bool(values["committed_elsewhere"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ObjectRow:
+    """One object a task wrote: kind "object" (data) or "dead" (dead letters)."""
+
+    kind: str
+    window: str
+    slice: int
+    key: str
+    size: int
+    etag: str
+    records: int
+    record_offset: int | None = None  # format bytes: the record the object holds
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SPARK_TYPES = {"int": "long", "int | None": "long", "bool": "boolean", "list[list[int]]": "string"}
+# The rows every task sends back (DataFrame.mapInArrow's output schema): an object's fields, and a slice's
+# RecordStats under the same names (absent as JSON).
+RESULT_SCHEMA = ", ".join(
+    ["kind string", "window string", "slice int", "key string", "size long", "etag string", "record_offset long"]
+    + [f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in fields(RecordStats)])
+
+
+def window_stats(slices: list[Slice], rows: list[dict[str, Any]]) -> RecordStats:
+    """One window's statistics from its slices' rows (`kind` == "slice"); a slice without a row had no record."""
+    out = RecordStats()
+    by_index = {r["slice"]: r for r in rows}
+    for s in sorted(slices, key=lambda s: s.start):
+        r = by_index.get(s.index)
+        out.add(RecordStats.of_row(r) if r is not None else RecordStats(absent=[[s.start, s.end]]))
+    return out
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    """What a write job gave back: every task's rows, and the stored columns' Spark schema (the manifest's)."""
+
+    rows: list[dict[str, Any]]
+    schema_json: str
+
+    def of_window(self, window: OffsetWindow) -> JobOutput:
+        return JobOutput([r for r in self.rows if r["window"] == window.key], self.schema_json)
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        """The object rows of `kind` ("object": data, "dead": dead letters)."""
+        return [r for r in self.rows if r["kind"] == kind]
+
+    def slice_rows(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["kind"] == "slice"]

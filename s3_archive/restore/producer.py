@@ -1,0 +1,209 @@
+"""The transactional side of a restore in Kafka: the producer (with clear errors for fencing and aborts) and the
+ledger's store as committed-offset metadata of a consumer group, committed in the producer's transactions.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+
+from s3_archive.io.deadline import call_with_deadline
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.errors import DeadlineExceeded, RestoreFailed
+from s3_archive.restore.ledger import RangeSet, decode_ledger, encode_ledger
+from s3_archive.restore.request import RestoreRequest
+
+# The timeout of each transactional call (at least; the `kafka` resource's timeout_s if longer), and the grace
+# our watchdog adds before it gives up on a call that ignores its timeout (io/deadline.py).
+TRANSACTION_CALL_TIMEOUT_S = 30.0
+WATCHDOG_GRACE_S = 15.0
+
+
+def _kafka_error(e: BaseException) -> Any:
+    return e.args[0] if e.args and hasattr(e.args[0], "code") else None
+
+
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.UNSTABLE_OFFSET_COMMIT,
+                               KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
+
+
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+def _ledger_busy(e: BaseException) -> bool:
+    # The group coordinator may be moving or loading (NOT_COORDINATOR is not flagged retriable), and a transaction
+    # of an earlier run may still be completing: its offsets are "unstable" a moment.
+    err = _kafka_error(e) if isinstance(e, KafkaException) else None
+    return err is not None and (err.retriable() or err.code() in _COORDINATOR_BUSY)
+
+
+def _retriable(e: BaseException) -> bool:
+    err = _kafka_error(e) if isinstance(e, KafkaException) else None
+    return err is not None and err.retriable()
+
+
+def ledger_retrying(timeout_s: float) -> Retrying:
+    """Reading the ledger while the coordinator is busy: retried for up to max(60 s, 4 client timeouts), waiting
+    0.05 s, doubling up to 1 s; any other error, or a busy one past that, is raised as it is."""
+    return Retrying(retry=retry_if_exception(_ledger_busy), stop=stop_after_delay(max(60.0, timeout_s * 4)),
+                    wait=wait_exponential(multiplier=0.05, max=1.0), reraise=True)
+
+
+def commit_retrying() -> Retrying:
+    """commit_transaction: at most 3 attempts, at once, while it fails with a retriable error (e.g. a timeout).
+    librdkafka does not retry the call itself: it leaves a retriable error to the caller."""
+    return Retrying(retry=retry_if_exception(_retriable), stop=stop_after_attempt(3), reraise=True)
+
+
+class LedgerStore:
+    """The ledger as committed-offset metadata of consumer group `request.ledger_id` on the target topic."""
+
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int) -> None:
+        self.request, self.num_target, self.timeout = request, num_target, kafka.timeout_s
+        # read_committed: the coordinator then never returns offsets of a transaction still pending.
+        self.consumer = Consumer(kafka.client_config(**{"group.id": request.ledger_id, "enable.auto.commit": False,
+                                                         "isolation.level": "read_committed"}))
+
+    def read(self) -> dict[int, RangeSet]:
+        tps = [TopicPartition(self.request.target_topic, b) for b in range(self.num_target)]
+        try:
+            got = ledger_retrying(self.timeout)(self.consumer.committed, tps, timeout=self.timeout)
+        except KafkaException as e:
+            raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                f"failed: {e}") from None
+        for tp in got:
+            if tp.error is not None:
+                raise RestoreFailed(f"reading the restore ledger (consumer group {self.request.ledger_id!r}) "
+                                    f"partition {tp.partition}: {tp.error}")
+        return decode_ledger(self.request.source_topic, [tp.metadata for tp in got if tp.offset >= 0])
+
+    def entries(self, ledger: dict[int, RangeSet], source_partition: int) -> list:
+        enc = encode_ledger(self.request.source_topic, ledger, self.num_target,
+                            [source_partition % self.num_target])
+        return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
+
+    def group_metadata(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Producer:
+    """A transactional producer that turns Kafka's errors into clear ones.
+
+    No per-record delivery callback: a record that fails delivery puts the transaction in the abortable state, so
+    `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
+    client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
+
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest) -> None:
+        self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
+        self.deadline = self.timeout + WATCHDOG_GRACE_S
+        self.producer = kafka.producer(**{
+            "transactional.id": request.ledger_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "message.max.bytes": 64 << 20,
+            "queue.buffering.max.messages": 200_000,
+            "delivery.report.only.error": True,
+            "transaction.timeout.ms": 300_000,
+        })
+        self.in_txn = False
+        try:
+            # Aborts a transaction a crashed run left open, and fences that run's producer.
+            self._call(self.producer.init_transactions)
+        except KafkaException as e:
+            raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
+                                "Does the target cluster allow transactions (transaction.state.log.*)?") from None
+
+    def failed(self, what: str, e: KafkaException) -> RestoreFailed:
+        err = _kafka_error(e)
+        code = err.code() if err is not None else None
+        if code == KafkaError._FATAL:
+            # Calls after a fatal error fail with a generic _FATAL; poll raises the fatal error itself (e.g. fenced).
+            try:
+                self.producer.poll(0)
+            except KafkaException as fatal:
+                e = fatal
+                code = getattr(_kafka_error(fatal), "code", lambda: code)()
+        if code in _FENCED:
+            return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
+                                 f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
+                                 f"stopped, and its open transaction is aborted. Kafka said: {e}")
+        return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """A blocking transactional call `fn(*args, timeout)` under our deadline: librdkafka can block in it far
+        past its timeout while the transaction coordinator is gone (librdkafka #5456, #5511)."""
+        name = getattr(fn, "__name__", "call")
+        try:
+            return call_with_deadline(fn, *args, self.timeout, deadline_s=self.deadline, what=name)
+        except DeadlineExceeded:
+            raise RestoreFailed(
+                f"{name} for transactional.id {self.request.ledger_id!r} did not return within {self.deadline:.0f}s "
+                f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
+                f"{self.who} is unreachable (is the broker down or restarting?). The run stopped; the open "
+                "transaction commits or aborts as a whole, and a re-run (whose init_transactions completes it "
+                "first) restores exactly what the ledger does not list") from None
+
+    def begin(self) -> None:
+        if not self.in_txn:
+            try:
+                self.producer.begin_transaction()
+            except KafkaException as e:
+                raise self.failed("producing to", e) from None
+            self.in_txn = True
+
+    def produce(self, partition: int, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]], timestamp_ms: int) -> None:
+        """The slow path of `_Run.window`'s produce call (which calls the client directly): waits while the
+        local queue is full, up to our deadline (else only message.timeout.ms, 5 min, would end the wait while the
+        broker takes no records)."""
+        self.begin()
+        full_since = time.monotonic()
+        try:
+            while True:
+                try:
+                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (the caller counts them)
+                    self.producer.produce(self.request.target_topic, value=value, key=key, partition=partition,
+                                          headers=headers or None, timestamp=max(timestamp_ms, 0))
+                    return
+                except BufferError:  # the local queue is full: let it drain
+                    if time.monotonic() - full_since > self.deadline:
+                        raise RestoreFailed(
+                            f"the producer's queue for {self.request.target_topic!r} (transactional.id "
+                            f"{self.request.ledger_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
+                            "records (is the broker down or restarting?). The run stopped; the open transaction "
+                            "commits or aborts as a whole, and a re-run restores exactly what the ledger does not "
+                            "list") from None
+                    self.producer.poll(0.05)
+        except KafkaException as e:
+            raise self.failed("producing to", e) from None
+
+    def commit(self, offsets: list, group_metadata: Any) -> None:
+        try:
+            self._call(self.producer.send_offsets_to_transaction, offsets, group_metadata)
+            # Flushes first; fails if any record of the transaction was not delivered.
+            commit_retrying()(self._call, self.producer.commit_transaction)
+        except KafkaException as e:
+            err = _kafka_error(e)
+            if err is not None and err.txn_requires_abort():
+                self.abort()
+            raise self.failed("committing a restore transaction to", e) from None
+        self.in_txn = False
+
+    def abort(self) -> None:
+        if self.in_txn:
+            try:
+                self._call(self.producer.abort_transaction)
+            except KafkaException as e:
+                err = _kafka_error(e)
+                if err is None or err.code() not in _FENCED:  # fenced: the new run aborts it for us
+                    raise
+            finally:
+                self.in_txn = False

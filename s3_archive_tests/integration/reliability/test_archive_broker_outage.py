@@ -1,0 +1,81 @@
+"""A broker restart under an archive run (reliability tier), on a broker of its own (`outage_broker`): stopped
+while the run's Spark job reads Kafka, started again on the same ports and storage ~10 s later. The run rides it
+out or fails within a bound naming the broker; the re-run completes; every record is archived exactly once."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import dagster as dg
+
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.integration.archive_helpers import (
+    archive_config,
+    archived_records,
+    manifest,
+    materialize,
+    resources,
+    staging_objects,
+    window_metadata,
+)
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+RECORDS, WINDOW = 24_000, 12_000  # ~25 MB: the Spark job reads Kafka for a few seconds
+DOWN_S = 10.0
+BOUND_S = 180.0
+
+
+def test_broker_restarted_mid_archive_then_rerun_is_exactly_once(outage_broker, services, spark_resource, s3,
+                                                                  unique):
+    kafka = KafkaResource(bootstrap_servers=outage_broker.bootstrap_servers, timeout_s=5)
+    topic = create_topic(kafka, f"outage-arc-{unique}")
+    produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(1000), []) for i in range(RECORDS)])
+    cfg = archive_config(services.bucket, topic, f"outage-arc/{unique}/", format="parquet")
+    windows = [OffsetWindow(0, s, s + WINDOW) for s in range(0, RECORDS, WINDOW)]
+    res = resources(services, kafka, spark_resource)
+    tracker = spark_resource.session().sparkContext.statusTracker()
+    stopped_in_job, restarted, done = threading.Event(), threading.Event(), threading.Event()
+
+    def outage() -> None:
+        # Stop the broker once the run's Spark job is running (it reads Kafka), start it again DOWN_S later.
+        while not done.is_set() and not tracker.getActiveStageIds():
+            time.sleep(0.02)
+        if done.is_set():
+            return
+        outage_broker.stop()
+        stopped_in_job.set()
+        time.sleep(DOWN_S)
+        outage_broker.start()
+        restarted.set()
+
+    instance = dg.DagsterInstance.ephemeral()
+    stopper = threading.Thread(target=outage, daemon=True)
+    stopper.start()
+    t0 = time.monotonic()
+    try:
+        first = materialize(cfg, topic, windows, res, instance, raise_on_error=False)
+    finally:
+        done.set()
+    elapsed = time.monotonic() - t0
+    print(f"\narchive with a {DOWN_S:.0f}s broker restart (stopped during the Spark job: {stopped_in_job.is_set()}): "
+          f"{'rode it out' if first.success else 'failed'} after {elapsed:.1f}s")
+    assert stopped_in_job.is_set(), "the run's Spark job ended before the broker could be stopped"
+    assert elapsed < BOUND_S
+    if not first.success:
+        (failure,) = [e for e in first.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = failure.event_specific_data.error.message
+        print(message[-1500:])
+        assert outage_broker.bootstrap_servers in message or "Kafka" in message or "kafka" in message, message
+    assert restarted.wait(120), "the broker did not come back"
+
+    again = materialize(cfg, topic, windows, res, instance)  # the re-run completes
+    outcomes = {k: m["outcome"] for k, m in window_metadata(again).items()}
+    assert set(outcomes.values()) <= {"committed", "already_committed"}, outcomes
+    if first.success:
+        assert set(outcomes.values()) == {"already_committed"}
+    assert [manifest(s3, cfg, topic, w).record_count for w in windows] == [WINDOW] * len(windows)
+    assert archived_records(s3, cfg, topic) == produced  # 0 lost, 0 duplicated, byte for byte
+    assert staging_objects(s3, cfg, topic) == []

@@ -1,0 +1,185 @@
+"""Broker outages under a restore (reliability tier), on a broker of their own (`outage_broker`): restarted on the
+same ports ~10 s after the first commit, or frozen (SIGSTOP: the transaction coordinator gone while its
+connections stay open, where librdkafka can ignore its timeouts). The run rides it out or fails within a bound,
+naming the coordinator; the re-run completes; every record is in the target exactly once and the ledger lists
+every offset."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+
+import s3_archive.restore.producer as rk
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.local.stack import LOCAL_AWS
+from s3_archive.model.errors import RestoreFailed
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.producer import LedgerStore
+from s3_archive.restore.request import PROVENANCE_OFFSET, PROVENANCE_PARTITION, RestoreRequest
+from s3_archive.restore.run import restore_windows
+from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
+from s3_archive_tests.integration.restore.test_restore import consume_all
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+PARTITIONS, WINDOW, WINDOWS_PER_PARTITION = 2, 600, 2
+DOWN_S = 10.0  # how long the broker stays down
+# Tight deadlines for the test (default: 30 s timeout + 15 s grace): a producer call may take TIMEOUT_S, our
+# watchdog gives up GRACE_S later. A run that does not ride the outage out fails within a few such deadlines.
+TIMEOUT_S, GRACE_S = 8.0, 4.0
+BOUND_S = 60.0
+
+
+@dataclass(frozen=True)
+class Archived:
+    kafka: KafkaResource
+    topic: str
+    cfg: object
+    windows: list[OffsetWindow]
+    produced: dict[tuple[int, int], bytes]  # (partition, offset) -> value
+
+
+@pytest.fixture(scope="module")
+def archived(outage_broker, services, spark_resource) -> Archived:
+    kafka = KafkaResource(bootstrap_servers=outage_broker.bootstrap_servers, timeout_s=5)
+    unique = uuid.uuid4().hex[:8]
+    topic = create_topic(kafka, f"outage-src-{unique}", partitions=PARTITIONS)
+    n = PARTITIONS * WINDOW * WINDOWS_PER_PARTITION
+    recs = produce(kafka, topic, [(i % PARTITIONS, f"k{i}".encode(), os.urandom(64), [("i", str(i).encode())])
+                                  for i in range(n)])
+    cfg = archive_config(services.bucket, topic, f"outage/{unique}/", format="parquet")
+    windows = [OffsetWindow(p, s, s + WINDOW) for p in range(PARTITIONS)
+               for s in range(0, WINDOW * WINDOWS_PER_PARTITION, WINDOW)]
+    materialize(cfg, topic, windows, resources(services, kafka, spark_resource))
+    return Archived(kafka, topic, cfg, windows, {(r.partition, r.offset): r.value for r in recs})
+
+
+def restore(a: Archived, s3, target: str, fault=None) -> list:
+    request = RestoreRequest(a.topic, target, provenance_headers=True, transaction_records=300)
+    return list(restore_windows(a.kafka, s3, a.cfg.bucket, a.cfg.prefix, request, a.windows, log,
+                                **({"fault": fault} if fault else {})))
+
+
+def assert_exactly_once(a: Archived, target: str) -> None:
+    got = [g for recs in consume_all(a.kafka, target).values() for g in recs]
+    sources = Counter((int(g.header(PROVENANCE_PARTITION)), int(g.header(PROVENANCE_OFFSET))) for g in got)
+    assert [k for k, n in sources.items() if n > 1] == []  # 0 duplicated
+    assert set(sources) == set(a.produced)  # 0 lost
+    assert all(a.produced[(int(g.header(PROVENANCE_PARTITION)), int(g.header(PROVENANCE_OFFSET)))] == g.value
+               for g in got)
+    store = LedgerStore(a.kafka, RestoreRequest(a.topic, target), PARTITIONS)
+    try:
+        ledger = store.read()
+    finally:
+        store.close()
+    assert {p: rs.ranges() for p, rs in ledger.items()} == \
+        {p: [[0, WINDOW * WINDOWS_PER_PARTITION]] for p in range(PARTITIONS)}
+
+
+def test_broker_restarted_mid_restore_then_rerun_is_exactly_once(outage_broker, archived, s3, unique, monkeypatch):
+    monkeypatch.setattr(rk, "TRANSACTION_CALL_TIMEOUT_S", TIMEOUT_S)
+    monkeypatch.setattr(rk, "WATCHDOG_GRACE_S", GRACE_S)
+    target = create_topic(archived.kafka, f"outage-rst-{unique}", partitions=PARTITIONS)
+    restarted = threading.Event()
+
+    def fault(step: str) -> None:
+        if step == "committed:1":  # records of the next transaction follow while the broker is down
+            outage_broker.stop()
+            threading.Thread(target=lambda: (time.sleep(DOWN_S), outage_broker.start(), restarted.set()),
+                             daemon=True).start()
+
+    t0 = time.monotonic()
+    try:
+        reports = restore(archived, s3, target, fault)
+        outcome = f"rode it out ({sum(r.restored for r in reports)} records)"
+    except RestoreFailed as e:
+        outcome = f"failed: {e}"
+        assert "coordinator" in str(e) or archived.kafka.bootstrap_servers in str(e) or "Broker" in str(e), e
+    elapsed = time.monotonic() - t0
+    print(f"\nrestore with a {DOWN_S:.0f}s broker restart: {outcome} after {elapsed:.1f}s")
+    assert elapsed < BOUND_S
+    assert restarted.wait(120), "the broker did not come back"
+    monkeypatch.undo()  # the re-run with the product's deadlines
+
+    restore(archived, s3, target)  # the re-run completes
+    assert_exactly_once(archived, target)
+
+
+_FROZEN_RESTORE = """
+import json, logging, os, signal, sys
+import boto3
+import s3_archive.restore.producer as rk
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.run import restore_windows
+
+a = json.loads(sys.argv[1])
+rk.TRANSACTION_CALL_TIMEOUT_S, rk.WATCHDOG_GRACE_S = a["timeout"], a["grace"]
+s3 = boto3.client("s3", endpoint_url=a["endpoint"], **a["aws"])
+request = RestoreRequest(a["source"], a["target"], provenance_headers=True, transaction_records=a["txn"])
+
+def fault(step):
+    if step == a["freeze_at"]:  # inside the run's second transaction: its first record is handed to the producer
+        os.kill(a["broker_pid"], signal.SIGSTOP)  # the coordinator is gone; its connections stay open
+        print("frozen at", step, file=sys.stderr, flush=True)
+
+kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=a["client_timeout"])
+for _ in restore_windows(kafka, s3, a["bucket"], a["prefix"], request, [OffsetWindow.parse(k) for k in a["windows"]],
+                         logging.getLogger(), fault=fault):
+    pass
+"""
+
+
+def test_a_frozen_coordinator_fails_the_run_within_the_deadline_and_the_process_exits(outage_broker, archived, s3,
+                                                                                       services, unique):
+    """The watchdog, end to end: the run's process (as a Dagster run worker runs the restore) fails within its
+    deadline while the broker is frozen, and exits, though a call of the client may still be blocked."""
+    target = create_topic(archived.kafka, f"outage-frz-{unique}", partitions=PARTITIONS)
+    archived.kafka.offsets(target, "latest")  # the new topic's leaders are known before the run starts
+    txn = 300
+    # The client's own timeout is the fixture's (5 s): with 1 s, a setup query of the run (ListOffsets) could
+    # time out under load before the freeze, which is not what this test is about. Its transactional calls get
+    # max(3, 5) = 5 s, and our watchdog gives up 3 s later.
+    client_timeout, timeout, grace = 5.0, 3.0, 3.0
+    deadline = max(timeout, client_timeout) + grace
+    aws = {"region_name": LOCAL_AWS["AWS_REGION"], "aws_access_key_id": LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+           "aws_secret_access_key": LOCAL_AWS["AWS_SECRET_ACCESS_KEY"]}
+    args = {"endpoint": services.s3_endpoint_url, "aws": aws, "bootstrap": archived.kafka.bootstrap_servers,
+            "bucket": archived.cfg.bucket, "prefix": archived.cfg.prefix, "source": archived.topic,
+            "target": target, "windows": [w.key for w in archived.windows], "broker_pid": outage_broker.pid,
+            "timeout": timeout, "grace": grace, "client_timeout": client_timeout, "txn": txn,
+            "freeze_at": f"produced:{txn + 1}"}
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-c", _FROZEN_RESTORE, json.dumps(args)], capture_output=True,
+                              text=True, timeout=90, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    finally:
+        os.kill(outage_broker.pid, signal.SIGCONT)
+    elapsed = time.monotonic() - t0
+    lines = proc.stderr.strip().splitlines()
+    err = next((line for line in reversed(lines) if line.startswith("s3_archive.")), lines[-1] if lines else "")
+    print(f"\nfrozen coordinator: the run's process exited with {proc.returncode} after {elapsed:.1f}s: {err}")
+    assert f"frozen at produced:{txn + 1}" in proc.stderr, proc.stderr[-3000:]  # the freeze came first
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    # Our watchdog ended the blocking transactional call (not the client's own timeout, not a setup query), and
+    # its error names the call, the transactional.id and the broker.
+    assert err.startswith("s3_archive.model.errors.RestoreFailed: "), err
+    assert f"did not return within {deadline:.0f}s" in err, err
+    assert any(f"{call} for transactional.id" in err for call in ("send_offsets_to_transaction",
+                                                                  "commit_transaction")), err
+    assert RestoreRequest(archived.topic, target).ledger_id in err and archived.kafka.bootstrap_servers in err, err
+    assert "transaction coordinator" in err, err
+    assert elapsed < 60
+
+    restore(archived, s3, target)  # the broker is back: the re-run completes
+    assert_exactly_once(archived, target)
