@@ -181,11 +181,9 @@ class RecordStats:
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> RecordStats:
-        values = {f.name: row[f.name] for f in fields(cls)}
-        values["absent"] = json.loads(row["absent"] or "[]")
-        values["undecodable"] = values["undecodable"] or 0
-        values["absent_truncated"] = bool(values["absent_truncated"])
-        values["committed_elsewhere"] = bool(values["committed_elsewhere"])
+        """A slice row's statistics (a field the row lacks or leaves null: none counted)."""
+        values = {f.name: row[f.name] for f in fields(cls) if row.get(f.name) is not None}
+        values["absent"] = json.loads(row.get("absent") or "[]")
         return cls(**values)
 
 

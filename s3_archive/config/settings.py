@@ -17,7 +17,7 @@ from s3_archive.model.errors import InvalidConfig
 
 class Settings(StrictModel):
     archives: list[ArchiveConfig] = Field(min_length=1)
-    # Archives written by Kafka Connect S3 sinks, restorable like ours (docs/restore.md)
+    # Archives written by Kafka Connect S3 sinks, restorable like ours (docs/restore-foreign.md)
     foreign_sources: list[ForeignSource] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -204,8 +204,8 @@ class KafkaResource(dg.ConfigurableResource):
         its authentication and TLS errors are kept for `unavailable` (`refusals`). One client, not one per
         request: each new client opens its connections again (with SASL/TLS, their handshakes too), and on a
         loopback broker about 1 in 100 `list_offsets` through a new client waited 1 or 3 s for its connection,
-        so a run (four admin requests) sometimes stalled 3 s with the cores idle (bench/profile_notes.md, "Three
-        seconds in the offsets"). It reconnects after a broker restart within a second of the broker's return."""
+        so a run (four admin requests) sometimes stalled 3 s with the cores idle (docs/performance.md,
+        "Warm archive"). It reconnects after a broker restart within a second of the broker's return."""
         cached = self._admin
         if cached is not None and cached[0] == os.getpid():
             return cached[1]

@@ -16,7 +16,7 @@ The daemon also imports what every archive write task needs before it forks the 
 a Python worker that has been idle for a minute, and a sensor's runs come minutes apart, so most runs of a
 long-lived session meet no worker left and fork new ones: each used to import the write path (pyarrow, pandas
 through PySpark's Arrow serializer, boto3) and build botocore's S3 model, ~1.3 CPU-s per worker, 4 workers at once
-on this 2-core machine (bench/profile_notes.md, "Idle Python workers"). Forked from a daemon that has them, a
+on this 2-core machine (docs/performance.md, "Python workers"). Forked from a daemon that has them, a
 worker starts with them.
 """
 

@@ -75,7 +75,7 @@ def _botocore_session() -> Any:
     """A new botocore session (its own credentials, profile and settings) that reads botocore's service models
     through the process's one loader, which keeps what it parsed. A session of its own loader parses the S3 model
     and the endpoint rules again: 0.13 of a client's 0.17 CPU-s, and a run makes two clients (the step's and the
-    archive's; bench/profile_notes.md, "The driver's CPU in a warm run")."""
+    archive's; docs/performance.md, "Warm archive")."""
     import botocore.loaders
     import botocore.session
 

@@ -48,8 +48,8 @@ WARM_UP_GROUP = "s3-archive-python-workers"  # start_python_workers's Spark job 
 # reuse: by default 64
 # consumers and every poll of the last 5 minutes. A batch read never reuses them (each read has a group id of its
 # own), so a session running 20-window runs back to back kept 546,000 records of old polls and 1.1 GB of fetch
-# buffers live, and its JVM ran out of a 2 GB heap (in a task: Spark exits the JVM; bench/profile_notes.md,
-# 2026-11-23). Keep a few, briefly: the heap then depends on the tasks running, not on the runs before.
+# buffers live, and its JVM ran out of a 2 GB heap (in a task: Spark exits the JVM; docs/performance.md,
+# "Memory"). Keep a few, briefly: the heap then depends on the tasks running, not on the runs before.
 KAFKA_CACHE_CONF = {
     "spark.kafka.consumer.cache.capacity": "4",
     "spark.kafka.consumer.cache.timeout": "30s",
@@ -117,8 +117,8 @@ class SparkResource(dg.ConfigurableResource):
         "the driver at every session start (~540 MB, docs/deployment.md)")
     local_slots_per_core: int = Field(default=2, ge=1, description="`local[*]`: task slots per core (local[N] "
                                       "with N = slots x cores): a task's thread waits for Kafka fetches and for its "
-                                      "Python worker, so more tasks than cores keep the cores busy (bench/"
-                                      "profile_notes.md: 1.08x median at make bench's shape with 2 per core)")
+                                      "Python worker, so more tasks than cores keep the cores busy (docs/"
+                                      "performance.md: 1.08x median at make bench's shape with 2 per core)")
     extra_conf: dict[str, str] = Field(default_factory=dict)
     _lazy: Any = PrivateAttr(default=None)  # dagster_pyspark's LazyPySparkResource, made on first use
 
@@ -304,7 +304,7 @@ def start_python_workers(spark: Any) -> threading.Thread:
     """Starts PySpark's worker daemon now, beside whatever the driver does next, instead of inside the first
     Python task. In a fresh process the daemon's start (an interpreter, pyspark and the write path, about 2 s:
     io/pyspark_daemon.py) came after the driver had planned the run's job (about 3 s of a new JVM), and the run
-    waited for both in turn (bench/profile_notes.md, "Run overhead: where a fresh run's seconds go"). One task of
+    waited for both in turn (docs/performance.md, "A fresh run"). One task of
     a one-row mapInArrow job does it (an RDD job would start a daemon of its own: Spark keeps one per
     runner environment); its worker stays in the pool for the run's first task. Local masters only: there
     the driver's JVM is the executor. A failure is logged and the run's own tasks start the daemon as before."""

@@ -58,7 +58,7 @@ class WindowResult:
         if m.max_timestamp_ms is not None:
             lag = max(m.committed_time.timestamp() - m.max_timestamp_ms / 1000, 0.0)
         return {
-            "outcome": self.outcome.value,
+            "outcome": Outcome(self.outcome).value,
             "attempt": m.attempt,  # the attempt whose manifest is the commit (this run's when outcome is committed)
             "records": records,
             "bytes": m.bytes_written,

@@ -68,7 +68,7 @@ def sink_of(options: dict[str, Any]) -> str:
     low = cls.lower()
     if "source" in low.rsplit(".", 1)[-1]:
         raise refuse("connector.class", cls, "a sink connector's config (this is a source connector: it reads S3 "
-                     "into Kafka; restore does that here, docs/restore.md)")
+                     "into Kafka; restore does that here, docs/restore-foreign.md)")
     if "aiven" in low:
         return "aiven"
     if low.startswith("io.confluent.connect.s3"):

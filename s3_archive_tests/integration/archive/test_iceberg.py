@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from s3_archive.archive.driver.coordinator import archive_windows
-from s3_archive.archive.driver.spark_job import UndecodableValue
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.io.iceberg_catalog import WINDOWS_PROPERTY, S3Endpoint, table_ident
 from s3_archive.io.s3 import verify_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.lifecycle.iceberg_maintenance import maintain_table
+from s3_archive.model.errors import UndecodableValue
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from s3_archive.archive.driver.coordinator import archive_window
-from s3_archive.archive.protocol import UndecodableValue
 from s3_archive.io.s3 import list_objects
 from s3_archive.keys.buckets import join_bucket
 from s3_archive.keys.objects import DEAD_LETTER, STAGING, object_key, parse_object_key
 from s3_archive.keys.values import encode_value
+from s3_archive.model.errors import UndecodableValue
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
     archive_config,

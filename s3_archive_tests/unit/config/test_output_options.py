@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.spark_job import variant_schema_to_ddl
-from s3_archive.archive.protocol import Output
 from s3_archive.config.settings import parse_settings
 from s3_archive.model.errors import InvalidConfig
 from s3_archive.model.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields

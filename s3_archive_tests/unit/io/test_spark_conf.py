@@ -69,7 +69,7 @@ def test_sizes_below_one_are_refused(field, value):
 
 def test_the_kafka_sources_consumer_caches_stay_small_and_short(jar_home):
     # Spark's defaults (64 consumers, 5 minutes) let a warm session's idle consumers fill a 2 GB heap: its JVM
-    # exited in the 1 GB benchmark (bench/profile_notes.md, 2026-11-23)
+    # exited in the 1 GB benchmark (docs/performance.md, "Memory")
     conf = SparkResource().spark_conf()
     assert int(conf["spark.kafka.consumer.cache.capacity"]) <= 4
     for key in ("spark.kafka.consumer.cache.timeout", "spark.kafka.consumer.fetchedData.cache.timeout"):

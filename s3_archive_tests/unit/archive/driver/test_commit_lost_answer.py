@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from s3_archive.archive.driver.commit import commit_window
-from s3_archive.keys.objects import manifest_key, object_key
+from s3_archive.keys.objects import WindowLocation, manifest_key, object_key
 from s3_archive.model.manifest import ManifestObject
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.manifests import hand_manifest
@@ -49,7 +49,7 @@ def _commit(s3: Any, client: Any, attempt: str, stray: bool = False):
     if stray:
         s3.put_object(Bucket=BUCKET, Key=object_key(PREFIX, TOPIC, WINDOW, 7, ".parquet"), Body=b"stale")
     draft = hand_manifest(TOPIC, WINDOW, attempt=attempt)
-    return commit_window(client, BUCKET, PREFIX, TOPIC, WINDOW, ".parquet", draft,
+    return commit_window(client, WindowLocation(BUCKET, PREFIX, TOPIC, WINDOW, ".parquet"), draft,
                          [ManifestObject(key=key, size=4, etag=etag)], [], [])
 
 

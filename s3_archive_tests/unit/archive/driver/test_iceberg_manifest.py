@@ -14,8 +14,8 @@ def _cfg() -> ArchiveConfig:
 
 
 def _slice(records, first, last, t0, t1, nbytes):
-    return {"kind": "slice", "window": "w", "records": records, "bytes": nbytes, "first": first, "last": last,
-            "min_ts": t0, "max_ts": t1, "bad": records}
+    return {"kind": "slice", "window": "w", "records": records, "bytes_read": nbytes, "first_offset": first,
+            "last_offset": last, "min_timestamp_ms": t0, "max_timestamp_ms": t1, "undecodable": records}
 
 
 def _dead(key):

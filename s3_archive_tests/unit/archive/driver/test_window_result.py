@@ -12,7 +12,7 @@ import pytest
 from s3_archive.archive.driver.coordinator import WindowResult
 from s3_archive.model.manifest import parse_manifest
 
-MANIFESTS = Path(__file__).parents[1] / "model" / "manifests"
+MANIFESTS = Path(__file__).parents[2] / "model" / "manifests"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in MANIFESTS.glob("*.json")))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import s3_archive.archive.executor.task as writer_mod
 from s3_archive.archive.executor.upload import S3Connection, Written
-from s3_archive.archive.protocol import FormatPlan, Slice, WriteJob, merge_slices, slices_of, splittable
+from s3_archive.archive.protocol import FormatPlan, Slice, WriteJob, slices_of, splittable, window_stats
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.objects import object_key
 from s3_archive.model.windows import OffsetWindow
@@ -105,7 +105,8 @@ def test_rotation_matches_the_per_record_rule_whatever_the_batches(n, seed, max_
     got = [[json.loads(line)["o"] for line in FakeUpload.store[k].decode().splitlines()] for k in objects]
     assert got == expected
     [stats] = [r for r in rows if r["kind"] == "slice"]
-    assert (stats["records"], stats["bytes"], stats["first"], stats["last"]) == (n, sum(sizes), offsets[0], offsets[-1])
+    assert (stats["records"], stats["bytes_read"], stats["first_offset"], stats["last_offset"]) == \
+        (n, sum(sizes), offsets[0], offsets[-1])
     present = set(offsets)
     absent = {o for a, b in json.loads(stats["absent"]) for o in range(a, b)}
     assert absent == set(range(n * 2)) - present
@@ -154,11 +155,13 @@ def test_slices_cover_the_window_in_order_and_merge_back():
     slices = slices_of(w, 105, 3)
     assert [(s.start, s.end, s.index) for s in slices] == [(105, 123, 0), (123, 142, 1), (142, 161, 2)]
     assert slices_of(w, 159, 8) == [Slice(w, 159, 160, 0, 2), Slice(w, 160, 161, 1, 2)]
-    rows = [{"slice": 0, "records": 17, "bytes": 170, "first": 105, "last": 122, "min_ts": 5, "max_ts": 9,
-             "bad": 0, "first_bad": None, "absent": "[[110, 111]]", "absent_truncated": False, "committed": False},
-            {"slice": 2, "records": 1, "bytes": 10, "first": 160, "last": 160, "min_ts": 1, "max_ts": 1,
-             "bad": 1, "first_bad": 160, "absent": "[[142, 160]]", "absent_truncated": False, "committed": False}]
-    m = merge_slices(slices, rows)
+    rows = [{"slice": 0, "records": 17, "bytes_read": 170, "first_offset": 105, "last_offset": 122,
+             "min_timestamp_ms": 5, "max_timestamp_ms": 9, "undecodable": 0, "first_undecodable_offset": None,
+             "absent": "[[110, 111]]", "absent_truncated": False, "committed_elsewhere": False},
+            {"slice": 2, "records": 1, "bytes_read": 10, "first_offset": 160, "last_offset": 160,
+             "min_timestamp_ms": 1, "max_timestamp_ms": 1, "undecodable": 1, "first_undecodable_offset": 160,
+             "absent": "[[142, 160]]", "absent_truncated": False, "committed_elsewhere": False}]
+    m = window_stats(slices, rows)
     assert (m.records, m.bytes_read, m.first_offset, m.last_offset) == (18, 180, 105, 160)
     assert (m.min_timestamp_ms, m.max_timestamp_ms, m.undecodable, m.first_undecodable_offset) == (1, 9, 1, 160)
     assert m.absent == [[110, 111], [123, 160]]  # slice 1 had no record at all
@@ -222,5 +225,6 @@ def test_columns_the_task_derives_give_the_same_bytes_and_statistics_as_columns_
     assert FakeUpload.store == full_bytes and len(full_bytes) == 1
     assert derived == full
     stats = next(r for r in derived if r["kind"] == "slice")
-    assert (stats["min_ts"], stats["max_ts"], stats["records"]) == (1_700_000_000_003, 1_700_000_000_011, 6)
+    assert (stats["min_timestamp_ms"], stats["max_timestamp_ms"], stats["records"]) == \
+        (1_700_000_000_003, 1_700_000_000_011, 6)
     assert json.loads(stats["absent"]) == [[6, 7], [9, 11]]
