@@ -325,8 +325,14 @@ def _result_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 
 
 def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow's function: write every slice this task's batches hold, then yield one row per object and one
-    per slice. On an error the open objects are given up (their multipart uploads aborted) and it propagates."""
+    """mapInArrow's function over the batches Spark made of the job's slices (driver/spark_job.py)."""
+    yield from write_batches(job, batches)
+
+
+def write_batches(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Write every slice the task batches hold (the columns in the module docstring), then yield one row per
+    object and one per slice. On an error the open objects are given up (their multipart uploads aborted) and it
+    propagates."""
     results: list[dict[str, Any]] = []
     writers: dict[tuple[int, int], _SliceWriter] = {}
     with ThreadPoolExecutor(16 if job.fmt.name == "bytes" else 1) as pool:
