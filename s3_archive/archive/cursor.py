@@ -8,9 +8,9 @@ tell, and a summary of the keys it has read so that a tick reads only the keys a
 `tails` is only a summary of the keys: per Kafka partition the end of its last window (`next`), as of the
 instance's position `after` (insertion order of the topic's dynamic partition keys). A tick reads the keys added
 after that position (usually its own previous tick's) and takes the highest end. Which offsets have windows is still
-only known from the keys (and the retirement record, windows.py): a lost cursor rebuilds `tails` from all keys, and
-a stale one (a tick evaluated again) reads from an older position and sees every key added since, so neither can
-make a tick cut a window that overlaps one that exists.
+only known from the keys (and the retirement record, defs/archive/instance.py): a lost cursor rebuilds `tails` from
+all keys, and a stale one (a tick evaluated again) reads from an older position and sees every key added since, so
+neither can make a tick cut a window that overlaps one that exists.
 """
 
 from __future__ import annotations
