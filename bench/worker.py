@@ -27,13 +27,11 @@ from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
+from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, SparkResource
 from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.model.windows import OffsetWindow
 
 RESULT = "@@RESULT "
-# SparkResource.s3_committer = "magic" as settings of a running session (Hadoop keys without "spark.hadoop.")
-MAGIC_RUNTIME_CONF = {k.removeprefix("spark.hadoop."): v for k, v in MAGIC_COMMITTER_CONF.items()}
 log = logging.getLogger("bench.worker")
 
 
@@ -164,28 +162,18 @@ class Worker:
     # --- commands ---
 
     def cmd_archive(self, topic: str, prefix: str, windows: list[list[int]], min_partitions: int | None = None,
-                    committer: str | None = None) -> dict[str, Any]:
+                    ) -> dict[str, Any]:
         """`min_partitions`: SparkResource.kafka_min_partitions for this call only (Spark's Kafka source option
-        `minPartitions`: one window read by several Spark tasks), set on the warm session's conf. `committer`
-        "magic": SparkResource.s3_committer = "magic" (the S3A magic committer) for this call, set likewise."""
+        `minPartitions`: one window read by several Spark tasks), set on the warm session's conf."""
         ws = [OffsetWindow(*w) for w in windows]
         session = self.spark().session()
         if min_partitions:
             session.conf.set(KAFKA_MIN_PARTITIONS_CONF, str(min_partitions))
-        saved = {k: session.conf.get(k, None) for k in MAGIC_RUNTIME_CONF}
-        if committer == "magic":
-            for k, v in MAGIC_RUNTIME_CONF.items():
-                session.conf.set(k, v)
         try:
             with StageProfile() as prof, RssSampler() as rss:
                 out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws))), topic, ws)
         finally:
             session.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
-            for k, v in saved.items():  # back to the session's own (unset would fall back to Spark's defaults)
-                if v is None:
-                    session.conf.unset(k)
-                else:
-                    session.conf.set(k, v)
         pid = jvm_pid()
         return out | {"stage_s": prof.stage_s, "commit_s": prof.commit_s, "jvm_rss_max_mb": rss.max_kb / 1024,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
@@ -265,29 +253,6 @@ class Worker:
         return out | {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "jvm_peak_before_mb": before,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
                       "jvm_rss_max_mb": rss.max_kb / 1024, "python_peak_mb": status_kb("self", "VmHWM") / 1024}
-
-    def cmd_fresh_steps(self, one_topic: str, prefix: str, topic: str, partition: int, sizes: list[int],
-                        ) -> dict[str, Any]:
-        """`fresh` for several window sizes in one process (a cheaper proxy of one fresh process per size, for
-        A/B rounds): the two one-record windows, then one window per size, smallest first, the JVM's peak resident
-        set reset to its current one before each (`/proc/PID/clear_refs` 5). In a fresh process per size the
-        windows before the big one are the same two one-record runs, so the heap it starts from is nearly this. The
-        first size's peak is the process's (one-record runs included), as `fresh` has it."""
-        cold = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 0, 1)])
-        warm = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 1, 2)])
-        pid = jvm_pid()
-        assert pid, "no local JVM"
-        steps = {}
-        for i, n in enumerate(sizes):
-            if i:  # the first size's peak includes the one-record runs, as `fresh` has it
-                Path(f"/proc/{pid}/clear_refs").write_text("5")
-            before = status_kb(pid, "VmHWM") / 1024
-            out = self.materialize(self.config(topic, f"{prefix}{n}/"), topic, [OffsetWindow(partition, 0, n)])
-            assert out["records"] == n, out
-            steps[str(n)] = {"seconds": out["seconds"], "jvm_rss_at_reset_mb": before,
-                             "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024}
-        return {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "steps": steps,
-                "python_peak_mb": status_kb("self", "VmHWM") / 1024}
 
     def cmd_catchup(self, topic: str, prefix: str, window_records: int) -> dict[str, Any]:
         """100 windows behind: one tick of the offsets sensor cuts them and requests runs of windows_per_run
