@@ -1,6 +1,7 @@
-"""`make bench`: every benchmark of issues #8, #14 and #16 in one command; writes docs/benchmarks.md and .json.
+"""`make bench`: every benchmark of issues #8, #14 and #16 in one command; writes the page docs/benchmarks.md and its
+figures as JSON in bench/results/ (benchmarks.json, and benchmarks-<size>mb.json per size).
 
-    .venv/bin/python -m bench.run [--mb 200] [--repeats 3] [--out docs] [--peers connect_iceberg,flink,spark_streaming]
+    .venv/bin/python -m bench.run [--mb 200] [--repeats 3] [--out DIR] [--peers connect_iceberg,flink,spark_streaming]
 
 Starts its own Kafka broker and moto server (s3_archive.local) under a temporary directory, produces the workload
 once, runs the contenders in interleaved rounds (the limits, the naive consumer, Spark's own read, s3-archive,
@@ -42,6 +43,8 @@ from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"  # the JSON
+PAGE = ROOT / "docs" / "benchmarks.md"
 BUCKET = "bench"
 TOPIC = "bench"
 T0 = time.monotonic()
@@ -240,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cleanup.callback(lambda: worker.stop() if worker is not None else None)  # before the stack stops
         logs = root / "logs"
         logs.mkdir()
-        kept = args.out / f"failed-logs-{args.mb:g}mb"  # a failed worker's log is copied there (keep_log)
+        kept = args.json_dir / f"failed-logs-{args.mb:g}mb"  # a failed worker's log is copied there (keep_log)
         moto_log = root / "moto" / "moto.log"
         say(f"stack up: broker {broker.bootstrap_servers}, moto {moto.endpoint_url} (logs under {root})")
         stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
@@ -443,8 +446,8 @@ SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "a
              "s3_requests_per_window", "jvm_peak_16x_over_1x")
 
 
-def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]]) -> dict[str, str]:
-    """The headline figures of every size run by this command, side by side."""
+def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]], json_dir: str) -> dict[str, str]:
+    """The headline figures of every size run by this command, side by side; `json_dir`: where the JSON went."""
     head = "| figure | " + " | ".join(f"{a.mb:g} MB ({a.repeats} repeat{'s' * (a.repeats > 1)})" for a, _ in runs)
     rows = [head + " |", "|" + " --- |" * (len(runs) + 1)]
     for k in SIZE_KEYS:
@@ -453,8 +456,8 @@ def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]]) -> dict
     rows.append("| minutes | " + " | ".join(f"{r['wall_s'] / 60:.1f}" for _, r in runs) + " |")
     return {"title": "Sizes side by side", "body": (
         "Every size of this command (`--mb`), each a full run of its own (its own broker, moto and workload); the "
-        f"page above is the {runs[0][0].mb:g} MB run, `benchmarks-<size>mb.json` has each run's figures.\n\n"
-        + "\n".join(rows))}
+        f"page above is the {runs[0][0].mb:g} MB run, `{json_dir}/benchmarks-<size>mb.json` has each run's "
+        "figures.\n\n" + "\n".join(rows))}
 
 
 def main() -> None:
@@ -473,7 +476,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=1_000_000, help="archived windows of the years-of-windows "
                     "section (bench/windows_scale.py, about 17 min at 1M here); 0 skips it")
     ap.add_argument("--skip-windows", action="store_true", help="skip the years-of-windows section")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs", help="where benchmarks.md and .json are written")
+    ap.add_argument("--out", type=Path, default=None, help="write the page (benchmarks.md) and the JSON into this "
+                    f"directory instead (default: the page to {PAGE.relative_to(ROOT)}, the JSON to "
+                    f"{RESULTS.relative_to(ROOT)}/); for a trial run that must not replace the published figures")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, broker data)")
     args = ap.parse_args()
     try:
@@ -492,7 +497,10 @@ def main() -> None:
     command = f"make {target}" if target else shlex.join(["python", "-m", "bench.run", *sys.argv[1:]])
     if target == "bench" and len(sys.argv) > 1:
         command += f" BENCH_ARGS={shlex.quote(shlex.join(sys.argv[1:]))}"
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.json_dir = args.out or RESULTS
+    page = args.out / "benchmarks.md" if args.out else PAGE
+    args.json_dir.mkdir(parents=True, exist_ok=True)
+    page.parent.mkdir(parents=True, exist_ok=True)
     runs: list[tuple[argparse.Namespace, dict[str, Any]]] = []
     for i, (mb, reps) in enumerate(zip(sizes, repeats)):
         a = argparse.Namespace(**{**vars(args), "mb": mb, "repeats": reps})
@@ -503,15 +511,21 @@ def main() -> None:
         x["windows_figures"] = years_of_windows(a)  # after run(): its broker and moto have stopped
         r = report(a, x, command, wall_s=time.monotonic() - t)
         runs.append((a, r))
-        (args.out / f"benchmarks-{mb:g}mb.json").write_text(json.dumps(build_json(r), indent=2) + "\n")
+        (args.json_dir / f"benchmarks-{mb:g}mb.json").write_text(json.dumps(build_json(r), indent=2) + "\n")
     first = runs[0][1]
     if len(runs) > 1:
-        first["sections"].insert(0, sizes_section(runs))
+        first["sections"].insert(0, sizes_section(runs, _shown(args.json_dir)))
         first["json"]["sizes"] = {f"{a.mb:g}mb": {k: r["json"].get(k) for k in SIZE_KEYS} for a, r in runs}
-    (args.out / "benchmarks.md").write_text(render_markdown(first))
-    (args.out / "benchmarks.json").write_text(json.dumps(build_json(first), indent=2) + "\n")
-    say(f"wrote {args.out / 'benchmarks.md'} and {args.out / 'benchmarks.json'}")
+    page.write_text(render_markdown(first))
+    (args.json_dir / "benchmarks.json").write_text(json.dumps(build_json(first), indent=2) + "\n")
+    say(f"wrote {page} and {args.json_dir / 'benchmarks.json'}")
     print(json.dumps(first["json"], indent=2, default=str))
+
+
+def _shown(path: Path) -> str:
+    """A path as the page names it: from the repository's root when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 DEFAULT_MB = 200

@@ -34,7 +34,7 @@ def targets(fig: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def figures(fig: dict[str, Any]) -> dict[str, Any]:
-    """The figures for docs/benchmarks.json (no profiles)."""
+    """The figures for bench/results/benchmarks.json (no profiles)."""
     def strip(v: Any) -> Any:
         return {k: strip(x) for k, x in v.items() if not k.endswith("profile")} if isinstance(v, dict) else v
 
