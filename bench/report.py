@@ -1,10 +1,9 @@
-"""The page of `make bench`: targets, sections and the JSON keys, from what bench/run.py measured (no I/O here but
-reading bench/profile_notes.md)."""
+"""The page of `make bench`: targets, sections and the JSON keys, from what bench/run.py measured (no I/O here). The
+page holds the generated figures, their targets and what they mean; docs/performance.md explains where the time goes."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from bench import windows_page
@@ -12,8 +11,7 @@ from bench import workload as wl
 from bench.peers.common import PeerResult
 from bench.stats import Measure, Summary, growth, paired_ratios, verdict
 
-# Profiles measured by hand (bench/overhead.py, py-spy, JFR, NMT), not by `make bench`: kept in the page as written.
-PROFILE_NOTES = Path(__file__).with_name("profile_notes.md")
+PERFORMANCE_PAGE = "docs/performance.md"  # where the run's time and CPU go (written from the profiles by hand)
 
 BYTES_FORMAT_RECORDS = 500  # per partition: format "bytes" writes one object per record
 PEER_LABELS = {
@@ -230,8 +228,9 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "(bench/worker.py): the run's Spark job, whose tasks read Kafka and write every object, and the "
             "windows' commits (LIST, strays, manifest; summed: they run at once, so the sum may exceed their wall "
             f"time): the Spark job took {stage.fmt(1)} s, the commits {commit.fmt(1)} s, per run of "
-            f"{len(x['windows'])} windows; the run's wall time was {Summary.of(arch).fmt(1)} s."
-            + (f"\n\n{PROFILE_NOTES.read_text().strip()}" if PROFILE_NOTES.is_file() else ""))},
+            f"{len(x['windows'])} windows; the run's wall time was {Summary.of(arch).fmt(1)} s.\n\n"
+            "Where the run's time and CPU go, why each target is or is not met, and the commands that measure them: "
+            f"{PERFORMANCE_PAGE}.")},
         {"title": "Catch-up of 100 windows", "body": (
             f"100 windows of {args.catchup_window_records:,} records (25 per partition) behind: one tick of the "
             f"offsets sensor cut them in {c['tick_s']:.2f} s and requested {c['runs']} runs of at most "
