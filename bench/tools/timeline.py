@@ -1,17 +1,19 @@
 """A timeline of one fresh one-record run (issue #14): seconds from the run process's start to each step of the
 driver (Python), the JVM (class loading, CDS), Spark's scheduler (event log, log4j at INFO) and the Python worker.
 
-    flock /tmp/locks/heavy .venv/bin/python -m bench.timeline --runs 2 --out /tmp/timeline
-    flock /tmp/locks/heavy .venv/bin/python -m bench.timeline --runs 1 --xshare-on   # fails if CDS does not map
+    flock /tmp/locks/heavy .venv/bin/python -m bench.tools.timeline --runs 2 --out /tmp/timeline
+    flock /tmp/locks/heavy .venv/bin/python -m bench.tools.timeline --runs 1 --xshare-on   # fails if CDS does not map
+    .venv/bin/python -m bench.tools.timeline --parse /tmp/timeline/run0-tree0            # an earlier run's timeline
 
-Each run is `bench.worker --once one` (what bench/overhead.py and make bench time) in a fresh process, with:
+Each run is `bench.worker --once one` (what make bench's run-overhead figure times) in a fresh process, with:
 - the driver's steps timed by wrapping functions (this module, `--child`; the code under test is not changed);
 - `-Xlog:class+load`, `-Xlog:cds`, `-Xlog:startuptime` into files (wall-clock milliseconds), on top of the
   default `jvm_profile: short` options;
 - Spark's event log (`spark.eventLog.enabled`: SQL execution, job, stage, task times) and log4j at INFO into a
   file (`%d{UNIX_MILLIS}`);
-- the Python workers' daemon `bench.timeline_daemon` (which runs the tree's own daemon after its hooks).
-The logging costs a little time itself: compare the run's total with bench/overhead.py's.
+- the Python workers' daemon `bench.tools.timeline_daemon` (which runs the tree's own daemon after its hooks).
+The logging costs a little time itself (about 1 s): compare the run's total with make bench's run overhead.
+`--trees A,B` runs each source tree (a checkout with this tool) in turn, round by round.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOG4J = """\
 rootLogger.level = info
 rootLogger.appenderRef.file.ref = file
@@ -202,11 +204,11 @@ def run_once(tree: Path, stack: dict[str, Any], d: Path, xshare_on: bool) -> Non
     default = driver_java_options("short", [str(j) for j in paths.spark_jars()])
     conf = {"spark.driver.extraJavaOptions": f"{default} {_jvm_extra(d, xshare_on)}",
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{d}/events",
-            "spark.eventLog.compress": "false", "spark.python.daemon.module": "bench.timeline_daemon"}
+            "spark.eventLog.compress": "false", "spark.python.daemon.module": "bench.tools.timeline_daemon"}
     env = os.environ | {"PYTHONPATH": str(tree), "S3_ARCHIVE_STATE_DIR": str(d / "state"),
                         "S3A_TIMELINE_DIR": str(d)}
     with (d / "stderr.log").open("wb") as err:
-        p = subprocess.run([sys.executable, "-m", "bench.timeline", "--child", json.dumps(stack | {
+        p = subprocess.run([sys.executable, "-m", "bench.tools.timeline", "--child", json.dumps(stack | {
             "spark_conf": conf}), str(d)], cwd=tree, env=env, stdout=err, stderr=err, timeout=900)
     if p.returncode:
         raise RuntimeError(f"the timeline run in {tree} exited with {p.returncode}; see {d}/stderr.log")
