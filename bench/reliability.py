@@ -15,24 +15,21 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.machine import machine
-from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.spark import SparkResource
-from s3_archive.local.fault_proxy import FaultProxy
-from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
+from bench.common import machine
+from bench.config import RELIABILITY_BUCKET as BUCKET
+from bench.config import RELIABILITY_MINUTES, RELIABILITY_RUNS, RELIABILITY_SHARE, RESULTS
+from bench.under_test import LOCAL_AWS, FaultProxy, KafkaResource, SparkResource, local_s3_client, temporary_stack
 from s3_archive_tests.reliability import fault_round
-
-BUCKET = "reliability"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=100)
-    p.add_argument("--minutes", type=float, default=10.0, help="start no new round after this long")
-    p.add_argument("--share", type=float, default=0.10, help="share of S3 requests faulted (mixed kinds)")
+    p.add_argument("--runs", type=int, default=RELIABILITY_RUNS)
+    p.add_argument("--minutes", type=float, default=RELIABILITY_MINUTES, help="start no new round after this long")
+    p.add_argument("--share", type=float, default=RELIABILITY_SHARE,
+                   help="share of S3 requests faulted (mixed kinds)")
     p.add_argument("--seed", type=int, default=1, help="the first round's seed (round i: seed + i)")
-    p.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "reliability.json",
-                   help="the JSON of every round")
+    p.add_argument("--out", type=Path, default=RESULTS / "reliability.json", help="the JSON of every round")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     host = machine()

@@ -9,8 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from s3_archive.io import paths
-from s3_archive.local.processes import spawn, stop_pid
+from bench.under_test import paths, spawn, stop_pid
 
 
 class PeerUnavailable(RuntimeError):

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.common import JavaProcess, PeerResult, PeerUnavailable, jar_dir, java, steady_rate
-from s3_archive.local.processes import free_port
-from s3_archive.local.stack import LOCAL_AWS
+from bench.under_test import LOCAL_AWS, KafkaResource, free_port
 
 CONNECTOR = "org.apache.iceberg.connect.IcebergSinkConnector"
 LOG4J2 = """\
@@ -64,8 +63,6 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     """Archive the whole `topic` (`records` records) with the Iceberg sink into s3://bucket/iceberg-<tag>/;
     return when every record is in a committed snapshot."""
     from confluent_kafka.admin import NewTopic
-
-    from s3_archive.io.kafka import KafkaResource
 
     connect_jars, iceberg_jars = jar_dir("bench-connect"), jar_dir("bench-iceberg")
     workdir.mkdir(parents=True, exist_ok=True)

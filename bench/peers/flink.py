@@ -19,8 +19,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from bench.peers.common import JavaProcess, PeerResult, PeerUnavailable, jar_dir, java, steady_rate
-from s3_archive.io.s3 import list_objects
-from s3_archive.local.stack import LOCAL_AWS
+from bench.under_test import LOCAL_AWS, list_objects
 
 JOB = Path(__file__).with_name("FlinkSqlJob.java")
 LOG4J2 = """\

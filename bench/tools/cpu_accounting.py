@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
-from bench.run import BUCKET, TOPIC, SparkWorker, windows_for
+from bench.common import SparkWorker
+from bench.config import BUCKET, TOPIC
 from bench.stats import Summary
+from bench.throughput import time_bare_consume, time_naive_archive
 from bench.tools import jfr_top
 from bench.tools.procstat import Snapshot, cpu_delta, descendants, snapshot, thread_deltas, thread_group
-from s3_archive.io.kafka import KafkaResource
-from s3_archive.local.stack import local_s3_client, temporary_stack
+from bench.under_test import KafkaResource, local_s3_client, temporary_stack
 
 
 def say(msg: str) -> None:
@@ -55,7 +56,7 @@ class Arm(SparkWorker):
         conf = dict(o.split("=", 1) for o in opts)
         self.min_partitions = int(conf.pop("min_partitions")) if "min_partitions" in conf else None
         self.conf = conf
-        self.log_path, self.kept_log = log, None  # SparkWorker.call keeps no copy of an arm's log on a failure
+        self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": "long", "spark_conf": conf})],
@@ -217,7 +218,7 @@ def main() -> None:
         say(f"producing {n:,} records ({n * wl.record_bytes() / 1e6:.0f} MB): {wl.produce(kafka, TOPIC, n):.1f} s")
         ends = kafka.offsets(TOPIC, "latest")
         per_partition = n // wl.PARTITIONS
-        wlist = [[w.partition, w.start, w.end] for w in windows_for(ends, per_partition)]
+        wlist = [[w.partition, w.start, w.end] for w in wl.windows_for(ends, per_partition)]
         arms = [Arm(spec, stack, root / f"worker-{i}.log") for i, spec in enumerate(args.arm or ["this=."])]
         try:
             for arm in arms:  # warm-up: one whole archive per arm (C2 has compiled the hot loops after it)
@@ -235,12 +236,12 @@ def main() -> None:
                 order = arms if r % 2 == 0 else arms[::-1]
                 for c in contenders:
                     if c == "consume":
-                        m = acct.measure(c, None, lambda: wl.bare_consume(kafka, TOPIC))
+                        m = acct.measure(c, None, lambda: time_bare_consume(kafka, TOPIC))
                     elif c == "count":
                         m = acct.measure(c, arms[0], lambda: arms[0].call(cmd="spark_read", topic=TOPIC,
                                                                           windows=wlist))
                     elif c == "naive":
-                        m = acct.measure(c, None, lambda: wl.naive_archive(kafka, s3, BUCKET, "naive/", TOPIC,
+                        m = acct.measure(c, None, lambda: time_naive_archive(kafka, s3, BUCKET, "naive/", TOPIC,
                                                                            per_partition))
                         wl.empty_prefix(s3, BUCKET, "naive/")
                     elif c == "archive":

@@ -34,7 +34,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench.common import process_start
+from bench.config import BUCKET, ROOT
+
 LOG4J = """\
 rootLogger.level = info
 rootLogger.appenderRef.file.ref = file
@@ -68,12 +70,6 @@ MARKERS = {
     "org.apache.spark.api.python.PythonWorkerFactory": "JVM: PythonWorkerFactory loaded",
     "org.apache.spark.sql.execution.arrow.ArrowWriter": "JVM: ArrowWriter loaded",
 }
-
-
-def process_start(pid: int | str = "self") -> float:
-    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime"))
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------- child: one run with the driver's steps timed
@@ -138,12 +134,9 @@ def _child(stack: dict[str, Any], out: Path) -> None:
     t_imports = time.time()
     import dagster as dg
 
-    import s3_archive.archive.window as window
-    import s3_archive.defs.archive.assets as assets
-    from bench.worker import Worker, jvm_pid
-    from s3_archive.io.kafka import KafkaResource
-    from s3_archive.io.s3_resource import S3Resource
-    from s3_archive.io.spark import SparkResource
+    from bench.worker import KafkaResource, S3Resource, SparkResource, Worker, jvm_pid
+    from bench.worker import archive_mod as window
+    from bench.worker import assets_mod as assets
 
     assert "pyspark" not in sys.modules, "the bench worker imports pyspark before the run: the timeline would hide it"
     EVENTS.append({"t": t_imports, "event": "child: bench imports start", "thread": "main"})
@@ -196,8 +189,7 @@ def _jvm_extra(d: Path, xshare_on: bool) -> str:
 
 
 def run_once(tree: Path, stack: dict[str, Any], d: Path, xshare_on: bool) -> None:
-    from s3_archive.io import paths
-    from s3_archive.io.jvm import driver_java_options
+    from bench.under_test import driver_java_options, paths
 
     d.mkdir(parents=True)
     (d / "events").mkdir()
@@ -382,9 +374,7 @@ def main() -> None:
         _print(timeline(Path(args.parse)), "")
         return
     from bench import workload as wl
-    from bench.run import BUCKET
-    from s3_archive.io.kafka import KafkaResource
-    from s3_archive.local.stack import temporary_stack
+    from bench.under_test import KafkaResource, temporary_stack
 
     out = Path(args.out or tempfile.mkdtemp(prefix="timeline-"))
     out.mkdir(parents=True, exist_ok=True)
