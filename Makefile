@@ -26,7 +26,7 @@ test-reliability: setup
 down:
 	.venv/bin/s3-archive local down
 
-# Benchmarks: the page docs/benchmarks.md and its JSON in bench/results/; starts its own broker and
+# Benchmarks (bench/README.md): the page docs/benchmarks.md and its JSON in bench/results/; starts its own broker and
 # moto; e.g. `make bench BENCH_ARGS="--mb 50 --repeats 1 --out /tmp/bench"` (a trial run: page and JSON in --out).
 # Fetches the peers' jars (Kafka Connect + Iceberg sink, Flink) first: only the benchmark needs them.
 bench: setup
