@@ -26,7 +26,8 @@ test-reliability: setup
 down:
 	.venv/bin/s3-archive local down
 
-# Benchmarks (docs/benchmarks.md): starts its own broker and moto; e.g. `make bench BENCH_ARGS="--mb 50 --repeats 1"`.
+# Benchmarks (bench/README.md): the page docs/benchmarks.md and its JSON in bench/results/; starts its own broker and
+# moto; e.g. `make bench BENCH_ARGS="--mb 50 --repeats 1 --out /tmp/bench"` (a trial run: page and JSON in --out).
 # Fetches the peers' jars (Kafka Connect + Iceberg sink, Flink) first: only the benchmark needs them.
 bench: setup
 	scripts/fetch-jars bench
@@ -37,6 +38,7 @@ bench-final: setup
 	scripts/fetch-jars bench
 	BENCH_FROM_MAKE=bench-final .venv/bin/python -m bench.run --mb 200,1000 --repeats 3,1
 
-# The seeded S3 fault matrix (docs/reliability.md): e.g. `make bench-reliability RELIABILITY_ARGS="--runs 20"`.
+# The seeded S3 fault matrix (docs/reliability.md), into bench/results/reliability.json: e.g.
+# `make bench-reliability RELIABILITY_ARGS="--runs 20"`.
 bench-reliability: setup
 	.venv/bin/python -m bench.reliability $(RELIABILITY_ARGS)

@@ -1,7 +1,7 @@
 """The reliability matrix: N seeded archive+restore rounds through the S3 fault proxy (s3_archive/local/fault_proxy.py)
 on a temporary stack of its own, each checked for lost and duplicated records, stray objects and open uploads
-(s3_archive_tests/reliability.py, the same round as the `reliability` tests). Writes docs/reliability.json (every
-round) and prints the summary, which docs/reliability.md quotes with the date of the run.
+(s3_archive_tests/reliability.py, the same round as the `reliability` tests). Writes bench/results/reliability.json
+(every round) and prints the summary, which docs/reliability.md quotes.
 
     flock /tmp/locks/heavy python -m bench.reliability --runs 100 --minutes 10
 """
@@ -15,23 +15,21 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.machine import machine
-from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.spark import SparkResource
-from s3_archive.local.fault_proxy import FaultProxy
-from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
+from bench.common import machine
+from bench.config import RELIABILITY_BUCKET as BUCKET
+from bench.config import RELIABILITY_MINUTES, RELIABILITY_RUNS, RELIABILITY_SHARE, RESULTS
+from bench.under_test import LOCAL_AWS, FaultProxy, KafkaResource, SparkResource, local_s3_client, temporary_stack
 from s3_archive_tests.reliability import fault_round
-
-BUCKET = "reliability"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=100)
-    p.add_argument("--minutes", type=float, default=10.0, help="start no new round after this long")
-    p.add_argument("--share", type=float, default=0.10, help="share of S3 requests faulted (mixed kinds)")
+    p.add_argument("--runs", type=int, default=RELIABILITY_RUNS)
+    p.add_argument("--minutes", type=float, default=RELIABILITY_MINUTES, help="start no new round after this long")
+    p.add_argument("--share", type=float, default=RELIABILITY_SHARE,
+                   help="share of S3 requests faulted (mixed kinds)")
     p.add_argument("--seed", type=int, default=1, help="the first round's seed (round i: seed + i)")
-    p.add_argument("--out", default="docs/reliability.json")
+    p.add_argument("--out", type=Path, default=RESULTS / "reliability.json", help="the JSON of every round")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     host = machine()
@@ -72,7 +70,8 @@ def main() -> None:
         "uncommitted_windows": sum(r["uncommitted_windows"] for r in rounds),
         "machine": host,
     }
-    Path(args.out).write_text(json.dumps({"summary": summary, "rounds": rounds}, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"summary": summary, "rounds": rounds}, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
 

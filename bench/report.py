@@ -1,25 +1,30 @@
-"""The page of `make bench`: targets, sections and the JSON keys, from what bench/run.py measured (no I/O here but
-reading bench/profile_notes.md)."""
+"""The page of `make bench`: targets, sections and the JSON keys, from what bench/run.py measured (no I/O here). The
+page holds the generated figures, their targets and what they mean; docs/performance.md explains where the time goes."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from bench import windows_page
 from bench import workload as wl
+from bench.config import (
+    BYTES_FORMAT_RECORDS,
+    JVM_PEAK_GROWTH_TARGET,
+    REQUESTS_OVER_OBJECTS_PER_WINDOW,
+    RUN_OVERHEAD_TARGET_S,
+    TARGETS,
+)
 from bench.peers.common import PeerResult
 from bench.stats import Measure, Summary, growth, paired_ratios, verdict
 
-# Profiles measured by hand (bench/overhead.py, py-spy, JFR, NMT), not by `make bench`: kept in the page as written.
-PROFILE_NOTES = Path(__file__).with_name("profile_notes.md")
-
-BYTES_FORMAT_RECORDS = 500  # per partition: format "bytes" writes one object per record
+PERFORMANCE_PAGE = "docs/performance.md"  # where the run's time and CPU go (written from the profiles by hand)
 PEER_LABELS = {
-    "connect_iceberg": ("archive_vs_connect_iceberg", 1.5, "Kafka Connect 4.1.1 + Iceberg sink 1.12.0"),
-    "flink": ("archive_vs_flink", 1.0, "Flink 2.0.0 SQL, Kafka → Parquet on s3://"),
-    "spark_streaming": ("archive_vs_spark_streaming", 1.2, "Spark Structured Streaming, availableNow"),
+    "connect_iceberg": ("archive_vs_connect_iceberg", TARGETS["archive_vs_connect_iceberg"],
+                        "Kafka Connect 4.1.1 + Iceberg sink 1.12.0"),
+    "flink": ("archive_vs_flink", TARGETS["archive_vs_flink"], "Flink 2.0.0 SQL, Kafka → Parquet on s3://"),
+    "spark_streaming": ("archive_vs_spark_streaming", TARGETS["archive_vs_spark_streaming"],
+                        "Spark Structured Streaming, availableNow"),
 }
 PEER_NOTES = {
     "connect_iceberg": (
@@ -64,9 +69,9 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     vs_naive = paired_ratios(arch, m["naive"].seconds)
     vs_produce = paired_ratios(m["restore"].seconds, m["produce"].seconds)
     targets: dict[str, dict[str, Any]] = {
-        "archive / limit": _fmt_target(vs_limit, 0.7),
-        "archive / Spark's own read": _fmt_target(vs_read, 0.9),
-        "archive / naive": _fmt_target(vs_naive, 2.0),
+        "archive / limit": _fmt_target(vs_limit, TARGETS["archive_vs_limit"]),
+        "archive / Spark's own read": _fmt_target(vs_read, TARGETS["archive_vs_spark_read"]),
+        "archive / naive": _fmt_target(vs_naive, TARGETS["archive_vs_naive"]),
     }
     json_out: dict[str, Any] = {"archive_vs_limit": round(vs_limit.median, 3),
                                 "archive_vs_spark_read": round(vs_read.median, 3),
@@ -108,7 +113,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             f"{Summary.of([len(r.commits) for r in results]).fmt(0)} | {results[0].objects} | "
             f"{results[0].bytes_written / 1e6:,.0f} | {ratio.fmt(2)} | {visible.median / own_visible:.2f} |")
 
-    targets["restore / bare produce"] = _fmt_target(vs_produce, 0.8)
+    targets["restore / bare produce"] = _fmt_target(vs_produce, TARGETS["restore_vs_produce"])
     json_out["restore_vs_produce"] = round(vs_produce.median, 3)
 
     # --- run overhead, per JVM variant ---
@@ -116,7 +121,8 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     default = next(v for v in ov if v.endswith("(default)"))
     overhead = Summary.of([o["seconds"] for o in ov[default]])
     targets["run overhead (one-record window, fresh process)"] = {
-        "value_fmt": overhead.fmt(1) + " s", "target_fmt": "≤ 8 s", "verdict": verdict(overhead.median, 8, False),
+        "value_fmt": overhead.fmt(1) + " s", "target_fmt": f"≤ {RUN_OVERHEAD_TARGET_S} s",
+        "verdict": verdict(overhead.median, RUN_OVERHEAD_TARGET_S, False),
         "note": "the run, Spark session start included; default JVM flags (jvm_profile short)"}
     json_out["run_overhead_s"] = round(overhead.median, 2)
     json_out["run_overhead_process_s"] = round(Summary.of([o["process_to_done_s"] for o in ov[default]]).median, 2)
@@ -136,9 +142,10 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     rq = x["requests"]
     per_window = Summary.of([q["requests"] / q["windows"] for q in rq])
     objects_per_window = Summary.of([q["objects"] / q["windows"] for q in rq])
-    allowed = objects_per_window.median + 4
+    allowed = objects_per_window.median + REQUESTS_OVER_OBJECTS_PER_WINDOW
     targets["S3 requests per window"] = {
-        "value_fmt": per_window.fmt(1), "target_fmt": f"≤ objects + 4 = {allowed:.1f}",
+        "value_fmt": per_window.fmt(1),
+        "target_fmt": f"≤ objects + {REQUESTS_OVER_OBJECTS_PER_WINDOW} = {allowed:.1f}",
         "verdict": verdict(per_window.median, allowed, False),
         "note": f"every request moto logged during the run (s3a's and boto3's), over its windows; "
                 f"{objects_per_window.median:.1f} objects per window"}
@@ -150,7 +157,8 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     py_peaks = {k * x["memory_base"]: v["python_peak_mb"] for k, v in x["memory"].items()}
     mem_growth = growth(peaks)
     targets["JVM peak memory, 16× vs 1× window"] = {
-        "value_fmt": f"{mem_growth:.2f}×", "target_fmt": "≤ 1.25×", "verdict": verdict(mem_growth, 1.25, False),
+        "value_fmt": f"{mem_growth:.2f}×", "target_fmt": f"≤ {JVM_PEAK_GROWTH_TARGET}×",
+        "verdict": verdict(mem_growth, JVM_PEAK_GROWTH_TARGET, False),
         "note": f"JVM peak resident set (VmHWM); Python {growth(py_peaks):.2f}×"}
     json_out["jvm_peak_16x_over_1x"] = round(mem_growth, 3)
     json_out["python_peak_16x_over_1x"] = round(growth(py_peaks), 3)
@@ -230,8 +238,9 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "(bench/worker.py): the run's Spark job, whose tasks read Kafka and write every object, and the "
             "windows' commits (LIST, strays, manifest; summed: they run at once, so the sum may exceed their wall "
             f"time): the Spark job took {stage.fmt(1)} s, the commits {commit.fmt(1)} s, per run of "
-            f"{len(x['windows'])} windows; the run's wall time was {Summary.of(arch).fmt(1)} s."
-            + (f"\n\n{PROFILE_NOTES.read_text().strip()}" if PROFILE_NOTES.is_file() else ""))},
+            f"{len(x['windows'])} windows; the run's wall time was {Summary.of(arch).fmt(1)} s.\n\n"
+            "Where the run's time and CPU go, why each target is or is not met, and the commands that measure them: "
+            f"{PERFORMANCE_PAGE}.")},
         {"title": "Catch-up of 100 windows", "body": (
             f"100 windows of {args.catchup_window_records:,} records (25 per partition) behind: one tick of the "
             f"offsets sensor cut them in {c['tick_s']:.2f} s and requested {c['runs']} runs of at most "
@@ -274,3 +283,22 @@ def _windows_body(w: dict[str, Any]) -> str:
     if "figures" in w:
         return windows_page.section(w["figures"])["body"]
     return f"Not measured here: {w.get('skipped') or 'bench/windows_scale.py failed: ' + w['error']}."
+
+
+SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "archive_vs_connect_iceberg",
+             "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
+             "s3_requests_per_window", "jvm_peak_16x_over_1x")
+
+
+def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]], json_dir: str) -> dict[str, str]:
+    """The headline figures of every size run by this command, side by side; `json_dir`: where the JSON went."""
+    head = "| figure | " + " | ".join(f"{a.mb:g} MB ({a.repeats} repeat{'s' * (a.repeats > 1)})" for a, _ in runs)
+    rows = [head + " |", "|" + " --- |" * (len(runs) + 1)]
+    for k in SIZE_KEYS:
+        vals = [r["json"].get(k) for _, r in runs]
+        rows.append(f"| `{k}` | " + " | ".join("—" if v is None else f"{v:g}" for v in vals) + " |")
+    rows.append("| minutes | " + " | ".join(f"{r['wall_s'] / 60:.1f}" for _, r in runs) + " |")
+    return {"title": "Sizes side by side", "body": (
+        "Every size of this command (`--mb`), each a full run of its own (its own broker, moto and workload); the "
+        f"page above is the {runs[0][0].mb:g} MB run, `{json_dir}/benchmarks-<size>mb.json` has each run's "
+        "figures.\n\n" + "\n".join(rows))}

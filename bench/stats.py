@@ -137,7 +137,7 @@ def render_markdown(r: dict[str, Any]) -> str:
 
 
 def build_json(r: dict[str, Any]) -> dict[str, Any]:
-    """docs/benchmarks.json: medians and ratios, machine-readably (the keys the issue asks for, and the rest)."""
+    """bench/results/benchmarks.json: medians and ratios, machine-readably (the keys the issue asks for, and the rest)."""
     m: dict[str, Measure] = r["measures"]
     out: dict[str, Any] = {k: v for k, v in r["json"].items()}
     out["contenders"] = {

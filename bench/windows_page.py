@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-TARGET_S = 2.0
+from bench.config import WINDOWS_TARGET_S as TARGET_S
 
 
 def _worst(fig: dict[str, Any], state: str) -> tuple[float, float]:
@@ -34,7 +34,7 @@ def targets(fig: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def figures(fig: dict[str, Any]) -> dict[str, Any]:
-    """The figures for docs/benchmarks.json (no profiles)."""
+    """The figures for bench/results/benchmarks.json (no profiles)."""
     def strip(v: Any) -> Any:
         return {k: strip(x) for k, x in v.items() if not k.endswith("profile")} if isinstance(v, dict) else v
 

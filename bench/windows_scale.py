@@ -47,15 +47,33 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from s3_archive.local.postgres import PostgresServer
-from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
-from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
-from s3_archive.model.windows import OffsetWindow
+from bench.common import machine, machine_at_end
+from bench.config import BUCKET, ROOT, WINDOW_MINUTES, WINDOWS, WINDOWS_LIVE_DAYS, WINDOWS_PARTITIONS
+from bench.config import WINDOWS_TOPIC as TOPIC
+from bench.under_test import (
+    LOCAL_AWS,
+    ArchiveConfig,
+    KafkaResource,
+    OffsetWindow,
+    PostgresServer,
+    Retired,
+    TopicView,
+    archive_asset_key,
+    contiguity_result,
+    evaluate,
+    free_port,
+    headroom_result,
+    local_s3_client,
+    objects_result,
+    record_retired,
+    retention_result,
+    spawn,
+    stop_pid,
+    temporary_stack,
+    wait_until,
+    window_partitions,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-TOPIC = "bench.windows"
-BUCKET = "bench"
-WINDOW_MINUTES = 10
 CHUNK = 10_000
 EVENT_BATCH = 2_000
 
@@ -99,8 +117,6 @@ def _store_materializations(home: str, windows: list[OffsetWindow], start: datet
     import dagster as dg
     from dagster._core.events import StepMaterializationData
 
-    from s3_archive.defs.archive.partitions import archive_asset_key
-
     key = archive_asset_key(TOPIC)
     t = time.monotonic()
     run_id = str(uuid.uuid4())
@@ -141,8 +157,6 @@ def fill_materializations(home: Path, windows: list[OffsetWindow], start: dateti
 
 
 def add_partitions(instance: Any, windows: list[OffsetWindow]) -> float:
-    from s3_archive.defs.archive.partitions import window_partitions
-
     t = time.monotonic()
     keys = [w.key for w in windows]
     for i in range(0, len(keys), CHUNK):
@@ -183,8 +197,6 @@ def sensor_ticks(instance: Any, kafka: Any, cfg: Any) -> dict[str, Any]:
     windows (the steady state: the keys read are the previous tick's)."""
     import dagster as dg
 
-    from s3_archive.defs.archive.sensors import evaluate
-
     out: dict[str, Any] = {}
 
     def tick(cursor: str | None) -> tuple[float, Any]:
@@ -219,14 +231,6 @@ def profiled(fn: Any, top: int = 12) -> str:
 
 def checks(instance: Any, kafka: Any, s3: Any, cfg: Any) -> dict[str, Any]:
     """The four checks of the topic as its one step runs them (one TopicView)."""
-    from s3_archive.defs.archive.checks import (
-        TopicView,
-        contiguity_result,
-        headroom_result,
-        objects_result,
-        retention_result,
-    )
-
     view = TopicView(instance, TOPIC)
     out: dict[str, Any] = {}
     t0 = time.monotonic()
@@ -275,8 +279,6 @@ def status_query(url: str) -> tuple[float, int, int]:
 def ui_queries(url: str, instance: Any) -> dict[str, Any]:
     """The asset page's partition query: after a change of the partition set (the status cache is rebuilt), again
     (cached), and after one more tick's worth of windows."""
-    from s3_archive.defs.archive.partitions import window_partitions
-
     out: dict[str, Any] = {}
     out["first_s"], out["bytes"], out["partition_keys"] = status_query(url)
     out["repeat_s"], _, _ = status_query(url)
@@ -293,8 +295,6 @@ def status_cache_profile(instance: Any) -> str:
     first UI query after a tick pays), the top entries by cumulative time."""
     from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 
-    from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-
     name = window_partitions(TOPIC).name
     extra = f"bench-profile-{uuid.uuid4().hex[:8]}"
     instance.add_dynamic_partitions(name, [extra])
@@ -310,8 +310,6 @@ def range_run_keys(instance: Any) -> dict[str, Any]:
     Dagster reads the whole partition set to slice the range from it."""
     import dagster as dg
     from dagster._core.definitions.partitions.context import partition_loading_context
-
-    from s3_archive.defs.archive.partitions import window_partitions
 
     pdef = window_partitions(TOPIC)
     page = instance.get_paginated_dynamic_partitions(pdef.name, limit=8, ascending=False)
@@ -345,14 +343,9 @@ def measure(label: str, instance: Any, kafka: Any, s3: Any, cfg: Any, env: dict[
     return out
 
 
-def run(windows: int = 1_000_000, partitions: int = 32, live_days: float = 7.0, keep: bool = False
-        ) -> dict[str, Any]:
+def run(windows: int = WINDOWS, partitions: int = WINDOWS_PARTITIONS, live_days: float = WINDOWS_LIVE_DAYS,
+        keep: bool = False) -> dict[str, Any]:
     import dagster as dg
-
-    from s3_archive.config.archive import ArchiveConfig
-    from s3_archive.defs.archive.partitions import window_partitions
-    from s3_archive.defs.archive.windows import Retired, record_retired
-    from s3_archive.io.kafka import KafkaResource
 
     t0 = time.monotonic()
     per = windows // partitions
@@ -414,18 +407,15 @@ def run(windows: int = 1_000_000, partitions: int = 32, live_days: float = 7.0, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--windows", type=int, default=1_000_000)
-    ap.add_argument("--partitions", type=int, default=32)
-    ap.add_argument("--live-days", type=float, default=7.0)
+    ap.add_argument("--windows", type=int, default=WINDOWS)
+    ap.add_argument("--partitions", type=int, default=WINDOWS_PARTITIONS)
+    ap.add_argument("--live-days", type=float, default=WINDOWS_LIVE_DAYS)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
     ap.add_argument("--json", type=Path, help="also write the figures (with the machine) to this file")
     args = ap.parse_args()
-    from bench.run import _read, machine
-
     mach = machine()
     fig = run(args.windows, args.partitions, args.live_days, args.keep)
-    mach["load_end"] = " ".join(_read("/proc/loadavg").split()[:3])
-    mach["other_work_end"] = machine()["other_work"]
+    machine_at_end(mach)
     fig |= {"machine": mach, "command": shlex.join(["python", "-m", "bench.windows_scale", *sys.argv[1:]])}
     if args.json:
         args.json.write_text(json.dumps(fig, indent=2) + "\n")

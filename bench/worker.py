@@ -3,56 +3,36 @@ timed: `python -m bench.worker STACK_JSON` serves JSON commands read line by lin
 across commands), `python -m bench.worker STACK_JSON --once COMMAND_JSON` runs one command in a fresh process.
 Each answer is one stdout line `@@RESULT <json>`.
 
-Every archive goes through Dagster (`dg.materialize` of the archive asset), commit included.
+Every archive goes through Dagster (`dg.materialize` of the archive asset), commit included. The names this
+process takes from s3_archive are imported here, not through bench/under_test.py, so that a fresh process imports
+only what it runs (its imports are part of the run-overhead figures); bench/tools/timeline.py times them from here.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 import s3_archive.archive.window as archive_mod
+import s3_archive.defs.archive.assets as assets_mod
+from bench.common import RESULT, RssSampler, process_start, status_kb
 from s3_archive.config.archive import ArchiveConfig, FlushPolicy
-from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF, SparkResource
+from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, SparkResource
 from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.model.windows import OffsetWindow
 
-RESULT = "@@RESULT "
-# SparkResource.s3_committer = "magic" as settings of a running session (Hadoop keys without "spark.hadoop.")
-MAGIC_RUNTIME_CONF = {k.removeprefix("spark.hadoop."): v for k, v in MAGIC_COMMITTER_CONF.items()}
 log = logging.getLogger("bench.worker")
-
-
-def status_kb(pid: int | str, field: str) -> int:
-    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM = peak resident set size); 0 if the process is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def process_start() -> float:
-    """This process's start on the wall clock (from /proc: its start in clock ticks after boot)."""
-    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-    boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime"))
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def jvm_pid() -> int | None:
@@ -62,30 +42,6 @@ def jvm_pid() -> int | None:
     gw = SparkContext._gateway
     proc = getattr(gw, "proc", None) if gw is not None else None
     return proc.pid if proc is not None else None
-
-
-class RssSampler:
-    """Samples the JVM's resident set every 0.2 s (VmHWM is the lifetime peak; the sampled max is this span's)."""
-
-    def __init__(self) -> None:
-        self.max_kb = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pid = jvm_pid()
-            if pid:
-                self.max_kb = max(self.max_kb, status_kb(pid, "VmRSS"))
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> RssSampler:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join()
 
 
 class StageProfile:
@@ -152,8 +108,8 @@ class Worker:
             else:
                 tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
         t = time.monotonic()
-        res = dg.materialize([build_archive_asset(cfg, topic)], instance=instance, resources=self.resources(),
-                             partition_key=partition_key, tags=tags)
+        res = dg.materialize([assets_mod.build_archive_asset(cfg, topic)], instance=instance,
+                             resources=self.resources(), partition_key=partition_key, tags=tags)
         dt = time.monotonic() - t
         metas = [{k: v.value for k, v in e.materialization.metadata.items()}
                  for e in res.get_asset_materialization_events()]
@@ -164,28 +120,18 @@ class Worker:
     # --- commands ---
 
     def cmd_archive(self, topic: str, prefix: str, windows: list[list[int]], min_partitions: int | None = None,
-                    committer: str | None = None) -> dict[str, Any]:
+                    ) -> dict[str, Any]:
         """`min_partitions`: SparkResource.kafka_min_partitions for this call only (Spark's Kafka source option
-        `minPartitions`: one window read by several Spark tasks), set on the warm session's conf. `committer`
-        "magic": SparkResource.s3_committer = "magic" (the S3A magic committer) for this call, set likewise."""
+        `minPartitions`: one window read by several Spark tasks), set on the warm session's conf."""
         ws = [OffsetWindow(*w) for w in windows]
         session = self.spark().session()
         if min_partitions:
             session.conf.set(KAFKA_MIN_PARTITIONS_CONF, str(min_partitions))
-        saved = {k: session.conf.get(k, None) for k in MAGIC_RUNTIME_CONF}
-        if committer == "magic":
-            for k, v in MAGIC_RUNTIME_CONF.items():
-                session.conf.set(k, v)
         try:
-            with StageProfile() as prof, RssSampler() as rss:
+            with StageProfile() as prof, RssSampler(jvm_pid) as rss:
                 out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws))), topic, ws)
         finally:
             session.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
-            for k, v in saved.items():  # back to the session's own (unset would fall back to Spark's defaults)
-                if v is None:
-                    session.conf.unset(k)
-                else:
-                    session.conf.set(k, v)
         pid = jvm_pid()
         return out | {"stage_s": prof.stage_s, "commit_s": prof.commit_s, "jvm_rss_max_mb": rss.max_kb / 1024,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
@@ -260,34 +206,11 @@ class Worker:
         assert cold["records"] == warm["records"] == 1, (cold, warm)
         pid = jvm_pid()
         before = status_kb(pid, "VmHWM") / 1024 if pid else 0.0
-        with RssSampler() as rss:
+        with RssSampler(jvm_pid) as rss:
             out = self.materialize(self.config(topic, prefix), topic, [OffsetWindow(partition, 0, records)])
         return out | {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "jvm_peak_before_mb": before,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
                       "jvm_rss_max_mb": rss.max_kb / 1024, "python_peak_mb": status_kb("self", "VmHWM") / 1024}
-
-    def cmd_fresh_steps(self, one_topic: str, prefix: str, topic: str, partition: int, sizes: list[int],
-                        ) -> dict[str, Any]:
-        """`fresh` for several window sizes in one process (a cheaper proxy of one fresh process per size, for
-        A/B rounds): the two one-record windows, then one window per size, smallest first, the JVM's peak resident
-        set reset to its current one before each (`/proc/PID/clear_refs` 5). In a fresh process per size the
-        windows before the big one are the same two one-record runs, so the heap it starts from is nearly this. The
-        first size's peak is the process's (one-record runs included), as `fresh` has it."""
-        cold = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 0, 1)])
-        warm = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 1, 2)])
-        pid = jvm_pid()
-        assert pid, "no local JVM"
-        steps = {}
-        for i, n in enumerate(sizes):
-            if i:  # the first size's peak includes the one-record runs, as `fresh` has it
-                Path(f"/proc/{pid}/clear_refs").write_text("5")
-            before = status_kb(pid, "VmHWM") / 1024
-            out = self.materialize(self.config(topic, f"{prefix}{n}/"), topic, [OffsetWindow(partition, 0, n)])
-            assert out["records"] == n, out
-            steps[str(n)] = {"seconds": out["seconds"], "jvm_rss_at_reset_mb": before,
-                             "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024}
-        return {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "steps": steps,
-                "python_peak_mb": status_kb("self", "VmHWM") / 1024}
 
     def cmd_catchup(self, topic: str, prefix: str, window_records: int) -> dict[str, Any]:
         """100 windows behind: one tick of the offsets sensor cuts them and requests runs of windows_per_run

@@ -1,5 +1,5 @@
-"""What the peers share: their jar groups in the cache, a JVM child process stopped by PID, and the figures every
-peer reports (`PeerResult`)."""
+"""What the peers share: their jar groups in the cache, a JVM child process stopped by PID, its log4j2 configuration
+and AWS environment, and the figures every peer reports (`PeerResult`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from s3_archive.io import paths
-from s3_archive.local.processes import spawn, stop_pid
+from bench.under_test import LOCAL_AWS, paths, spawn, stop_pid
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+"""
 
 
 class PeerUnavailable(RuntimeError):
@@ -23,6 +33,21 @@ def jar_dir(group: str) -> Path:
     if not any(d.glob("*.jar")):
         raise PeerUnavailable(f"no {group} jars in {d}; run `scripts/fetch-jars bench` (make bench does)")
     return d
+
+
+def log4j2_properties(log: Path, level: str, **loggers: str) -> str:
+    """A JVM peer's log4j2 configuration: everything into `log` at `level`, some loggers at their own level
+    (`kafka="org.apache.kafka:WARN"`: the logger org.apache.kafka at WARN)."""
+    text = LOG4J2.format(log=log, level=level)
+    for key, spec in loggers.items():
+        name, lvl = spec.rsplit(":", 1)
+        text += f"logger.{key}.name = {name}\nlogger.{key}.level = {lvl}\n"
+    return text
+
+
+def aws_env() -> dict[str, str]:
+    """The (moto) credentials and region for a JVM peer's AWS SDK: from its environment, not its command line."""
+    return {k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
 
 
 def java() -> str:

@@ -15,25 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.peers.common import JavaProcess, PeerResult, PeerUnavailable, jar_dir, java, steady_rate
-from s3_archive.local.processes import free_port
-from s3_archive.local.stack import LOCAL_AWS
+from bench.peers.common import (
+    JavaProcess,
+    PeerResult,
+    PeerUnavailable,
+    aws_env,
+    jar_dir,
+    java,
+    log4j2_properties,
+    steady_rate,
+)
+from bench.under_test import LOCAL_AWS, KafkaResource, free_port
 
 CONNECTOR = "org.apache.iceberg.connect.IcebergSinkConnector"
-LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.kafka.name = org.apache.kafka
-logger.kafka.level = WARN
-logger.iceberg.name = org.apache.iceberg
-logger.iceberg.level = INFO
-"""
 
 
 def _props(d: dict[str, Any]) -> str:
@@ -65,8 +59,6 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     return when every record is in a committed snapshot."""
     from confluent_kafka.admin import NewTopic
 
-    from s3_archive.io.kafka import KafkaResource
-
     connect_jars, iceberg_jars = jar_dir("bench-connect"), jar_dir("bench-iceberg")
     workdir.mkdir(parents=True, exist_ok=True)
     plugins = workdir / "plugins"
@@ -80,7 +72,8 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     _create_namespace(catalog_db, "bench")
     table = f"events_{tag}".replace("-", "_")
     log = workdir / f"connect-{tag}.log"
-    (workdir / "log4j2.properties").write_text(LOG4J2.format(log=log))
+    (workdir / "log4j2.properties").write_text(log4j2_properties(log, "INFO", kafka="org.apache.kafka:WARN",
+                                                                 iceberg="org.apache.iceberg:INFO"))
     rest = f"http://127.0.0.1:{free_port()}"
     worker = workdir / "worker.properties"
     worker.write_text(_props({
@@ -116,8 +109,7 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
         "iceberg.catalog.http-client.type": "urlconnection",
     }))
     # S3FileIO reads the (moto) credentials from the environment: none in the properties, nor on the command line.
-    env = {"AWS_ACCESS_KEY_ID": LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-           "AWS_SECRET_ACCESS_KEY": LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], "AWS_REGION": LOCAL_AWS["AWS_REGION"]}
+    env = aws_env()
     cmd = [java(), "-Xmx1g", f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
            "-cp", f"{connect_jars}/*", "org.apache.kafka.connect.cli.ConnectStandalone", str(worker), str(sink)]
     t0, wall0 = time.monotonic(), time.time()  # snapshot times are on the wall clock

@@ -18,21 +18,19 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from bench.peers.common import JavaProcess, PeerResult, PeerUnavailable, jar_dir, java, steady_rate
-from s3_archive.io.s3 import list_objects
-from s3_archive.local.stack import LOCAL_AWS
+from bench.peers.common import (
+    JavaProcess,
+    PeerResult,
+    PeerUnavailable,
+    aws_env,
+    jar_dir,
+    java,
+    log4j2_properties,
+    steady_rate,
+)
+from bench.under_test import LOCAL_AWS, list_objects
 
 JOB = Path(__file__).with_name("FlinkSqlJob.java")
-LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = file
-"""
 
 
 def _rows(fs: Any, bucket: str, key: str) -> int:
@@ -48,7 +46,7 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
     jars = jar_dir("bench-flink")
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"flink-{tag}.log"
-    (workdir / "flink-log4j2.properties").write_text(LOG4J2.format(log=log))
+    (workdir / "flink-log4j2.properties").write_text(log4j2_properties(log, "WARN"))
     prefix = f"flink-{tag}/"
     classes = workdir / "classes"
     if not (classes / "FlinkSqlJob.class").exists():
@@ -56,8 +54,7 @@ def run(*, bootstrap_servers: str, s3_endpoint_url: str, s3: Any, bucket: str, t
                                 str(JOB)], capture_output=True, text=True)
         if javac.returncode != 0:
             raise PeerUnavailable(f"compiling {JOB.name} failed: {javac.stderr[-2000:]}")
-    env = {"AWS_ACCESS_KEY_ID": LOCAL_AWS["AWS_ACCESS_KEY_ID"],
-           "AWS_SECRET_ACCESS_KEY": LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], "AWS_REGION": LOCAL_AWS["AWS_REGION"]}
+    env = aws_env()
     out = workdir / f"flink-{tag}.out"
     cmd = [java(), "-Xmx1g", f"-Dlog4j2.configurationFile={workdir / 'flink-log4j2.properties'}",
            # Flink's own module opens (its flink-conf's env.java.opts.all), which its Kryo and RPC need on JDK 17

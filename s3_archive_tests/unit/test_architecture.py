@@ -174,3 +174,40 @@ def test_loading_the_definitions_imports_no_heavy_library(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
                          env={**os.environ, "S3_ARCHIVE_STATE_DIR": str(tmp_path)})
     assert out.stdout.strip() == "", f"imported when the definitions load: {out.stdout.strip()}"
+
+
+# bench/ (the benchmark suite and its tools, docs/benchmarks.md): the same import rules where they apply.
+BENCH = PACKAGE.parent / "bench"
+
+
+def bench_modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(BENCH.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted(BENCH.rglob("*.py"))}
+
+
+def test_no_import_cycles_in_bench():
+    mods = bench_modules()
+    graph = {m: {i for i, _ in imports(p) if i in mods and i != m} for m, p in mods.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+            elif n not in state:
+                visit(n, [*stack, n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_bench_imports_no_private_name_of_another_module():
+    mods = bench_modules()
+    bad = [f"{p.relative_to(BENCH.parent)}:{line}: {imp}" for p in mods.values() for imp, line in imports(p)
+           if imp.rsplit(".", 1)[0] in mods and imp.rsplit(".", 1)[-1].startswith("_")]
+    assert not bad, "\n".join(bad)

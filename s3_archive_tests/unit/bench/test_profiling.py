@@ -1,12 +1,21 @@
-"""The CPU accounting's pure helpers: /proc stat lines and CPU deltas (bench/procstat.py), and the JFR sample split
-(bench/jfr_top.py)."""
+"""The CPU accounting's pure helpers: /proc stat lines and CPU deltas (bench/tools/procstat.py), and the JFR sample
+split (bench/tools/jfr_top.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import jfr_top
-from bench.procstat import TICK, Stat, cpu_delta, descendants, machine_cpu, parse_stat, thread_deltas, thread_group
+from bench.tools import jfr_top
+from bench.tools.procstat import (
+    TICK,
+    Stat,
+    cpu_delta,
+    descendants,
+    machine_cpu,
+    parse_stat,
+    thread_deltas,
+    thread_group,
+)
 
 
 def _stat(pid: int, comm: str, ppid: int, utime: int, stime: int, cutime: int = 0, cstime: int = 0,

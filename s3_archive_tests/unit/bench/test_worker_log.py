@@ -1,4 +1,4 @@
-"""The benchmark keeps a failed Spark worker's log (bench/run.py `keep_log`): its temporary directory is removed at
+"""The benchmark keeps a failed Spark worker's log (bench/common.py `keep_log`): its temporary directory is removed at
 the end of the run, and with it the JVM's last words."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench import run as bench_run
+from bench import common as bench_common
 
 
 def test_a_worker_that_dies_leaves_its_log_next_to_the_output(tmp_path, monkeypatch, capsys):
@@ -20,9 +20,9 @@ def test_a_worker_that_dies_leaves_its_log_next_to_the_output(tmp_path, monkeypa
     def popen(_args, **kw):
         return real([sys.executable, "-c", dying], **kw)
 
-    monkeypatch.setattr(bench_run.subprocess, "Popen", popen)
+    monkeypatch.setattr(bench_common.subprocess, "Popen", popen)
     kept = tmp_path / "out" / "failed-logs-1000mb" / "spark-worker.log"
-    worker = bench_run.SparkWorker({}, tmp_path / "spark-worker.log", kept)
+    worker = bench_common.SparkWorker({}, tmp_path / "spark-worker.log", kept)
     with pytest.raises(RuntimeError, match="exited during format"):
         worker.call(cmd="format")
     worker.stop()
@@ -35,8 +35,8 @@ def test_a_failed_command_of_a_fresh_worker_keeps_its_log(tmp_path, monkeypatch)
         stderr.write(b"java.lang.OutOfMemoryError: Java heap space\n")
         return subprocess.CompletedProcess([], 52, stdout="@@RESULT {\"ok\": false, \"error\": \"boom\"}\n")
 
-    monkeypatch.setattr(bench_run.subprocess, "run", run)
+    monkeypatch.setattr(bench_common.subprocess, "run", run)
     kept = tmp_path / "kept" / "fresh.log"
     with pytest.raises(RuntimeError, match="boom"):
-        bench_run.once({}, tmp_path / "fresh.log", kept, cmd="fresh")
+        bench_common.once({}, tmp_path / "fresh.log", kept, cmd="fresh")
     assert "OutOfMemoryError" in kept.read_text()

@@ -7,10 +7,10 @@ PySpark workers (daemon and forked workers, summed, reaped ones included), the d
 where `dg.materialize` runs) and this process (where the bare consume and the naive consumer run). The machine's
 busy CPU over the same interval tells whether the 2 cores were saturated; what no process of ours spent is "other".
 
-    flock /tmp/locks/heavy .venv/bin/python -m bench.cpu_accounting --mb 200 --rounds 3
-    flock /tmp/locks/heavy .venv/bin/python -m bench.cpu_accounting --contenders archive --rounds 5 \
+    flock /tmp/locks/heavy .venv/bin/python -m bench.tools.cpu_accounting --mb 200 --rounds 3
+    flock /tmp/locks/heavy .venv/bin/python -m bench.tools.cpu_accounting --contenders archive --rounds 5 \
         --arm base=/tmp/w5-base --arm new=. --arm big=.,spark.sql.execution.arrow.maxRecordsPerBatch=40000
-    ... --jfr /tmp/jfr     # then one more archive (and count) per arm under a JFR recording (bench/jfr_top.py)
+    ... --jfr /tmp/jfr     # then one more archive (and count) per arm under a JFR recording (bench/tools/jfr_top.py)
 
 An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of
 `jvm_profile` long as in `make bench`, warmed up by one archive of the whole workload) and Spark settings for its
@@ -32,15 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import jfr_top
 from bench import workload as wl
-from bench.procstat import Snapshot, cpu_delta, descendants, snapshot, thread_deltas, thread_group
-from bench.run import BUCKET, TOPIC, SparkWorker, windows_for
+from bench.common import SparkWorker
+from bench.config import BUCKET, TOPIC
 from bench.stats import Summary
-from s3_archive.io.kafka import KafkaResource
-from s3_archive.local.stack import local_s3_client, temporary_stack
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench.throughput import time_bare_consume, time_naive_archive
+from bench.tools import jfr_top
+from bench.tools.procstat import Snapshot, cpu_delta, descendants, snapshot, thread_deltas, thread_group
+from bench.under_test import KafkaResource, local_s3_client, temporary_stack
 
 
 def say(msg: str) -> None:
@@ -57,6 +56,7 @@ class Arm(SparkWorker):
         conf = dict(o.split("=", 1) for o in opts)
         self.min_partitions = int(conf.pop("min_partitions")) if "min_partitions" in conf else None
         self.conf = conf
+        self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": "long", "spark_conf": conf})],
@@ -218,7 +218,7 @@ def main() -> None:
         say(f"producing {n:,} records ({n * wl.record_bytes() / 1e6:.0f} MB): {wl.produce(kafka, TOPIC, n):.1f} s")
         ends = kafka.offsets(TOPIC, "latest")
         per_partition = n // wl.PARTITIONS
-        wlist = [[w.partition, w.start, w.end] for w in windows_for(ends, per_partition)]
+        wlist = [[w.partition, w.start, w.end] for w in wl.windows_for(ends, per_partition)]
         arms = [Arm(spec, stack, root / f"worker-{i}.log") for i, spec in enumerate(args.arm or ["this=."])]
         try:
             for arm in arms:  # warm-up: one whole archive per arm (C2 has compiled the hot loops after it)
@@ -236,12 +236,12 @@ def main() -> None:
                 order = arms if r % 2 == 0 else arms[::-1]
                 for c in contenders:
                     if c == "consume":
-                        m = acct.measure(c, None, lambda: wl.bare_consume(kafka, TOPIC))
+                        m = acct.measure(c, None, lambda: time_bare_consume(kafka, TOPIC))
                     elif c == "count":
                         m = acct.measure(c, arms[0], lambda: arms[0].call(cmd="spark_read", topic=TOPIC,
                                                                           windows=wlist))
                     elif c == "naive":
-                        m = acct.measure(c, None, lambda: wl.naive_archive(kafka, s3, BUCKET, "naive/", TOPIC,
+                        m = acct.measure(c, None, lambda: time_naive_archive(kafka, s3, BUCKET, "naive/", TOPIC,
                                                                            per_partition))
                         wl.empty_prefix(s3, BUCKET, "naive/")
                     elif c == "archive":

@@ -1,4 +1,6 @@
-"""CPU time of processes and threads from /proc (utime + stime, in seconds), for bench/cpu_accounting.py.
+"""CPU time of processes and threads from /proc (utime + stime, in seconds): how much CPU did a process tree, or each
+thread of a JVM, spend between two moments? The reader behind bench/tools/cpu_accounting.py, not a command of its
+own: `snapshot()` before and after, then `cpu_delta` / `thread_deltas` between the two.
 
 A process's CPU over an interval is taken as the growth of `own + reaped` summed over a set of processes: `own` is
 its utime + stime, `reaped` its cutime + cstime (the children it has waited for). A child that ends during the

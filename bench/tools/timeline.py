@@ -1,17 +1,19 @@
 """A timeline of one fresh one-record run (issue #14): seconds from the run process's start to each step of the
 driver (Python), the JVM (class loading, CDS), Spark's scheduler (event log, log4j at INFO) and the Python worker.
 
-    flock /tmp/locks/heavy .venv/bin/python -m bench.timeline --runs 2 --out /tmp/timeline
-    flock /tmp/locks/heavy .venv/bin/python -m bench.timeline --runs 1 --xshare-on   # fails if CDS does not map
+    flock /tmp/locks/heavy .venv/bin/python -m bench.tools.timeline --runs 2 --out /tmp/timeline
+    flock /tmp/locks/heavy .venv/bin/python -m bench.tools.timeline --runs 1 --xshare-on   # fails if CDS does not map
+    .venv/bin/python -m bench.tools.timeline --parse /tmp/timeline/run0-tree0            # an earlier run's timeline
 
-Each run is `bench.worker --once one` (what bench/overhead.py and make bench time) in a fresh process, with:
+Each run is `bench.worker --once one` (what make bench's run-overhead figure times) in a fresh process, with:
 - the driver's steps timed by wrapping functions (this module, `--child`; the code under test is not changed);
 - `-Xlog:class+load`, `-Xlog:cds`, `-Xlog:startuptime` into files (wall-clock milliseconds), on top of the
   default `jvm_profile: short` options;
 - Spark's event log (`spark.eventLog.enabled`: SQL execution, job, stage, task times) and log4j at INFO into a
   file (`%d{UNIX_MILLIS}`);
-- the Python workers' daemon `bench.timeline_daemon` (which runs the tree's own daemon after its hooks).
-The logging costs a little time itself: compare the run's total with bench/overhead.py's.
+- the Python workers' daemon `bench.tools.timeline_daemon` (which runs the tree's own daemon after its hooks).
+The logging costs a little time itself (about 1 s): compare the run's total with make bench's run overhead.
+`--trees A,B` runs each source tree (a checkout with this tool) in turn, round by round.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import process_start
+from bench.config import BUCKET, ROOT
+
 LOG4J = """\
 rootLogger.level = info
 rootLogger.appenderRef.file.ref = file
@@ -66,12 +70,6 @@ MARKERS = {
     "org.apache.spark.api.python.PythonWorkerFactory": "JVM: PythonWorkerFactory loaded",
     "org.apache.spark.sql.execution.arrow.ArrowWriter": "JVM: ArrowWriter loaded",
 }
-
-
-def process_start(pid: int | str = "self") -> float:
-    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines() if ln.startswith("btime"))
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------- child: one run with the driver's steps timed
@@ -136,12 +134,9 @@ def _child(stack: dict[str, Any], out: Path) -> None:
     t_imports = time.time()
     import dagster as dg
 
-    import s3_archive.archive.window as window
-    import s3_archive.defs.archive.assets as assets
-    from bench.worker import Worker, jvm_pid
-    from s3_archive.io.kafka import KafkaResource
-    from s3_archive.io.s3_resource import S3Resource
-    from s3_archive.io.spark import SparkResource
+    from bench.worker import KafkaResource, S3Resource, SparkResource, Worker, jvm_pid
+    from bench.worker import archive_mod as window
+    from bench.worker import assets_mod as assets
 
     assert "pyspark" not in sys.modules, "the bench worker imports pyspark before the run: the timeline would hide it"
     EVENTS.append({"t": t_imports, "event": "child: bench imports start", "thread": "main"})
@@ -194,19 +189,18 @@ def _jvm_extra(d: Path, xshare_on: bool) -> str:
 
 
 def run_once(tree: Path, stack: dict[str, Any], d: Path, xshare_on: bool) -> None:
-    from s3_archive.io import paths
-    from s3_archive.io.jvm import driver_java_options
+    from bench.under_test import driver_java_options, paths
 
     d.mkdir(parents=True)
     (d / "events").mkdir()
     default = driver_java_options("short", [str(j) for j in paths.spark_jars()])
     conf = {"spark.driver.extraJavaOptions": f"{default} {_jvm_extra(d, xshare_on)}",
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{d}/events",
-            "spark.eventLog.compress": "false", "spark.python.daemon.module": "bench.timeline_daemon"}
+            "spark.eventLog.compress": "false", "spark.python.daemon.module": "bench.tools.timeline_daemon"}
     env = os.environ | {"PYTHONPATH": str(tree), "S3_ARCHIVE_STATE_DIR": str(d / "state"),
                         "S3A_TIMELINE_DIR": str(d)}
     with (d / "stderr.log").open("wb") as err:
-        p = subprocess.run([sys.executable, "-m", "bench.timeline", "--child", json.dumps(stack | {
+        p = subprocess.run([sys.executable, "-m", "bench.tools.timeline", "--child", json.dumps(stack | {
             "spark_conf": conf}), str(d)], cwd=tree, env=env, stdout=err, stderr=err, timeout=900)
     if p.returncode:
         raise RuntimeError(f"the timeline run in {tree} exited with {p.returncode}; see {d}/stderr.log")
@@ -380,9 +374,7 @@ def main() -> None:
         _print(timeline(Path(args.parse)), "")
         return
     from bench import workload as wl
-    from bench.run import BUCKET
-    from s3_archive.io.kafka import KafkaResource
-    from s3_archive.local.stack import temporary_stack
+    from bench.under_test import KafkaResource, temporary_stack
 
     out = Path(args.out or tempfile.mkdtemp(prefix="timeline-"))
     out.mkdir(parents=True, exist_ok=True)

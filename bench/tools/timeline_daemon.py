@@ -1,11 +1,14 @@
-"""PySpark's worker daemon with timestamps, for bench/timeline.py (`spark.python.daemon.module`): the daemon's own
-start, each forked worker's start, the task's command unpickled (which imports the write path), the first Arrow
-batch in, the first result out, the task's end; S3 calls only in a worker that had botocore's client module
-imported when its task was unpickled (a reused one: the first task imports boto3 later, so its PUT is not stamped). One JSON line per event in
-`$S3A_TIMELINE_DIR/worker-<pid>.jsonl`, wall-clock seconds.
+"""PySpark's worker daemon with timestamps, for bench/tools/timeline.py: when does a fresh run's Python worker start,
+unpickle its task (which imports the write path), see its first Arrow batch, answer, and call S3? Not run by hand:
+the timeline sets it as `spark.python.daemon.module` of the run it times.
+
+Stamps the daemon's own start, each forked worker's start, the task's command unpickled, the first Arrow batch in,
+the first result out, the task's end; S3 calls only in a worker that had botocore's client module imported when its
+task was unpickled (a reused one: the first task imports boto3 later, so its PUT is not stamped). One JSON line per
+event in `$S3A_TIMELINE_DIR/worker-<pid>.jsonl`, wall-clock seconds.
 
 Then it runs the tree's own daemon (`s3_archive.io.pyspark_daemon.main`), so whatever that does before it forks
-is measured too.
+is measured too. It imports nothing of bench (it runs inside PySpark's daemon, before any task).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ def event(name: str, **extra) -> None:
             f.write(json.dumps({"t": time.time(), "event": name, "pid": os.getpid()} | extra) + "\n")
 
 
-def _process_start() -> float:
+def _process_start() -> float:  # as bench.common.process_start (this process imports nothing of bench)
     ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
     boot = next(float(ln.split()[1]) for ln in open("/proc/stat") if ln.startswith("btime"))
     return boot + ticks / os.sysconf("SC_CLK_TCK")

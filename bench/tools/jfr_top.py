@@ -1,7 +1,10 @@
 """Where a Spark JVM's CPU went, from a JFR recording's execution samples (`jdk.ExecutionSample`: a thread running
 Java code, every 10 ms with JFR's `profile` settings; threads blocked in native code are not sampled).
 
-    python -m bench.jfr_top REC.jfr [REC2.jfr ...]          # prints the split, top frames and top packages
+    .venv/bin/python -m bench.tools.jfr_top REC.jfr [REC2.jfr ...]   # prints the split, top frames and packages
+
+A recording: `bench.tools.cpu_accounting ... --jfr DIR` (one archive and one count per arm under JFR), or
+`jcmd PID JFR.start settings=profile` / `JFR.stop filename=REC.jfr` around any run of a live Spark JVM.
 
 `jfr print --stack-depth 256 --events jdk.ExecutionSample` renders the samples; `parse` reads that text and
 `split` puts each sample of a Spark task thread into one stage of the archive's pipeline by its stack, leaf first:
@@ -140,7 +143,7 @@ class Profile:
         t = self.task_samples
         lines = [f"{self.samples} execution samples; by thread group:"]
         lines += [f"  {pct(n, self.samples)}  {n:6d}  {g}" for g, n in self.threads.most_common(12)]
-        lines.append(f"Spark task threads, {t} samples, by stage (leaf first, see bench/jfr_top.py):")
+        lines.append(f"Spark task threads, {t} samples, by stage (leaf first, see bench/tools/jfr_top.py):")
         lines += [f"  {pct(n, t)}  {n:6d}  {g}" for g, n in self.stages.most_common()]
         lines.append("task threads, inclusive (a frame anywhere on the stack):")
         lines += [f"  {pct(self.markers[k], t)}  {self.markers[k]:6d}  {k}" for k, _ in MARKERS]

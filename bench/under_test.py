@@ -1,0 +1,39 @@
+"""Every name the benchmark's orchestrating side takes from s3_archive (the suite's areas, the peers, the years of
+windows, the reliability matrix, the tools' parent processes), in one place: when the package's modules move, this
+file is the one to follow them. The Spark side (bench/worker.py, a process whose imports are timed) and the PySpark
+daemon of bench/tools/timeline_daemon.py import what they run themselves."""
+
+from __future__ import annotations
+
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.defs.archive.checks import (
+    TopicView,
+    contiguity_result,
+    headroom_result,
+    objects_result,
+    retention_result,
+)
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.sensors import build_offsets_sensor, evaluate
+from s3_archive.defs.archive.windows import Retired, record_retired
+from s3_archive.io import paths
+from s3_archive.io.jvm import driver_java_options
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import delete_keys, list_objects
+from s3_archive.io.spark import SparkResource
+from s3_archive.local.fault_proxy import FaultProxy
+from s3_archive.local.postgres import PostgresServer
+from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
+from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
+from s3_archive.model.formats import FORMATS
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.run import restore_windows
+
+__all__ = [
+    "FORMATS", "LOCAL_AWS", "ArchiveConfig", "FaultProxy", "KafkaResource", "OffsetWindow", "PostgresServer",
+    "RestoreRequest", "Retired", "SparkResource", "TopicView", "archive_asset_key", "build_offsets_sensor",
+    "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
+    "list_objects", "local_s3_client", "objects_result", "paths", "record_retired", "restore_windows",
+    "retention_result", "spawn", "stop_pid", "temporary_stack", "wait_until", "window_partitions",
+]
