@@ -257,7 +257,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             f"{tick['windows']:,} windows (dynamic partitions) of a 4-partition topic in a temporary sqlite Dagster "
             f"instance (adding them took {tick['add_partitions_s']:.1f} s); the offsets sensor evaluated "
             f"{len(tick['tick_s'])} times: {Summary.of(tick['tick_s']).fmt(2)} s per tick.")},
-        {"title": "Years of windows (issue #16)", "body": _windows_body(x["windows_figures"])},
+        {"title": "Years of windows", "body": _windows_body(x["windows_figures"])},
         {"title": "What the figures mean", "body": (
             "- The limit is the slower of a bare consume and a bare PUT of the same bytes, per round. Everything "
             "(broker, moto, the contender) shares the same 2 cores, so none of the contenders reaches it.\n"
@@ -272,7 +272,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
         "records": n, "bytes": x["payload"], "mb": f"{args.mb:g}", "value_bytes": wl.VALUE_BYTES,
         "produce_s": x["produce_s"],
         "size_note": ("The default 200 MB keeps `make bench` within about 30 minutes here; "
-                      "`BENCH_ARGS=\"--mb 1000\"` runs the issue's 1 GB.")}
+                      "`BENCH_ARGS=\"--mb 1000\"` runs 1 GB.")}
     return {"command": command, "repeats": args.repeats, "started": x["started"], "wall_s": wall_s,
             "machine": x["machine"], "workload": workload, "measures": m,
             "throughput_order": ["consume", "put", "limit", "spark_read", "naive", "archive", "restore", "produce"],

@@ -5,17 +5,17 @@ daemon of bench/tools/timeline_daemon.py import what they run themselves."""
 
 from __future__ import annotations
 
+from s3_archive.archive.retirement import Retired
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.checks import (
-    TopicView,
     contiguity_result,
     headroom_result,
     objects_result,
     retention_result,
 )
+from s3_archive.defs.archive.instance import TopicView, record_retired
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor, evaluate
-from s3_archive.defs.archive.windows import Retired, record_retired
 from s3_archive.io import paths
 from s3_archive.io.jvm import driver_java_options
 from s3_archive.io.kafka import KafkaResource

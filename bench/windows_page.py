@@ -15,13 +15,8 @@ def _worst(fig: dict[str, Any], state: str) -> tuple[float, float]:
             max(q["first_s"], q["repeat_s"], q["after_new_partition_s"]))
 
 
-def _short(line: str) -> str:
-    """A profile line with paths from the package (site-packages, the stdlib, the repository) on."""
-    return re.sub(r"\S*/(site-packages|python3\.\d+)/|\S*/(?=(bench|s3_archive)/)", "", line)
-
-
 def targets(fig: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The issue's two targets, for the default (retired) state; the all-live state in the note."""
+    """The two targets, for the default (retired) state; the all-live state in the note."""
     out = {}
     for i, name in enumerate(("sensor tick", "partition status query")):
         value, live = _worst(fig, "retired")[i], _worst(fig, "all_live")[i]
@@ -63,7 +58,6 @@ def section(fig: dict[str, Any]) -> dict[str, str]:
         row("definitions load (fresh process)", lambda x: x["definitions_load_s"]),
     ]
     lines = a["status_cache_profile"].strip().splitlines()
-    prof = "\n".join(_short(ln) for ln in lines[:16])
     total = re.search(r"in ([\d.]+) seconds", lines[0])
     rows_ = [ln.split() for ln in lines if ln.endswith("(get_existing_dynamic_partitions)")]
     held = (total.group(1), rows_[-1][3]) if total and rows_ else None
@@ -71,11 +65,6 @@ def section(fig: dict[str, Any]) -> dict[str, str]:
            f"{fig['machine']['other_work_end']}); load average at start / end {fig['machine']['load_start']} / "
            f"{fig['machine']['load_end']}; {fig['machine']['cpu']}, nproc {fig['machine']['nproc']}."
            if "machine" in fig else "")
-    tick = a["sensor"].get("next_tick_profile")
-    tick_prof = "" if tick is None else (
-        "\n\nThe all-live steady tick again under cProfile (by cumulative time):\n\n```\n"
-        + "\n".join(_short(ln) for ln in tick.strip().splitlines()[:16])
-        + "\n```")
     body = (
         f"bench/windows_scale.py: {fig['windows']:,} archived windows of a {fig['partitions']}-partition topic "
         f"({fig['windows'] // fig['partitions'] * fig['window_minutes'] / 60 / 24:,.0f} days of "
@@ -83,7 +72,7 @@ def section(fig: dict[str, Any]) -> dict[str, str]:
         f"{fig['postgres_mib']:,.0f} MiB at the end), in two states of the same windows: **retired** (the default "
         f"`retire_after_days: {fig['live_days']:g}`: {fig['live_windows']:,} live windows are dynamic partitions with "
         "their materializations, the older ones one range per Kafka partition in the retirement record) and **all "
-        "live** (`retire_after_days: null`, the shape before retirement, as in the issue's measurement on SQLite). "
+        "live** (`retire_after_days: null`: every window a dynamic partition). "
         "The partition status query is the asset page's `PartitionHealthQuery` over HTTP from a `dagster-webserver` "
         "on the instance. Filling took "
         f"{fig['fill_live_materializations_s'] + fig['fill_old_materializations_s']:,.0f} s for the materializations "
@@ -95,10 +84,10 @@ def section(fig: dict[str, Any]) -> dict[str, str]:
         + " ".join(f"{name}: {t['value_fmt']} ({t['verdict']}; target {t['target_fmt']}); {t['note']}."
                    for name, t in targets(fig).items()) + "\n\n"
         "With every window a dynamic partition, whatever Dagster does with the partition set reads all of it: the "
-        "first status query after a change of the partition set rebuilds the asset's status cache (profile below: "
-        "all live, cProfile of that rebuild in the bench process, by cumulative time"
-        + (f"; `get_existing_dynamic_partitions`, every key from Postgres, {held[1]} of its {held[0]} s" if held else "")
-        + "); the sensor's lost-cursor tick reads every key too, and a range run slices its 8 keys out of the whole "
-        "set. Retirement keeps that set to the live horizon, so these costs stop growing with the history.\n\n"
-        "```\n" + prof + "\n```" + tick_prof)
+        "first status query after a change of the partition set rebuilds the asset's status cache (all live, cProfile "
+        "of that rebuild in the bench process"
+        + (f": `get_existing_dynamic_partitions`, every key from Postgres, {held[1]} of its {held[0]} s" if held else "")
+        + "; docs/performance.md); the sensor's lost-cursor tick reads every key too, and a range run slices its 8 "
+        "keys out of the whole set. Retirement keeps that set to the live horizon, so these costs stop growing with "
+        "the history.")
     return {"title": f"Years of windows: {fig['windows']:,} windows in a Postgres instance", "body": body}

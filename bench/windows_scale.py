@@ -1,4 +1,4 @@
-"""Years of windows (issue #16): a Dagster instance on PostgreSQL holding 1M archived windows of a 32-partition
+"""Years of windows: a Dagster instance on PostgreSQL holding 1M archived windows of a 32-partition
 topic (~7 months of 10-minute windows), measured as the deployed shape sees it.
 
     .venv/bin/python -m bench.windows_scale [--windows 1000000] [--partitions 32] [--live-days 7] [--json FILE]

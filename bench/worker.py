@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 
-import s3_archive.archive.window as archive_mod
+import s3_archive.archive.driver.coordinator as archive_mod
 import s3_archive.defs.archive.assets as assets_mod
 from bench.common import RESULT, RssSampler, process_start, status_kb
 from s3_archive.config.archive import ArchiveConfig, FlushPolicy

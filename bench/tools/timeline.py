@@ -149,9 +149,9 @@ def _child(stack: dict[str, Any], out: Path) -> None:
                                                "pyspark: SparkSession getOrCreate"),
         "pyspark.sql.classic.dataframe": lambda m: _wrap(m.DataFrame, "collect",
                                                          "pyspark: collect (plan, job, result)"),
-        "s3_archive.archive.write": lambda m: (_wrap(m, "read_slices", "write: read_slices (DataFrame)"),
+        "s3_archive.archive.driver.spark_job": lambda m: (_wrap(m, "read_slices", "write: read_slices (DataFrame)"),
                                                _wrap(m, "write_frame", "write: write_frame (analysis)")),
-    }, {"pyspark", "dagster_pyspark", "pyarrow", "s3_archive.archive.write"}))
+    }, {"pyspark", "dagster_pyspark", "pyarrow", "s3_archive.archive.driver.spark_job"}))
     _wrap(dg, "materialize", "dg.materialize")
     _wrap(S3Resource, "get_client", "asset: S3 client")
     _wrap(assets, "check_bucket", "asset: check_bucket")

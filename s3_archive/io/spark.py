@@ -72,7 +72,7 @@ class SparkResource(dg.ConfigurableResource):
     Built on dagster-pyspark's `LazyPySparkResource`: the session starts on first use, not when a run starts.
     `local[*]` by default; any master URL, or a Spark Connect endpoint through `remote` (`sc://host:15002`).
     The tuning fields (committer, Parquet row group, minPartitions, UI) are explained in docs/deployment.md,
-    "Spark tuning", and measured by docs/benchmarks.md and bench/tuning.py.
+    "Spark tuning", and measured by `make bench` (docs/benchmarks.md, docs/performance.md).
     """
 
     master: str = "local[*]"
