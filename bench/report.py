@@ -78,6 +78,19 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
                                 "archive_vs_naive": round(vs_naive.median, 3)}
     ratios: dict[str, Any] = {"archive_vs_limit": vs_limit.as_dict(), "archive_vs_spark_read": vs_read.as_dict(),
                               "archive_vs_naive": vs_naive.as_dict(), "restore_vs_produce": vs_produce.as_dict()}
+    # read_path spark beside the default (librdkafka), in the same rounds; new over old is a speed-up
+    old = m["archive_spark"].seconds
+    for key, label in (("limit", "limit"), ("spark_read", "Spark's own read"), ("naive", "naive")):
+        r = paired_ratios(old, m[key].seconds)
+        targets[f"archive (read_path spark) / {label}"] = _fmt_target(r, TARGETS[f"archive_vs_{key}"])
+        json_out[f"archive_spark_vs_{key}"] = round(r.median, 3)
+        ratios[f"archive_spark_vs_{key}"] = r.as_dict()
+    speedup = paired_ratios(arch, old)
+    targets["read_path librdkafka / read_path spark"] = {"value": speedup, "value_fmt": speedup.fmt(2),
+                                                         "target_fmt": "", "verdict": "",
+                                                         "note": "the archive's speed-up from its read path"}
+    json_out["archive_vs_archive_spark"] = round(speedup.median, 3)
+    ratios["archive_vs_archive_spark"] = speedup.as_dict()
 
     # --- peers ---
     peers = x["peers"]
@@ -275,7 +288,8 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
                       "`BENCH_ARGS=\"--mb 1000\"` runs 1 GB.")}
     return {"command": command, "repeats": args.repeats, "started": x["started"], "wall_s": wall_s,
             "machine": x["machine"], "workload": workload, "measures": m,
-            "throughput_order": ["consume", "put", "limit", "spark_read", "naive", "archive", "restore", "produce"],
+            "throughput_order": ["consume", "put", "limit", "spark_read", "naive", "archive", "archive_spark", "restore",
+                                 "produce"],
             "targets": targets, "sections": sections, "json": json_out}
 
 
@@ -285,7 +299,9 @@ def _windows_body(w: dict[str, Any]) -> str:
     return f"Not measured here: {w.get('skipped') or 'bench/windows_scale.py failed: ' + w['error']}."
 
 
-SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "archive_vs_connect_iceberg",
+SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "archive_spark_vs_limit",
+             "archive_spark_vs_spark_read", "archive_spark_vs_naive", "archive_vs_archive_spark",
+             "archive_vs_connect_iceberg",
              "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
              "s3_requests_per_window", "jvm_peak_16x_over_1x")
 

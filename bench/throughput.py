@@ -3,7 +3,7 @@ rounds interleaved (round i runs every contender once), so that each ratio pairs
 
 In a round, in this order: the limits (a bare consume; a bare PUT of the same bytes), Spark's own read (a batch count
 of the same offset ranges, in the warm worker), the naive consumer (one Python process writing Parquet), s3-archive
-(the archive asset in the warm worker, its S3 requests counted), restore (what round 1 archived, into a new topic),
+(the archive asset in the warm worker, its S3 requests counted), s3-archive with read_path spark, restore (what round 1 archived, into a new topic),
 a bare produce of the same records, then the peers (bench/peers/rounds.py).
 """
 
@@ -178,7 +178,9 @@ def contenders(s: Setup) -> dict[str, Measure]:
         "archive": Measure("archive", "s3-archive: dg.materialize of the archive asset, commit included",
                            records=n, bytes=payload,
                            note=f"{len(s.windows)} windows of ≤ {window_records:,} records in one run, parquet/"
-                                "snappy, warm Spark session"),
+                                "snappy, warm Spark session, read_path librdkafka (the default)"),
+        "archive_spark": Measure("archive_spark", "s3-archive, read_path spark (Spark's Kafka source)",
+                                 records=n, bytes=payload, note="the same run and windows, right after"),
         "restore": Measure("restore", "restore: restore_windows from the archive into a new topic", records=n,
                            bytes=payload, note="transactional, exactly once (ledger)"),
         "produce": Measure("produce", "bare produce of the same records (idempotent, acks=all)", records=n,
@@ -225,6 +227,13 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
         say(f"  s3-archive: {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s ({out['objects']} objects, "
             f"{out['bytes_written'] / 1e6:.0f} MB written, {requests[-1]['requests']} S3 requests; Spark jobs "
             f"{out['stage_s']:.1f}s, commits {out['commit_s']:.1f}s summed over windows)")
+        old = worker.call(cmd="archive", topic=TOPIC, prefix=f"archive-spark-r{r}/", windows=wlist,
+                          read_path="spark")
+        assert old["records"] == n and old["windows"] == len(s.windows), old
+        m["archive_spark"].seconds.append(old["seconds"])
+        wl.empty_prefix(s3, BUCKET, f"archive-spark-r{r}/")
+        say(f"  s3-archive, read_path spark: {old['seconds']:.2f}s, {n / old['seconds']:,.0f} rec/s "
+            f"({old['objects']} objects)")
         target = f"restored-r{r}"
         wl.create_topic(kafka, target)
         res = time_restore(kafka, s3, BUCKET, RESTORE_SOURCE, TOPIC, target, s.windows)

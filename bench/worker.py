@@ -120,16 +120,17 @@ class Worker:
     # --- commands ---
 
     def cmd_archive(self, topic: str, prefix: str, windows: list[list[int]], min_partitions: int | None = None,
-                    ) -> dict[str, Any]:
-        """`min_partitions`: SparkResource.kafka_min_partitions for this call only (Spark's Kafka source option
-        `minPartitions`: one window read by several Spark tasks), set on the warm session's conf."""
+                    read_path: str = "librdkafka") -> dict[str, Any]:
+        """`min_partitions`: SparkResource.kafka_min_partitions for this call only (the slices a window is read
+        and written in), set on the warm session's conf; `read_path`: ArchiveConfig.read_path."""
         ws = [OffsetWindow(*w) for w in windows]
         session = self.spark().session()
         if min_partitions:
             session.conf.set(KAFKA_MIN_PARTITIONS_CONF, str(min_partitions))
         try:
             with StageProfile() as prof, RssSampler(jvm_pid) as rss:
-                out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws))), topic, ws)
+                out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws)),
+                                                   read_path=read_path), topic, ws)
         finally:
             session.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
         pid = jvm_pid()

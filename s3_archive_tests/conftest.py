@@ -229,6 +229,15 @@ def spark(spark_resource: SparkResource):
     session.stop()
 
 
+READ_PATHS = ("librdkafka", "spark")
+
+
+@pytest.fixture(params=READ_PATHS)
+def read_path(request: pytest.FixtureRequest) -> str:
+    """ArchiveConfig.read_path: the archive tests run on both read paths while both exist."""
+    return request.param
+
+
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:8]

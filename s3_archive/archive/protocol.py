@@ -73,6 +73,25 @@ class FormatPlan:
     row_group_bytes: int = 32 << 20  # Parquet: Arrow bytes buffered per row group
 
 
+_CONNECTION_SETTINGS = ("bootstrap.servers", "security.protocol", "sasl.", "ssl.")
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """How write tasks reach Kafka with librdkafka (`read_path: librdkafka`, executor/kafka_read.py): the connection
+    settings of the driver's `KafkaResource.client_config`, certificate files inlined as PEM
+    (driver/task_read_job.py). Picklable; the settings (a SASL password, a key) stay out of repr, so they never
+    reach a log or an error."""
+
+    servers: str
+    settings: tuple[tuple[str, Any], ...] = field(repr=False)
+
+    @classmethod
+    def of_config(cls, config: dict[str, Any]) -> KafkaConnection:
+        kept = {k: v for k, v in config.items() if k.startswith(_CONNECTION_SETTINGS) and v is not None}
+        return cls(str(config["bootstrap.servers"]), tuple(sorted(kept.items())))
+
+
 class TaskFault(StrEnum):
     """Tests: where a write task stops on purpose (WriteJob.fault)."""
 
@@ -108,6 +127,11 @@ class WriteJob:
     multipart_threshold: int = MULTIPART_THRESHOLD
     part_size: int = PART_SIZE
     fault: str | None = None  # tests: a TaskFault
+    # read_path librdkafka: how tasks reach Kafka, the Spark schema (JSON) of the task batches they make themselves
+    # (driver/task_read_job.py), and how long a read may make no progress before it fails
+    kafka: KafkaConnection | None = None
+    task_schema: str = ""
+    read_stall_s: float = 120.0
     _index: dict[int, tuple[list[int], list[Slice]]] = field(default_factory=dict, compare=False, repr=False)
 
     def location(self, window: OffsetWindow) -> WindowLocation:

@@ -101,6 +101,10 @@ class ArchiveConfig(StrictModel):
     on_data_loss: Literal["fail", "record_gap"] = Field(
         default="fail", description="a window whose offsets Kafka already deleted: fail the run, or record the "
                                     "lost range in the manifest and archive what is left")
+    read_path: Literal["librdkafka", "spark"] = Field(
+        default="librdkafka", description="how a run's tasks read their offset ranges: librdkafka, each write task "
+                                          "consuming its own range; spark, Spark's Kafka source (its jars on the "
+                                          "session's classpath; docs/performance.md)")
     windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
     retire_after_days: float | None = Field(
         default=7, gt=0, description="windows committed longer ago leave the Dagster instance's partition set once "

@@ -20,6 +20,9 @@ log = logging.getLogger("s3_archive_tests")
 
 
 def archive_config(bucket: str, topic: str, prefix: str, **kw) -> ArchiveConfig:
+    """An archive of `topic`; with a `read_path`, under a prefix of its own (each test runs on both paths)."""
+    if "read_path" in kw:
+        prefix = f"{prefix}{kw['read_path']}/"
     return ArchiveConfig(name="test", topics=[topic], bucket=bucket, prefix=prefix, **kw)
 
 

@@ -157,7 +157,7 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
     earliest = kafka.offsets(topic, "earliest", parts)
     latest = kafka.offsets(topic, "latest", parts)
     out = Output.of(cfg)
-    per_window = _tasks_per_window(spark) if splittable(cfg.layout, out.rotates, cfg.format) else 1
+    per_window = _tasks_per_window(spark, out, len(todo)) if splittable(cfg.layout, out.rotates, cfg.format) else 1
     pending: list[_Pending] = []
     for w in todo:
         try:
@@ -180,10 +180,10 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
         from s3_archive.archive.driver.iceberg_commit import commit_windows
 
         ready = [p for p in pending if p.window not in results]
-        done = commit_windows(spark, kafka.spark_options(), s3, cfg, topic,
-                                      [(p.window, p.read_start, p.lost) for p in ready],
-                                      [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
-                                      attempt, fault, conn)
+        done = commit_windows(spark, kafka.spark_options() if out.read_path == "spark" else _task_reads(kafka),
+                              s3, cfg, topic, [(p.window, p.read_start, p.lost) for p in ready],
+                              [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
+                              attempt, fault, conn)
         for w, r in done.items():
             results[w] = r if isinstance(r, BaseException) else WindowResult(w, r[0], r[1], time.monotonic() - t0)
         return results
@@ -206,12 +206,36 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
     return results
 
 
-def _tasks_per_window(spark: Any) -> int:
-    """SparkResource.kafka_min_partitions: the tasks (and objects) a window is split into, where it may be."""
+# read_path librdkafka: a run of fewer windows than SLICES_PER_SLOT x the session's task slots splits each window
+# into slices of at least MIN_SLICE_RECORDS offsets, so that every slot reads (docs/performance.md, "Slices").
+SLICES_PER_SLOT = 1
+MIN_SLICE_RECORDS = 20_000
+
+
+def _tasks_per_window(spark: Any, out: Output, windows: int) -> int:
+    """The tasks (and objects) a window is split into, where it may be: SparkResource.kafka_min_partitions when
+    set; else with read_path librdkafka enough for the session's task slots; else one."""
     from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
 
     value = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
-    return int(value) if value else 1
+    if value:
+        return int(value)
+    if out.read_path != "librdkafka":
+        return 1
+    return max(1, -(-_task_slots(spark) * SLICES_PER_SLOT // max(1, windows)))
+
+
+def _task_slots(spark: Any) -> int:
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext: the server's setting, if the client may read it
+        return int(spark.conf.get("spark.default.parallelism", None) or 1)
+
+
+def _task_reads(kafka: KafkaResource) -> Any:
+    from s3_archive.archive.driver.task_read_job import kafka_connection
+
+    return kafka_connection(kafka)
 
 
 def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pending: list[_Pending],
@@ -220,13 +244,30 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
     fails its windows (their objects stay until a re-run replaces or removes them)."""
     # Imported here, not at load: pyspark and pyarrow cost every process that loads the definitions over a second.
     from s3_archive.archive.driver.spark_job import infer_json_ddls, read_slices, run_write_job
+    from s3_archive.archive.driver.task_read_job import envelope_frame, run_task_read_job
 
-    options = kafka.spark_options()
     slices = [s for p in pending for s in p.slices]
+    if out.read_path == "librdkafka":
+        base = replace(base, kafka=_task_reads(kafka))
+
+        def records(job: WriteJob) -> Any:
+            return envelope_frame(spark, job)
+
+        def run(job: WriteJob, ddl: str | None) -> JobOutput:
+            return run_task_read_job(spark, job, out, ddl)
+    else:
+        options = kafka.spark_options()
+
+        def records(job: WriteJob) -> Any:
+            return read_slices(spark, options, job.topic, job.slices)
+
+        def run(job: WriteJob, ddl: str | None) -> JobOutput:
+            return run_write_job(spark, options, job, out, ddl)
+
     groups: dict[str | None, list[_Pending]] = {}
     if out.decoding == "json" and out.json_schema is None and slices:
         try:
-            ddls = infer_json_ddls(read_slices(spark, options, base.topic, slices), slices)
+            ddls = infer_json_ddls(records(replace(base, slices=tuple(slices))), slices)
         except Exception as e:
             for p in pending:
                 results[p.window] = e
@@ -239,8 +280,7 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
     for ddl, group in groups.items():
         job_slices = tuple(s for p in group for s in p.slices)
         try:
-            job_out = (run_write_job(spark, options, replace(base, slices=job_slices), out, ddl) if job_slices
-                       else JobOutput([], "{}"))
+            job_out = run(replace(base, slices=job_slices), ddl) if job_slices else JobOutput([], "{}")
         except Exception as e:
             for p in group:
                 results[p.window] = e

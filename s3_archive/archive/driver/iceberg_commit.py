@@ -40,7 +40,7 @@ from s3_archive.archive.driver.spark_job import (
     with_parsed_json,
 )
 from s3_archive.archive.executor.upload import S3Connection
-from s3_archive.archive.protocol import RecordStats, Slice, WriteJob
+from s3_archive.archive.protocol import KafkaConnection, RecordStats, Slice, WriteJob
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
 from s3_archive.io.iceberg_catalog import (
@@ -261,7 +261,18 @@ def _data_files(spark: Any, s3: S3Client, cfg: ArchiveConfig, ident: str, window
     return out
 
 
-def _dead_letters(spark: Any, kafka_options: dict[str, str], cfg: ArchiveConfig, topic: str, out: Output,
+def _records(spark: Any, source: dict[str, str] | KafkaConnection, topic: str, slices: list[Slice]) -> DataFrame:
+    """The envelope of `slices`: read by Spark's Kafka source (its options), or by tasks with librdkafka."""
+    if isinstance(source, KafkaConnection):
+        from s3_archive.archive.driver.task_read_job import envelope_frame
+
+        job = WriteJob(topic=topic, bucket="", prefix="", fmt=None, conn=None,  # type: ignore[arg-type]
+                       slices=tuple(slices), kafka=source)
+        return envelope_frame(spark, job)
+    return read_slices(spark, source, topic, slices)
+
+
+def _dead_letters(spark: Any, source: dict[str, str] | KafkaConnection, cfg: ArchiveConfig, topic: str, out: Output,
                   slices: list[Slice], conn: S3Connection) -> dict[str, list[dict[str, Any]]]:
     """Write the undecodable records of `slices` as dead letters, where the other formats put them
     (`<prefix>_dead_letter/`, one raw-envelope Parquet object per slice at a key fixed by the window and slice, so
@@ -270,7 +281,8 @@ def _dead_letters(spark: Any, kafka_options: dict[str, str], cfg: ArchiveConfig,
     job = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
                    slices=tuple(slices))
     by_window: dict[str, list[dict[str, Any]]] = {}
-    for r in run_write_job(spark, kafka_options, job, out, None, undecodable_only=True).rows:
+    for r in run_write_job(spark, {}, job, out, None, undecodable_only=True,
+                           envelope=_records(spark, source, topic, slices)).rows:
         by_window.setdefault(r["window"], []).append(r)
     return by_window
 
@@ -336,12 +348,13 @@ def _remove_stray_dead_letters(s3: S3Client, cfg: ArchiveConfig, topic: str, man
         s3.delete_objects(Bucket=cfg.bucket, Delete={"Objects": [{"Key": k} for k in stray], "Quiet": True})
 
 
-def commit_windows(spark: Any, kafka_options: dict[str, str], s3: S3Client, cfg: ArchiveConfig, topic: str,
+def commit_windows(spark: Any, source: dict[str, str] | KafkaConnection, s3: S3Client, cfg: ArchiveConfig, topic: str,
                    pending: list[tuple[OffsetWindow, int, list[list[int]]]], slices: list[Slice],
                    endpoint: S3Endpoint, attempt: str, fault: Fault = no_fault, conn: S3Connection | None = None,
                    ) -> dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException]:
-    """Write `pending` windows ((window, first offset to read, lost ranges)) reading `slices`; per window its
-    manifest and outcome (committed | already_committed | committed_by_concurrent_attempt), or what failed it."""
+    """Write `pending` windows ((window, first offset to read, lost ranges)) reading `slices` (`source`: Spark's
+    Kafka source options, or the tasks' librdkafka connection); per window its manifest and outcome (committed |
+    already_committed | committed_by_concurrent_attempt), or what failed it."""
     use_catalog(spark, cfg, endpoint)
     ident = table_ident(cfg, topic)
     out = Output.of(cfg)
@@ -350,8 +363,8 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: S3Client, cfg:
     dead: dict[str, list[dict[str, Any]]] = {}
     try:
         if slices and out.decoding != "bytes" and out.on_error == "dead_letter":
-            dead = _dead_letters(spark, kafka_options, cfg, topic, out, slices, conn or S3Connection.of_client(s3))
-        df = with_parsed_json(read_slices(spark, kafka_options, topic, slices), out.decoding) if slices else None
+            dead = _dead_letters(spark, source, cfg, topic, out, slices, conn or S3Connection.of_client(s3))
+        df = with_parsed_json(_records(spark, source, topic, slices), out.decoding) if slices else None
         groups: dict[str | None, list[OffsetWindow]] = {out.json_schema: windows}
         if df is not None and out.decoding == "json" and out.json_schema is None:
             ddls = infer_json_ddls(df.drop(JSON_COLUMN), slices)

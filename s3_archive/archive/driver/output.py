@@ -29,13 +29,14 @@ class Output:
     max_bytes: int | None = None
     layout: OutputLayout | None = None  # None: the default layout, no bucket column
     suffix: str | None = None  # how object names end (ArchiveConfig.object_suffix); None: the format's
+    read_path: str = "spark"  # librdkafka: each task reads its range (task_read_job.py); spark: Spark's source
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
         d = cfg.value_decoding
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
-                   cfg.layout, cfg.object_suffix)
+                   cfg.layout, cfg.object_suffix, cfg.read_path)
 
     @property
     def rotates(self) -> bool:

@@ -244,11 +244,13 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
 
 
 def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: WriteJob, out: Output,
-                  json_ddl: str | None, undecodable_only: bool = False) -> JobOutput:
+                  json_ddl: str | None, undecodable_only: bool = False, envelope: DataFrame | None = None,
+                  ) -> JobOutput:
     """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows. `undecodable_only`:
     only the records whose value does not decode, so the job writes their dead letters and nothing else (format
-    iceberg, whose rows go to the table; its slice rows then count those records only)."""
-    df = read_slices(spark, kafka_options, job.topic, job.slices)
+    iceberg, whose rows go to the table; its slice rows then count those records only). `envelope`: the slices'
+    records read otherwise (task_read_job.py::envelope_frame) instead of by Spark's Kafka source."""
+    df = envelope if envelope is not None else read_slices(spark, kafka_options, job.topic, job.slices)
     frame, shape = write_frame(df, out, json_ddl)
     if undecodable_only:
         frame = frame.where(~F.col("_good"))

@@ -329,6 +329,31 @@ def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
     yield from write_batches(job, batches)
 
 
+def _envelopes(job: WriteJob, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each slice's records read with librdkafka (kafka_read.py), in offset order, as envelope batches."""
+    from s3_archive.archive.executor.kafka_read import read_range
+
+    assert job.kafka is not None
+    for ids in slice_ids:
+        for i in ids.column(0).to_pylist():
+            s = job.slices[i]
+            yield from read_range(job.kafka, job.topic, s.window.partition, s.start, s.end, job.read_stall_s)
+
+
+def read_task(job: WriteJob, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow's function over slice indexes into `job.slices` (driver/task_read_job.py, read_path
+    librdkafka): each slice read here, made into task batches here (task_columns.py) and written."""
+    from s3_archive.archive.executor.task_columns import task_batch
+
+    yield from write_batches(job, (task_batch(job, env) for env in _envelopes(job, slice_ids)))
+
+
+def envelope_task(job: WriteJob, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow's function giving the envelope of each slice (read_path librdkafka, for the outputs whose
+    columns Spark computes: driver/task_read_job.py::envelope_frame)."""
+    yield from _envelopes(job, slice_ids)
+
+
 def write_batches(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Write every slice the task batches hold (the columns in the module docstring), then yield one row per
     object and one per slice. On an error the open objects are given up (their multipart uploads aborted) and it

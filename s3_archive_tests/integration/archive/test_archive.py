@@ -39,10 +39,10 @@ def res(services, kafka, spark_resource):
 
 
 @pytest.mark.parametrize("fmt,codec", [("parquet", "snappy"), ("jsonl", "gzip")])
-def test_byte_exact_round_trip_of_nasty_records(fmt, codec, kafka, s3, services, res, unique):
+def test_byte_exact_round_trip_of_nasty_records(fmt, codec, kafka, s3, services, res, unique, read_path):
     topic = create_topic(kafka, f"nasty-{fmt}-{unique}")
     produced = produce(kafka, topic, [(0, k, v, h) for k, v, h in NASTY])
-    cfg = archive_config(services.bucket, topic, f"rt/{unique}/", format=fmt, compression=codec)
+    cfg = archive_config(services.bucket, topic, f"rt/{unique}/", format=fmt, compression=codec, read_path=read_path)
     window = OffsetWindow(0, 0, len(NASTY))
 
     meta = window_metadata(materialize(cfg, topic, [window], res))[window.key]
@@ -56,10 +56,10 @@ def test_byte_exact_round_trip_of_nasty_records(fmt, codec, kafka, s3, services,
     assert staging_objects(s3, cfg, topic) == []
 
 
-def test_rematerializing_a_window_three_times_keeps_one_copy(kafka, s3, services, res, unique):
+def test_rematerializing_a_window_three_times_keeps_one_copy(kafka, s3, services, res, unique, read_path):
     topic = create_topic(kafka, f"rerun-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, f"{i}".encode(), b"v" * i, []) for i in range(40)])
-    cfg = archive_config(services.bucket, topic, f"rerun/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"rerun/{unique}/", read_path=read_path)
     windows = [OffsetWindow(0, 0, 20), OffsetWindow(1, 0, 10), OffsetWindow(1, 10, 20)]
 
     outcomes, snapshots = [], []
@@ -74,12 +74,12 @@ def test_rematerializing_a_window_three_times_keeps_one_copy(kafka, s3, services
 
 
 @pytest.mark.parametrize("step", ["object:1", "written", "cleaned", "manifest_written"])
-def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, services, spark, unique):
+def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, services, spark, unique, read_path):
     topic = create_topic(kafka, f"crash-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(50), [("i", str(i).encode())])
                                       for i in range(30)])
     # Three parts per window, so "object:1" stops the write task with one object written and two not.
-    cfg = archive_config(services.bucket, topic, f"crash/{unique}/", max_records_per_object=10)
+    cfg = archive_config(services.bucket, topic, f"crash/{unique}/", max_records_per_object=10, read_path=read_path)
     window = OffsetWindow(0, 0, 30)
 
     class Crash(Exception):
@@ -108,12 +108,12 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, s
     assert staging_objects(s3, cfg, topic) == []
 
 
-def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, s3, services, spark, unique):
+def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, s3, services, spark, unique, read_path):
     """The write task's Python worker is killed (SIGKILL) with a multipart upload open and a part uploaded; the
     re-run commits every record once and leaves no open upload and no stray object."""
     topic = create_topic(kafka, f"killed-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(200_000), []) for i in range(60)])
-    cfg = archive_config(services.bucket, topic, f"killed/{unique}/", max_records_per_object=40)
+    cfg = archive_config(services.bucket, topic, f"killed/{unique}/", max_records_per_object=40, read_path=read_path)
     window = OffsetWindow(0, 0, 60)
     small_parts = {"multipart_threshold": 5 << 20, "part_size": 5 << 20}  # S3's smallest part: 5 MiB
 
@@ -131,11 +131,11 @@ def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, s3, serv
     assert not s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads")
 
 
-def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, services, spark, unique):
+def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, services, spark, unique, read_path):
     topic = create_topic(kafka, f"orphan-{unique}")
     produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(20)])
     window = OffsetWindow(0, 0, 20)
-    cfg = archive_config(services.bucket, topic, f"orphan/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"orphan/{unique}/", read_path=read_path)
     orphan = object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
     s3.put_object(Bucket=cfg.bucket, Key=orphan, Body=b"stale")
 
@@ -145,10 +145,10 @@ def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, servic
     assert archived_records(s3, cfg, topic) == produced
 
 
-def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, services, spark, unique):
+def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, services, spark, unique, read_path):
     topic = create_topic(kafka, f"race-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(100), []) for i in range(500)])
-    cfg = archive_config(services.bucket, topic, f"race/{unique}/", max_records_per_object=200)
+    cfg = archive_config(services.bucket, topic, f"race/{unique}/", max_records_per_object=200, read_path=read_path)
     window = OffsetWindow(0, 0, 500)
     barrier = threading.Barrier(2)
     results, errors = [], []
@@ -177,10 +177,10 @@ def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, ser
     assert max(Counter(r.offset for r in records).values()) == 1
 
 
-def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, unique):
+def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, unique, read_path):
     topic = create_topic(kafka, f"range-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, None, f"{i}".encode(), []) for i in range(120)])
-    cfg = archive_config(services.bucket, topic, f"range/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"range/{unique}/", read_path=read_path)
     windows = [OffsetWindow(p, s, s + 20) for p in (0, 1) for s in (0, 20, 40)]
 
     result = materialize(cfg, topic, windows, res)
@@ -192,7 +192,7 @@ def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, u
     assert archived_records(s3, cfg, topic) == produced
 
 
-def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka, s3, services, spark, unique):
+def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka, s3, services, spark, unique, read_path):
     """SparkResource.kafka_min_partitions: one window read by several Spark tasks, one staged file each; the
     commit numbers them by task index, which follows the Kafka source's offset split, so the window's objects
     hold ascending, adjacent offset ranges."""
@@ -202,7 +202,7 @@ def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka
     spark.conf.set(KAFKA_MIN_PARTITIONS_CONF, "3")
     try:
         for fmt in ("parquet", "jsonl"):
-            cfg = archive_config(services.bucket, topic, f"minparts/{unique}/{fmt}/", format=fmt)
+            cfg = archive_config(services.bucket, topic, f"minparts/{unique}/{fmt}/", format=fmt, read_path=read_path)
             committed = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
             objs = committed.objects
             assert len(objs) == 3, objs
@@ -216,12 +216,12 @@ def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka
         spark.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
 
 
-def test_the_s3a_magic_committer_stages_what_the_commit_publishes(kafka, s3, services, spark, unique):
+def test_the_s3a_magic_committer_stages_what_the_commit_publishes(kafka, s3, services, spark, unique, read_path):
     """SparkResource.s3_committer = "magic" (set here on the running session): Spark's files reach staging as
     completed multipart uploads, the window commits as usual, and nothing of the committer's is left behind."""
     topic = create_topic(kafka, f"magic-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")]) for i in range(40)])
-    cfg = archive_config(services.bucket, topic, f"magic/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"magic/{unique}/", read_path=read_path)
     runtime = {k.removeprefix("spark.hadoop."): v for k, v in MAGIC_COMMITTER_CONF.items()}
     saved = {k: spark.conf.get(k, None) for k in runtime}
     for k, v in runtime.items():
@@ -239,11 +239,11 @@ def test_the_s3a_magic_committer_stages_what_the_commit_publishes(kafka, s3, ser
     assert not [k for k in everything if "__magic" in k or "_SUCCESS" in k or ".pending" in k], everything
 
 
-def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka, s3, services, res, unique):
+def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka, s3, services, res, unique, read_path):
     topic = create_topic(kafka, f"reader-{unique}", partitions=3)
     produced = produce(kafka, topic, [(i % 3, f"k{i}".encode(), f"v{i}".encode(), [("n", str(i).encode())])
                                       for i in range(90)])
-    cfg = archive_config(services.bucket, topic, f"reader/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"reader/{unique}/", read_path=read_path)
     materialize(cfg, topic, [OffsetWindow(p, 0, 30) for p in range(3)], res)
 
     fs = pafs.S3FileSystem(endpoint_override=services.s3_endpoint_url, scheme="http",
@@ -256,7 +256,7 @@ def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka,
         [(p.partition, p.partition, p.offset, p.key, p.value) for p in produced]
 
 
-def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique):
+def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique, read_path):
     topic = create_topic(kafka, f"txn-{unique}")
     producer = Producer(kafka.client_config(**{"transactional.id": f"txn-{unique}"}))
     producer.init_transactions(30)
@@ -272,7 +272,7 @@ def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s
         else:
             producer.abort_transaction(30)
     end = kafka.offsets(topic, "latest")[0]  # 20 records + 4 control markers
-    cfg = archive_config(services.bucket, topic, f"txn/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"txn/{unique}/", read_path=read_path)
     window = OffsetWindow(0, 0, end)
 
     meta = window_metadata(materialize(cfg, topic, [window], res))[window.key]
@@ -284,7 +284,7 @@ def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s
     assert m.lost_offsets == []
 
 
-def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique):
+def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique, read_path):
     from confluent_kafka import TopicPartition
 
     topic = create_topic(kafka, f"ret-{unique}")
@@ -293,33 +293,33 @@ def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3,
     admin.delete_records([TopicPartition(topic, 0, 12)])[TopicPartition(topic, 0, 12)].result(timeout=30)
     window = OffsetWindow(0, 0, 30)
 
-    strict = archive_config(services.bucket, topic, f"ret/{unique}/a/")
+    strict = archive_config(services.bucket, topic, f"ret/{unique}/a/", read_path=read_path)
     with pytest.raises(DataLoss) as err:
         archive_window(spark, kafka, s3, strict, topic, window, log)
     assert f"topic '{topic}' partition 0: offsets [0, 12)" in str(err.value)
     assert "earliest available offset is 12" in str(err.value)
     assert manifest(s3, strict, topic, window) is None and final_objects(s3, strict, topic) == {}
 
-    tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap")
+    tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap", read_path=read_path)
     result = archive_window(spark, kafka, s3, tolerant, topic, window, log)
     assert result.manifest.lost_offsets == [[0, 12]]
     assert archived_records(s3, tolerant, topic) == produced[12:]
 
 
-def test_missing_bucket_and_unknown_topic_fail_with_one_clear_error(kafka, services, res, unique):
+def test_missing_bucket_and_unknown_topic_fail_with_one_clear_error(kafka, services, res, unique, read_path):
     topic = create_topic(kafka, f"err-{unique}")
     produce(kafka, topic, [(0, None, b"x", [])])
-    no_bucket = archive_config("no-such-bucket-" + unique, topic, "")
+    no_bucket = archive_config("no-such-bucket-" + unique, topic, "", read_path=read_path)
     result = materialize(no_bucket, topic, [OffsetWindow(0, 0, 1)], res, raise_on_error=False)
     assert not result.success
     assert f"bucket 'no-such-bucket-{unique}' does not exist" in _failure_text(result)
 
     ghost = f"ghost-{unique}"
-    result = materialize(archive_config(services.bucket, ghost, ""), ghost, [OffsetWindow(0, 0, 1)], res,
+    result = materialize(archive_config(services.bucket, ghost, "", read_path=read_path), ghost, [OffsetWindow(0, 0, 1)], res,
                          raise_on_error=False)
     assert f"topic '{ghost}' does not exist" in _failure_text(result)
 
-    beyond = materialize(archive_config(services.bucket, topic, f"beyond/{unique}/"), topic,
+    beyond = materialize(archive_config(services.bucket, topic, f"beyond/{unique}/", read_path=read_path), topic,
                          [OffsetWindow(0, 0, 5)], res, raise_on_error=False)
     assert "has only reached offset 1 (high watermark)" in _failure_text(beyond)
 
@@ -351,7 +351,7 @@ def _consume_all(kafka, topic: str, partition: int, end: int) -> list:
     return got
 
 
-def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, res, unique):
+def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, res, unique, read_path):
     import time
 
     topic = create_topic(kafka, f"compact-{unique}", config={
@@ -369,7 +369,7 @@ def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, 
         end = kafka.offsets(topic, "latest")[0]
     end = kafka.offsets(topic, "latest")[0]
     survivors = _consume_all(kafka, topic, 0, end)
-    cfg = archive_config(services.bucket, topic, f"compact/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"compact/{unique}/", read_path=read_path)
     window = OffsetWindow(0, 0, end)
 
     materialize(cfg, topic, [window], res)
@@ -383,10 +383,10 @@ def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, 
     assert m.absent_offset_count == end - len(archived) and m.lost_offsets == []
 
 
-def test_secrets_never_reach_logs_metadata_or_errors(kafka, services, res, unique):
+def test_secrets_never_reach_logs_metadata_or_errors(kafka, services, res, unique, read_path):
     topic = create_topic(kafka, f"secret-{unique}")
     produce(kafka, topic, [(0, None, b"x", [])] * 3)
-    cfg = archive_config(services.bucket, topic, f"secret/{unique}/")
+    cfg = archive_config(services.bucket, topic, f"secret/{unique}/", read_path=read_path)
     ok = materialize(cfg, topic, [OffsetWindow(0, 0, 3)], res)
     failed = materialize(cfg, topic, [OffsetWindow(0, 0, 9)], res, raise_on_error=False)  # past the watermark
     assert not failed.success

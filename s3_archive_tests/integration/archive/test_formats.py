@@ -75,9 +75,9 @@ def topic_and_records(kafka):
 
 
 @pytest.mark.parametrize("fmt,codec", COMBOS)
-def test_format_and_codec_round_trip(fmt, codec, topic_and_records, kafka, s3, services, spark):
+def test_format_and_codec_round_trip(fmt, codec, topic_and_records, kafka, s3, services, spark, read_path):
     topic, produced = topic_and_records
-    cfg = archive_config(services.bucket, topic, f"formats/{fmt}-{codec}/", format=fmt, compression=codec)
+    cfg = archive_config(services.bucket, topic, f"formats/{fmt}-{codec}/", format=fmt, compression=codec, read_path=read_path)
     result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(RECORDS)), log)
     [key] = final_objects(s3, cfg, topic)
     assert key.endswith(FORMATS[fmt].object_suffix(codec))
@@ -104,19 +104,19 @@ def test_format_and_codec_round_trip(fmt, codec, topic_and_records, kafka, s3, s
         assert data.decode() == "".join(f"{(r.value or b'').decode()}\n" for r in produced)
 
 
-def test_csv_fields_choose_and_order_the_columns(topic_and_records, kafka, s3, services, spark):
+def test_csv_fields_choose_and_order_the_columns(topic_and_records, kafka, s3, services, spark, read_path):
     topic, produced = topic_and_records
     cfg = archive_config(services.bucket, topic, "formats/csv-fields/", format="csv",
-                         csv_fields=["offset", "value"])
+                         csv_fields=["offset", "value"], read_path=read_path)
     archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(RECORDS)), log)
     [key] = final_objects(s3, cfg, topic)
     rows = list(csv.reader(io.StringIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read().decode())))
     assert rows == [[str(r.offset), "" if r.value is None else base64.b64encode(r.value).decode()] for r in produced]
 
 
-def test_bytes_is_one_object_per_record_named_by_offset(topic_and_records, kafka, s3, services, spark):
+def test_bytes_is_one_object_per_record_named_by_offset(topic_and_records, kafka, s3, services, spark, read_path):
     topic, produced = topic_and_records
-    cfg = archive_config(services.bucket, topic, "formats/bytes/", format="bytes")
+    cfg = archive_config(services.bucket, topic, "formats/bytes/", format="bytes", read_path=read_path)
     window = OffsetWindow(0, 0, len(RECORDS))
     result = archive_window(spark, kafka, s3, cfg, topic, window, log)
     keys = sorted(final_objects(s3, cfg, topic))

@@ -73,10 +73,10 @@ def _window_snapshots(table) -> list[str]:
             if s.summary and WINDOWS_PROPERTY in s.summary.additional_properties]
 
 
-def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3, services, endpoint, unique):
+def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3, services, endpoint, unique, read_path):
     topic = create_topic(kafka, f"ice-{unique}", partitions=2)
     sent = produce(kafka, topic, [(p, k, v, h) for p in (0, 1) for k, v, h in RECORDS])
-    cfg = archive_config(BUCKET, topic, f"ice-{unique}/", format="iceberg")
+    cfg = archive_config(BUCKET, topic, f"ice-{unique}/", format="iceberg", read_path=read_path)
     windows = [OffsetWindow(0, 0, 2), OffsetWindow(0, 2, 5), OffsetWindow(1, 0, 5)]
 
     first = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
@@ -122,12 +122,12 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
     assert verify_manifest(s3, BUCKET, found.manifest) == []
 
 
-def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, services, endpoint, unique):
+def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, services, endpoint, unique, read_path):
     """Attempt A checks the table, then attempt B commits the same window before A writes: A's overwrite is refused
     by Iceberg's serializable validation, A looks again and finds B's snapshot. The window's rows are there once."""
     topic = create_topic(kafka, f"ice-race-{unique}")
     sent = produce(kafka, topic, [(0, k, v, h) for k, v, h in RECORDS])
-    cfg = archive_config(BUCKET, topic, f"ice-race-{unique}/", format="iceberg")
+    cfg = archive_config(BUCKET, topic, f"ice-race-{unique}/", format="iceberg", read_path=read_path)
     window = OffsetWindow(0, 0, 5)
     steps: list[str] = []
     other: dict = {}
@@ -146,12 +146,12 @@ def test_concurrent_commits_of_one_window_leave_it_once(spark, kafka, s3, servic
     assert _rows(table) == sent and _window_snapshots(table) == [window.key]
 
 
-def test_jdbc_catalog_and_partition_transforms(spark, kafka, s3, endpoint, unique, tmp_path):
+def test_jdbc_catalog_and_partition_transforms(spark, kafka, s3, endpoint, unique, tmp_path, read_path):
     topic = create_topic(kafka, f"ice-jdbc-{unique}")
     sent = produce(kafka, topic, [(0, k, v, h) for k, v, h in RECORDS])
     cfg = archive_config(BUCKET, topic, f"ice-jdbc-{unique}/", format="iceberg",
                          iceberg={"catalog": "jdbc", "jdbc_uri": f"jdbc:sqlite:{tmp_path / 'iceberg.db'}",
-                                  "partition_by": ["partition", "days(timestamp)", "bucket(4, key)"]})
+                                  "partition_by": ["partition", "days(timestamp)", "bucket(4, key)"]}, read_path=read_path)
     cfg = cfg.model_copy(update={"name": f"jdbc_{unique}"})  # its own Spark catalog
     windows = [OffsetWindow(0, 0, 3), OffsetWindow(0, 3, 5)]
     first = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
@@ -166,11 +166,11 @@ def test_jdbc_catalog_and_partition_transforms(spark, kafka, s3, endpoint, uniqu
     assert sum(m.record_count for m in (r.manifest for r in first.values())) == len(sent)
 
 
-def test_an_undecodable_value_fails_the_window_before_the_commit(spark, kafka, s3, endpoint, unique):
+def test_an_undecodable_value_fails_the_window_before_the_commit(spark, kafka, s3, endpoint, unique, read_path):
     topic = create_topic(kafka, f"ice-bad-{unique}")
     produce(kafka, topic, [(0, None, b'{"id": 1}', []), (0, None, b"\xff not json", [])])
     cfg = archive_config(BUCKET, topic, f"ice-bad-{unique}/", format="iceberg",
-                         value_decoding={"type": "json", "json_schema": "id BIGINT"})
+                         value_decoding={"type": "json", "json_schema": "id BIGINT"}, read_path=read_path)
     window = OffsetWindow(0, 0, 2)
     r = archive_windows(spark, kafka, s3, cfg, topic, [window], log, endpoint=endpoint)[window]
     assert isinstance(r, UndecodableValue), r
@@ -179,7 +179,7 @@ def test_an_undecodable_value_fails_the_window_before_the_commit(spark, kafka, s
     assert spark.table(table_ident(cfg, topic)).count() == 0
 
 
-def test_dead_letters_go_beside_the_table_and_restore_merges_them_in(spark, kafka, s3, services, endpoint, unique):
+def test_dead_letters_go_beside_the_table_and_restore_merges_them_in(spark, kafka, s3, services, endpoint, unique, read_path):
     """on_error dead_letter: the rows that decode go to the table, the others to `<prefix>_dead_letter/` like the
     other formats', in the same window commit (the manifest lists both); a re-run after a lost manifest writes
     neither again; restore gives every record back in offset order. Payload fields that differ only in case are
@@ -188,7 +188,7 @@ def test_dead_letters_go_beside_the_table_and_restore_merges_them_in(spark, kafk
     values = [b'{"id": 1, "ID": "one"}', b"\xff not json", b'{"id": 2}', b"[1, 2]", b'{"ID": "three", "id": 3}']
     sent = produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(values)])
     cfg = archive_config(BUCKET, topic, f"ice-dlq-{unique}/", format="iceberg",
-                         value_decoding={"type": "json", "on_error": "dead_letter"})
+                         value_decoding={"type": "json", "on_error": "dead_letter"}, read_path=read_path)
     windows = [OffsetWindow(0, 0, 3), OffsetWindow(0, 3, 5)]
     first = _run(spark, kafka, s3, cfg, topic, windows, log, endpoint=endpoint)
     assert [r.outcome for r in first.values()] == ["committed", "committed"]

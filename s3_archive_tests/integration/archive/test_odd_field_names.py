@@ -40,11 +40,11 @@ def _read_back(s3, bucket, window, manifest) -> list[tuple]:
 
 
 def test_fields_differing_only_in_case_or_holding_a_backtick_archive_and_read_back(odd_topic, kafka, s3, services,
-                                                                                   spark):
+                                                                                   spark, read_path):
     topic, produced = odd_topic
     case_sensitive = spark.conf.get("spark.sql.caseSensitive")
     cfg = archive_config(services.bucket, topic, "odd/parquet/", value_decoding={"type": "json",
-                                                                                 "on_error": "dead_letter"})
+                                                                                 "on_error": "dead_letter"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
     m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
     assert spark.conf.get("spark.sql.caseSensitive") == case_sensitive  # the session is left as it was
@@ -71,11 +71,11 @@ def test_fields_differing_only_in_case_or_holding_a_backtick_archive_and_read_ba
     assert {"id", "id_2", "offset_2"} <= set(cols) and '"ID"' in cols["id_2"] and '"Offset"' in cols["offset_2"]
 
 
-def test_a_given_schema_with_such_names_and_a_prefix_archives_as_jsonl(odd_topic, kafka, s3, services, spark):
+def test_a_given_schema_with_such_names_and_a_prefix_archives_as_jsonl(odd_topic, kafka, s3, services, spark, read_path):
     topic, produced = odd_topic
     cfg = archive_config(services.bucket, topic, "odd/jsonl/", format="jsonl", compression="gzip",
                          value_decoding={"type": "json", "json_schema": "`id` BIGINT, `ID` STRING, `a``b` BIGINT",
-                                         "column_prefix": "v_"})
+                                         "column_prefix": "v_"}, read_path=read_path)
     window = OffsetWindow(0, 0, 2)  # on_error fail: the window without the record that is not JSON
     m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
     [key] = final_objects(s3, cfg, topic)

@@ -47,10 +47,10 @@ def json_topic(kafka):
     return topic, produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(VALUES)])
 
 
-def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(json_topic, kafka, s3, services, spark):
+def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(json_topic, kafka, s3, services, spark, read_path):
     topic, produced = json_topic
     cfg = archive_config(services.bucket, topic, "opts/json-dlq/",
-                         value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"})
+                         value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
     result = archive_window(spark, kafka, s3, cfg, topic, window, log)
     m = result.manifest
@@ -69,14 +69,14 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     assert staging_objects(s3, cfg, topic) == []
 
 
-def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, kafka, s3, services, spark):
+def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, kafka, s3, services, spark, read_path):
     """The columnar avro encoder (archive/executor/avro_encoding.py) on the types Spark infers from JSON values (nested
     records, arrays, nulls, text): fastavro reads back the rows that the Parquet object of the same window holds."""
     topic, _ = json_topic
     decoding = {"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}
     rows = {}
     for fmt in ("parquet", "avro"):
-        cfg = archive_config(services.bucket, topic, f"opts/json-{fmt}/", format=fmt, value_decoding=decoding)
+        cfg = archive_config(services.bucket, topic, f"opts/json-{fmt}/", format=fmt, value_decoding=decoding, read_path=read_path)
         archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
         [key] = final_objects(s3, cfg, topic)
         body = io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
@@ -86,11 +86,11 @@ def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, ka
     assert rows["avro"] == rows["parquet"]
 
 
-def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, spark):
+def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, spark, read_path):
     topic, _ = json_topic
     cfg = archive_config(services.bucket, topic, "opts/json-schema/", envelope={"value": False, "headers": False},
                          value_decoding={"type": "json", "json_schema": "id BIGINT, name STRING",
-                                         "on_error": "dead_letter"})
+                                         "on_error": "dead_letter"}, read_path=read_path)
     archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
@@ -99,24 +99,24 @@ def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, sp
     assert str(t.schema.field("id").type) == "int64"
 
 
-def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json_topic, kafka, s3, services, spark):
+def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json_topic, kafka, s3, services, spark, read_path):
     topic, _ = json_topic
-    cfg = archive_config(services.bucket, topic, "opts/json-fail/", value_decoding={"type": "utf8"})
+    cfg = archive_config(services.bucket, topic, "opts/json-fail/", value_decoding={"type": "utf8"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
     with pytest.raises(UndecodableValue, match=rf"topic '{topic}' partition 0: 1 record\(s\).*offset 1\b.*dead_letter"):
         archive_window(spark, kafka, s3, cfg, topic, window, log)
     assert manifest(s3, cfg, topic, window) is None
     assert final_objects(s3, cfg, topic) == {} and staging_objects(s3, cfg, topic) == []
-    ok = archive_config(services.bucket, topic, "opts/utf8/", value_decoding={"type": "utf8"})
+    ok = archive_config(services.bucket, topic, "opts/utf8/", value_decoding={"type": "utf8"}, read_path=read_path)
     archive_window(spark, kafka, s3, ok, topic, OffsetWindow(0, 2, 3), log)
     [key] = final_objects(s3, ok, topic)
     assert _table(s3, ok.bucket, key).column("value").to_pylist() == [VALUES[2].decode()]
 
 
-def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, services, spark):
+def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, services, spark, read_path):
     topic = create_topic(kafka, "env", config={"cleanup.policy": "compact"})
     produce(kafka, topic, [(0, b"k", b"v", [])])
-    cfg = archive_config(services.bucket, topic, "opts/env/", envelope={"metadata": False, "headers": False})
+    cfg = archive_config(services.bucket, topic, "opts/env/", envelope={"metadata": False, "headers": False}, read_path=read_path)
     # offsets [0, 1) exist; ask for exactly that and check the columns
     result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log)
     [key] = final_objects(s3, cfg, topic)
@@ -135,10 +135,10 @@ def _parts(s3, cfg, topic):
     return [(k, _table(s3, cfg.bucket, k)) for k in sorted(final_objects(s3, cfg, topic))]
 
 
-def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, services, spark):
+def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, services, spark, read_path):
     topic, produced = sized_topic
     cap = 10_000
-    cfg = archive_config(services.bucket, topic, "opts/bytes-cap/", max_bytes_per_object=cap)
+    cfg = archive_config(services.bucket, topic, "opts/bytes-cap/", max_bytes_per_object=cap, read_path=read_path)
     window = OffsetWindow(0, 0, 40)
     archive_window(spark, kafka, s3, cfg, topic, window, log)
     parts = _parts(s3, cfg, topic)
@@ -160,15 +160,15 @@ def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, 
     assert all(sum(len(produced[o].value) for o in p[:-1]) < cap for p in expected)
     assert [t.column("offset").to_pylist() for _, t in parts] == expected
     # the same window archived again elsewhere gives the same parts
-    cfg2 = archive_config(services.bucket, topic, "opts/bytes-cap-2/", max_bytes_per_object=cap)
+    cfg2 = archive_config(services.bucket, topic, "opts/bytes-cap-2/", max_bytes_per_object=cap, read_path=read_path)
     archive_window(spark, kafka, s3, cfg2, topic, window, log)
     assert [t.column("offset").to_pylist() for _, t in _parts(s3, cfg2, topic)] == expected
 
 
-def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic, kafka, s3, services, spark):
+def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic, kafka, s3, services, spark, read_path):
     topic, _ = sized_topic
     cfg = archive_config(services.bucket, topic, "opts/json-cap/", format="json", compression="gzip",
-                         max_records_per_object=15, max_bytes_per_object=60_000)
+                         max_records_per_object=15, max_bytes_per_object=60_000, read_path=read_path)
     archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 40), log)
     import gzip
 
@@ -191,13 +191,13 @@ TIMED = [(1711841400000, "eu/west"), (1711841400000, "us"), (1711756800000, "eu/
          (1711756800001, None), (1711841402000, "eu/west")]
 
 
-def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, spark):
+def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, spark, read_path):
     from s3_archive.config.archive import ArchiveConfig
 
     topic = create_topic(kafka, "layout", config={"retention.ms": "-1"})  # the timestamps are from 2024
     values = [json.dumps({"region": r} if r is not None else {}).encode() for _, r in TIMED]
     produced = produce(kafka, topic, [(0, b"k", v, []) for v in values], timestamps=[t for t, _ in TIMED])
-    cfg = archive_config(services.bucket, topic, "opts/layout/", layout=LAYOUT, max_records_per_object=1)
+    cfg = archive_config(services.bucket, topic, "opts/layout/", layout=LAYOUT, max_records_per_object=1, read_path=read_path)
     assert isinstance(cfg, ArchiveConfig) and cfg.layout is not None
     window = OffsetWindow(0, 0, len(TIMED))
     # an object a crashed earlier attempt left in a bucket this attempt will not write: must be removed
@@ -221,7 +221,7 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     assert produced  # the records above are the produced ones
 
 
-def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka, s3, services, spark, unique):
+def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka, s3, services, spark, unique, read_path):
     """All records aborted: an empty read through a window function must not lose the window's statistics
     (adaptive execution used to drop them, and the run waited forever)."""
     from confluent_kafka import Producer
@@ -237,7 +237,7 @@ def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka,
     end = kafka.offsets(topic, "latest")[0]
     assert end == 4  # 3 aborted records + the abort marker
     for fmt, extra in (("parquet", {"max_records_per_object": 2}), ("json", {})):
-        cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra)
+        cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra, read_path=read_path)
         result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, end), log)
         assert result.manifest.record_count == 0 and result.manifest.objects == []
         assert result.manifest.absent_offsets == [[0, end]]

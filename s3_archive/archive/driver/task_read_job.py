@@ -1,0 +1,77 @@
+"""The Spark job of a run with `read_path: librdkafka`: each Spark task reads its slice's offset range itself with
+librdkafka (executor/kafka_read.py) instead of Spark's Kafka source, so records go broker → the task's Python
+worker → the object, without the JVM's consumer, rows and Arrow hand-off in between (docs/performance.md).
+
+The job maps a tiny DataFrame, one row per slice (its index in `WriteJob.slices`) and one Spark partition per
+slice, with mapInArrow:
+- where the task computes every column itself (`computed_in_task`: parquet, avro, text and bytes with value
+  decoding bytes or utf8, and no layout that splits a window by record content), `executor/task.py::read_task`
+  reads, makes the task batches (executor/task_columns.py) and writes; the job's shape (stored schema, format
+  plan, the task batches' schema) comes from spark_job.py::write_frame over an empty envelope, no Kafka read;
+- otherwise (csv, jsonl, json, value decoding json, layouts by time, field, key or header) Spark computes the
+  columns from the tasks' envelope (`envelope_frame`, executor/task.py::envelope_task) with write_frame's own
+  expressions, and the write tasks are spark_job.py's: the same bytes as the Spark source's path.
+
+Only the DataFrame API and mapInArrow: it runs over Spark Connect and on a cluster as spark_job.py does. The
+executors reach Kafka with the driver's connection settings (`kafka_connection`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from s3_archive.archive.driver.output import Output
+from s3_archive.archive.driver.spark_job import run_write_job, write_frame
+from s3_archive.archive.executor.kafka_read import ENVELOPE_DDL
+from s3_archive.archive.executor.task import envelope_task, read_task
+from s3_archive.archive.protocol import RESULT_SCHEMA, JobOutput, KafkaConnection, WriteJob
+from s3_archive.io.kafka import KafkaResource
+
+# librdkafka takes a certificate or key inline: executors then need no file of the driver (as the Spark source's
+# inline keystore). The CA stays a path, as for the Spark source: it must exist where executors run.
+_INLINE_PEM = {"ssl.certificate.location": "ssl.certificate.pem", "ssl.key.location": "ssl.key.pem"}
+
+
+def kafka_connection(kafka: KafkaResource) -> KafkaConnection:
+    """The executors' librdkafka settings: the resource's `client_config`, certificate and key inlined."""
+    config = kafka.client_config()
+    for location, inline in _INLINE_PEM.items():
+        if config.get(location):
+            config[inline] = Path(config.pop(location)).read_text()
+    return KafkaConnection.of_config(config)
+
+
+def computed_in_task(out: Output) -> bool:
+    """Whether the task makes every column of the task batches itself (executor/task_columns.py)."""
+    return out.fmt.name in ("parquet", "avro", "text", "bytes") and out.decoding in ("bytes", "utf8") \
+        and not out.bucketed
+
+
+def slice_frame(spark: SparkSession, job: WriteJob) -> DataFrame:
+    """One row per slice of `job` (its index), one Spark partition each."""
+    n = len(job.slices)
+    return spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("slice"))
+
+
+def envelope_frame(spark: SparkSession, job: WriteJob) -> DataFrame:
+    """The envelope of `job.slices` read by tasks with librdkafka: the columns and types of
+    spark_job.py::read_slices."""
+    return slice_frame(spark, job).mapInArrow(partial(envelope_task, job), ENVELOPE_DDL)
+
+
+def run_task_read_job(spark: SparkSession, job: WriteJob, out: Output, json_ddl: str | None,
+                      undecodable_only: bool = False) -> JobOutput:
+    """Read `job.slices` in the tasks and write them (one Spark job); every task's result rows."""
+    if undecodable_only or not computed_in_task(out):
+        return run_write_job(spark, {}, job, out, json_ddl, undecodable_only, envelope=envelope_frame(spark, job))
+    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl)
+    job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
+                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault,
+                  kafka=job.kafka, read_stall_s=job.read_stall_s, task_schema=frame.schema.json())
+    rows = [r.asDict() for r in slice_frame(spark, job).mapInArrow(partial(read_task, job), RESULT_SCHEMA).collect()]
+    return JobOutput(rows, shape.fmt.spark_schema)
