@@ -157,7 +157,8 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
     earliest = kafka.offsets(topic, "earliest", parts)
     latest = kafka.offsets(topic, "latest", parts)
     out = Output.of(cfg)
-    per_window = _tasks_per_window(spark, out, len(todo)) if splittable(cfg.layout, out.rotates, cfg.format) else 1
+    per_window, min_slice = (_tasks_per_window(spark, out, len(todo)) if splittable(cfg.layout, out.rotates, cfg.format)
+                             else (1, 1))
     pending: list[_Pending] = []
     for w in todo:
         try:
@@ -169,7 +170,8 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
             if earliest[w.partition] > w.start:
                 lost.append(_loss(cfg, topic, w, min(earliest[w.partition], w.end), earliest[w.partition], log))
                 read_start = lost[0][1]
-            slices = slices_of(w, read_start, per_window) if read_start < w.end else []
+            count = min(per_window, max(1, (w.end - read_start) // min_slice))
+            slices = slices_of(w, read_start, count) if read_start < w.end else []
             pending.append(_Pending(w, read_start, lost, slices))
         except Exception as e:
             results[w] = e
@@ -212,17 +214,18 @@ SLICES_PER_SLOT = 1
 MIN_SLICE_RECORDS = 20_000
 
 
-def _tasks_per_window(spark: Any, out: Output, windows: int) -> int:
-    """The tasks (and objects) a window is split into, where it may be: SparkResource.kafka_min_partitions when
-    set; else with read_path librdkafka enough for the session's task slots; else one."""
+def _tasks_per_window(spark: Any, out: Output, windows: int) -> tuple[int, int]:
+    """The tasks (and objects) a window may be split into, and the fewest offsets a slice has:
+    SparkResource.kafka_min_partitions when set; else with read_path librdkafka enough for the session's task
+    slots; else one."""
     from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
 
     value = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
     if value:
-        return int(value)
+        return int(value), 1
     if out.read_path != "librdkafka":
-        return 1
-    return max(1, -(-_task_slots(spark) * SLICES_PER_SLOT // max(1, windows)))
+        return 1, 1
+    return max(1, -(-_task_slots(spark) * SLICES_PER_SLOT // max(1, windows))), MIN_SLICE_RECORDS
 
 
 def _task_slots(spark: Any) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 
 import pyarrow.dataset as ds
@@ -271,17 +272,21 @@ def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s
             committed_values += values
         else:
             producer.abort_transaction(30)
-    end = kafka.offsets(topic, "latest")[0]  # 20 records + 4 control markers
+    deadline = time.monotonic() + 10  # the coordinator writes the last marker after abort_transaction returns
+    while (end := kafka.offsets(topic, "latest")[0]) < 24 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert end == 24  # 20 records + 4 control markers
     cfg = archive_config(services.bucket, topic, f"txn/{unique}/", read_path=read_path)
-    window = OffsetWindow(0, 0, end)
+    # ending at a commit marker; only aborted records and their marker; ending in aborted records and a marker
+    windows = [OffsetWindow(0, 0, 6), OffsetWindow(0, 6, 12), OffsetWindow(0, 12, end)]
 
-    meta = window_metadata(materialize(cfg, topic, [window], res))[window.key]
+    meta = window_metadata(materialize(cfg, topic, windows, res))
 
     assert [r.value for r in archived_records(s3, cfg, topic)] == committed_values
-    m = manifest(s3, cfg, topic, window)
-    assert meta["records"] == 10 and meta["absent_offsets"] == end - 10 == m.absent_offset_count
-    assert sum(b - a for a, b in m.absent_offsets) == end - 10
-    assert m.lost_offsets == []
+    assert [meta[w.key]["records"] for w in windows] == [5, 0, 5]
+    assert [manifest(s3, cfg, topic, w).absent_offsets for w in windows] == [[[5, 6]], [[6, 12]], [[17, 24]]]
+    assert sum(meta[w.key]["absent_offsets"] for w in windows) == end - 10
+    assert all(manifest(s3, cfg, topic, w).lost_offsets == [] for w in windows)
 
 
 def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique, read_path):

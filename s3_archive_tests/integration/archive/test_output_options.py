@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import fastavro
 import pyarrow.parquet as pq
@@ -113,8 +114,8 @@ def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json
     assert _table(s3, ok.bucket, key).column("value").to_pylist() == [VALUES[2].decode()]
 
 
-def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, services, spark, read_path):
-    topic = create_topic(kafka, "env", config={"cleanup.policy": "compact"})
+def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, services, spark, unique, read_path):
+    topic = create_topic(kafka, f"env-{unique}", config={"cleanup.policy": "compact"})
     produce(kafka, topic, [(0, b"k", b"v", [])])
     cfg = archive_config(services.bucket, topic, "opts/env/", envelope={"metadata": False, "headers": False}, read_path=read_path)
     # offsets [0, 1) exist; ask for exactly that and check the columns
@@ -191,10 +192,10 @@ TIMED = [(1711841400000, "eu/west"), (1711841400000, "us"), (1711756800000, "eu/
          (1711756800001, None), (1711841402000, "eu/west")]
 
 
-def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, spark, read_path):
+def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, spark, unique, read_path):
     from s3_archive.config.archive import ArchiveConfig
 
-    topic = create_topic(kafka, "layout", config={"retention.ms": "-1"})  # the timestamps are from 2024
+    topic = create_topic(kafka, f"layout-{unique}", config={"retention.ms": "-1"})  # the timestamps are from 2024
     values = [json.dumps({"region": r} if r is not None else {}).encode() for _, r in TIMED]
     produced = produce(kafka, topic, [(0, b"k", v, []) for v in values], timestamps=[t for t, _ in TIMED])
     cfg = archive_config(services.bucket, topic, "opts/layout/", layout=LAYOUT, max_records_per_object=1, read_path=read_path)
@@ -226,7 +227,7 @@ def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka,
     (adaptive execution used to drop them, and the run waited forever)."""
     from confluent_kafka import Producer
 
-    topic = create_topic(kafka, "aborted")
+    topic = create_topic(kafka, f"aborted-{unique}")
     producer = Producer(kafka.client_config(**{"transactional.id": f"aborted-{unique}"}))
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -234,7 +235,9 @@ def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka,
         producer.produce(topic, value=b"x", partition=0)
     producer.flush(30)  # abort purges what is still queued: get the records into the log first
     producer.abort_transaction(30)
-    end = kafka.offsets(topic, "latest")[0]
+    deadline = time.monotonic() + 10  # the coordinator writes the marker after abort_transaction returns
+    while (end := kafka.offsets(topic, "latest")[0]) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert end == 4  # 3 aborted records + the abort marker
     for fmt, extra in (("parquet", {"max_records_per_object": 2}), ("json", {})):
         cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra, read_path=read_path)
