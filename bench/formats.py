@@ -1,6 +1,7 @@
 """Every format (the page's "Every format"): the rounds' windows archived once per archive format in the warm Spark
-worker, through the same asset; format `bytes` writes one object per record, so it archives `BYTES_FORMAT_RECORDS`
-records per partition. A format that fails is shown on the page with its error."""
+worker, through the same asset, on the default read path (librdkafka) and then with read_path spark; format `bytes`
+writes one object per record, so it archives `BYTES_FORMAT_RECORDS` records per partition. A format that fails is
+shown on the page with its error."""
 
 from __future__ import annotations
 
@@ -22,8 +23,13 @@ def time_every_format(s: Setup, worker: SparkWorker, formats: list[str]) -> dict
             out = worker.call(cmd="format", topic=TOPIC, prefix=f"fmt-{fmt}/", windows=ws, format=fmt)
             assert out["records"] == recs, out
             out |= {"requests": moto_requests(s.moto_log) - before, "payload": recs * wl.record_bytes()}
+            wl.empty_prefix(s.s3, BUCKET, f"fmt-{fmt}/")
+            old = worker.call(cmd="format", topic=TOPIC, prefix=f"fmt-{fmt}/", windows=ws, format=fmt,
+                              read_path="spark")
+            assert old["records"] == recs, old
+            out["spark_seconds"] = old["seconds"]
             say(f"format {fmt}: {out['seconds']:.2f}s, {recs / out['seconds']:,.0f} rec/s, {out['objects']} "
-                f"objects, {out['bytes_written'] / 1e6:.1f} MB written")
+                f"objects, {out['bytes_written'] / 1e6:.1f} MB written; read_path spark {old['seconds']:.2f}s")
         except Exception as e:  # shown on the page
             out = {"error": f"{type(e).__name__}: {e}"[:2000]}
             say(f"format {fmt} FAILED: {out['error']}")

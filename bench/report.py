@@ -182,14 +182,15 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     fmt_rows, fmt_json = [], {}
     for fmt, out in x["formats"].items():
         if "error" in out:
-            fmt_rows.append(f"| {fmt} | — | — | — | — | — | {out['error'][:200]} |")
+            fmt_rows.append(f"| {fmt} | — | — | — | — | — | — | {out['error'][:200]} |")
             fmt_json[fmt] = {"error": out["error"]}
             continue
         rps = out["records"] / out["seconds"]
         fmt_json[fmt] = {"seconds": round(out["seconds"], 2), "records": out["records"], "records_per_s": round(rps),
                          "mb_per_s": round(out["payload"] / out["seconds"] / 1e6, 2), "objects": out["objects"],
-                         "bytes_written": out["bytes_written"], "s3_requests": out["requests"]}
-        fmt_rows.append(f"| {fmt} | {out['records']:,} | {out['seconds']:.2f} | {rps:,.0f} | "
+                         "bytes_written": out["bytes_written"], "s3_requests": out["requests"],
+                         "read_path_spark_seconds": round(out["spark_seconds"], 2)}
+        fmt_rows.append(f"| {fmt} | {out['records']:,} | {out['seconds']:.2f} | {out['spark_seconds']:.2f} | {rps:,.0f} | "
                         f"{out['payload'] / out['seconds'] / 1e6:.1f} | {out['objects']:,} | "
                         f"{out['bytes_written'] / 1e6:,.1f} MB, {out['requests']:,} S3 requests |")
     json_out["formats"] = fmt_json
@@ -230,9 +231,10 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
               "`archive_vs_aiven` is gone: one ratio per peer above.")},
         {"title": "Every format", "body": (
             "The rounds' windows archived once per format in the warm session (format `bytes` writes one object "
-            f"per record, so it archives {BYTES_FORMAT_RECORDS} records per partition), through the same asset.\n\n"
-            "| format | records | seconds | records/s | MB/s | objects | written |\n| --- | --- | --- | --- | --- | --- "
-            "| --- |\n" + "\n".join(fmt_rows))},
+            f"per record, so it archives {BYTES_FORMAT_RECORDS} records per partition), through the same asset, "
+            "on the default read path (librdkafka), then with read_path spark (seconds only).\n\n"
+            "| format | records | seconds | seconds, read_path spark | records/s | MB/s | objects | written |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(fmt_rows))},
         {"title": "Run overhead, one JVM flag at a time", "body": (
             "A one-record window materialized first thing in a fresh process (`dg.materialize`, commit included): "
             "the seconds of that run (the Spark session starts inside it, as in a deployed run), and from the "

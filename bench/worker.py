@@ -138,10 +138,11 @@ class Worker:
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
                       "python_peak_mb": status_kb("self", "VmHWM") / 1024}
 
-    def cmd_format(self, topic: str, prefix: str, windows: list[list[int]], format: str) -> dict[str, Any]:
+    def cmd_format(self, topic: str, prefix: str, windows: list[list[int]], format: str,
+                   read_path: str = "librdkafka") -> dict[str, Any]:
         """The run of `windows` archived in `format` (value_decoding json for json, the csv fields for csv)."""
         ws = [OffsetWindow(*w) for w in windows]
-        extra: dict[str, Any] = {"format": format}
+        extra: dict[str, Any] = {"format": format, "read_path": read_path}
         if format == "csv":
             extra["csv_fields"] = ["key", "value", "offset", "timestamp", "headers"]
         return self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws)), **extra), topic, ws)

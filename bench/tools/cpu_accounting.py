@@ -14,7 +14,8 @@ busy CPU over the same interval tells whether the 2 cores were saturated; what n
 
 An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of
 `jvm_profile` long as in `make bench`, warmed up by one archive of the whole workload) and Spark settings for its
-session (`min_partitions=N` sets SparkResource.kafka_min_partitions instead). Arms run interleaved, their order
+session (`min_partitions=N` sets SparkResource.kafka_min_partitions instead, `read_path=spark` the archive's
+read path). Arms run interleaved, their order
 alternating by round. Starts its own broker and moto (`temporary_stack`) and stops them at the end.
 """
 
@@ -55,6 +56,7 @@ class Arm(SparkWorker):
         self.tree = Path(tree or ".").resolve()
         conf = dict(o.split("=", 1) for o in opts)
         self.min_partitions = int(conf.pop("min_partitions")) if "min_partitions" in conf else None
+        self.read_path = conf.pop("read_path", "librdkafka")
         self.conf = conf
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
@@ -74,7 +76,7 @@ class Arm(SparkWorker):
 
     def archive(self, windows: list[list[int]], prefix: str) -> dict[str, Any]:
         return self.call(cmd="archive", topic=TOPIC, prefix=prefix, windows=windows,
-                         min_partitions=self.min_partitions)
+                         min_partitions=self.min_partitions, read_path=self.read_path)
 
 
 class Accountant:
