@@ -210,7 +210,7 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
 
 # read_path librdkafka: a run of fewer windows than SLICES_PER_SLOT x the session's task slots splits each window
 # into slices of at least MIN_SLICE_RECORDS offsets, so that every slot reads (docs/performance.md, "Slices").
-SLICES_PER_SLOT = 1
+SLICES_PER_SLOT = 2
 MIN_SLICE_RECORDS = 20_000
 
 
