@@ -37,10 +37,10 @@ def _ok(out: dict) -> dict:
     return out["windows"]
 
 
-def test_parquet_archive_over_connect_reads_back_byte_exact(spark_connect, kafka, s3, services, unique):
+def test_parquet_archive_over_connect_reads_back_byte_exact(spark_connect, kafka, s3, services, unique, read_path):
     topic = create_topic(kafka, f"sc-parquet-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, k, v, h) for i, (k, v, h) in enumerate(NASTY * 2)])
-    cfg = archive_config(services.bucket, topic, f"connect/{unique}/parquet/")
+    cfg = archive_config(services.bucket, topic, f"connect/{unique}/parquet/", read_path=read_path)
     windows = [OffsetWindow(0, 0, 8), OffsetWindow(1, 0, 5), OffsetWindow(1, 5, 8)]
     out = archive_job(services, _connect(spark_connect), cfg, topic, windows,
                       secrets=(TEST_AWS["AWS_SECRET_ACCESS_KEY"],))
