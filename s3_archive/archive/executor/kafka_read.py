@@ -18,6 +18,7 @@ batch holds at most BATCH_RECORDS records or BATCH_BYTES of keys and values.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -49,6 +50,15 @@ STALL_S = 120.0  # as Spark's Kafka source (kafkaConsumer.pollTimeoutMs = spark.
 FETCH_SETTINGS = {"fetch.message.max.bytes": 16 << 20, "fetch.max.bytes": 64 << 20,
                   "queued.max.messages.kbytes": 32 << 10, "receive.message.max.bytes": 80 << 20,
                   "socket.receive.buffer.bytes": 4 << 20}
+
+
+@functools.cache
+def _refused() -> frozenset[int]:
+    """Errors no retry mends: credentials, TLS, ACLs."""
+    from confluent_kafka import KafkaError
+
+    return frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
+                      KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
 def _consumer(conn: KafkaConnection, records: int) -> Any:
@@ -102,11 +112,11 @@ def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, en
     where = f"topic {topic!r} partition {partition}"
     try:
         consumer.assign([tp])
-        position, pending, pending_bytes = start, [], 0
+        position, pending, pending_bytes, last_error = start, [], 0, ""
         progress = time.monotonic()
         while position < end:
             msgs = consumer.consume(min(BATCH_RECORDS, end - position), 0.5)
-            done = False
+            done, before = False, len(pending)
             for m in msgs:
                 err = m.error()
                 if err is None:
@@ -129,10 +139,12 @@ def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, en
                     # Deleted by retention: what is left is read; the driver sees the log start moved
                     consumer.assign([TopicPartition(topic, partition, max(low, position))])
                     progress = time.monotonic()
-                elif not err.retriable() and code != KafkaError._TRANSPORT:
+                elif err.fatal() or code in _refused():
                     raise KafkaUnavailable(f"reading offsets [{position}, {end}) of {where} from Kafka at "
                                            f"{conn.servers} failed: {err.str()}")
-            if pending:
+                else:  # a lost connection, a moved leader: librdkafka retries; the stall deadline bounds it
+                    last_error = err.str()
+            if len(pending) > before:
                 position = pending[-1].offset() + 1
                 progress = time.monotonic()
             if not done:
@@ -150,7 +162,7 @@ def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, en
                 raise KafkaUnavailable(
                     f"reading {where} from Kafka at {conn.servers}: no progress at offset {position} for "
                     f"{stall_s:.0f}s (offsets [{position}, {end}) not read: the broker is unreachable, or a "
-                    "transaction below the window's end is still open)")
+                    f"transaction below the window's end is still open){'; last: ' + last_error if last_error else ''}")
         if pending:
             yield _envelope(pending, topic, partition)
     finally:
