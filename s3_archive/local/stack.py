@@ -1,6 +1,7 @@
 """`s3-archive local up | down | status`: the broker and the moto server as background processes, and on
 request PostgreSQL for a Dagster instance of the deployed shape (`--postgres`), a Spark Connect server
-(`--spark-connect`) and a Spark standalone master + worker (`--spark-cluster`).
+(`--spark-connect`), a Spark standalone master + worker (`--spark-cluster`) and a Schema Registry
+(`--schema-registry`: Apicurio Registry, local/schema_registry.py).
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
 their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
@@ -28,6 +29,8 @@ from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid, write_private
+from s3_archive.local.schema_registry import MAIN_JAR as REGISTRY_JAR
+from s3_archive.local.schema_registry import SchemaRegistryServer
 from s3_archive.local.spark_cluster import MASTER_CLASS, WORKER_CLASS, SparkCluster
 from s3_archive.local.spark_connect import MAIN_CLASS as CONNECT_CLASS
 from s3_archive.local.spark_connect import SparkConnectServer
@@ -56,6 +59,8 @@ class StackState:
     spark_master_pid: int | None = None
     spark_worker_pid: int | None = None
     spark_jars_dir: str | None = None  # the jars on the worker's classpath (SparkResource.worker_jars_dir)
+    schema_registry_url: str | None = None
+    schema_registry_pid: int | None = None
 
 
     def env(self) -> dict[str, str]:
@@ -78,8 +83,10 @@ class StackState:
         elif self.spark_master_url:
             spark = {"S3_ARCHIVE_SPARK_MASTER": self.spark_master_url,
                      "S3_ARCHIVE_SPARK_WORKER_JARS_DIR": self.spark_jars_dir or ""}
+        registry = {"S3_ARCHIVE_SCHEMA_REGISTRY_URL": self.schema_registry_url} if self.schema_registry_url else {}
         return {
             **kafka,
+            **registry,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
             **spark,
@@ -144,7 +151,7 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
        kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None, postgres: bool = False,
        spark_connect: bool = False, spark_cluster: bool = False, spark_connect_port: int = 0,
-       spark_master_port: int = 0) -> StackState:
+       spark_master_port: int = 0, schema_registry: bool = False, schema_registry_port: int = 0) -> StackState:
     """Start the stack, or what it lacks of what is asked if it runs already, and record it. `kafka_security`:
     plaintext or sasl_ssl; None: as the local data was made, else plaintext."""
     if kafka_security is not None and kafka_security not in SECURITY:
@@ -182,6 +189,11 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         pg = PostgresServer(root / "postgres", detached=True)
         pg.start()
         state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
+        _save(root, state)
+    if schema_registry and state.schema_registry_url is None:
+        registry = SchemaRegistryServer(root / "schema-registry", port=schema_registry_port, detached=True)
+        registry.start()
+        state.schema_registry_url, state.schema_registry_pid = registry.url, registry.proc.pid
         _save(root, state)
     if spark_cluster and state.spark_master_url is None:
         # The worker's environment holds the S3 keys of its executors' default chain (Iceberg's S3 client), as a
@@ -224,7 +236,8 @@ def _ours(pid: int, marker: str) -> bool:
 
 
 _MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "postgres_pid": "postgres",
-            "spark_master_pid": MASTER_CLASS, "spark_worker_pid": WORKER_CLASS, "spark_connect_pid": CONNECT_CLASS}
+            "spark_master_pid": MASTER_CLASS, "spark_worker_pid": WORKER_CLASS, "spark_connect_pid": CONNECT_CLASS,
+            "schema_registry_pid": REGISTRY_JAR}
 
 
 def _recorded(state: StackState) -> list[tuple[str, int, str]]:
@@ -267,6 +280,8 @@ def status(root: Path | None = None) -> str:
         lines.append(f"spark master: {state.spark_master_url}  (worker jars: {state.spark_jars_dir})")
     if state.spark_connect_url:
         lines.append(f"spark connect: {state.spark_connect_url}")
+    if state.schema_registry_url:
+        lines.append(f"schema registry: {state.schema_registry_url}")
     return "\n".join(lines)
 
 

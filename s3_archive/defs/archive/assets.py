@@ -15,6 +15,7 @@ from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
+from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import manifest_key, partition_dir
 from s3_archive.model.windows import OffsetWindow
@@ -39,9 +40,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                         + archive_links(cfg, topic, "docs/commit-protocol.md"),
         )
 
-    @archive_asset
-    def _archive(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
-                 s3: S3Resource) -> Iterator[dg.AssetMaterialization]:
+    def run(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,
+            registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization]:
         windows = [OffsetWindow.parse(k) for k in context.partition_keys]
         client = s3.get_client()
         check_bucket(client, cfg.bucket, cfg.prefix)
@@ -51,7 +51,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                 raise dg.Failure(f"window {w.key}: topic {topic!r} has no partition {w.partition} "
                                  f"(partitions: {partitions[0]}..{partitions[-1]})")
         results = archive_windows(spark.session(), kafka, client, cfg, topic, windows, context.log,
-                                  conn=S3Connection.of_resource(s3), endpoint=S3Endpoint.of_resource(s3))
+                                  conn=S3Connection.of_resource(s3), endpoint=S3Endpoint.of_resource(s3),
+                                  registry=registry.connection() if registry is not None else None)
         failures: list[str] = []
         for w in windows:
             r = results[w]
@@ -66,6 +67,20 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                                           metadata=typed(r.metadata(cfg.bucket, mkey)))
         if failures:
             raise dg.Failure(description=f"{len(failures)} of {len(windows)} windows failed:\n" + "\n".join(failures))
+
+    if cfg.value_decoding.registry or cfg.key_decoding.registry:
+        @archive_asset
+        def _archive_decoded(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+                             s3: S3Resource, schema_registry: SchemaRegistryResource,
+                             ) -> Iterator[dg.AssetMaterialization]:
+            yield from run(context, spark, kafka, s3, schema_registry)
+
+        return _archive_decoded
+
+    @archive_asset
+    def _archive(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+                 s3: S3Resource) -> Iterator[dg.AssetMaterialization]:
+        yield from run(context, spark, kafka, s3, None)
 
     return _archive
 

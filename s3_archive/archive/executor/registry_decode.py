@@ -1,0 +1,381 @@
+"""Schema Registry payloads decoded in the write task, on task batches (executor/task.py), whichever way the
+records were read: `decode(plan, batch)` reads the raw `value` (and `key`) binary columns, appends the decoded
+fields as the plan's columns, and marks each record that does not decode (`_good` false, `_reason` why).
+
+A payload is Confluent-framed: magic byte 0, the writer schema's id (4 bytes, big-endian), the encoded record
+(Protobuf: message indexes first). The writer schema comes from the plan (the subject's versions when the job was
+planned) or, for an id the plan lacks, from the registry (cached per process). Each part decodes into one schema:
+Avro values are resolved into the plan's reader schema (fastavro), Protobuf and JSON Schema values are decoded with
+their writer schema and their fields matched by name to the plan's columns (the union of the subject's versions).
+
+A record does not decode when it is not framed, names an id the registry does not know, fails to decode with its
+schema, or its writer schema cannot be read as the reader schema (a field's type changed): `_reason` says which,
+naming the ids and the field. A null payload (a tombstone, a null key) decodes to nulls.
+
+Dead letters: `_raw` is the record's raw envelope (with `reason`), built from the batch's envelope columns, which
+the driver sends whole when an archive keeps dead letters (driver/spark_job.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s3_archive.io.registry_client import HEADER_BYTES, RegistryConnection, RegistrySchema, UnknownSchemaId
+from s3_archive.model.registry_types import NOT_A_RECORD
+
+GOOD, REASON, RAW = "_good", "_reason", "_raw"
+
+
+def schema_id_column(part: str) -> str:
+    """The column holding each record's writer schema id of `part` (null: not framed), for the slice statistics."""
+    return f"_{part}_schema_id"
+
+
+@dataclass(frozen=True)
+class DecodedPart:
+    """How one part of the record (value or key) decodes."""
+
+    part: str  # "value" | "key"
+    kind: str  # avro | protobuf | json_schema
+    subject: str
+    reader: RegistrySchema | None  # avro: the reader schema (the subject's newest version); None: writer's own
+    schemas: tuple[RegistrySchema, ...]  # the writer schemas known when the job was planned
+    struct_type: str  # Spark type JSON of the decoded struct; its fields in stored order
+    columns: tuple[str, ...]  # the stored column of each field of struct_type
+
+    def fields(self) -> list[dict[str, Any]]:
+        return json.loads(self.struct_type)["fields"]
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What a write task needs to decode registry payloads: picklable, and its repr holds no secret (the
+    connection hides its password)."""
+
+    topic: str
+    parts: tuple[DecodedPart, ...]
+    registry: RegistryConnection | None = None  # for ids the plan lacks; None: such an id is unknown
+    dead_letter_schema: str = ""  # Spark schema JSON of `_raw` (the raw envelope and `reason`); "": no dead letters
+
+    def stored_columns(self) -> list[str]:
+        return [c for p in self.parts for c in p.columns]
+
+
+# --- Arrow types of the decoded columns ------------------------------------------------------------------------
+_ATOMIC = {"boolean": pa.bool_(), "integer": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+           "double": pa.float64(), "string": pa.string(), "binary": pa.binary(), "date": pa.date32(),
+           "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"), "null": pa.null(),
+           "short": pa.int16(), "byte": pa.int8()}
+
+
+def arrow_type(t: Any) -> pa.DataType:
+    """The Arrow type of a Spark type (JSON), as a write task stores it."""
+    if isinstance(t, str):
+        if t.startswith("decimal("):
+            p, s = (int(x) for x in t[len("decimal("):-1].split(","))
+            return pa.decimal128(p, s)
+        return _ATOMIC[t]
+    if t["type"] == "struct":
+        return pa.struct([pa.field(f["name"], arrow_type(f["type"]), True) for f in t["fields"]])
+    if t["type"] == "array":
+        return pa.list_(arrow_type(t["elementType"]))
+    if t["type"] == "map":
+        return pa.map_(arrow_type(t["keyType"]), arrow_type(t["valueType"]))
+    raise ValueError(f"no Arrow type for the Spark type {t!r}")
+
+
+# --- decoders per writer schema --------------------------------------------------------------------------------
+_PLAIN_LOGICAL = {"uuid", "time-millis", "time-micros"}  # decoded as their physical type (Spark's mapping)
+
+
+def _plain(schema: Any) -> Any:
+    """The Avro schema with the logical types Spark stores physically (uuid, time-*) made plain, so fastavro
+    returns str / int for them."""
+    if isinstance(schema, list):
+        return [_plain(s) for s in schema]
+    if isinstance(schema, dict):
+        out = {k: _plain(v) if k in ("type", "items", "values", "fields") else v for k, v in schema.items()}
+        if out.get("logicalType") in _PLAIN_LOGICAL:
+            out.pop("logicalType")
+        return out
+    return schema
+
+
+def _union_converter(schema: Any, named: dict[str, Any]) -> Any:
+    """A function making a decoded Avro value fit its columns (unions of several types as JSON text), or None
+    when the value fits as fastavro returns it."""
+    if isinstance(schema, str):
+        return named.get(schema)
+    if isinstance(schema, list):
+        types = [t for t in schema if t != "null"]
+        if len(types) == 1:
+            return _union_converter(types[0], named)
+        kinds = {t if isinstance(t, str) else t.get("type") for t in types}
+        if kinds <= {"int", "long"} or kinds <= {"float", "double"}:
+            return None
+        return lambda v: None if v is None else json.dumps(v, default=str, sort_keys=True)
+    kind = schema.get("type")
+    if kind == "record":
+        convs = {f["name"]: _union_converter(f["type"], named) for f in schema["fields"]}
+        convs = {k: c for k, c in convs.items() if c is not None}
+        conv = None if not convs else (lambda v: None if v is None else
+                                       {**v, **{k: c(v.get(k)) for k, c in convs.items()}})
+        named[schema["name"]] = conv
+        return conv
+    if kind == "array":
+        c = _union_converter(schema["items"], named)
+        return None if c is None else (lambda v: None if v is None else [c(x) for x in v])
+    if kind == "map":
+        c = _union_converter(schema["values"], named)
+        return None if c is None else (lambda v: None if v is None else {k: c(x) for k, x in v.items()})
+    if isinstance(kind, list | dict):
+        return _union_converter(kind, named)
+    return None
+
+
+class _AvroDecoder:
+    def __init__(self, writer: RegistrySchema, reader: RegistrySchema | None) -> None:
+        from fastavro import parse_schema
+
+        self.writer_id = writer.id
+        self._writer = parse_schema(_plain(json.loads(writer.text)), named_schemas={})
+        target = reader if reader is not None else writer
+        self._reader = None if reader is None or reader.text == writer.text else parse_schema(
+            _plain(json.loads(reader.text)), named_schemas={})
+        self._convert = _union_converter(json.loads(target.text), {})
+        self.record = _is_record(json.loads(target.text))
+        self.reader_id = target.id
+
+    def __call__(self, payload: bytes) -> Any:
+        from fastavro import schemaless_reader
+
+        value = schemaless_reader(io.BytesIO(payload), self._writer, self._reader)
+        if self._convert is not None:
+            value = self._convert(value)
+        return value if self.record else {NOT_A_RECORD: value}
+
+
+def _is_record(schema: Any) -> bool:
+    if isinstance(schema, list):
+        types = [t for t in schema if t != "null"]
+        return len(types) == 1 and _is_record(types[0])
+    return isinstance(schema, dict) and schema.get("type") in ("record", "error")
+
+
+class _JsonDecoder:
+    def __init__(self, writer: RegistrySchema) -> None:
+        self.record = json.loads(writer.text).get("type") == "object" if writer.text.strip().startswith("{") \
+            else False
+
+    def __call__(self, payload: bytes) -> Any:
+        value = json.loads(payload)
+        if self.record and not isinstance(value, dict):
+            raise ValueError(f"not a JSON object but {type(value).__name__}")
+        return value if self.record else {NOT_A_RECORD: value}
+
+
+class Incompatible(ValueError):
+    """A writer schema cannot be read as the reader schema."""
+
+
+@dataclass
+class _Decoders:
+    """Decoders by (part, schema id), made on first use; per process, shared by a worker's tasks."""
+
+    by_key: dict[tuple[str, int, str], Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_DECODERS = _Decoders()
+
+
+def _writer_schema(plan: DecodePlan, part: DecodedPart, schema_id: int) -> RegistrySchema:
+    for s in part.schemas:
+        if s.id == schema_id:
+            return s
+    if plan.registry is None:
+        raise UnknownSchemaId(f"schema id {schema_id}")
+    return plan.registry.client().by_id(schema_id)
+
+
+def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
+    """The decoder of payloads written with `schema_id` into the part's columns; UnknownSchemaId, or Incompatible
+    (a message naming both ids and why) when it cannot be made."""
+    reader_key = part.reader.text if part.reader is not None else ""
+    key = (part.kind, schema_id, reader_key)
+    with _DECODERS.lock:
+        found = _DECODERS.by_key.get(key)
+    if found is not None:
+        if isinstance(found, Exception):
+            raise found
+        return found
+    writer = _writer_schema(plan, part, schema_id)
+    try:
+        if writer.schema_type != {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}[part.kind]:
+            raise Incompatible(f"schema id {schema_id} is a {writer.schema_type} schema, not {part.kind}")
+        if part.kind == "avro":
+            dec: Any = _AvroDecoder(writer, part.reader)
+            if part.reader is not None and writer.id != part.reader.id:
+                _check_resolution(writer, part.reader)
+        elif part.kind == "protobuf":
+            from s3_archive.archive.executor.protobuf_schemas import ProtobufDecoder
+
+            dec = ProtobufDecoder(writer)
+        else:
+            dec = _JsonDecoder(writer)
+    except Incompatible as e:
+        with _DECODERS.lock:
+            _DECODERS.by_key[key] = e
+        raise
+    with _DECODERS.lock:
+        _DECODERS.by_key[key] = dec
+    return dec
+
+
+def _check_resolution(writer: RegistrySchema, reader: RegistrySchema) -> None:
+    """Incompatible, naming the field, when Avro's resolution rules cannot read `writer` as `reader`."""
+    from s3_archive.model.registry_types import IncompatibleFields, avro_columns
+
+    try:
+        _resolvable(avro_columns(writer.text), avro_columns(reader.text), "")
+    except IncompatibleFields as e:
+        raise Incompatible(f"schema id {writer.id} cannot be read as schema id {reader.id} (subject "
+                           f"{reader.subject!r} version {reader.version}): {e}") from None
+
+
+_PROMOTIONS = {("integer", "long"), ("integer", "float"), ("integer", "double"), ("long", "float"),
+               ("long", "double"), ("float", "double"), ("string", "binary"), ("binary", "string")}
+
+
+def _resolvable(w: Any, r: Any, path: str) -> None:
+    from s3_archive.model.registry_types import IncompatibleFields
+
+    if w == r or (isinstance(w, str) and isinstance(r, str) and (w, r) in _PROMOTIONS):
+        return
+    if isinstance(w, dict) and isinstance(r, dict) and w.get("type") == r.get("type"):
+        if w["type"] == "struct":
+            mine = {f["name"]: f["type"] for f in w["fields"]}
+            for f in r["fields"]:
+                if f["name"] in mine:
+                    _resolvable(mine[f["name"]], f["type"], f"{path}.{f['name']}" if path else f["name"])
+            return
+        if w["type"] == "array":
+            return _resolvable(w["elementType"], r["elementType"], path + "[]")
+        if w["type"] == "map":
+            return _resolvable(w["valueType"], r["valueType"], path + "{}")
+    raise IncompatibleFields(path or "(the value)", w, r)
+
+
+# --- decoding a batch ------------------------------------------------------------------------------------------
+def _frame(payload: bytes) -> tuple[int, bytes]:
+    if len(payload) < HEADER_BYTES or payload[0] != 0:
+        first = f"0x{payload[0]:02x}" if payload else "nothing"
+        raise _NotFramed(f"not Confluent-framed (first byte {first}, {len(payload)} bytes; expected magic byte 0 "
+                         "and a 4-byte schema id)")
+    return int.from_bytes(payload[1:HEADER_BYTES], "big"), payload[HEADER_BYTES:]
+
+
+class _NotFramed(ValueError):
+    pass
+
+
+def _decode_part(plan: DecodePlan, part: DecodedPart, raw: pa.Array, reasons: list[str | None],
+                 ) -> tuple[list[Any], list[int | None]]:
+    """Each row's decoded value (a dict of the part's fields; None for a null payload or a bad record) and its
+    writer schema id; a bad record's reason goes into `reasons`."""
+    values: list[Any] = [None] * len(raw)
+    ids: list[int | None] = [None] * len(raw)
+    payloads = raw.to_pylist()
+    for i, payload in enumerate(payloads):
+        if payload is None or reasons[i] is not None:
+            continue
+        try:
+            schema_id, body = _frame(payload)
+            ids[i] = schema_id
+            values[i] = _decoder(plan, part, schema_id)(body)
+        except _NotFramed as e:
+            reasons[i] = f"{part.part}: {e}"
+        except UnknownSchemaId:
+            reasons[i] = f"{part.part}: unknown schema id {ids[i]} (the Schema Registry has no such schema)"
+        except Incompatible as e:
+            reasons[i] = f"{part.part}: {e}"
+        except Exception as e:  # the payload does not decode with its schema
+            reasons[i] = f"{part.part}: does not decode with schema id {ids[i]}: {type(e).__name__}: {e}"
+    return values, ids
+
+
+def _columns(part: DecodedPart, values: list[Any], reasons: list[str | None]) -> list[pa.Array]:
+    """The part's stored columns from its decoded values; a value that does not fit the columns' types makes its
+    record bad (its reason names the field)."""
+    out = []
+    for f in part.fields():
+        t = arrow_type(f["type"])
+        name = f["name"]
+        column = [None if v is None else v.get(name) for v in values]
+        try:
+            out.append(pa.array(column, type=t))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            fixed = []
+            for i, x in enumerate(column):
+                try:
+                    pa.array([x], type=t)
+                    fixed.append(x)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+                    if reasons[i] is None:
+                        reasons[i] = f"{part.part}: field {name!r} does not fit the column type {t}: {e}"
+                    fixed.append(None)
+            out.append(pa.array(fixed, type=t))
+    return out
+
+
+def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with each part's decoded columns, `_good`, `_reason`, the writer schema ids, and (with dead letters)
+    `_raw` appended. A record marked bad has null decoded columns."""
+    n = batch.num_rows
+    reasons: list[str | None] = [None] * n
+    decoded: list[tuple[DecodedPart, list[Any], list[int | None]]] = []
+    for part in plan.parts:
+        values, ids = _decode_part(plan, part, batch.column(part.part), reasons)
+        decoded.append((part, values, ids))
+    names, arrays = list(batch.schema.names), list(batch.columns)
+    for part, values, ids in decoded:
+        cols = _columns(part, values, reasons)
+        names += list(part.columns)
+        arrays += cols
+        names.append(schema_id_column(part.part))
+        arrays.append(pa.array(ids, type=pa.int32()))
+    good = pa.array([r is None for r in reasons], type=pa.bool_())
+    if GOOD in names:  # the batch's own verdict (e.g. a value decoding of Spark's) too
+        i = names.index(GOOD)
+        good = pc.and_(arrays[i], good)
+        del names[i], arrays[i]
+    if not pc.all(good).as_py():
+        # a bad record stores nothing decoded: its decoded columns are nulls
+        for part, _, _ in decoded:
+            for c in part.columns:
+                i = names.index(c)
+                arrays[i] = pc.if_else(good, arrays[i], pa.nulls(n, arrays[i].type))
+    names += [GOOD, REASON]
+    arrays += [good, pa.array(reasons, type=pa.string())]
+    if plan.dead_letter_schema:
+        names.append(RAW)
+        arrays.append(_raw_envelope(plan, batch, arrays[-1]))
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _raw_envelope(plan: DecodePlan, batch: pa.RecordBatch, reasons: pa.Array) -> pa.Array:
+    """Each record's raw envelope and reason, as the dead-letter objects store it."""
+    schema = [pa.field(f["name"], arrow_type(f["type"]), f["nullable"])
+              for f in json.loads(plan.dead_letter_schema)["fields"]]
+    n = batch.num_rows
+    own = {"topic": pa.array([plan.topic] * n, pa.string()), "partition": batch.column("_partition"),
+           "offset": batch.column("_offset"), "reason": reasons}
+    arrays = [(own[f.name] if f.name in own else batch.column(f.name)).cast(f.type) for f in schema]
+    return pa.StructArray.from_arrays(arrays, fields=schema)

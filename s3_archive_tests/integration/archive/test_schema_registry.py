@@ -1,0 +1,188 @@
+"""Schema Registry payloads (Confluent-framed Avro, Protobuf, JSON Schema) archived as typed columns, against a real
+registry (Apicurio) and broker: producers use confluent-kafka's serializers, readers are pyarrow and the registry's
+own API."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from s3_archive.archive.driver.coordinator import archive_window, archive_windows
+from s3_archive.io.registry_client import RegistryConnection
+from s3_archive.keys.objects import DEAD_LETTER
+from s3_archive.model.errors import SchemaRegistryUnavailable, UndecodableValue
+from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": "string"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+    {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": [
+        {"name": "city", "type": "string"}]}], "default": None},
+]}
+# v2 adds a field with a default; v3 removes `name`
+V2 = {**V1, "fields": [*V1["fields"], {"name": "email", "type": ["null", "string"], "default": None}]}
+V3 = {**V2, "fields": [f for f in V2["fields"] if f["name"] != "name"]}
+
+
+def _registry_client(url: str) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": url, "timeout": 10})
+
+
+def _order(i: int, **extra) -> dict:
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    return {"id": i, "name": f"n{i}", "amount": Decimal(f"{i}.25"),
+            "at": datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC), "tags": [f"t{i}"], "attrs": {"a": i},
+            "status": "PAID" if i % 2 else "NEW", "ship": {"city": "Oslo"} if i % 2 else None, **extra}
+
+
+def _avro(sr: SchemaRegistryClient, topic: str, schema: dict, values: list[dict]) -> list[bytes]:
+    ser = AvroSerializer(sr, json.dumps(schema), conf={"auto.register.schemas": True})
+    return [ser(v, SerializationContext(topic, MessageField.VALUE)) for v in values]
+
+
+def _table(s3, bucket: str, key: str):
+    return pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+
+
+@pytest.fixture(scope="module")
+def registry(schema_registry) -> RegistryConnection:
+    return RegistryConnection(schema_registry.url, timeout_s=10)
+
+
+def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry, registry, kafka, s3, services,
+                                                                 spark, unique):
+    topic = create_topic(kafka, f"sr-avro-{unique}")
+    sr = _registry_client(schema_registry.url)
+    sr.set_config(subject_name=f"{topic}-value", config={"compatibility": "NONE"})
+    first = _avro(sr, topic, V1, [_order(1), _order(2)]) + _avro(sr, topic, V2, [_order(3, email="c@x")])
+    produce(kafka, topic, [(0, f"k{i}".encode(), v, []) for i, v in enumerate(first)] + [(0, b"gone", None, [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+
+    w1 = OffsetWindow(0, 0, 4)
+    m1 = archive_window(spark, kafka, s3, cfg, topic, w1, log, registry=registry).manifest
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    # read as v2, the newest version when the window was archived: v1's records get email's default
+    assert t.column("id").to_pylist() == [1, 2, 3, None]  # the tombstone decodes to nulls
+    assert t.column("name").to_pylist() == ["n1", "n2", "n3", None]
+    assert t.column("email").to_pylist() == [None, None, "c@x", None]
+    assert [str(a) for a in t.column("amount").to_pylist()[:3]] == ["1.25", "2.25", "3.25"]
+    assert t.column("at").to_pylist()[0].isoformat() == "2026-01-01T00:00:01+00:00"
+    assert t.column("tags").to_pylist()[:2] == [["t1"], ["t2"]]
+    assert dict(t.column("attrs").to_pylist()[0]) == {"a": 1}
+    assert t.column("status").to_pylist()[:2] == ["PAID", "NEW"]
+    assert t.column("ship").to_pylist()[:2] == [{"city": "Oslo"}, None]
+    assert t.column("value").to_pylist()[:3] == first  # the raw framed bytes stay: restore is byte-exact
+    assert m1.manifest_version == 2 and m1.value_decoding == "avro"
+    ids = {s.id for s in m1.schemas}
+    v1_id, v2_id = sr.get_version(f"{topic}-value", 1).schema_id, sr.get_version(f"{topic}-value", 2).schema_id
+    assert ids == {v1_id, v2_id} and [s.id for s in m1.schemas if s.reader] == [v2_id]
+    for s in m1.schemas:  # each kept in the bucket by its content hash
+        kept = json.loads(s3.get_object(Bucket=cfg.bucket, Key=s.key)["Body"].read())
+        assert kept["schemaType"] == "AVRO" and json.loads(kept["schema"])["name"] == "Order"
+    assert {f["name"] for f in json.loads(m1.spark_schema)["fields"]} >= {"key", "value", "id", "email", "ship"}
+
+    # v3 removes `name`: the next window is read as v3
+    later = _avro(sr, topic, V3, [{k: v for k, v in _order(5).items() if k != "name"}])
+    produce(kafka, topic, [(0, b"k5", later[0], [])])
+    m2 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 4, 5), log, registry=registry).manifest
+    fields = [f["name"] for f in json.loads(m2.spark_schema)["fields"]]
+    assert "name" not in fields and "email" in fields
+    assert [s.id for s in m2.schemas if s.reader] == [sr.get_version(f"{topic}-value", 3).schema_id]
+
+
+def test_bad_records_follow_on_error(schema_registry, registry, kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"sr-bad-{unique}")
+    sr = _registry_client(schema_registry.url)
+    good = _avro(sr, topic, V1, [_order(1)])[0]
+    unknown = b"\x00" + (987654).to_bytes(4, "big") + good[5:]
+    values = [good, b"plain text", unknown, good[:7]]
+    produce(kafka, topic, [(0, None, v, [("h", b"1")]) for v in values])
+    window = OffsetWindow(0, 0, len(values))
+
+    fail = archive_config(services.bucket, topic, f"sr/{unique}/fail/", value_decoding={"type": "avro"})
+    with pytest.raises(UndecodableValue) as e:
+        archive_window(spark, kafka, s3, fail, topic, window, log, registry=registry)
+    assert f"topic {topic!r} partition 0: 3 record(s)" in str(e.value)
+    assert "first at offset 1: value: not Confluent-framed (first byte 0x70" in str(e.value)
+    assert final_objects(s3, fail, topic) == {}  # nothing committed
+
+    dlq = archive_config(services.bucket, topic, f"sr/{unique}/dlq/",
+                         value_decoding={"type": "avro", "on_error": "dead_letter"})
+    m = archive_window(spark, kafka, s3, dlq, topic, window, log, registry=registry).manifest
+    assert m.record_count == 4 and m.undecodable_records == 3
+    [key] = final_objects(s3, dlq, topic)
+    assert _table(s3, dlq.bucket, key).column("id").to_pylist() == [1]
+    [dead] = [o.key for o in m.dead_letter_objects]
+    assert dead.startswith(f"{dlq.prefix}{DEAD_LETTER}/{topic}/")
+    d = _table(s3, dlq.bucket, dead)
+    assert d.column("offset").to_pylist() == [1, 2, 3]
+    assert d.column("value").to_pylist() == values[1:]  # raw, byte for byte
+    reasons = d.column("reason").to_pylist()
+    assert "not Confluent-framed" in reasons[0]
+    assert reasons[1] == "value: unknown schema id 987654 (the Schema Registry has no such schema)"
+    assert "does not decode with schema id" in reasons[2]
+
+
+def test_keys_and_json_schema_values(schema_registry, registry, kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"sr-json-{unique}")
+    sr = _registry_client(schema_registry.url)
+    key_ser = AvroSerializer(sr, json.dumps({"type": "record", "name": "K", "fields": [
+        {"name": "tenant", "type": "string"}, {"name": "n", "type": "int"}]}))
+    schema = {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"},
+                                               "dims": {"type": "object", "properties": {"w": {"type": "number"}}}}}
+    value_ser = JSONSerializer(json.dumps(schema), sr)
+    recs = []
+    for i in range(3):
+        k = key_ser({"tenant": f"t{i}", "n": i}, SerializationContext(topic, MessageField.KEY))
+        v = value_ser({"sku": f"s{i}", "qty": i, "dims": {"w": 1.5 * i}}, SerializationContext(topic, MessageField.VALUE))
+        recs.append((0, k, v, []))
+    produce(kafka, topic, recs)
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "json_schema"},
+                         key_decoding={"type": "avro"})
+    m = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 3), log, registry=registry).manifest
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    assert t.column("key_tenant").to_pylist() == ["t0", "t1", "t2"] and t.column("key_n").to_pylist() == [0, 1, 2]
+    assert t.column("sku").to_pylist() == ["s0", "s1", "s2"] and t.column("qty").to_pylist() == [0, 1, 2]
+    assert t.column("dims").to_pylist()[2] == {"w": 3.0}
+    assert {s.part for s in m.schemas} == {"key", "value"}
+
+
+def test_registry_unreachable_fails_the_run_naming_it(kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"sr-down-{unique}")
+    produce(kafka, topic, [(0, None, b"\x00\x00\x00\x00\x01x", [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+    down = RegistryConnection("http://127.0.0.1:9", username="u", password="secret-pw", timeout_s=1, attempts=2)
+    [r] = archive_windows(spark, kafka, s3, cfg, topic, [OffsetWindow(0, 0, 1)], log, registry=down).values()
+    assert isinstance(r, SchemaRegistryUnavailable)
+    assert "the Schema Registry at http://127.0.0.1:9 as user 'u'" in str(r) and "secret-pw" not in str(r)
+    assert final_objects(s3, cfg, topic) == {}
+
+
+def test_schema_from_registry_api_registered_directly(schema_registry, registry, kafka, s3, services, spark, unique):
+    """A subject registered through the registry's API (not by a serializer) is read the same way."""
+    topic = create_topic(kafka, f"sr-api-{unique}")
+    sr = _registry_client(schema_registry.url)
+    sid = sr.register_schema(f"{topic}-value", Schema(json.dumps("string"), "AVRO"))
+    produce(kafka, topic, [(0, None, b"\x00" + sid.to_bytes(4, "big") + b"\x06abc", [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log, registry=registry)
+    [key] = final_objects(s3, cfg, topic)
+    assert _table(s3, cfg.bucket, key).column("decoded").to_pylist() == ["abc"]
