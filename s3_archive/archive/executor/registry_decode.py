@@ -92,12 +92,14 @@ def arrow_type(t: Any) -> pa.DataType:
 
 
 # --- decoders per writer schema --------------------------------------------------------------------------------
-_PLAIN_LOGICAL = {"uuid", "time-millis", "time-micros"}  # decoded as their physical type (Spark's mapping)
+# Logical types fastavro need not convert: uuid and time-* are stored as their physical type (Spark's mapping);
+# dates and timestamps are cast by Arrow from their numbers (a Python datetime per value costs more than decoding)
+_PLAIN_LOGICAL = {"uuid", "time-millis", "time-micros", "date", "timestamp-millis", "timestamp-micros",
+                  "local-timestamp-millis", "local-timestamp-micros"}
 
 
 def _plain(schema: Any) -> Any:
-    """The Avro schema with the logical types Spark stores physically (uuid, time-*) made plain, so fastavro
-    returns str / int for them."""
+    """The Avro schema with the logical types Arrow converts made plain, so fastavro returns numbers and str."""
     if isinstance(schema, list):
         return [_plain(s) for s in schema]
     if isinstance(schema, dict):
@@ -142,8 +144,9 @@ def _union_converter(schema: Any, named: dict[str, Any]) -> Any:
 
 class _AvroDecoder:
     def __init__(self, writer: RegistrySchema, reader: RegistrySchema | None) -> None:
-        from fastavro import parse_schema
+        from fastavro import parse_schema, schemaless_reader
 
+        self._read = schemaless_reader
         self.writer_id = writer.id
         self._writer = parse_schema(_plain(json.loads(writer.text)), named_schemas={})
         target = reader if reader is not None else writer
@@ -154,9 +157,7 @@ class _AvroDecoder:
         self.reader_id = target.id
 
     def __call__(self, payload: bytes) -> Any:
-        from fastavro import schemaless_reader
-
-        value = schemaless_reader(io.BytesIO(payload), self._writer, self._reader)
+        value = self._read(io.BytesIO(payload), self._writer, self._reader)
         if self._convert is not None:
             value = self._convert(value)
         return value if self.record else {NOT_A_RECORD: value}
@@ -293,13 +294,17 @@ def _decode_part(plan: DecodePlan, part: DecodedPart, raw: pa.Array, reasons: li
     values: list[Any] = [None] * len(raw)
     ids: list[int | None] = [None] * len(raw)
     payloads = raw.to_pylist()
+    decoders: dict[int, Any] = {}
     for i, payload in enumerate(payloads):
         if payload is None or reasons[i] is not None:
             continue
         try:
             schema_id, body = _frame(payload)
             ids[i] = schema_id
-            values[i] = _decoder(plan, part, schema_id)(body)
+            dec = decoders.get(schema_id)
+            if dec is None:
+                dec = decoders[schema_id] = _decoder(plan, part, schema_id)
+            values[i] = dec(body)
         except _NotFramed as e:
             reasons[i] = f"{part.part}: {e}"
         except UnknownSchemaId:
@@ -311,28 +316,117 @@ def _decode_part(plan: DecodePlan, part: DecodedPart, raw: pa.Array, reasons: li
     return values, ids
 
 
+def _build_type(t: Any, raw: bool) -> pa.DataType:
+    """The Arrow type values are built as: with `raw` (Avro, whose dates and timestamps come as numbers) dates as
+    int32 and timestamps as int64, cast afterwards (`_stored`)."""
+    if not raw:
+        return arrow_type(t)
+    if t in ("date",):
+        return pa.int32()
+    if t in ("timestamp", "timestamp_ntz"):
+        return pa.int64()
+    if isinstance(t, dict) and t["type"] == "struct":
+        return pa.struct([pa.field(f["name"], _build_type(f["type"], raw), True) for f in t["fields"]])
+    if isinstance(t, dict) and t["type"] == "array":
+        return pa.list_(_build_type(t["elementType"], raw))
+    if isinstance(t, dict) and t["type"] == "map":
+        return pa.map_(_build_type(t["keyType"], raw), _build_type(t["valueType"], raw))
+    return arrow_type(t)
+
+
 def _columns(part: DecodedPart, values: list[Any], reasons: list[str | None]) -> list[pa.Array]:
-    """The part's stored columns from its decoded values; a value that does not fit the columns' types makes its
-    record bad (its reason names the field)."""
+    """The part's stored columns from its decoded values (one struct array built from the dicts in Arrow's C++,
+    then flattened); a value that does not fit the columns' types makes its record bad (its reason names the
+    field)."""
+    spark = json.loads(part.struct_type)
+    t = _build_type(spark, part.kind == "avro")
+    try:
+        return _stored(part, pa.array(values, type=t), spark)
+    except _MISFIT:
+        pass
+    for i, v in enumerate(values):  # find the records that do not fit
+        if v is None:
+            continue
+        for f in t:
+            try:
+                pa.array([v.get(f.name)], type=f.type)
+            except _MISFIT as e:
+                if reasons[i] is None:
+                    reasons[i] = f"{part.part}: field {f.name!r} does not fit the column type {f.type}: {e}"
+                values[i] = None
+                break
+    return _stored(part, pa.array(values, type=t), spark)
+
+
+def _stored(part: DecodedPart, built: pa.StructArray, spark: Any) -> list[pa.Array]:
+    """The built struct's fields as the stored columns: Avro's date and timestamp numbers cast by their unit (the
+    reader schema's logical types)."""
+    columns = built.flatten()
+    if part.kind != "avro" or part.reader is None:
+        return columns
+    units = _time_units(json.loads(part.reader.text))
     out = []
-    for f in part.fields():
-        t = arrow_type(f["type"])
-        name = f["name"]
-        column = [None if v is None else v.get(name) for v in values]
-        try:
-            out.append(pa.array(column, type=t))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            fixed = []
-            for i, x in enumerate(column):
-                try:
-                    pa.array([x], type=t)
-                    fixed.append(x)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
-                    if reasons[i] is None:
-                        reasons[i] = f"{part.part}: field {name!r} does not fit the column type {t}: {e}"
-                    fixed.append(None)
-            out.append(pa.array(fixed, type=t))
+    for f, col, sf in zip(built.type, columns, spark["fields"], strict=True):
+        out.append(_cast_times(col, units.get(f.name), arrow_type(sf["type"])))
     return out
+
+
+def _time_units(schema: Any) -> dict[str, Any]:
+    """Per record field: its date/timestamp logical type, or a nested dict/list of them (None: no time inside)."""
+    fields = schema.get("fields", []) if isinstance(schema, dict) else []
+    return {f["name"]: _unit(f["type"]) for f in fields}
+
+
+def _unit(t: Any) -> Any:
+    if isinstance(t, list):
+        inner = [x for x in t if x != "null"]
+        return _unit(inner[0]) if len(inner) == 1 else None
+    if isinstance(t, dict):
+        if t.get("logicalType") in ("date", "timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                                    "local-timestamp-micros") and t.get("type") in ("int", "long"):
+            return t["logicalType"]
+        if t.get("type") in ("record", "error"):
+            return _time_units(t)
+        if t.get("type") == "array":
+            return ("items", _unit(t["items"]))
+        if t.get("type") == "map":
+            return ("values", _unit(t["values"]))
+    return None
+
+
+def _cast_times(col: pa.Array, unit: Any, target: pa.DataType) -> pa.Array:
+    """`col` (built with numbers for dates and timestamps) as `target`."""
+    if col.type == target:
+        return col
+    if isinstance(unit, str):
+        if unit == "date":
+            return col.cast(pa.date32())
+        tz = target.tz
+        step = pa.timestamp("ms" if unit.endswith("millis") else "us", tz=tz)
+        return col.cast(step).cast(target)
+    # nested: Arrow casts a struct, list or map field by field only when every child's cast is allowed; int64 to
+    # timestamp is, so a nested value is cast as a whole once its millisecond children are scaled
+    return _scaled(col, unit).cast(target)
+
+
+def _scaled(col: pa.Array, unit: Any) -> pa.Array:
+    """`col` with every timestamp-millis number inside made microseconds (the unit Arrow's cast assumes)."""
+    if unit is None:
+        return col
+    if isinstance(unit, str):
+        return pc.multiply(col, 1000) if unit.endswith("millis") else col
+    if isinstance(unit, dict) and pa.types.is_struct(col.type):
+        children = [_scaled(col.field(i), unit.get(f.name)) for i, f in enumerate(col.type)]
+        return pa.StructArray.from_arrays(children, fields=[f.with_type(c.type) for f, c in zip(col.type, children,
+                                                                                                strict=True)],
+                                          mask=col.is_null() if col.null_count else None)
+    if isinstance(unit, tuple) and pa.types.is_list(col.type):
+        return pa.ListArray.from_arrays(col.offsets, _scaled(col.values, unit[1]),
+                                        mask=col.is_null() if col.null_count else None)
+    return col
+
+
+_MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
 def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:

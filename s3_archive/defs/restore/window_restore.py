@@ -18,6 +18,7 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.schema_ids import SchemaRewrite
 from s3_archive.restore.summary import RunSummary
 
 
@@ -50,8 +51,8 @@ def splits_windows(cfg: ArchiveConfig) -> bool:
 
 
 def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic: str, request: RestoreRequest,
-                   cold: ColdOptions, kafka: KafkaResource,
-                   s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+                   cold: ColdOptions, kafka: KafkaResource, s3: S3Resource,
+                   schemas: SchemaRewrite | None = None) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
     """The run of a restore asset (ad hoc or a declared target) over the run's window partitions: a
     materialization per window once committed; a dry run records an observation per window and the plan."""
     try:
@@ -60,7 +61,8 @@ def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic:
         check_bucket(client, cfg.bucket, cfg.prefix)
         plan = RunSummary(request)
         for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log,
-                                   cold=cold, interleaved=splits_windows(cfg), on_ledger=plan.ledger_seen):
+                                   cold=cold, interleaved=splits_windows(cfg), on_ledger=plan.ledger_seen,
+                                   schemas=schemas):
             plan.add(rep)
             meta = typed({"target_topic": request.target_topic, **rep.metadata()})
             context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "
