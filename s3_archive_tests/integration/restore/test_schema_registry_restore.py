@@ -8,7 +8,7 @@ import io
 import json
 
 import pyarrow.parquet as pq
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -33,8 +33,8 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
     source = SchemaRegistryClient({"url": schema_registry.url, "timeout": 10})
     # another subject first, so that the target's ids differ from the source's
     target = SchemaRegistryClient({"url": target_registry.url, "timeout": 10})
-    target.register_schema(f"other-{unique}", __import__("confluent_kafka.schema_registry", fromlist=["Schema"])
-                           .Schema(json.dumps({"type": "record", "name": "X", "fields": []}), "AVRO"))
+    target.register_schema(f"other-{unique}", Schema(json.dumps({"type": "record", "name": "X", "fields": []}),
+                                                     "AVRO"))
     vser = AvroSerializer(source, json.dumps(USER))
     kser = AvroSerializer(source, json.dumps(USER_KEY))
     rows = [(0, kser({"id": i}, SerializationContext(topic, MessageField.KEY)),
