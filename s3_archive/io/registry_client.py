@@ -104,7 +104,7 @@ class RegistryClient:
             try:
                 return fn(*args)
             except SchemaRegistryError as e:
-                if e.http_status_code == 404 and e.error_code in (40403, 40401, 40402, 404):
+                if e.http_status_code == 404:  # no such schema id, subject or version
                     raise UnknownSchemaId(self._scrub(str(e))) from None
                 if e.http_status_code is not None and e.http_status_code < 500:
                     raise SchemaRegistryUnavailable(f"{self.conn.who} refused {what}: "
