@@ -48,10 +48,51 @@ def compile_schema(schema: RegistrySchema) -> Any:
     return _compile(schema.text, schema.references)
 
 
+def _serialized(text: str) -> Any:
+    """The FileDescriptorProto of a schema given as a base64 serialized descriptor (what some registries hand
+    back for a schema a client registered that way), or None for .proto text."""
+    import base64
+    import binascii
+
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    if "{" in text or ";" in text:
+        return None
+    try:
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError, DecodeError):
+        return None
+    return fdp if fdp.message_type else None
+
+
+def _well_known(name: str) -> Any:
+    """The FileDescriptorProto of a well-known type's file (google/protobuf/timestamp.proto, ...)."""
+    import importlib
+
+    from google.protobuf import descriptor_pb2
+
+    module = importlib.import_module("google.protobuf." + name.removeprefix("google/protobuf/")
+                                     .removesuffix(".proto") + "_pb2")
+    fdp = descriptor_pb2.FileDescriptorProto()
+    module.DESCRIPTOR.CopyToProto(fdp)
+    return fdp
+
+
 @functools.lru_cache(maxsize=64)
 def _compile(text: str, references: tuple[tuple[str, str], ...]) -> Any:
     import grpc_tools
     from google.protobuf import descriptor_pb2, descriptor_pool
+
+    serialized = _serialized(text)
+    if serialized is not None:
+        pool = descriptor_pool.DescriptorPool()
+        for dep in serialized.dependency:
+            if not dep.startswith("google/protobuf/"):
+                raise UnsupportedSchema(f"the Protobuf schema imports {dep!r}, which is not a well-known type")
+            pool.Add(_well_known(dep))
+        pool.Add(serialized)
+        return pool.FindFileByName(serialized.name)
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     with tempfile.TemporaryDirectory(prefix="s3-archive-proto-") as tmp:

@@ -186,3 +186,74 @@ def test_schema_from_registry_api_registered_directly(schema_registry, registry,
     archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log, registry=registry)
     [key] = final_objects(s3, cfg, topic)
     assert _table(s3, cfg.bucket, key).column("decoded").to_pylist() == ["abc"]
+
+
+ORDER_PROTO = """syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message Order {
+  int64 id = 1;
+  repeated string tags = 2;
+  Address ship = 3;
+  oneof payment { string card = 4; string iban = 5; }
+  google.protobuf.Timestamp at = 6;
+  map<string, int32> counts = 7;
+  Status status = 8;
+  google.protobuf.StringValue note = 9;
+  enum Status { NEW = 0; PAID = 1; }
+  message Address { string city = 1; }
+}
+"""
+
+
+def _order_class(tmp_path):
+    """The Order message class, compiled from ORDER_PROTO with grpcio-tools' protoc (as a producer's build does)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import grpc_tools
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    (tmp_path / "order.proto").write_text(ORDER_PROTO)
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp_path}", f"-I{include}", "--include_imports",
+                    f"--descriptor_set_out={tmp_path / 'set.pb'}", "order.proto"], check=True)
+    pool = descriptor_pool.DescriptorPool()
+    for f in descriptor_pb2.FileDescriptorSet.FromString((tmp_path / "set.pb").read_bytes()).file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.v1.Order"))
+
+
+def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, s3, services, spark, unique,
+                                              tmp_path):
+    from datetime import UTC, datetime
+
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    topic = create_topic(kafka, f"sr-proto-{unique}")
+    Order = _order_class(tmp_path)  # noqa: N806
+    ser = ProtobufSerializer(Order, _registry_client(schema_registry.url), {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    a = Order(id=1, tags=["x", "y"], card="4111", counts={"a": 2}, status=1)
+    a.ship.city = "Oslo"
+    a.at.FromDatetime(datetime(2026, 5, 1, 8, 30, tzinfo=UTC))
+    a.note.value = "fragile"
+    b = Order(id=2, iban="NO93")
+    produce(kafka, topic, [(0, None, ser(a, ctx), []), (0, None, ser(b, ctx), [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "protobuf"})
+    m = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 2), log, registry=registry).manifest
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    assert t.column("id").to_pylist() == [1, 2]
+    assert t.column("tags").to_pylist() == [["x", "y"], []]
+    assert t.column("ship").to_pylist() == [{"city": "Oslo"}, None]  # a message field not set is null
+    assert t.column("card").to_pylist() == ["4111", None] and t.column("iban").to_pylist() == [None, "NO93"]
+    assert t.column("at").to_pylist()[0] == datetime(2026, 5, 1, 8, 30, tzinfo=UTC)
+    assert t.column("at").to_pylist()[1] is None
+    assert [dict(x) for x in t.column("counts").to_pylist()] == [{"a": 2}, {}]
+    assert t.column("status").to_pylist() == ["PAID", "NEW"]
+    assert t.column("note").to_pylist() == ["fragile", None]
+    assert [s.schema_type for s in m.schemas] == ["PROTOBUF"]
