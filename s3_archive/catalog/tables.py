@@ -13,7 +13,7 @@ from s3_archive.catalog.mappings import mapping
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.model.columns import SOURCE_FIELD, column_names
+from s3_archive.model.columns import PART_FIELD, SOURCE_FIELD, column_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 if TYPE_CHECKING:
@@ -141,7 +141,9 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
     names = column_names(list(fields), taken)
     out = []
     for name, f in fields.items():
-        comment = "decoded from the record value (value_decoding: json)"
+        part = (f.metadata or {}).get(PART_FIELD, "value")
+        decoding = cfg.key_decoding.type if part == "key" else cfg.value_decoding.type
+        comment = f"decoded from the record {part} ({part}_decoding: {decoding})"
         # The archive stored the field under another name (archive/driver/spark_job.py): its own is in the column's
         # metadata.
         source = (f.metadata or {}).get(SOURCE_FIELD)
@@ -149,7 +151,7 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
         if names[name] != name.lower() or source is not None:
             shown = json.dumps(source or name)  # ASCII, one line; cut to stay within Glue's 255-character comment
             shown = shown if len(shown) <= 160 else shown[:156] + '..."'
-            comment = f"decoded from the record value field {shown} (value_decoding: json); renamed"
+            comment = f"decoded from the record {part} field {shown} ({part}_decoding: {decoding}); renamed"
         out.append({"Name": names[name], "Type": hive_type(f.dataType), "Comment": comment})
     return out, skipped
 

@@ -22,7 +22,7 @@ from s3_archive.archive.executor.registry_decode import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import REGISTRY_TYPE, RegistryConnection, RegistrySchema
 from s3_archive.io.s3 import S3Client, error_code
 from s3_archive.keys.objects import schema_key
-from s3_archive.model.columns import SOURCE_FIELD, stored_names
+from s3_archive.model.columns import PART_FIELD, SOURCE_FIELD, stored_names
 from s3_archive.model.errors import IncompatibleSchema, InvalidConfig, SchemaRegistryUnavailable
 from s3_archive.model.manifest import ManifestSchema
 from s3_archive.model.registry_types import (
@@ -92,6 +92,8 @@ def decode_plan(conn: RegistryConnection, out: Output, topic: str) -> DecodePlan
         stored = []
         for f, p in zip(fields, prefixed, strict=True):
             meta = {SOURCE_FIELD: f["name"]} if names[p] != p else {}
+            if part == "key":
+                meta[PART_FIELD] = "key"
             stored.append({**f, "nullable": True, "metadata": meta})  # null for a tombstone
         taken += [names[p] for p in prefixed]
         parts.append(DecodedPart(part, kind, subject, versions[-1] if kind == "avro" else None, tuple(versions),
