@@ -13,7 +13,7 @@ from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.restore import RestoreTarget
-from s3_archive.keys.layout import KeyField, OutputLayout, ValueField
+from s3_archive.keys.layout import OutputLayout, RecordTime
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.keys.template import InvalidTemplate
 from s3_archive.model.base import StrictModel
@@ -278,15 +278,12 @@ class ArchiveConfig(StrictModel):
             if self.format not in REGISTRY_FORMATS:
                 raise ValueError(f"{name}.type {d.type!r} needs format {' or '.join(REGISTRY_FORMATS)} (its typed "
                                  f"columns are written by the write tasks); this archive's format is {self.format!r}")
-        if sides and self.layout is not None:
-            fields = [type(x).__name__ for x in self.layout.partition_by if isinstance(x, ValueField | KeyField)]
-            if fields and any(n == "value_decoding" for n, _ in sides) and "ValueField" in fields:
-                raise ValueError("layout.partition_by: a value field with value_decoding.type "
-                                 f"{self.value_decoding.type!r} is not supported (partition by kafka_partition, "
-                                 "time or header)")
-            if fields and any(n == "key_decoding" for n, _ in sides) and "KeyField" in fields:
-                raise ValueError(f"layout.partition_by: a key field with key_decoding.type {self.key_decoding.type!r}"
-                                 " is not supported (partition by kafka_partition, time or header)")
+        if self.value_decoding.registry and self.layout is not None:
+            for i, d in enumerate(self.layout.partition_by):
+                if isinstance(d, RecordTime) and d.source == "value":
+                    raise ValueError(f"layout.partition_by[{i}]: a time from a value field is not supported with "
+                                     f"value_decoding.type {self.value_decoding.type!r} (partition by the decoded "
+                                     "field with kind value, or by the Kafka timestamp)")
         if self.key_decoding.registry and self.key_decoding.column_prefix == self.value_decoding.column_prefix:
             raise ValueError(f"key_decoding.column_prefix and value_decoding.column_prefix are both "
                              f"{self.key_decoding.column_prefix!r}: key and value fields would share column names")

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from s3_archive.archive.driver.bucket_column import bucket_column
+from s3_archive.archive.driver.bucket_column import bucket_column, decoded_field
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.registry_plan import dead_letter_schema as registry_dead_letter
 from s3_archive.archive.driver.registry_plan import stored_schema
@@ -223,7 +223,7 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
     if decoding != "bytes":
         internal.append(good.alias("_good"))
     if out.layout is not None:
-        internal.append(bucket_column(out.layout))
+        internal.append(bucket_column(out.layout, frozenset(p.part for p in decode.parts) if decode else frozenset()))
     envelope = [c for c, _ in ENVELOPE_COLUMNS]
     dead_letter = (decoding != "bytes" or decode is not None) and out.on_error == "dead_letter"
     if dead_letter and decode is None:
@@ -242,6 +242,10 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
     dead_letter_schema = df.select(*envelope).schema.json() if dead_letter else ""
     if decode is not None:
         schema_json = stored_schema(schema_json, decode)
+        if out.layout is not None:
+            parts = frozenset(p.part for p in decode.parts)
+            decode = replace(decode, bucket_fields=tuple(
+                (i, *f) for i, d in enumerate(out.layout.partition_by) if (f := decoded_field(d, parts)) is not None))
         names = names + tuple(decode.stored_columns())
         if dead_letter:
             dead_letter_schema = registry_dead_letter(dead_letter_schema)

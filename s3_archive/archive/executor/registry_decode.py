@@ -63,6 +63,9 @@ class DecodePlan:
     parts: tuple[DecodedPart, ...]
     registry: RegistryConnection | None = None  # for ids the plan lacks; None: such an id is unknown
     dead_letter_schema: str = ""  # Spark schema JSON of `_raw` (the raw envelope and `reason`); "": no dead letters
+    # layout dimensions on decoded fields: (index in partition_by, part, field path); their bucket segment is
+    # filled in here (driver/bucket_column.py's placeholder)
+    bucket_fields: tuple[tuple[int, str, str], ...] = ()
 
     def stored_columns(self) -> list[str]:
         return [c for p in self.parts for c in p.columns]
@@ -461,7 +464,39 @@ def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
     if plan.dead_letter_schema:
         names.append(RAW)
         arrays.append(_raw_envelope(plan, batch, arrays[-1]))
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    out = pa.RecordBatch.from_arrays(arrays, names=names)
+    if plan.bucket_fields:
+        out = _bucketed(plan, out, {part.part: values for part, values, _ in decoded})
+    return out
+
+
+def field_text(value: Any, path: str) -> str | None:
+    """A decoded field's text as a partition value, as keys.buckets.json_field_text gives a JSON field's: a string
+    as it is, numbers and booleans as JSON writes them, an object or array as compact JSON, a missing field null."""
+    for name in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _bucketed(plan: DecodePlan, batch: pa.RecordBatch, values: dict[str, list[Any]]) -> pa.RecordBatch:
+    """`_bucket` with each decoded field dimension's value in its placeholder, and the batch in bucket order
+    (stable: each bucket's records stay in offset order, as rotation needs)."""
+    from s3_archive.keys.values import encode_value
+
+    buckets = batch.column("_bucket").to_pylist()
+    for index, part, path in plan.bucket_fields:
+        marker = f"\x00{index}\x00"
+        vals = values[part]
+        buckets = [b.replace(marker, encode_value(field_text(vals[i], path))) for i, b in enumerate(buckets)]
+    i = batch.schema.get_field_index("_bucket")
+    batch = batch.set_column(i, "_bucket", pa.array(buckets, pa.string()))
+    return batch.take(pc.sort_indices(batch, [("_bucket", "ascending")]))
 
 
 def _raw_envelope(plan: DecodePlan, batch: pa.RecordBatch, reasons: pa.Array) -> pa.Array:

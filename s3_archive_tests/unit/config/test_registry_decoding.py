@@ -49,8 +49,12 @@ def test_registry_options_apply_to_their_types():
         value_decoding={"type": "json", "subject": "x"})
     assert "key_decoding.column_prefix and value_decoding.column_prefix are both 'k_'" in err(
         value_decoding={"type": "avro", "column_prefix": "k_"}, key_decoding={"type": "avro", "column_prefix": "k_"})
-    assert "a value field with value_decoding.type 'avro' is not supported" in err(
-        value_decoding={"type": "avro"}, layout={"partition_by": [{"kind": "value", "field": "region"}]})
+    assert "layout.partition_by[0]: a time from a value field is not supported with value_decoding.type 'avro'" in err(
+        value_decoding={"type": "avro"},
+        layout={"partition_by": [{"kind": "time", "source": "value", "field": "at"}], "template":
+                "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}"})
+    assert cfg(value_decoding={"type": "avro"}, layout={"partition_by": [{"kind": "value", "field": "a.b"}], "template":
+               "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}"}).layout is not None
 
 
 def test_the_resource_checks_its_settings_and_hides_the_password():
