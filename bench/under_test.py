@@ -24,7 +24,7 @@ from s3_archive.io.spark import SparkResource
 from s3_archive.local.fault_proxy import FaultProxy
 from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
-from s3_archive.local.schema_registry import SchemaRegistryServer
+from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow

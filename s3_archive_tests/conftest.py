@@ -30,7 +30,7 @@ from s3_archive.local.kafka_broker import SCRAM, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import write_private
-from s3_archive.local.schema_registry import SchemaRegistryServer
+from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.stack import create_bucket
 from s3_archive.local.tls import server_tls
 from s3_archive_tests.credentials import TEST_AWS

@@ -1,7 +1,7 @@
 """`s3-archive local up | down | status`: the broker and the moto server as background processes, and on
 request PostgreSQL for a Dagster instance of the deployed shape (`--postgres`), a Spark Connect server
 (`--spark-connect`), a Spark standalone master + worker (`--spark-cluster`) and a Schema Registry
-(`--schema-registry`: Apicurio Registry, local/schema_registry.py).
+(`--schema-registry`: Apicurio Registry, local/registry_server.py).
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
 their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
@@ -29,8 +29,8 @@ from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid, write_private
-from s3_archive.local.schema_registry import MAIN_JAR as REGISTRY_JAR
-from s3_archive.local.schema_registry import SchemaRegistryServer
+from s3_archive.local.registry_server import MAIN_JAR as REGISTRY_JAR
+from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.spark_cluster import MASTER_CLASS, WORKER_CLASS, SparkCluster
 from s3_archive.local.spark_connect import MAIN_CLASS as CONNECT_CLASS
 from s3_archive.local.spark_connect import SparkConnectServer

@@ -18,7 +18,6 @@ the driver sends whole when an archive keeps dead letters (driver/spark_job.py).
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 from dataclasses import dataclass, field
@@ -27,10 +26,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s3_archive.archive.executor.avro_decoding import AvroDecoder, cast_times, time_units
 from s3_archive.io.registry_client import HEADER_BYTES, RegistryConnection, RegistrySchema, UnknownSchemaId
 from s3_archive.model.registry_types import NOT_A_RECORD
 
 GOOD, REASON, RAW = "_good", "_reason", "_raw"
+_MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
 def schema_id_column(part: str) -> str:
@@ -94,85 +95,6 @@ def arrow_type(t: Any) -> pa.DataType:
     raise ValueError(f"no Arrow type for the Spark type {t!r}")
 
 
-# --- decoders per writer schema --------------------------------------------------------------------------------
-# Logical types fastavro need not convert: uuid and time-* are stored as their physical type (Spark's mapping);
-# dates and timestamps are cast by Arrow from their numbers (a Python datetime per value costs more than decoding)
-_PLAIN_LOGICAL = {"uuid", "time-millis", "time-micros", "date", "timestamp-millis", "timestamp-micros",
-                  "local-timestamp-millis", "local-timestamp-micros"}
-
-
-def _plain(schema: Any) -> Any:
-    """The Avro schema with the logical types Arrow converts made plain, so fastavro returns numbers and str."""
-    if isinstance(schema, list):
-        return [_plain(s) for s in schema]
-    if isinstance(schema, dict):
-        out = {k: _plain(v) if k in ("type", "items", "values", "fields") else v for k, v in schema.items()}
-        if out.get("logicalType") in _PLAIN_LOGICAL:
-            out.pop("logicalType")
-        return out
-    return schema
-
-
-def _union_converter(schema: Any, named: dict[str, Any]) -> Any:
-    """A function making a decoded Avro value fit its columns (unions of several types as JSON text), or None
-    when the value fits as fastavro returns it."""
-    if isinstance(schema, str):
-        return named.get(schema)
-    if isinstance(schema, list):
-        types = [t for t in schema if t != "null"]
-        if len(types) == 1:
-            return _union_converter(types[0], named)
-        kinds = {t if isinstance(t, str) else t.get("type") for t in types}
-        if kinds <= {"int", "long"} or kinds <= {"float", "double"}:
-            return None
-        return lambda v: None if v is None else json.dumps(v, default=str, sort_keys=True)
-    kind = schema.get("type")
-    if kind == "record":
-        convs = {f["name"]: _union_converter(f["type"], named) for f in schema["fields"]}
-        convs = {k: c for k, c in convs.items() if c is not None}
-        conv = None if not convs else (lambda v: None if v is None else
-                                       {**v, **{k: c(v.get(k)) for k, c in convs.items()}})
-        named[schema["name"]] = conv
-        return conv
-    if kind == "array":
-        c = _union_converter(schema["items"], named)
-        return None if c is None else (lambda v: None if v is None else [c(x) for x in v])
-    if kind == "map":
-        c = _union_converter(schema["values"], named)
-        return None if c is None else (lambda v: None if v is None else {k: c(x) for k, x in v.items()})
-    if isinstance(kind, list | dict):
-        return _union_converter(kind, named)
-    return None
-
-
-class _AvroDecoder:
-    def __init__(self, writer: RegistrySchema, reader: RegistrySchema | None) -> None:
-        from fastavro import parse_schema, schemaless_reader
-
-        self._read = schemaless_reader
-        self.writer_id = writer.id
-        self._writer = parse_schema(_plain(json.loads(writer.text)), named_schemas={})
-        target = reader if reader is not None else writer
-        self._reader = None if reader is None or reader.text == writer.text else parse_schema(
-            _plain(json.loads(reader.text)), named_schemas={})
-        self._convert = _union_converter(json.loads(target.text), {})
-        self.record = _is_record(json.loads(target.text))
-        self.reader_id = target.id
-
-    def __call__(self, payload: bytes) -> Any:
-        value = self._read(io.BytesIO(payload), self._writer, self._reader)
-        if self._convert is not None:
-            value = self._convert(value)
-        return value if self.record else {NOT_A_RECORD: value}
-
-
-def _is_record(schema: Any) -> bool:
-    if isinstance(schema, list):
-        types = [t for t in schema if t != "null"]
-        return len(types) == 1 and _is_record(types[0])
-    return isinstance(schema, dict) and schema.get("type") in ("record", "error")
-
-
 class _JsonDecoder:
     def __init__(self, writer: RegistrySchema) -> None:
         self.record = json.loads(writer.text).get("type") == "object" if writer.text.strip().startswith("{") \
@@ -225,7 +147,7 @@ def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
         if writer.schema_type != {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}[part.kind]:
             raise Incompatible(f"schema id {schema_id} is a {writer.schema_type} schema, not {part.kind}")
         if part.kind == "avro":
-            dec: Any = _AvroDecoder(writer, part.reader)
+            dec: Any = AvroDecoder(writer, part.reader)
             if part.reader is not None and writer.id != part.reader.id:
                 _check_resolution(writer, part.reader)
         elif part.kind == "protobuf":
@@ -367,69 +289,11 @@ def _stored(part: DecodedPart, built: pa.StructArray, spark: Any) -> list[pa.Arr
     columns = built.flatten()
     if part.kind != "avro" or part.reader is None:
         return columns
-    units = _time_units(json.loads(part.reader.text))
+    units = time_units(json.loads(part.reader.text))
     out = []
     for f, col, sf in zip(built.type, columns, spark["fields"], strict=True):
-        out.append(_cast_times(col, units.get(f.name), arrow_type(sf["type"])))
+        out.append(cast_times(col, units.get(f.name), arrow_type(sf["type"])))
     return out
-
-
-def _time_units(schema: Any) -> dict[str, Any]:
-    """Per record field: its date/timestamp logical type, or a nested dict/list of them (None: no time inside)."""
-    fields = schema.get("fields", []) if isinstance(schema, dict) else []
-    return {f["name"]: _unit(f["type"]) for f in fields}
-
-
-def _unit(t: Any) -> Any:
-    if isinstance(t, list):
-        inner = [x for x in t if x != "null"]
-        return _unit(inner[0]) if len(inner) == 1 else None
-    if isinstance(t, dict):
-        if t.get("logicalType") in ("date", "timestamp-millis", "timestamp-micros", "local-timestamp-millis",
-                                    "local-timestamp-micros") and t.get("type") in ("int", "long"):
-            return t["logicalType"]
-        if t.get("type") in ("record", "error"):
-            return _time_units(t)
-        if t.get("type") == "array":
-            return ("items", _unit(t["items"]))
-        if t.get("type") == "map":
-            return ("values", _unit(t["values"]))
-    return None
-
-
-def _cast_times(col: pa.Array, unit: Any, target: pa.DataType) -> pa.Array:
-    """`col` (built with numbers for dates and timestamps) as `target`."""
-    if col.type == target:
-        return col
-    if isinstance(unit, str):
-        if unit == "date":
-            return col.cast(pa.date32())
-        tz = target.tz
-        step = pa.timestamp("ms" if unit.endswith("millis") else "us", tz=tz)
-        return col.cast(step).cast(target)
-    # nested: Arrow casts a struct, list or map field by field only when every child's cast is allowed; int64 to
-    # timestamp is, so a nested value is cast as a whole once its millisecond children are scaled
-    return _scaled(col, unit).cast(target)
-
-
-def _scaled(col: pa.Array, unit: Any) -> pa.Array:
-    """`col` with every timestamp-millis number inside made microseconds (the unit Arrow's cast assumes)."""
-    if unit is None:
-        return col
-    if isinstance(unit, str):
-        return pc.multiply(col, 1000) if unit.endswith("millis") else col
-    if isinstance(unit, dict) and pa.types.is_struct(col.type):
-        children = [_scaled(col.field(i), unit.get(f.name)) for i, f in enumerate(col.type)]
-        return pa.StructArray.from_arrays(children, fields=[f.with_type(c.type) for f, c in zip(col.type, children,
-                                                                                                strict=True)],
-                                          mask=col.is_null() if col.null_count else None)
-    if isinstance(unit, tuple) and pa.types.is_list(col.type):
-        return pa.ListArray.from_arrays(col.offsets, _scaled(col.values, unit[1]),
-                                        mask=col.is_null() if col.null_count else None)
-    return col
-
-
-_MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
 
 
 def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
