@@ -127,3 +127,18 @@ def test_the_plan_hides_the_registry_password():
 def test_a_payload_that_is_not_a_record_is_one_column(schema, columns):
     fields = avro_columns(schema)["fields"]
     assert {f["name"]: f["type"] if isinstance(f["type"], str) else f["type"]["type"] for f in fields} == columns
+
+
+def test_decoded_field_dimensions_fill_the_bucket_and_order_the_batch():
+    schema = {"type": "record", "name": "S", "fields": [{"name": "shop", "type": {"type": "record", "name": "Shop",
+                                                                                   "fields": [{"name": "region",
+                                                                                               "type": "string"}]}}]}
+    s = RegistrySchema(1, "AVRO", json.dumps(schema))
+    struct = avro_columns(s.text)
+    part = DecodedPart("value", "avro", "t-value", s, (s,), json.dumps(struct), ("shop",))
+    plan = DecodePlan("t", (part,), bucket_fields=((1, "value", "shop.region"),))
+    batch = _batch([_framed(schema, 1, {"shop": {"region": r}}) for r in ("us", "eu west", "us", "eu west")])
+    batch = batch.append_column("_bucket", pa.array(["0/\x001\x00"] * 4))
+    out = decode(plan, batch).to_pydict()
+    assert out["_bucket"] == ["0/eu%20west", "0/eu%20west", "0/us", "0/us"]
+    assert out["_offset"] == [1, 3, 0, 2]  # by bucket, each bucket in offset order
