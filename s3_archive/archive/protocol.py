@@ -112,6 +112,7 @@ class WriteJob:
     part_size: int = PART_SIZE
     fault: str | None = None  # tests: a TaskFault
     decode: DecodePlan | None = None  # Schema Registry payloads the task decodes (executor/registry_decode.py)
+    undecodable_only: bool = False  # with `decode`: write only the records that do not decode (their dead letters)
     _index: dict[int, tuple[list[int], list[Slice]]] = field(default_factory=dict, compare=False, repr=False)
 
     def location(self, window: OffsetWindow) -> WindowLocation:

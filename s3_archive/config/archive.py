@@ -20,7 +20,7 @@ from s3_archive.model.base import StrictModel
 from s3_archive.model.formats import FORMATS, REGISTRY_TYPES, envelope_columns, parse_ddl_fields
 from s3_archive.model.windows import OffsetWindow
 
-REGISTRY_FORMATS = ("parquet", "avro")  # formats whose write tasks store decoded registry payloads
+REGISTRY_FORMATS = ("parquet", "avro", "iceberg")  # formats that store decoded registry payloads
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
@@ -276,8 +276,9 @@ class ArchiveConfig(StrictModel):
                  if d.registry]
         for name, d in sides:
             if self.format not in REGISTRY_FORMATS:
-                raise ValueError(f"{name}.type {d.type!r} needs format {' or '.join(REGISTRY_FORMATS)} (its typed "
-                                 f"columns are written by the write tasks); this archive's format is {self.format!r}")
+                allowed = f"{', '.join(REGISTRY_FORMATS[:-1])} or {REGISTRY_FORMATS[-1]}"
+                raise ValueError(f"{name}.type {d.type!r} needs format {allowed} (the text formats' lines are "
+                                 f"rendered before decoding); this archive's format is {self.format!r}")
         if self.value_decoding.registry and self.layout is not None:
             for i, d in enumerate(self.layout.partition_by):
                 if isinstance(d, RecordTime) and d.source == "value":

@@ -184,6 +184,12 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
             results[w] = e
 
     attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    decode = None
+    if out.registry and pending:
+        try:
+            decode = _decode_plan(registry, out, topic)
+        except Exception as e:  # nothing is written: every window of the run fails with the registry's error
+            return results | {p.window: e for p in pending}
     if FORMATS[cfg.format].table:
         # Spark + Iceberg: imported by a run that writes, not at load
         from s3_archive.archive.driver.iceberg_commit import commit_windows
@@ -192,16 +198,10 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
         done = commit_windows(spark, kafka.spark_options(), s3, cfg, topic,
                                       [(p.window, p.read_start, p.lost) for p in ready],
                                       [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
-                                      attempt, fault, conn)
+                                      attempt, fault, conn, decode)
         for w, r in done.items():
             results[w] = r if isinstance(r, BaseException) else WindowResult(w, r[0], r[1], time.monotonic() - t0)
         return results
-    decode = None
-    if out.registry and pending:
-        try:
-            decode = _decode_plan(registry, out, topic)
-        except Exception as e:  # nothing is written: every window of the run fails with the registry's error
-            return results | {p.window: e for p in pending}
     conn = conn or S3Connection.of_client(s3)
     base = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
                     slices=(), fault=write_fault, **(job_options or {}))

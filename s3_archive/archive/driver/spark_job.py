@@ -23,7 +23,7 @@ from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.registry_plan import dead_letter_schema as registry_dead_letter
 from s3_archive.archive.driver.registry_plan import stored_schema
 from s3_archive.archive.executor.encoders import avro_schema
-from s3_archive.archive.executor.registry_decode import DecodePlan
+from s3_archive.archive.executor.registry_decode import DecodePlan, table_rows
 from s3_archive.archive.executor.task import write_task
 from s3_archive.archive.protocol import DERIVED, RESULT_SCHEMA, FormatPlan, JobOutput, Slice, WriteJob
 from s3_archive.keys.buckets import BUCKET_COLUMN
@@ -272,9 +272,21 @@ def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: Write
     iceberg, whose rows go to the table; its slice rows then count those records only)."""
     df = read_slices(spark, kafka_options, job.topic, job.slices)
     frame, shape = write_frame(df, out, json_ddl, decode)
-    if undecodable_only:
+    if undecodable_only and decode is None:
         frame = frame.where(~F.col("_good"))
     job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
-                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault)
+                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault,
+                  undecodable_only=undecodable_only and decode is not None)
     rows = [r.asDict() for r in frame.mapInArrow(partial(write_task, job), RESULT_SCHEMA).collect()]
     return JobOutput(rows, shape.fmt.spark_schema)
+
+
+def decoded_table_rows(df: DataFrame, out: Output, decode: DecodePlan, fail_marker: str | None) -> DataFrame:
+    """The stored rows of a table format (Iceberg) with Schema Registry payloads decoded in Python tasks
+    (executor/registry_decode.py::table_rows): the kept envelope columns, then the decoded ones."""
+    from pyspark.sql.types import StructType
+
+    envelope = [c for c, _ in ENVELOPE_COLUMNS]
+    schema = StructType.fromJson(json.loads(stored_schema(df.select(*out.columns).schema.json(), decode)))
+    columns = tuple(f.name for f in schema.fields)
+    return df.select(*envelope).mapInArrow(partial(table_rows, decode, columns, fail_marker), schema)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -372,3 +373,23 @@ def _raw_envelope(plan: DecodePlan, batch: pa.RecordBatch, reasons: pa.Array) ->
            "offset": batch.column("_offset"), "reason": reasons}
     arrays = [(own[f.name] if f.name in own else batch.column(f.name)).cast(f.type) for f in schema]
     return pa.StructArray.from_arrays(arrays, fields=schema)
+
+
+def table_rows(plan: DecodePlan, columns: tuple[str, ...], fail_marker: str | None,
+               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow's function for a table format (Iceberg, whose rows Spark writes): each batch of envelope columns
+    decoded, as the stored `columns`. The records that do not decode are left out (their dead letters are written
+    by a write job of their own); with `fail_marker` the first one fails the task instead, its message starting with
+    the marker (the driver turns it into UndecodableValue)."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        out = decode(plan, batch)
+        good = out.column(GOOD)
+        if not pc.all(good).as_py():
+            if fail_marker is not None:
+                i = pc.index(good, False).as_py()
+                raise ValueError(f"{fail_marker}topic {plan.topic!r} partition {out.column('partition')[i]} offset "
+                                 f"{out.column('offset')[i]}: {out.column(REASON)[i]}")
+            out = out.filter(good)
+        yield pa.RecordBatch.from_arrays([out.column(c) for c in columns], names=list(columns))

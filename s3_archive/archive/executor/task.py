@@ -358,6 +358,10 @@ def write_batches(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[
                     continue
                 if job.decode is not None:
                     batch = decode(job.decode, batch)
+                    if job.undecodable_only:
+                        batch = batch.filter(pc.invert(batch.column("_good")))
+                        if batch.num_rows == 0:
+                            continue
                 parts = batch.column("_partition").to_numpy()
                 offsets = batch.column("_offset").to_numpy()
                 # A task reads one slice (driver/spark_job.py); split the batch anyway wherever the slice changes.

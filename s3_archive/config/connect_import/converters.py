@@ -17,7 +17,7 @@ CONVERTERS = {
     "io.apicurio.registry.utils.converter.ProtobufConverter": "protobuf",
     "io.apicurio.registry.utils.converter.JsonSchemaConverter": "json_schema",
 }
-_DECODED_FORMATS = ("parquet", "avro")
+_DECODED_FORMATS = ("parquet", "avro", "iceberg")
 _STRATEGY = "value.subject.name.strategy"
 
 
@@ -36,7 +36,7 @@ class Decodings:
                 t.archive[key] = value
             else:
                 t.note(key, "", None, f"the converter's {value['type']} payloads are stored as bytes: typed columns "
-                                      f"need format {' or '.join(_DECODED_FORMATS)} (this archive's is {fmt!r})")
+                                      f"need format parquet, avro or iceberg (this archive's is {fmt!r})")
         for key, option, value, text in self.notes:
             t.note(key, option, value, text)
         for var, v in self.env.items():

@@ -288,3 +288,30 @@ def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, serv
     list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, target), [OffsetWindow(0, 0, 6)],
                          log, interleaved=True))
     assert [g.value for g in consume_all(kafka, target)[0]] == [r.value for r in produced]
+
+
+def test_avro_evolution_in_iceberg(schema_registry, registry, kafka, s3, services, spark, unique):
+    """v1 then v2 (a field added with a default): the table gains the column (Iceberg schema evolution); read back
+    by pyiceberg, an independent reader."""
+    from s3_archive.io.iceberg_catalog import S3Endpoint
+    from s3_archive_tests.credentials import TEST_AWS
+    from s3_archive_tests.integration.archive.test_iceberg import _table as iceberg_table
+
+    endpoint = S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
+    topic = create_topic(kafka, f"sr-ice-{unique}")
+    sr = _registry_client(schema_registry.url)
+    small1 = {"type": "record", "name": "M", "fields": [{"name": "id", "type": "long"}]}
+    small2 = {**small1, "fields": [*small1["fields"], {"name": "tag", "type": ["null", "string"], "default": None}]}
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small1, [{"id": 1}, {"id": 2}])])
+    cfg = archive_config(services.bucket, topic, f"srice-{unique}/", format="iceberg",
+                         value_decoding={"type": "avro", "on_error": "dead_letter"})
+    w1 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 2), log, registry=registry,
+                        endpoint=endpoint).manifest
+    assert w1.manifest_version == 2 and [s.reader for s in w1.schemas] == [True]
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small2, [{"id": 3, "tag": "new"}])]
+            + [(0, None, b"not framed", [])])
+    w2 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 2, 4), log, registry=registry,
+                        endpoint=endpoint).manifest
+    assert w2.record_count == 2 and w2.undecodable_records == 1 and len(w2.dead_letter_objects) == 1
+    rows = sorted(iceberg_table(services, cfg, topic).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["offset"], r["id"], r.get("tag")) for r in rows] == [(0, 1, None), (1, 2, None), (2, 3, "new")]

@@ -38,10 +38,10 @@ def test_registry_types_are_restorable_with_the_raw_value():
 
 
 def test_registry_decoding_needs_parquet_or_avro():
-    assert "archives[0]: value_decoding.type 'avro' needs format parquet or avro" in err(
+    assert "archives[0]: value_decoding.type 'avro' needs format parquet, avro or iceberg" in err(
         format="jsonl", value_decoding={"type": "avro"})
-    assert "key_decoding.type 'json_schema' needs format parquet or avro" in err(
-        format="iceberg", key_decoding={"type": "json_schema"})
+    assert "key_decoding.type 'json_schema' needs format parquet, avro or iceberg" in err(
+        format="csv", key_decoding={"type": "json_schema"})
 
 
 def test_registry_options_apply_to_their_types():
