@@ -165,15 +165,20 @@ def test_keys_and_json_schema_values(schema_registry, registry, kafka, s3, servi
     assert {s.part for s in m.schemas} == {"key", "value"}
 
 
-def test_registry_unreachable_fails_the_run_naming_it(kafka, s3, services, spark, unique):
+def test_registry_unreachable_fails_the_run_naming_it_and_the_rerun_completes(schema_registry, registry, kafka, s3,
+                                                                              services, spark, unique):
     topic = create_topic(kafka, f"sr-down-{unique}")
-    produce(kafka, topic, [(0, None, b"\x00\x00\x00\x00\x01x", [])])
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(_registry_client(schema_registry.url), topic, V1,
+                                                           [_order(1)])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
     down = RegistryConnection("http://127.0.0.1:9", username="u", password="secret-pw", timeout_s=1, attempts=2)
-    [r] = archive_windows(spark, kafka, s3, cfg, topic, [OffsetWindow(0, 0, 1)], log, registry=down).values()
+    window = OffsetWindow(0, 0, 1)
+    [r] = archive_windows(spark, kafka, s3, cfg, topic, [window], log, registry=down).values()
     assert isinstance(r, SchemaRegistryUnavailable)
     assert "the Schema Registry at http://127.0.0.1:9 as user 'u'" in str(r) and "secret-pw" not in str(r)
-    assert final_objects(s3, cfg, topic) == {}
+    assert final_objects(s3, cfg, topic) == {}  # nothing written, nothing committed
+    again = archive_window(spark, kafka, s3, cfg, topic, window, log, registry=registry)
+    assert again.outcome == "committed" and again.manifest.record_count == 1
 
 
 def test_schema_from_registry_api_registered_directly(schema_registry, registry, kafka, s3, services, spark, unique):
