@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from s3_archive.archive.executor.avro_decoding import AvroDecoder, cast_times, time_units
 from s3_archive.io.registry_client import HEADER_BYTES, RegistryConnection, RegistrySchema, UnknownSchemaId
-from s3_archive.model.registry_types import NOT_A_RECORD
+from s3_archive.model.registry_types import NOT_A_RECORD, json_schema_to_spark
 
 GOOD, REASON, RAW = "_good", "_reason", "_raw"
 _MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
@@ -98,8 +98,8 @@ def arrow_type(t: Any) -> pa.DataType:
 
 class _JsonDecoder:
     def __init__(self, writer: RegistrySchema) -> None:
-        self.record = json.loads(writer.text).get("type") == "object" if writer.text.strip().startswith("{") \
-            else False
+        t, _ = json_schema_to_spark(json.loads(writer.text))
+        self.record = isinstance(t, dict) and t.get("type") == "struct"
 
     def __call__(self, payload: bytes) -> Any:
         value = json.loads(payload)
@@ -114,9 +114,10 @@ class Incompatible(ValueError):
 
 @dataclass
 class _Decoders:
-    """Decoders by (part, schema id), made on first use; per process, shared by a worker's tasks."""
+    """Decoders by (type, writer schema, reader schema), made on first use; per process, shared by a worker's tasks
+    (keyed by the schemas' text, not their ids: two registries may give one id to different schemas)."""
 
-    by_key: dict[tuple[str, int, str], Any] = field(default_factory=dict)
+    by_key: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -135,15 +136,14 @@ def _writer_schema(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Regis
 def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
     """The decoder of payloads written with `schema_id` into the part's columns; UnknownSchemaId, or Incompatible
     (a message naming both ids and why) when it cannot be made."""
-    reader_key = part.reader.text if part.reader is not None else ""
-    key = (part.kind, schema_id, reader_key)
+    writer = _writer_schema(plan, part, schema_id)
+    key = (part.kind, writer.text, part.reader.text if part.reader is not None else "")
     with _DECODERS.lock:
         found = _DECODERS.by_key.get(key)
     if found is not None:
         if isinstance(found, Exception):
             raise found
         return found
-    writer = _writer_schema(plan, part, schema_id)
     try:
         if writer.schema_type != {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}[part.kind]:
             raise Incompatible(f"schema id {schema_id} is a {writer.schema_type} schema, not {part.kind}")
