@@ -69,7 +69,6 @@ def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry,
                                                                  spark, unique):
     topic = create_topic(kafka, f"sr-avro-{unique}")
     sr = _registry_client(schema_registry.url)
-    sr.set_config(subject_name=f"{topic}-value", config={"compatibility": "NONE"})
     first = _avro(sr, topic, V1, [_order(1), _order(2)]) + _avro(sr, topic, V2, [_order(3, email="c@x")])
     produce(kafka, topic, [(0, f"k{i}".encode(), v, []) for i, v in enumerate(first)] + [(0, b"gone", None, [])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
