@@ -36,7 +36,7 @@ _MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowEr
 
 
 def schema_id_column(part: str) -> str:
-    """The column holding each record's writer schema id of `part` (null: not framed), for the slice statistics."""
+    """The column holding each record's writer schema id of `part` (null: not decoded), for the slice statistics."""
     return f"_{part}_schema_id"
 
 
@@ -319,9 +319,9 @@ def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
         good = pc.and_(arrays[i], good)
         del names[i], arrays[i]
     if not pc.all(good).as_py():
-        # a bad record stores nothing decoded: its decoded columns are nulls
+        # a bad record stores nothing decoded, and used no schema (the manifest lists the schemas used)
         for part, _, _ in decoded:
-            for c in part.columns:
+            for c in (*part.columns, schema_id_column(part.part)):
                 i = names.index(c)
                 arrays[i] = pc.if_else(good, arrays[i], pa.nulls(n, arrays[i].type))
     names += [GOOD, REASON]
