@@ -285,6 +285,10 @@ class ArchiveConfig(StrictModel):
                     raise ValueError(f"layout.partition_by[{i}]: a time from a value field is not supported with "
                                      f"value_decoding.type {self.value_decoding.type!r} (partition by the decoded "
                                      "field with kind value, or by the Kafka timestamp)")
+        if self.format == "iceberg" and self.key_decoding.registry and self.value_decoding.type in ("utf8", "json"):
+            raise ValueError(f"key_decoding.type {self.key_decoding.type!r} with value_decoding.type "
+                             f"{self.value_decoding.type!r} is not supported for format 'iceberg' (decode the value "
+                             "with a registry type too, or use parquet)")
         if self.key_decoding.registry and self.key_decoding.column_prefix == self.value_decoding.column_prefix:
             raise ValueError(f"key_decoding.column_prefix and value_decoding.column_prefix are both "
                              f"{self.key_decoding.column_prefix!r}: key and value fields would share column names")
