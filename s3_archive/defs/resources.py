@@ -111,7 +111,7 @@ def schema_registry_resource() -> SchemaRegistryResource:
     """The Schema Registry of registry decoding (and of restores that re-register schemas); no URL: none."""
     timeout = REGISTRY_ENV["timeout_s"]
     return SchemaRegistryResource(**_bound(REGISTRY_ENV, ("url", "username", "password", "ca_location")),
-                                  **({"timeout_s": dg.EnvVar.float(timeout)} if _is_set(timeout) else {}))
+                                  **({"timeout_s": dg.EnvVar.int(timeout)} if _is_set(timeout) else {}))
 
 
 def build_resources() -> dict[str, dg.ConfigurableResource]:

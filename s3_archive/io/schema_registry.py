@@ -35,7 +35,7 @@ class SchemaRegistryResource(dg.ConfigurableResource):
     username: str | None = Field(default=None, description="HTTP basic auth user")
     password: str | None = Field(default=None, description="HTTP basic auth password; bind with dg.EnvVar")
     ca_location: str | None = Field(default=None, description="CA certificate(s), PEM; None: the system's CAs")
-    timeout_s: float = Field(default=10.0, gt=0, description="each request's timeout; reads are retried")
+    timeout_s: int = Field(default=10, description="each request's timeout in seconds (> 0); reads are retried")
 
     def connection(self) -> RegistryConnection | None:
         """The connection the driver, the write tasks and the restore use; None when no URL is set. InvalidConfig
@@ -48,6 +48,8 @@ class SchemaRegistryResource(dg.ConfigurableResource):
             raise InvalidConfig(f"{_env('url')} is {self.url!r}; it must start with http:// or https://")
         if bool(self.username) != bool(self.password):
             raise InvalidConfig(f"HTTP basic auth needs both {_env('username')} and {_env('password')}")
+        if self.timeout_s <= 0:
+            raise InvalidConfig(f"{_env('timeout_s')} is {self.timeout_s}; it must be a number of seconds > 0")
         if self.ca_location and not os.path.isfile(self.ca_location):
             raise InvalidConfig(f"{_env('ca_location')} is {self.ca_location!r}, which is not a readable file")
         return RegistryConnection(self.url.rstrip("/"), self.username or None, self.password or None,

@@ -60,7 +60,7 @@ def test_registry_options_apply_to_their_types():
 def test_the_resource_checks_its_settings_and_hides_the_password():
     assert SchemaRegistryResource().connection() is None
     conn = SchemaRegistryResource(url="https://r:8081/", username="u", password="p@ss").connection()
-    assert conn == RegistryConnection("https://r:8081", "u", "p@ss", None, 10.0) and "p@ss" not in repr(conn)
+    assert conn == RegistryConnection("https://r:8081", "u", "p@ss", None, 10) and "p@ss" not in repr(conn)
     with pytest.raises(InvalidConfig, match=r"\$S3_ARCHIVE_SCHEMA_REGISTRY_URL is 'r:8081'; it must start with"):
         SchemaRegistryResource(url="r:8081").connection()
     with pytest.raises(InvalidConfig, match="needs both"):
