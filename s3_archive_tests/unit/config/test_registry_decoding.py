@@ -124,3 +124,24 @@ def test_import_connect_maps_registry_converters():
     assert a.value_decoding.type == "avro" and a.key_decoding.type == "protobuf"
     assert "S3_ARCHIVE_SCHEMA_REGISTRY_URL=https://sr-1:8081" in out
     assert "S3_ARCHIVE_SCHEMA_REGISTRY_PASSWORD=..." in out and "secret-pw" not in out
+
+
+def test_the_registry_resource_is_bound_to_its_variables(monkeypatch):
+    import dagster as dg
+
+    from s3_archive.defs.resources import build_resources
+
+    for var, value in {"S3_ARCHIVE_SCHEMA_REGISTRY_URL": "https://sr:8081", "S3_ARCHIVE_SCHEMA_REGISTRY_USERNAME": "u",
+                       "S3_ARCHIVE_SCHEMA_REGISTRY_PASSWORD": "pw-secret", "S3_ARCHIVE_SCHEMA_REGISTRY_TIMEOUT_S": "3",
+                       "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}.items():
+        monkeypatch.setenv(var, value)
+    got: list[RegistryConnection] = []
+
+    @dg.asset
+    def probe(schema_registry: SchemaRegistryResource) -> None:
+        got.append(schema_registry.connection())
+
+    resources = build_resources()
+    dg.materialize([probe], resources={"schema_registry": resources["schema_registry"]})
+    assert got == [RegistryConnection("https://sr:8081", "u", "pw-secret", None, 3)]
+    assert "pw-secret" not in repr(got[0]) and "pw-secret" not in repr(resources["schema_registry"])
