@@ -60,6 +60,11 @@ def time_registry_decoding(s: Setup, worker: SparkWorker, registry_url: str, rou
     ends = s.kafka.offsets(AVRO_TOPIC, "latest")
     windows = [[p, 0, e] for p, e in sorted(ends.items())]
     out: dict[str, Any] = {"records": n, "payload": payload, "raw_s": [], "decoded_s": [], "errors": []}
+    small = [[p, 0, min(2000, e)] for p, e in sorted(ends.items())]
+    for decoding in ("bytes", "avro"):  # warm-up of both paths (the decoders' imports), not counted
+        worker.call(cmd="decoded", topic=AVRO_TOPIC, prefix="registry-warmup/", windows=small, decoding=decoding,
+                    registry_url=registry_url)
+        wl.empty_prefix(s.s3, BUCKET, "registry-warmup/")
     for r in range(rounds):
         for kind, decoding in (("raw", "bytes"), ("decoded", "avro")):
             prefix = f"registry-{kind}-r{r}/"
