@@ -183,7 +183,7 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
     loc = location(cfg, topic)
     params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
-    if cfg.value_decoding.type == "json":
+    if cfg.decodes_fields:
         params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
     layout = cfg.layout
     if options.partitions == "projection" and layout is not None and not projectable(layout):

@@ -357,6 +357,12 @@ class ArchiveConfig(StrictModel):
                 and self.value_decoding.type != "utf8")
 
     @property
+    def decodes_fields(self) -> bool:
+        """Columns decoded from payloads (json, or a Schema Registry decoding of the value or key), which vary
+        between windows."""
+        return self.value_decoding.type == "json" or self.value_decoding.registry or self.key_decoding.registry
+
+    @property
     def lifecycle_policy(self) -> LifecyclePolicy:
         """`lifecycle`, or the defaults."""
         return self.lifecycle or LifecyclePolicy()

@@ -119,7 +119,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
         columns = None
         skipped_schemas: dict[str, str] = {}
-        if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
+        if cfg.decodes_fields:  # decoded fields: from the newest window of each partition
             decoded, skipped_schemas = decoded_columns(
                 cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, context.log))
             columns = table_columns(cfg) + decoded
