@@ -159,8 +159,11 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port), *target])
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        proc.wait(30)
+    except KeyboardInterrupt:  # Ctrl-C reached dagster dev too: give it time to stop its webserver and daemon
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass  # killed below
         return 0
     finally:
         if proc.poll() is None:

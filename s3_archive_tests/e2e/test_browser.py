@@ -24,8 +24,8 @@ import pytest
 
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.keys.objects import manifest_key, manifest_prefix
-from s3_archive.local.processes import free_port, pid_alive
-from s3_archive.local.stack import local_s3_client, read_state
+from s3_archive.local.processes import free_port
+from s3_archive.local.stack import down, local_s3_client, read_state
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.browser import Browser, artifacts_dir, chromium, starting_with, with_text
 from s3_archive_tests.integration.restore.test_restore import consume_all
@@ -54,9 +54,12 @@ def graphql(url: str, query: str, variables: dict | None = None) -> dict:
 def start_demo(root: Path, port: int, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items()
            if k not in ("S3_ARCHIVE_CONFIG", "S3_ARCHIVE_STATE_DIR", "DAGSTER_HOME")}
+    # Ctrl-C must reach it as in a terminal: a runner started in the background ignores SIGINT, and its children
+    # would inherit that.
     proc = subprocess.Popen([sys.executable, "-m", "s3_archive.cli", "demo", "--port", str(port)], cwd=REPO,
                             env={**env, "S3_ARCHIVE_LOCAL_DIR": str(root)}, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while True:
         assert proc.poll() is None, f"the demo exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
@@ -92,8 +95,8 @@ def demo(tmp_path_factory) -> Iterator[Demo]:
     finally:
         if proc.poll() is None:
             stop_demo(proc)
-        state = read_state(root)
-        assert state is None or not pid_alive(state.broker_pid), "the demo left its broker running"
+        left = down(root)  # by PID: what a demo that failed to stop left running
+        assert not left, f"the demo left {left} running"
 
 
 def kafka_of(demo: Demo) -> KafkaResource:
