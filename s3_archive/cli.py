@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     local = sub.add_parser("local", help="the embedded Kafka broker + moto S3/Glue/Athena server")
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("--fresh", action="store_true", help="up: wipe the local data first")
+    local.add_argument("--purge", action="store_true",
+                       help="down: then remove all local data (broker topics, the bucket, the demo's Dagster "
+                            "instance and topic state); the next `up` or `make demo` starts from nothing")
     local.add_argument("--kafka-port", type=int, default=0, help="up: broker port (default: a free one)")
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
     security = {"choices": ["plaintext", "sasl_ssl"], "default": None,
@@ -148,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             print(stack.status())
             print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
         elif args.command == "local" and args.action == "down":
-            stopped = stack.down()
+            stopped = stack.down(purge=args.purge)
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+            if args.purge:
+                print(f"removed {local_stack_dir()}")
         elif args.command == "local":
             print(stack.status())
         elif args.command == "refresh-topics":

@@ -13,6 +13,7 @@ from s3_archive.catalog.mappings import mapping
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.settings import config_error
 from s3_archive.model.columns import PART_FIELD, SOURCE_FIELD, column_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
@@ -46,14 +47,18 @@ def table_name(topic: str, options: CatalogOptions = CatalogOptions()) -> str:
     return name
 
 
-def check_table_names(tables: Iterable[tuple[str, str, str]]) -> None:
-    """(database, table, topic) triples: two topics must not land on one table (`a.b` and `a_b` both give `a_b`)."""
-    seen: dict[tuple[str, str], str] = {}
-    for database, table, topic in tables:
-        other = seen.setdefault((database, table), topic)
+def check_table_names(tables: Iterable[tuple[str, str, str, str]]) -> None:
+    """(database, table, topic, the topic's key path) quadruples: two topics must not land on one table (`a.b` and
+    `a_b` both give `a_b`); InvalidConfig naming both key paths."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for database, table, topic, path in tables:
+        other, other_path = seen.setdefault((database, table), (topic, path))
         if other != topic:
-            raise ValueError(f"topics {other!r} and {topic!r} both map to table {database}.{table}; set a "
-                             "different catalog table_prefix or database for one of their archives")
+            same = other_path.split(".")[0] == path.split(".")[0]
+            fix = ("topics of one archive share its catalog options: archive one of them in another archive"
+                   if same else "set another catalog.table_prefix or catalog.database in one of the two archives")
+            raise config_error(f"{path}: topic {topic!r} maps to the Glue table {database}.{table}, as does topic "
+                               f"{other!r} ({other_path}); {fix}")
 
 
 def location(cfg: ArchiveConfig, topic: str) -> str:

@@ -4,7 +4,10 @@ request PostgreSQL for a Dagster instance of the deployed shape (`--postgres`), 
 (`--schema-registry`: Apicurio Registry, local/registry_server.py).
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
-their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
+their command line is still the one we started (a recycled PID is left alone). Every server keeps its data under
+the local dir across `down` and `up` — the broker's log, moto's bucket (its request recording, replayed at start),
+PostgreSQL's cluster — so a restarted stack is the stack that stopped; `down --purge` (or `up --fresh`) removes it
+all. `up --kafka-security sasl_ssl` starts
 the broker with a SASL_SSL listener only (SCRAM-SHA-512 user `s3-archive`, a local CA); its password is made once
 and kept, like `stack.json` and `stack.env`, in files only their owner can read.
 """
@@ -24,7 +27,7 @@ from typing import Any
 
 import boto3
 
-from s3_archive.io.paths import local_stack_dir
+from s3_archive.io.paths import default_local_dir, local_stack_dir
 from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
@@ -39,6 +42,7 @@ from s3_archive.local.spark_connect import SparkConnectServer
 LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack", "AWS_REGION": "us-east-1"}
 DEFAULT_BUCKET = "s3-archive-local"
 KAFKA_USER = "s3-archive"  # the client login of a sasl_ssl local broker
+TAG_FILE = ".s3-archive-local"  # in every dir `up` made: `down --purge` removes no other dir
 
 
 @dataclass
@@ -107,6 +111,11 @@ def _state_file(root: Path) -> Path:
     return root / "stack.json"
 
 
+def moto_recording(root: Path) -> Path:
+    """moto's request recording: the local bucket's state across restarts (local/moto_server.py)."""
+    return root / "moto" / "recording.jsonl"
+
+
 def read_state(root: Path | None = None) -> StackState | None:
     f = _state_file(root or local_stack_dir())
     if not f.exists():
@@ -165,15 +174,16 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
                          f"local down` first, then `up --kafka-security {kafka_security}`")
     if state is None:
-        if fresh and root.exists():
-            shutil.rmtree(root)
+        if fresh:
+            _remove(root)
         root.mkdir(parents=True, exist_ok=True)
+        (root / TAG_FILE).touch()
         security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
         password = _kafka_password(root) if security == "sasl_ssl" else None
         # `up` returns and the stack stays: every server is detached from this process.
         broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
                              users={KAFKA_USER: password} if password else {}, detached=True)
-        moto = MotoServer(root / "moto", port=s3_port, detached=True)
+        moto = MotoServer(root / "moto", port=s3_port, detached=True, recording=moto_recording(root))
         broker.start()
         try:
             moto.start()
@@ -249,18 +259,30 @@ def _running(state: StackState) -> bool:
     return all(pid_alive(pid) and _ours(pid, m) for _, pid, m in _recorded(state))
 
 
-def down(root: Path | None = None) -> list[str]:
+def down(root: Path | None = None, purge: bool = False) -> list[str]:
+    """Stop what `up` started; with `purge`, then remove the local dir: every server's data, the demo's Dagster
+    instance and topic state, the local CA and passwords."""
     root = root or local_stack_dir()
     state = read_state(root)
     stopped: list[str] = []
-    if state is None:
-        return stopped
-    for _, pid, marker in reversed(_recorded(state)):  # Spark first: it uses the broker and moto
+    for _, pid, marker in reversed(_recorded(state) if state else []):  # Spark first: it uses the broker and moto
         if pid_alive(pid) and _ours(pid, marker):
             stop_pid(pid)
             stopped.append(f"{marker} (pid {pid})")
     _state_file(root).unlink(missing_ok=True)
+    if purge:
+        _remove(root)
     return stopped
+
+
+def _remove(root: Path) -> None:
+    """Remove the local dir, if `up` made it (a mistaken $S3_ARCHIVE_LOCAL_DIR must not cost a user a folder)."""
+    if not root.exists():
+        return
+    if not (root / TAG_FILE).exists() and root != default_local_dir():
+        raise StackError(f"{root} was not made by `s3-archive local up` (there is no {TAG_FILE} in it); "
+                         "not removing it")
+    shutil.rmtree(root)
 
 
 def status(root: Path | None = None) -> str:

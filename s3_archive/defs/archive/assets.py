@@ -10,7 +10,9 @@ from s3_archive.archive.driver.coordinator import archive_windows
 from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.metadata import archive_links, typed
+from s3_archive.defs.metadata import archive_links, typed, ui_page
+from s3_archive.defs.restore.assets import restore_asset_key
+from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
@@ -19,6 +21,23 @@ from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import manifest_key, partition_dir
 from s3_archive.model.windows import OffsetWindow
+
+
+def _where_to_look(cfg: ArchiveConfig, topic: str) -> str:
+    """Description lines: the windows and their metadata, the checks, the topic's restores."""
+    key = archive_asset_key(topic)
+    restores = [ui_page(target_asset_key(t.name, topic)) for t in cfg.restore_targets if t.applies_to(topic)]
+    if cfg.restorable:
+        restores.append(ui_page(restore_asset_key(topic)) + " (any target, from the launchpad)")
+    lines = [f"- Windows: {ui_page(key, 'partitions', 'Partitions')} (click a window for its metadata: outcome, "
+             f"records, offsets, manifest); checks: {ui_page(key, 'checks', 'Checks')}",
+             "- To archive windows by hand (the offsets sensor cuts and archives them when it is on): click "
+             "*Materialize…*; the dialog opens with no window selected: click **Failed and missing** (or **All**, or "
+             f"pick windows), then **Launch backfill** ({cfg.windows_per_run} windows a run; a committed window is "
+             "only verified again)"]
+    if restores:
+        lines.append(f"- Restore: {', '.join(restores)}")
+    return "\n".join(lines) + "\n"
 
 
 def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
@@ -37,7 +56,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                       "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
             description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
                         "Each partition is one offset window, written exactly once (manifest = commit point).\n\n"
-                        + archive_links(cfg, topic, "docs/commit-protocol.md"),
+                        + _where_to_look(cfg, topic) + archive_links(cfg, topic, "docs/commit-protocol.md"),
         )
 
     def run(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,

@@ -67,6 +67,19 @@ def _describe(t: RestoreTarget, topic: str) -> str:
     return ", ".join(opts)
 
 
+def _how_to(t: RestoreTarget) -> str:
+    """What to click, as the launch dialog is: it opens with no window selected, whatever the asset's definition
+    (Dagster offers no default selection for it)."""
+    launch = ("click *Materialize*; the dialog opens with no window selected: click **All** (or pick windows), "
+              "then **Launch backfill**. The windows run as one run, each partition's in offset order")
+    if t.dry_run:
+        return (f"**To plan**: {launch}. This target only plans (`dry_run: true`): nothing is produced; each run's "
+                "plan is an observation on the *Events* tab.")
+    return (f"**To restore**: {launch}; each window restored shows as materialized here. **To plan first**: in the "
+            "dialog open *Config* → *Add config*, set `dry_run: true`, then launch: the plan is an observation on "
+            "the *Events* tab.")
+
+
 def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.AssetsDefinition:
     target_topic = t.target_for(topic)
     spec = restore_asset_spec(
@@ -74,8 +87,8 @@ def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.A
         metadata={"source_topic": topic, "target_topic": target_topic, "restore_target": t.name,
                   "bucket": cfg.bucket, "prefix": cfg.prefix, "dry_run_only": t.dry_run},
         description=f"Archived windows of `{topic}` restored into `{target_topic}` (restore target "
-                    f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once. Materialize "
-                    "or backfill the windows to restore: no config needed; `dry_run: true` plans first.",
+                    f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once, with no config.\n\n"
+                    + _how_to(t),
     )
 
     def run(context: dg.AssetExecutionContext, config: TargetRunConfig, kafka: KafkaResource, s3: S3Resource,

@@ -9,7 +9,7 @@ import dagster as dg
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.metadata import archive_links, typed
+from s3_archive.defs.metadata import archive_links, typed, ui_page
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
@@ -25,7 +25,8 @@ from s3_archive.restore.summary import RunSummary
 def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadata: dict[str, Any],
                   description: str) -> Callable[..., dg.AssetsDefinition]:
     """The asset decorator of a restore asset of `topic` (ad hoc or a declared target): the archive's window
-    partitions, one run per backfill, the archive's group; `description` is followed by the archive's links."""
+    partitions, one run per backfill, the archive's group; `description` is followed by a link to the archived
+    windows and the archive's links."""
     with warnings.catch_warnings():
         # backfill_policy is beta; we need it to keep a backfill in one run (below). Silenced here only, so run
         # logs are not flooded with it.
@@ -41,7 +42,9 @@ def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadat
             kinds={"kafka", "s3"},
             output_required=False,
             metadata=metadata,
-            description=description + "\n\n" + archive_links(cfg, topic, "docs/restore.md"),
+            description=description + "\n\n- Archived windows: " + ui_page(archive_asset_key(topic), "partitions")
+            + f"; this asset's runs and plans: {ui_page(key, 'events', 'Events')}\n"
+            + archive_links(cfg, topic, "docs/restore.md"),
         )
 
 
