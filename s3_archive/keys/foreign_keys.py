@@ -14,6 +14,9 @@
   Ambiguous templates are refused with the reason, by the engine's one check.
 - confluent (DefaultPartitioner): `<topics.dir>/<topic>/partition=<p>/<topic>+<p>+<start offset>.<ext>`, with
   `.keys.<ext>` / `.headers.<ext>` siblings.
+
+Both parsers refuse a name that fits but carries a number no Kafka record can have (`NameOutOfRange`: a partition
+beyond 2^31-1, an offset beyond 2^63-1), so every caller gets the same answer for it.
 """
 
 from __future__ import annotations
@@ -31,8 +34,22 @@ from s3_archive.keys.template import (
     parse_template,
     render_key,
 )
+from s3_archive.model.errors import InvalidForeignObject
 
 DEFAULT_AIVEN_TEMPLATE = "{{topic}}-{{partition}}-{{start_offset}}"
+KAFKA_MAX_PARTITION = 2**31 - 1  # partitions are Java ints
+KAFKA_MAX_OFFSET = 2**63 - 1  # offsets are Java longs
+
+
+class NameOutOfRange(InvalidForeignObject):
+    """An object name that fits the sink's layout but holds a partition or offset beyond Kafka's ranges."""
+
+
+def _in_kafka_range(partition: int | None, start_offset: int | None) -> None:
+    if partition is not None and partition > KAFKA_MAX_PARTITION:
+        raise NameOutOfRange(f"partition {partition} is beyond {KAFKA_MAX_PARTITION}, Kafka's largest partition")
+    if start_offset is not None and start_offset > KAFKA_MAX_OFFSET:
+        raise NameOutOfRange(f"start offset {start_offset} is beyond {KAFKA_MAX_OFFSET}, Kafka's largest offset")
 
 AIVEN = Dialect(what="file.name.template", names=("topic", "partition", "start_offset", "timestamp", "key"),
                 required=(), key_chars=None, repeats=False, param_lists=False, unit_aliases=(), paths=False,
@@ -60,7 +77,8 @@ def aiven_render(t: KeyTemplate, topic: str = "", partition: int = 0, start_offs
 
 
 def aiven_parse(t: KeyTemplate, name: str) -> dict[str, Any] | None:
-    """The values of an object name (after the prefix and compression suffix), or None if it does not fit.
+    """The values of an object name (after the prefix and compression suffix), or None if it does not fit;
+    NameOutOfRange if its partition or start offset is beyond Kafka's ranges.
     Keys: topic, partition, start_offset (ints), timestamp (dict unit -> int), key."""
     try:
         values = parse_key(t, name)
@@ -72,6 +90,7 @@ def aiven_parse(t: KeyTemplate, name: str) -> dict[str, Any] | None:
             out.setdefault("timestamp", {})[slot.removeprefix("timestamp:")] = int(str(v))
         else:
             out[slot] = v
+    _in_kafka_range(out.get("partition"), out.get("start_offset"))
     return out
 
 
@@ -79,7 +98,8 @@ _CONFLUENT_EXT = {"avro": (".avro",), "json": (".json",), "parquet": (".parquet"
 
 
 def confluent_parse(topic: str, fmt: str, gzipped: bool, rest: str) -> tuple[int, int, str] | None:
-    """(partition, start offset, 'values'|'keys') of a Confluent object name (after the prefix), or None."""
+    """(partition, start offset, 'values'|'keys') of a Confluent object name (after the prefix), or None if it does
+    not fit; NameOutOfRange if its partition or start offset is beyond Kafka's ranges."""
     m = re.fullmatch(r"([^/]+)/partition=(0|[1-9][0-9]*)/([^/+]+)\+(0|[1-9][0-9]*)\+([0-9]+)((?:\.[^./]+)+)",
                      rest)
     if m is None or m[1] != topic or m[3] != topic or m[2] != m[4]:
@@ -93,4 +113,7 @@ def confluent_parse(topic: str, fmt: str, gzipped: bool, rest: str) -> tuple[int
     ok = exts in tuple(e + gz for e in _CONFLUENT_EXT[fmt])
     if fmt == "parquet":  # <codec>.parquet, e.g. .snappy.parquet
         ok = ok or re.fullmatch(r"\.[a-z0-9]+\.parquet", exts) is not None
-    return (int(m[2]), int(m[5]), kind) if ok else None
+    if not ok:
+        return None
+    _in_kafka_range(int(m[2]), int(m[5]))
+    return int(m[2]), int(m[5]), kind

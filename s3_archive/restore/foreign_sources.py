@@ -16,7 +16,8 @@ from typing import Any
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
-from s3_archive.keys.foreign_keys import aiven_parse, confluent_parse
+from s3_archive.keys.foreign_keys import NameOutOfRange, aiven_parse, confluent_parse
+from s3_archive.keys.template import KeyTemplate
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 from s3_archive.restore import cold
@@ -59,13 +60,31 @@ SHOWN_IGNORED = 20
 
 
 def _out_of_range(partition: int, start: int) -> str | None:
-    """Why a parsed (partition, start offset) cannot be a window of Kafka records, or None."""
+    """Why a parsed (partition, start offset), within Kafka's ranges (the parsers refuse the rest), cannot be a
+    restore window, or None."""
     if partition > MAX_PARTITION:
         return (f"{OUT_OF_RANGE}partition {partition} is beyond {MAX_PARTITION}, the largest partition a restore "
                 "window holds (Kafka's own limit is 2147483647)")
     if start >= MAX_OFFSET:
         return f"{OUT_OF_RANGE}start offset {start} is beyond {MAX_OFFSET - 1}, the largest offset of a Kafka record"
     return None
+
+
+def _coordinates(source: ForeignSource, tmpl: KeyTemplate | None, rest: str) -> tuple[tuple[int, int], str] | str:
+    """((partition, start offset), 'values'|'keys'|'headers') of an object name after the prefix, or why it is
+    not one of the source's objects; NameOutOfRange from the parsers. `tmpl`: the aiven source's template."""
+    if tmpl is not None:
+        suffix = COMPRESSIONS[source.compression]
+        if not rest.endswith(suffix):
+            return f"does not end in {suffix!r} (compression {source.compression})"
+        got = aiven_parse(tmpl, rest[:len(rest) - len(suffix)] if suffix else rest)
+        if got is None or got.get("topic", source.topic) != source.topic:
+            return f"not a name the template {tmpl.text!r} gives topic {source.topic!r}"
+        return (got["partition"], got["start_offset"]), "values"
+    parsed = confluent_parse(source.topic, source.format, source.compression == "gzip", rest)
+    if parsed is None:
+        return f"not a Confluent {source.format} object name of topic {source.topic!r}"
+    return parsed[:2], parsed[2]
 
 
 def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
@@ -75,29 +94,19 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
     found: dict[tuple[int, int], ListedObject] = {}
     keys_files: dict[tuple[int, int], ListedObject] = {}
     ignored: dict[str, str] = {}
-    if source.layout == "aiven":
-        tmpl = source.key_template
-        suffix = COMPRESSIONS[source.compression]
+    tmpl = source.key_template if source.layout == "aiven" else None
     for o in listing:
         if not o.key.startswith(prefix):
             ignored[o.key] = f"outside the prefix {prefix!r}"
             continue
-        rest = o.key[len(prefix):]
-        if source.layout == "aiven":
-            if not rest.endswith(suffix):
-                ignored[o.key] = f"does not end in {suffix!r} (compression {source.compression})"
-                continue
-            got = aiven_parse(tmpl, rest[:len(rest) - len(suffix)] if suffix else rest)
-            if got is None or got.get("topic", source.topic) != source.topic:
-                ignored[o.key] = f"not a name the template {tmpl.text!r} gives topic {source.topic!r}"
-                continue
-            coords, kind = (got["partition"], got["start_offset"]), "values"
-        else:
-            parsed = confluent_parse(source.topic, source.format, source.compression == "gzip", rest)
-            if parsed is None:
-                ignored[o.key] = f"not a Confluent {source.format} object name of topic {source.topic!r}"
-                continue
-            coords, kind = parsed[:2], parsed[2]
+        try:
+            named = _coordinates(source, tmpl, o.key[len(prefix):])
+        except NameOutOfRange as e:
+            named = f"{OUT_OF_RANGE}{e}"
+        if isinstance(named, str):
+            ignored[o.key] = named
+            continue
+        coords, kind = named
         if kind == "headers":
             ignored[o.key] = "a headers file (not read)"
             continue

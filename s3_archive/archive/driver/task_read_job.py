@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.spark_job import run_write_job, write_frame
 from s3_archive.archive.executor.kafka_read import ENVELOPE_DDL
+from s3_archive.archive.executor.registry_decode import DecodePlan
 from s3_archive.archive.executor.task import envelope_task, read_task
 from s3_archive.archive.protocol import RESULT_SCHEMA, JobOutput, KafkaConnection, WriteJob
 from s3_archive.io.kafka import KafkaResource
@@ -49,7 +50,7 @@ def kafka_connection(kafka: KafkaResource) -> KafkaConnection:
 def computed_in_task(out: Output) -> bool:
     """Whether the task makes every column of the task batches itself (executor/task_columns.py)."""
     return out.fmt.name in ("parquet", "avro", "text", "bytes") and out.decoding in ("bytes", "utf8") \
-        and not out.bucketed
+        and not out.registry and not out.bucketed
 
 
 def slice_frame(spark: SparkSession, job: WriteJob) -> DataFrame:
@@ -65,10 +66,12 @@ def envelope_frame(spark: SparkSession, job: WriteJob) -> DataFrame:
 
 
 def run_task_read_job(spark: SparkSession, job: WriteJob, out: Output, json_ddl: str | None,
-                      undecodable_only: bool = False) -> JobOutput:
-    """Read `job.slices` in the tasks and write them (one Spark job); every task's result rows."""
-    if undecodable_only or not computed_in_task(out):
-        return run_write_job(spark, {}, job, out, json_ddl, undecodable_only, envelope=envelope_frame(spark, job))
+                      undecodable_only: bool = False, decode: DecodePlan | None = None) -> JobOutput:
+    """Read `job.slices` in the tasks and write them (one Spark job); every task's result rows. `decode`: Schema
+    Registry payloads, decoded by the write tasks (from Spark's columns of the tasks' envelope)."""
+    if undecodable_only or decode is not None or not computed_in_task(out):
+        return run_write_job(spark, {}, job, out, json_ddl, undecodable_only, decode=decode,
+                             envelope=envelope_frame(spark, job))
     frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl)
     job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
                   multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault,
