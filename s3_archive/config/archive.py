@@ -21,6 +21,7 @@ from s3_archive.model.formats import FORMATS, envelope_columns, parse_ddl_fields
 from s3_archive.model.windows import OffsetWindow
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_GROUP = re.compile(r"[!-~]{1,255}")  # printable ASCII, no space: what every Kafka tool takes unquoted
 
 
 class FlushPolicy(StrictModel):
@@ -30,6 +31,19 @@ class FlushPolicy(StrictModel):
     bytes: int | None = Field(default=None, ge=1, description="cap a window's size, estimated from recent windows")
     interval_seconds: float | None = Field(default=600, gt=0, description="cut a partial window once its oldest "
                                                                           "record is this old")
+
+
+class Retries(StrictModel):
+    """How a failed window run is tried again (docs/sensors.md, "Retries"): its step, in the same run, after a
+    growing delay (Dagster's RetryPolicy); then the whole run again, requested by the offsets sensor, up to `reruns`
+    times. An error no retry can fix (a missing bucket, refused credentials, data lost to retention) is not
+    retried."""
+
+    max: int = Field(default=3, ge=0, le=10, description="retries of a failed run's step, in the same run")
+    backoff_seconds: float = Field(default=30, ge=0, le=3600, description="delay before the first retry; doubled "
+                                                                          "for each next one, +/- half at random")
+    reruns: int = Field(default=2, ge=0, le=10, description="times the offsets sensor requests again the windows "
+                                                            "of a run that failed after its retries")
 
 
 class Envelope(StrictModel):
@@ -123,6 +137,18 @@ class ArchiveConfig(StrictModel):
     restore_targets: list[RestoreTarget] = Field(
         default_factory=list, description="restores declared here: one restore asset per target and topic, "
                                           "launchable over selected windows with no run config")
+    retries: Retries = Retries()
+    consumer_group: str | None = Field(
+        default=None, description="the Kafka consumer group whose offsets are the archive's committed ends, for "
+                                  "Kafka's lag tools (written, never joined); default s3-archive.<name>; "
+                                  "consumer_group_offsets: false turns it off")
+    consumer_group_offsets: bool = Field(default=True, description="write the committed ends as consumer group "
+                                                                   "offsets after each commit")
+    freshness_factor: float = Field(
+        default=2, ge=1, le=1000, description="the check archive_fresh fails when a record older than this x "
+                                              "flush.interval_seconds is in no committed window")
+    sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor is evaluated "
+                                                                                  "at most this often")
 
     @field_validator("schedule_cron")
     @classmethod
@@ -155,6 +181,14 @@ class ArchiveConfig(StrictModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return check_name(v)
+
+    @field_validator("consumer_group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        if v is not None and not _GROUP.fullmatch(v):
+            raise ValueError(f"not a usable Kafka consumer group id: {v!r} (1-255 characters, no spaces or control "
+                             "characters)")
+        return v
 
     @field_validator("topics")
     @classmethod
@@ -295,6 +329,19 @@ class ArchiveConfig(StrictModel):
         """The archive keeps key, value, headers and coordinates byte for byte, so restore can replay it."""
         return (FORMATS[self.format].lossless and self.envelope.complete
                 and self.value_decoding.type != "utf8")
+
+    @property
+    def group_id(self) -> str | None:
+        """The consumer group the committed ends are written to; None: none."""
+        if not self.consumer_group_offsets:
+            return None
+        return self.consumer_group or f"s3-archive.{self.name}"
+
+    @property
+    def freshness_bound_seconds(self) -> float | None:
+        """How old an uncommitted record may be before the archive is stale (None: flush.interval_seconds null)."""
+        interval = self.flush.interval_seconds
+        return None if interval is None else interval * self.freshness_factor
 
     @property
     def lifecycle_policy(self) -> LifecyclePolicy:

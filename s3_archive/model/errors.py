@@ -35,6 +35,10 @@ class S3Unavailable(UserError, RuntimeError):
     """The bucket is missing, unreachable, or the credentials are refused."""
 
 
+class S3Refused(S3Unavailable):
+    """The bucket is missing or S3 refuses the credentials: retrying does not help."""
+
+
 class InvalidForeignObject(UserError, ValueError):
     """An object of a foreign archive whose name or contents do not fit its configured layout."""
 
@@ -61,6 +65,10 @@ class DeadlineExceeded(UserError, RuntimeError):
 
 class KafkaUnavailable(UserError, RuntimeError):
     """The broker could not be reached or refused us."""
+
+
+class KafkaRefused(KafkaUnavailable):
+    """The broker refused the login or the TLS handshake: retrying does not help."""
 
 
 class UnknownTopic(UserError, ValueError):
