@@ -27,6 +27,7 @@ from s3_archive.archive.driver.commit import (
     open_uploads,
     remove_objects,
 )
+from s3_archive.archive.driver.group_offsets import advance_group_offsets
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.archive.protocol import JobOutput, RecordStats, Slice, WriteJob, slices_of, splittable, window_stats
@@ -139,11 +140,23 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
                     job_options: dict[str, Any] | None = None,
                     endpoint: S3Endpoint | None = None) -> dict[OffsetWindow, WindowOutcome]:
     """Archive `windows` of `topic` in one Spark job; each window's WindowResult, or the exception that failed it.
+    Then the archive's consumer group offsets follow its committed windows (group_offsets.py).
 
     `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection);
     `endpoint`: how an Iceberg catalog's JVM clients reach S3 and Glue (default: the client's endpoint).
     `fault` stops the driver's commit after a step, `write_fault` a write task (tests); `job_options` overrides
     WriteJob fields (multipart_threshold, part_size) for tests and benchmarks."""
+    results = _archive_windows(spark, kafka, s3, cfg, topic, windows, log, fault, conn, write_fault, job_options,
+                               endpoint)
+    committed = sorted({w.partition for w, r in results.items() if isinstance(r, WindowResult)})
+    advance_group_offsets(kafka, s3, cfg, topic, committed, log)
+    return results
+
+
+def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
+                     windows: list[OffsetWindow], log: Any, fault: Fault, conn: S3Connection | None,
+                     write_fault: str | None, job_options: dict[str, Any] | None,
+                     endpoint: S3Endpoint | None) -> dict[OffsetWindow, WindowOutcome]:
     t0 = time.monotonic()
     results: dict[OffsetWindow, WindowOutcome] = {}
     for w, r in _each(lambda w: _committed(s3, cfg, topic, w, t0), windows).items():
