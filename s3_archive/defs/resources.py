@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from s3_archive.defs.webserver import WEBSERVER_ENV, WebserverResource
 from s3_archive.io.kafka import KAFKA_ENV, KafkaResource
 from s3_archive.io.s3_resource import S3_ENV, S3Resource
 from s3_archive.io.spark import SparkResource
@@ -104,6 +105,12 @@ def spark_resource() -> SparkResource:
     )
 
 
+def webserver_resource() -> WebserverResource:
+    """The Dagster webserver the topic discovery sensor reloads the code location through (defs/webserver.py)."""
+    return WebserverResource(**({"url": dg.EnvVar(WEBSERVER_ENV)} if _is_set(WEBSERVER_ENV) else {}))
+
+
 def build_resources() -> dict[str, dg.ConfigurableResource]:
     retired_env_warning()
-    return {"kafka": kafka_resource(), "s3": s3_resource(), "spark": spark_resource()}
+    return {"kafka": kafka_resource(), "s3": s3_resource(), "spark": spark_resource(),
+            "webserver": webserver_resource()}
