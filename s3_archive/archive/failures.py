@@ -25,13 +25,15 @@ from s3_archive.model.errors import (
     S3Refused,
     UndecodableValue,
     UnknownTopic,
+    UnplaceableRecord,
     WindowNotAvailable,
 )
 from s3_archive.model.windows import InvalidWindow
 
 # Our own errors that say the data, the config or the cluster is not as the window needs: the same next time.
 _PERMANENT = (ArchiveIntegrityError, DataLoss, InvalidConfig, InvalidManifest, InvalidWindow, KafkaRefused,
-              MissingJars, S3Refused, UndecodableValue, UnknownTopic, WindowNotAvailable, NoCredentialsError)
+              MissingJars, S3Refused, UndecodableValue, UnknownTopic, UnplaceableRecord, WindowNotAvailable,
+              NoCredentialsError)
 # S3 answers that a retry gets again: the bucket is gone, or the credentials or the policy refuse us.
 S3_REFUSALS = ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
                "InvalidBucketName", "AccountProblem")

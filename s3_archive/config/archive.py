@@ -73,10 +73,11 @@ class ValueDecoding(StrictModel):
         default=None, description="json only: the fields as a Spark DDL string, e.g. 'id BIGINT, name STRING'; "
                                   "None: inferred per window from the window's values")
     column_prefix: str = Field(default="", description="json only: prepended to each decoded field's column name")
-    on_error: Literal["fail", "dead_letter"] = Field(
+    on_error: Literal["fail", "dead_letter", "skip"] = Field(
         default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object): "
-                                    "fail the window naming topic, partition and offset, or write the raw record "
-                                    "under <prefix>_dead_letter/ (committed with the window, never dropped)")
+                                    "fail the window naming topic, partition and offset, write the raw record "
+                                    "under <prefix>_dead_letter/ (committed with the window, never dropped; also "
+                                    "to dead_letter_topic when set), or skip it (counted in the manifest)")
 
     @model_validator(mode="after")
     def _json_only(self) -> ValueDecoding:
@@ -137,6 +138,10 @@ class ArchiveConfig(StrictModel):
     restore_targets: list[RestoreTarget] = Field(
         default_factory=list, description="restores declared here: one restore asset per target and topic, "
                                           "launchable over selected windows with no run config")
+    dead_letter_topic: str | None = Field(
+        default=None, description="dead letters (value_decoding.on_error or layout.on_missing dead_letter) are also "
+                                  "produced to this Kafka topic after their window commits, with context headers; "
+                                  "{topic} is the archived topic")
     retries: Retries = Retries()
     consumer_group: str | None = Field(
         default=None, description="the Kafka consumer group whose offsets are the archive's committed ends, for "
@@ -265,8 +270,35 @@ class ArchiveConfig(StrictModel):
                 self.layout.check(rotation=rotation)
             except InvalidTemplate as e:
                 raise ValueError(f"layout.template: {e}") from None
+        self._check_error_policy()
         self._check_restore_targets()
         return self
+
+    def _check_error_policy(self) -> None:
+        """value_decoding.on_error, layout.on_missing and dead_letter_topic fit together and the format."""
+        layout = self.layout
+        if layout is not None and layout.on_missing != "bucket" and not layout.missing_segments:
+            raise ValueError(f"layout.on_missing {layout.on_missing!r}: this layout never lacks a value (no value, "
+                             "key or header dimension, no time from a field or header, no {{key}}); remove it")
+        if self.value_decoding.on_error == "skip" and FORMATS[self.format].table:
+            raise ValueError(f"value_decoding.on_error 'skip' does not apply to format {self.format!r} (its rows go "
+                             "to the table by Spark); use fail or dead_letter")
+        if self.dead_letter_topic is None:
+            return
+        dead = self.value_decoding.on_error == "dead_letter" or (layout is not None
+                                                                 and layout.on_missing == "dead_letter")
+        if not dead:
+            raise ValueError("dead_letter_topic is set, but no record becomes a dead letter: set "
+                             "value_decoding.on_error or layout.on_missing to dead_letter, or remove it")
+        for t in self.topics or ["t"]:
+            name = self.dead_letter_topic.replace("{topic}", t)
+            if not TOPIC.fullmatch(name) or name in (".", "..") or name == t:
+                raise ValueError(f"dead_letter_topic {self.dead_letter_topic!r} gives {name!r} for topic {t!r}: "
+                                 "not a valid Kafka topic name (1-249 of a-z A-Z 0-9 . _ -), or the archived topic "
+                                 "itself")
+
+    def dead_letter_topic_for(self, topic: str) -> str | None:
+        return None if self.dead_letter_topic is None else self.dead_letter_topic.replace("{topic}", topic)
 
     def _check_restore_targets(self) -> None:
         if self.restore_targets and not self.restorable:

@@ -27,6 +27,10 @@ class UndecodableValue(UserError, ValueError):
     """A record value does not decode as configured (value_decoding.on_error: fail)."""
 
 
+class UnplaceableRecord(UserError, ValueError):
+    """A record lacks a value the layout places it by (layout.on_missing: fail)."""
+
+
 class WindowNotAvailable(UserError, ValueError):
     """A window reaches past what Kafka has written (or names a partition the topic lacks)."""
 

@@ -24,6 +24,7 @@ from s3_archive.archive.executor.encoders import avro_schema
 from s3_archive.archive.executor.task import write_task
 from s3_archive.archive.protocol import DERIVED, RESULT_SCHEMA, FormatPlan, JobOutput, Slice, WriteJob
 from s3_archive.keys.buckets import BUCKET_COLUMN
+from s3_archive.keys.values import NULL
 from s3_archive.model.columns import SOURCE_FIELD, stored_names
 from s3_archive.model.errors import UndecodableValue
 from s3_archive.model.formats import ENVELOPE_COLUMNS
@@ -220,8 +221,12 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
         internal.append(bucket_column(out.layout))
     envelope = [c for c, _ in ENVELOPE_COLUMNS]
     dead_letter = out.decoding != "bytes" and out.on_error == "dead_letter"
-    if dead_letter:
-        internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
+    missing = out.layout.missing_segments if out.layout is not None and out.layout.on_missing != "bucket" else ()
+    # Records the layout cannot place become dead letters too (layout.on_missing dead_letter): their raw envelope.
+    unplaced = (reduce(Column.__or__, [F.split(bucket_column(out.layout), "/").getItem(i) == NULL for i in missing])
+                if missing and out.layout.on_missing == "dead_letter" else None)
+    if dead_letter or unplaced is not None:
+        internal.append(F.when(~good if unplaced is None else ~good | unplaced, F.struct(*envelope)).alias("_raw"))
     sent = [(c, n) for c, n in zip(payload, names, strict=True) if n not in derived]
     # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
     # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
@@ -239,7 +244,10 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
                    decoding=out.decoding != "bytes", dead_letter=dead_letter, payload=names, payload_columns=plain,
                    derived=tuple(derived.items()), ts_stored=ts_stored,
-                   dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
+                   dead_letter_schema=df.select(*envelope).schema.json() if dead_letter or unplaced is not None
+                   else "",
+                   skip_bad=out.decoding != "bytes" and out.on_error == "skip",
+                   on_missing=out.layout.on_missing if missing else "bucket", missing_segments=missing)
     return frame, job
 
 
