@@ -6,7 +6,7 @@ tell, and a summary of the keys it has read so that a tick reads only the keys a
      "tails": {"<topic>": {"after": "<instance position>", "next": {"0": 5000}, "first": {"0": 0}}},
      "open": {"<topic>": {"seen": 812, "keys": ["<window key>", ...]}},
      "failures": 9120,                   # the last run failure read (event storage id)
-     "verdicts": {"<topic>": {"archive_fresh": true}},   # the check results the sensor reported last
+     "verdicts": {"<topic>": {"archive_fresh": "ok"}},   # what the check results the sensor reported last said
      "sweep": "<topic>"}                 # where the manifest sweep goes on (upkeep.py)
 
 `tails` is only a summary of the keys: per Kafka partition the end of its last window (`next`), as of the
@@ -44,11 +44,12 @@ class Tail:
 
 @dataclass
 class Open:
-    """A topic's windows not seen committed yet (keys, in the order they became open), and the storage id of the
-    last materialization of the topic read (None: none read yet)."""
+    """A topic's windows not seen committed yet (keys), and the storage id of the last materialization of the topic
+    read (None: none read yet)."""
 
     seen: int | None = None
     keys: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # of `keys`: committed windows whose manifest went, archived again
 
 
 @dataclass
@@ -58,7 +59,7 @@ class SensorCursor:
     tails: dict[str, Tail] = field(default_factory=dict)
     open: dict[str, Open] = field(default_factory=dict)
     failures: int | None = None
-    verdicts: dict[str, dict[str, bool]] = field(default_factory=dict)
+    verdicts: dict[str, dict[str, str]] = field(default_factory=dict)
     sweep: str | None = None
 
     @classmethod
@@ -74,10 +75,11 @@ class SensorCursor:
                                   {int(p): int(o) for p, o in v["next"].items()},
                                   {int(p): int(o) for p, o in v.get("first", {}).items()})
                      for t, v in data.get("tails", {}).items()}
-            open_ = {str(t): Open(None if v["seen"] is None else int(v["seen"]), [str(k) for k in v["keys"]])
+            open_ = {str(t): Open(None if v["seen"] is None else int(v["seen"]), [str(k) for k in v["keys"]],
+                                  [str(k) for k in v.get("lost", [])])
                      for t, v in data.get("open", {}).items()}
             failures = data.get("failures")
-            verdicts = {str(t): {str(c): bool(ok) for c, ok in v.items()}
+            verdicts = {str(t): {str(c): str(said) for c, said in v.items()}
                         for t, v in data.get("verdicts", {}).items()}
             sweep = data.get("sweep")
             return cls(float(tick) if tick is not None else None, starts, tails, open_,
@@ -90,7 +92,8 @@ class SensorCursor:
         tails = {t: {"after": v.after, "next": {str(p): o for p, o in sorted(v.next.items())},
                      "first": {str(p): o for p, o in sorted(v.first.items())}}
                  for t, v in sorted(self.tails.items())}
-        open_ = {t: {"seen": v.seen, "keys": v.keys} for t, v in sorted(self.open.items())}
+        open_ = {t: {"seen": v.seen, "keys": v.keys, **({"lost": v.lost} if v.lost else {})}
+                 for t, v in sorted(self.open.items())}
         return json.dumps({"cron_tick": self.cron_tick, "starts": starts, "tails": tails, "open": open_,
                            "failures": self.failures, "verdicts": self.verdicts, "sweep": self.sweep},
                           sort_keys=True)

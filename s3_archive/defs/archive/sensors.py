@@ -137,8 +137,10 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     cut_rest, cron_tick = (False, None) if cfg.schedule_cron is None else \
         cron_due(cfg.schedule_cron, cursor.cron_tick, now)
     for topic in cfg.topics:
-        full = cursor.tails.get(topic) is None
-        tail, read = read_tail(context.instance, topic, cursor.tails.get(topic), context.log)
+        tail = cursor.tails.get(topic)
+        # A summary without where the partitions' windows start (a cursor of an earlier version): read them all once.
+        full = tail is None or bool(set(tail.next) - set(tail.first))
+        tail, read = read_tail(context.instance, topic, None if full else tail, context.log)
         cursor.tails[topic] = tail
         if s3 is not None:
             track(context.instance, cursor, topic, read, full)

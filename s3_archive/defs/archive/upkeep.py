@@ -117,6 +117,7 @@ def close(instance: dg.DagsterInstance, cursor: SensorCursor, topics: list[str])
                 break
             page_cursor = page.cursor
         o.keys = [k for k in o.keys if k not in done]
+        o.lost = [k for k in o.lost if k not in done]
 
 
 def open_windows(cursor: SensorCursor, topic: str) -> dict[int, list[OffsetWindow]]:
@@ -262,6 +263,7 @@ def sweep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clien
         opens = open_windows(cursor, topic)
         gaps: dict[int, list[tuple[int, int]]] = {}
         checked = 0
+        present: set[tuple[int, int, int]] = set()
         for p, nxt in sorted(tail.next.items()):
             start = retired.ranges[p].end if p in retired.ranges else tail.first.get(p)
             if start is None or start >= nxt:
@@ -277,13 +279,18 @@ def sweep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clien
                 if w.start >= nxt:
                     break
                 listed.append((w.start, w.end))
+                present.add((p, w.start, w.end))
             listings += 1 + n // 1000
             checked += len(listed)
             if missing := health.missing_ranges(start, nxt, opens.get(p, []), listed):
                 gaps[p] = missing
         lost = lost_windows(context.instance, cfg, topic, gaps, now) if gaps else []
         again = rearchivable(kafka, topic, lost)
-        out.verdicts[topic] = health.manifests_verdict(cfg, topic, lost, set(again), checked)
+        # Lost earlier and being archived again (open meanwhile): still reported until their manifest is back.
+        pending = [w for w in map(OffsetWindow.parse, cursor.open.get(topic, Open()).lost)
+                   if (w.partition, w.start, w.end) not in present]
+        out.verdicts[topic] = health.manifests_verdict(cfg, topic, lost + pending, set(again) | set(pending),
+                                                       checked)
         if again:
             out.rearchive[topic] = again
     return out
@@ -318,6 +325,8 @@ def rearchive_requests(cursor: SensorCursor, topic: str, windows: list[OffsetWin
     window is archived again."""
     seen = cursor.open.get(topic, Open()).seen
     open_cut(cursor, topic, windows)
+    o = cursor.open[topic]
+    o.lost = sorted(set(o.lost) | {w.key for w in windows})
     return [dg.RunRequest(run_key=f"{topic}/{w.key}#rearchive@{seen}", partition_key=w.key,
                           asset_selection=[archive_asset_key(topic)], asset_check_keys=[],
                           tags={TOPIC_TAG: topic, "s3_archive/cut": "rearchive"}) for w in windows]
@@ -325,11 +334,12 @@ def rearchive_requests(cursor: SensorCursor, topic: str, windows: list[OffsetWin
 
 # --- reporting ---------------------------------------------------------------------------------------------------
 
-def report(cursor: SensorCursor, topic: str, check: str, v: Verdict) -> dg.AssetCheckEvaluation | None:
-    """The check's result, when it differs from the last one reported (or fails: the problems may change)."""
+def report(cursor: SensorCursor, topic: str, check: str, v: Verdict, said: str) -> dg.AssetCheckEvaluation | None:
+    """The check's result, when what it says differs from what was reported last (`said`: "ok", or which
+    partitions or windows it fails for), so a lasting state is reported once, not at every tick."""
     last = cursor.verdicts.setdefault(topic, {}).get(check)
-    cursor.verdicts[topic][check] = v.passed
-    if last is True and v.passed:
+    cursor.verdicts[topic][check] = said
+    if last == said:
         return None
     r = check_result(v)
     return dg.AssetCheckEvaluation(asset_key=archive_asset_key(topic), check_name=check, passed=r.passed,
@@ -344,7 +354,8 @@ def upkeep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clie
     close(context.instance, cursor, cfg.topics)
     out.runs += reruns(context, cfg, cursor, now)
     for topic, v in freshness(kafka, cfg, cursor, states, now).items():
-        if (e := report(cursor, topic, FRESH, v)) is not None:
+        said = "ok" if v.passed else "stale " + ",".join(sorted(v.metadata["stale_by_partition"]))
+        if (e := report(cursor, topic, FRESH, v, said)) is not None:
             out.events.append(e)
     try:
         swept = sweep(context, kafka, s3, cfg, cursor, now)
@@ -353,7 +364,8 @@ def upkeep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clie
         context.log.warning(f"the manifest sweep could not read S3 ({e}); it goes on at a later tick")
         swept = Swept({}, {})
     for topic, v in swept.verdicts.items():
-        if (e := report(cursor, topic, MANIFESTS, v)) is not None:
+        said = "ok" if v.passed else f"lost {len(v.problems)}: {v.problems[0][:200]}"
+        if (e := report(cursor, topic, MANIFESTS, v, said)) is not None:
             out.events.append(e)
     for topic, windows in swept.rearchive.items():
         context.log.warning(f"topic {topic!r}: {len(windows)} committed windows lost their manifests; archiving "

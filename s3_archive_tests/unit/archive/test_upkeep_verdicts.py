@@ -82,5 +82,5 @@ def test_freshness_fails_only_for_records_older_than_the_bound_in_no_committed_w
 
 def test_the_cursor_keeps_the_upkeep_state():
     c = SensorCursor(tails={"t": Tail("x", {0: 50}, {0: 10})}, open={"t": Open(812, ["k1", "k2"])}, failures=9120,
-                     verdicts={"t": {"archive_fresh": False}}, sweep="t")
+                     verdicts={"t": {"archive_fresh": "stale 0"}}, sweep="t")
     assert SensorCursor.parse(c.dump()) == c
