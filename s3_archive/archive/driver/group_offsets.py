@@ -3,7 +3,8 @@
 
 After a run's commits, each partition's group offset moves to the end of the committed windows that follow it
 without a hole: windows commit out of order (runs in parallel, a failed window re-run later), so the manifests in S3
-say how far the committed windows reach, one listing per partition from the current group offset on. The offsets
+say how far the committed windows reach, one listing per partition from the current group offset on. A partition
+the group has no offset for yet starts at its first window once that one is committed. The offsets
 are written through the admin API: nothing joins the group. Nothing reads them back either — the manifests stay the
 commit point — so a refused write (an ACL, a consumer using the same group) is a warning, never a failed window.
 Windows end at most at the last stable offset, so the group's offsets never point into an open transaction.
@@ -23,9 +24,12 @@ from s3_archive.model.errors import KafkaUnavailable
 from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
 
-def committed_end(s3: S3Client, cfg: ArchiveConfig, topic: str, partition: int, since: int | None) -> int | None:
-    """Where the committed windows of the partition that follow one another from `since` (None: from its first
-    manifest) end; None when no manifest starts there."""
+def committed_end(s3: S3Client, cfg: ArchiveConfig, topic: str, partition: int, since: int | None,
+                  log_start: int | None = None) -> int | None:
+    """Where the committed windows of the partition that follow one another from `since` end; None when no
+    manifest starts there. With no `since` (the group has no offset yet), from the partition's first manifest, if
+    that is the partition's first window: it starts at or before Kafka's `log_start` (None: taken as it is, for
+    `start_position` other than earliest)."""
     pos = since
     start_after = manifests_from(cfg.prefix, topic, partition, since) if since is not None else None
     for o in list_objects(s3, cfg.bucket, partition_manifest_prefix(cfg.prefix, topic, partition), start_after):
@@ -34,6 +38,8 @@ def committed_end(s3: S3Client, cfg: ArchiveConfig, topic: str, partition: int, 
         except InvalidWindow:
             continue
         if pos is None:
+            if log_start is not None and w.start > log_start:
+                return None  # an earlier window may not be committed yet: wait until it is
             pos = w.start
         if w.start != pos:
             break
@@ -50,7 +56,11 @@ def advance_group_offsets(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig
         return {}
     try:
         current = kafka.group_offsets(group, topic, partitions)
-        ends = {p: committed_end(s3, cfg, topic, p, current.get(p)) for p in partitions}
+        fresh = [p for p in partitions if p not in current]
+        # A partition the group has no offset for yet starts at its first window; with start_position earliest
+        # that one starts at or before Kafka's log start (retention only moves it forward).
+        log_start = kafka.offsets(topic, "earliest", fresh) if fresh and cfg.start_position == "earliest" else {}
+        ends = {p: committed_end(s3, cfg, topic, p, current.get(p), log_start.get(p)) for p in partitions}
         moved = {p: e for p, e in ends.items() if e is not None and e > current.get(p, -1)}
         kafka.set_group_offsets(group, topic, moved, note="s3-archive: committed windows end here")
     except (KafkaUnavailable, ClientError, BotoCoreError) as e:

@@ -84,3 +84,23 @@ def test_the_cursor_keeps_the_upkeep_state():
     c = SensorCursor(tails={"t": Tail("x", {0: 50}, {0: 10})}, open={"t": Open(812, ["k1", "k2"])}, failures=9120,
                      verdicts={"t": {"archive_fresh": "stale 0"}}, sweep="t")
     assert SensorCursor.parse(c.dump()) == c
+
+
+def test_the_dead_letter_ledger_merges_windows_published_in_any_order():
+    from s3_archive.archive.driver.dead_letter_topic import merged
+
+    assert merged([], 10, 20) == [[10, 20]]
+    assert merged([[10, 20]], 30, 40) == [[10, 20], [30, 40]]
+    assert merged([[10, 20], [30, 40]], 20, 30) == [[10, 40]]
+    assert merged([[10, 20]], 0, 10) == [[0, 20]]
+
+
+def test_a_dead_letter_says_why_it_is_one():
+    from s3_archive.archive.driver.dead_letter_topic import reason
+    from s3_archive.config.archive import ValueDecoding
+
+    c = cfg(value_decoding=ValueDecoding(type="json", on_error="dead_letter"))
+    assert reason(c, b"\xff") == "value_decoding json: the value is not UTF-8"
+    assert reason(c, b"[1]") == "value_decoding json: the value is not a JSON object"
+    assert reason(c, b"nope") == "value_decoding json: the value is not JSON"
+    assert reason(c, b'{"a": 1}') == "layout: a partition_by value (or {{key}}) the record lacks"
