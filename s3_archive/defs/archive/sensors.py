@@ -136,14 +136,17 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     cursor = read_cursor(context)
     cut_rest, cron_tick = (False, None) if cfg.schedule_cron is None else \
         cron_due(cfg.schedule_cron, cursor.cron_tick, now)
+    read: dict[str, list[OffsetWindow]] = {}
+    full: set[str] = set()
     for topic in cfg.topics:
         tail = cursor.tails.get(topic)
         # A summary without where the partitions' windows start (a cursor of an earlier version): read them all once.
-        full = tail is None or bool(set(tail.next) - set(tail.first))
-        tail, read = read_tail(context.instance, topic, None if full else tail, context.log)
-        cursor.tails[topic] = tail
-        if s3 is not None:
-            track(context.instance, cursor, topic, read, full)
+        if tail is None or set(tail.next) - set(tail.first):
+            full.add(topic)
+        cursor.tails[topic], read[topic] = read_tail(context.instance, topic, None if topic in full else tail,
+                                                     context.log)
+    if s3 is not None:
+        track(context.instance, cursor, read, full)
     bpr = {t: recent_bytes_per_record(context.instance, t) if cfg.flush.bytes is not None else None
            for t in cfg.topics}
     scan = scan_topics(kafka, cfg, {t: cursor.tails[t].next for t in cfg.topics}, bpr, int(now * 1000),

@@ -58,32 +58,37 @@ class Requests:
 
 # --- open windows ----------------------------------------------------------------------------------------------
 
-def latest_materialization(instance: dg.DagsterInstance, topic: str) -> int | None:
-    records = instance.get_asset_records([archive_asset_key(topic)])
-    last = records[0].asset_entry.last_materialization_record if records else None
-    return None if last is None else last.storage_id
+def latest_materializations(instance: dg.DagsterInstance, topics: list[str]) -> dict[str, int]:
+    """Per topic with any, the storage id of its latest materialization: one read of the asset records."""
+    out = {}
+    for record in instance.get_asset_records([archive_asset_key(t) for t in topics]) if topics else []:
+        last = record.asset_entry.last_materialization_record
+        if last is not None:
+            out[record.asset_entry.asset_key.path[-1]] = last.storage_id
+    return out
 
 
-def rebuild_open(instance: dg.DagsterInstance, topic: str, windows: Iterable[OffsetWindow]) -> Open:
-    """The open windows of a topic from scratch: every window never materialized."""
-    seen = latest_materialization(instance, topic)  # first: a commit between the two reads is read again, not lost
-    done = instance.get_materialized_partitions(archive_asset_key(topic))
-    return Open(seen, sorted(w.key for w in windows if w.key not in done))
-
-
-def track(instance: dg.DagsterInstance, cursor: SensorCursor, topic: str, read: list[OffsetWindow],
-          full: bool) -> None:
-    """Windows the tick read: with `full` (every key, a lost cursor) the topic's open windows are rebuilt; else
-    the keys not open yet (added by someone else than this sensor) are open unless they were materialized."""
-    if full or topic not in cursor.open:
-        cursor.open[topic] = rebuild_open(instance, topic, read if full else read_windows(instance, topic)[0])
-        return
-    o = cursor.open[topic]
-    known = set(o.keys)
-    new = [w.key for w in read if w.key not in known]
-    if new:
-        done = materialized_windows(instance, topic, new)
-        o.keys = sorted(known | {k for k in new if k not in done})
+def track(instance: dg.DagsterInstance, cursor: SensorCursor, read: dict[str, list[OffsetWindow]],
+          full: set[str]) -> None:
+    """Windows the tick read, per topic: for a topic in `full` (every key read: a lost cursor) or not tracked yet,
+    the open windows are rebuilt, every window never materialized (one read of the asset records for all of them,
+    and of the materialized partitions of each that has any); else the keys not open yet (added by someone else
+    than this sensor) are open unless they were materialized."""
+    rebuild = sorted(t for t in read if t in full or t not in cursor.open)
+    latest = latest_materializations(instance, rebuild)  # first: a commit between two reads is read again, not lost
+    for topic in rebuild:
+        windows = read[topic] if topic in full else read_windows(instance, topic)[0]
+        done = instance.get_materialized_partitions(archive_asset_key(topic)) if topic in latest else set()
+        cursor.open[topic] = Open(latest.get(topic), sorted(w.key for w in windows if w.key not in done))
+    for topic, windows in read.items():
+        if topic in rebuild:
+            continue
+        o = cursor.open[topic]
+        known = set(o.keys)
+        new = [w.key for w in windows if w.key not in known]
+        if new:
+            done = materialized_windows(instance, topic, new)
+            o.keys = sorted(known | {k for k in new if k not in done})
 
 
 def open_cut(cursor: SensorCursor, topic: str, windows: Iterable[OffsetWindow]) -> None:
@@ -257,7 +262,7 @@ def sweep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clien
             cursor.sweep = topic
             break
         tail = cursor.tails.get(topic)
-        if tail is None:
+        if tail is None or not tail.next:
             continue
         retired = read_retired(context.instance, topic)
         opens = open_windows(cursor, topic)
