@@ -40,6 +40,11 @@ VALUE_BYTES = 500
 PRODUCER_CONF = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "message.max.bytes": 64 << 20,
                  "queue.buffering.max.messages": 200_000}
 
+# --- many topics (bench/many_topics.py) ---
+MANY_TOPICS = 1000
+MANY_TOPICS_PARTITIONS = 4
+MANY_TOPICS_TARGET_S = 10.0  # definitions load, a discovery tick, an offsets-sensor tick, the asset catalog: under
+
 # --- years of windows (bench/windows_scale.py) ---
 WINDOWS = 1_000_000
 WINDOWS_PARTITIONS = 32

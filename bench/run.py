@@ -11,6 +11,7 @@ produces the workload once (bench/workload.py), and runs the areas of the suite 
 - run overhead per JVM flag and the whole workload in a fresh process (bench/run_overhead.py);
 - memory as the window grows (bench/memory.py);
 - catch-up of 100 windows and the sensor's tick with 100k windows (bench/sensors.py);
+- a topic_pattern over 1,000 topics (bench/many_topics.py);
 - years of windows (bench/windows_scale.py: its own broker, moto and PostgreSQL; first size only);
 
 then stops everything it started and renders the page (bench/report.py). Progress goes to stdout. Run it under
@@ -30,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import formats, memory, registry, run_overhead, sensors, throughput, windows_scale
+from bench import formats, many_topics, memory, registry, run_overhead, sensors, throughput, windows_scale
 from bench import workload as wl
 from bench.common import Setup, SparkWorker, machine, machine_at_end, say
 from bench.config import (
@@ -141,6 +142,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # --- the sensor side ---
         x["catchup"] = sensors.time_catchup(s, args.catchup_window_records)
         x["tick"] = sensors.time_sensor_tick(kafka)
+        try:
+            x["many_topics"] = many_topics.run(kafka, moto.endpoint_url)
+        except Exception as e:  # shown on the page; the rest of the benchmark stands
+            say(f"many topics FAILED: {type(e).__name__}: {str(e)[:1000]}")
+            x["many_topics"] = {"error": f"{type(e).__name__}: {e}"}
 
         machine_at_end(mach)
         return x

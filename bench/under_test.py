@@ -7,20 +7,25 @@ from __future__ import annotations
 
 from s3_archive.archive.retirement import Retired
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.settings import parse_settings, resolve_topic_patterns
 from s3_archive.defs.archive.checks import (
     contiguity_result,
     headroom_result,
     objects_result,
     retention_result,
 )
+from s3_archive.defs.archive.discovery import build_topic_discovery_sensor
 from s3_archive.defs.archive.instance import TopicView, record_retired
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor, evaluate
+from s3_archive.defs.webserver import WebserverResource
 from s3_archive.io import paths
 from s3_archive.io.jvm import driver_java_options
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import delete_keys, list_objects
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
+from s3_archive.io.topic_state import read_known_topics
 from s3_archive.local.fault_proxy import FaultProxy
 from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
@@ -33,8 +38,10 @@ from s3_archive.restore.run import restore_windows
 
 __all__ = [
     "FORMATS", "LOCAL_AWS", "ArchiveConfig", "FaultProxy", "KafkaResource", "OffsetWindow", "PostgresServer",
-    "RestoreRequest", "Retired", "SchemaRegistryServer", "SparkResource", "TopicView", "archive_asset_key", "build_offsets_sensor",
+    "RestoreRequest", "Retired", "S3Resource", "SchemaRegistryServer", "SparkResource", "TopicView",
+    "WebserverResource", "archive_asset_key", "build_offsets_sensor", "build_topic_discovery_sensor",
     "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
-    "list_objects", "local_s3_client", "objects_result", "paths", "record_retired", "restore_windows",
-    "retention_result", "spawn", "stop_pid", "temporary_stack", "wait_until", "window_partitions",
+    "list_objects", "local_s3_client", "objects_result", "parse_settings", "paths", "read_known_topics",
+    "record_retired", "resolve_topic_patterns", "restore_windows", "retention_result", "spawn", "stop_pid",
+    "temporary_stack", "wait_until", "window_partitions",
 ]

@@ -30,8 +30,8 @@ from s3_archive.io.paths import topic_state_file
 from s3_archive.io.topic_state import read_known_topics
 
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
-REFRESH_HINT = ("run `s3-archive refresh-topics` (or let the sensor s3_archive_topic_discovery run), then reload "
-                "the code location")
+REFRESH_HINT = ("run `s3-archive refresh-topics` and reload the code location, or let the sensor "
+                "s3_archive_topic_discovery do both")
 
 
 def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | None = None) -> dg.Definitions:
@@ -46,7 +46,8 @@ def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | N
                       stacklevel=2)
     parts = [dg.Definitions(resources=build_resources())]
     if any(a.topic_pattern is not None for a in settings.archives):
-        parts.append(dg.Definitions(sensors=[build_topic_discovery_sensor(settings)]))
+        loaded = {a.name: a.topics for a in resolved.archives}
+        parts.append(dg.Definitions(sensors=[build_topic_discovery_sensor(settings, loaded)]))
     active = resolved.model_copy(update={"archives": [a for a in resolved.archives if a.topics]})
     if active.archives:
         parts += [

@@ -3,7 +3,11 @@ tell, and a summary of the keys it has read so that a tick reads only the keys a
 
     {"cron_tick": 1767261600.0,          # schedule_cron: the latest cron tick whose rests were cut (epoch s, UTC)
      "starts": {"<topic>": {"0": 12}},   # start_position latest: where each partition with no window yet starts
-     "tails": {"<topic>": {"after": "<instance position>", "next": {"0": 5000}}}}
+     "tails": {"<topic>": {"after": "<instance position>", "next": {"0": 5000}, "first": {"0": 0}}},
+     "open": {"<topic>": {"seen": 812, "keys": ["<window key>", ...]}},
+     "failures": 9120,                   # the last run failure read (event storage id)
+     "verdicts": {"<topic>": {"archive_fresh": "ok"}},   # what the check results the sensor reported last said
+     "sweep": "<topic>"}                 # where the manifest sweep goes on (upkeep.py)
 
 `tails` is only a summary of the keys: per Kafka partition the end of its last window (`next`), as of the
 instance's position `after` (insertion order of the topic's dynamic partition keys). A tick reads the keys added
@@ -11,6 +15,12 @@ after that position (usually its own previous tick's) and takes the highest end.
 only known from the keys (and the retirement record, defs/archive/instance.py): a lost cursor rebuilds `tails` from
 all keys, and a stale one (a tick evaluated again) reads from an older position and sees every key added since, so
 neither can make a tick cut a window that overlaps one that exists.
+
+`open` is the sensor's upkeep (defs/archive/upkeep.py): per topic the windows not yet seen committed, and the last
+materialization read (`seen`, an event storage id). Every window key the tick reads or cuts becomes open; a
+materialization of it closes it. So everything between a partition's `first` window start and `next` that is not
+open is committed — what the freshness check, the lost-manifest sweep and the re-requests of failed runs start
+from. A lost cursor rebuilds it from every key and their materialization status once.
 """
 
 from __future__ import annotations
@@ -24,10 +34,22 @@ from croniter import croniter
 
 @dataclass
 class Tail:
-    """Where each Kafka partition's windows end, as of the instance position `after` (None: before any key)."""
+    """Where each Kafka partition's windows end (`next`) and start (`first`: its first window, or its retired
+    range), as of the instance position `after` (None: before any key)."""
 
     after: str | None
     next: dict[int, int] = field(default_factory=dict)
+    first: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class Open:
+    """A topic's windows not seen committed yet (keys), and the storage id of the last materialization of the topic
+    read (None: none read yet)."""
+
+    seen: int | None = None
+    keys: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # of `keys`: committed windows whose manifest went, archived again
 
 
 @dataclass
@@ -35,6 +57,10 @@ class SensorCursor:
     cron_tick: float | None = None
     starts: dict[str, dict[int, int]] = field(default_factory=dict)
     tails: dict[str, Tail] = field(default_factory=dict)
+    open: dict[str, Open] = field(default_factory=dict)
+    failures: int | None = None
+    verdicts: dict[str, dict[str, str]] = field(default_factory=dict)
+    sweep: str | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> SensorCursor:
@@ -46,17 +72,31 @@ class SensorCursor:
             tick = data.get("cron_tick")
             starts = {str(t): {int(p): int(o) for p, o in ps.items()} for t, ps in data.get("starts", {}).items()}
             tails = {str(t): Tail(None if v["after"] is None else str(v["after"]),
-                                  {int(p): int(o) for p, o in v["next"].items()})
+                                  {int(p): int(o) for p, o in v["next"].items()},
+                                  {int(p): int(o) for p, o in v.get("first", {}).items()})
                      for t, v in data.get("tails", {}).items()}
-            return cls(float(tick) if tick is not None else None, starts, tails)
+            open_ = {str(t): Open(None if v["seen"] is None else int(v["seen"]), [str(k) for k in v["keys"]],
+                                  [str(k) for k in v.get("lost", [])])
+                     for t, v in data.get("open", {}).items()}
+            failures = data.get("failures")
+            verdicts = {str(t): {str(c): str(said) for c, said in v.items()}
+                        for t, v in data.get("verdicts", {}).items()}
+            sweep = data.get("sweep")
+            return cls(float(tick) if tick is not None else None, starts, tails, open_,
+                       None if failures is None else int(failures), verdicts, None if sweep is None else str(sweep))
         except (ValueError, TypeError, AttributeError, KeyError) as e:
             raise ValueError(f"unreadable offsets sensor cursor {text[:80]!r}: {e}") from None
 
     def dump(self) -> str:
         starts = {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(self.starts.items()) if ps}
-        tails = {t: {"after": v.after, "next": {str(p): o for p, o in sorted(v.next.items())}}
+        tails = {t: {"after": v.after, "next": {str(p): o for p, o in sorted(v.next.items())},
+                     "first": {str(p): o for p, o in sorted(v.first.items())}}
                  for t, v in sorted(self.tails.items())}
-        return json.dumps({"cron_tick": self.cron_tick, "starts": starts, "tails": tails}, sort_keys=True)
+        open_ = {t: {"seen": v.seen, "keys": v.keys, **({"lost": v.lost} if v.lost else {})}
+                 for t, v in sorted(self.open.items())}
+        return json.dumps({"cron_tick": self.cron_tick, "starts": starts, "tails": tails, "open": open_,
+                           "failures": self.failures, "verdicts": self.verdicts, "sweep": self.sweep},
+                          sort_keys=True)
 
 
 def last_cron_tick(cron: str, now: float) -> float:

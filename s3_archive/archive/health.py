@@ -1,5 +1,6 @@
 """The verdicts of an archive's asset checks, as plain functions: windows tile the offsets, committed objects are
-intact, Kafka has not deleted anything before it was archived, and nothing unarchived is close to Kafka's retention.
+intact, Kafka has not deleted anything before it was archived, nothing unarchived is close to Kafka's retention,
+every committed window still has its manifest, and no record waits too long to be committed.
 
 Each takes what the Dagster instance knows of the topic's windows (`WindowsView`; defs/archive/instance.py reads
 it) and reads S3 and Kafka itself; each returns a `Verdict`, which defs/archive/checks.py shows as the check's result.
@@ -16,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from confluent_kafka.admin import OffsetSpec
 
 from s3_archive.archive.plan import archive_progress, retention_headroom
 from s3_archive.archive.retirement import Retired
@@ -253,3 +256,105 @@ def headroom(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, view: Windows
                              f"{cfg.retention_warn_fraction:g} of retention.ms",
                    {**meta, "oldest_unarchived_age_seconds": {str(h.partition): round(h.age_ms / 1000, 3)
                                                               for h in rooms}}, warn=True)
+
+
+def missing_ranges(start: int, end: int, open_windows: list[OffsetWindow], manifested: list[tuple[int, int]],
+                   ) -> list[tuple[int, int]]:
+    """Offsets of [start, end) of one Kafka partition in no open window and under no manifest: committed windows
+    whose manifests are gone. `open_windows`: cut but not seen committed; `manifested`: the windows the manifests
+    listed cover."""
+    covered = sorted([(w.start, w.end) for w in open_windows] + list(manifested))
+    out: list[tuple[int, int]] = []
+    pos = start
+    for a, b in covered:
+        if b <= pos:
+            continue
+        if a > pos:
+            out.append((pos, min(a, end)))
+        pos = max(pos, b)
+        if pos >= end:
+            break
+    if pos < end:
+        out.append((pos, end))
+    return [(a, b) for a, b in out if a < b]
+
+
+def manifests_verdict(cfg: ArchiveConfig, topic: str, lost: list[OffsetWindow], rearchiving: set[OffsetWindow],
+                      present: int) -> Verdict:
+    """(5) Every window Dagster has seen committed still has its manifest in S3. `lost`: those whose manifest is
+    gone; `rearchiving`: the lost ones being archived again (Kafka still holds their records); `present`: the
+    manifests found."""
+    problems = []
+    for w in sorted(lost):
+        url = f"s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, w)}"
+        then = ("Kafka still holds its records, so the offsets sensor archives it again" if w in rearchiving
+                else "Kafka no longer holds all of its records, so it cannot be archived again")
+        problems.append(f"window {w.key} of {topic!r} is materialized but its manifest {url} is gone; {then}")
+    return Verdict(problems, f"every committed window of {topic!r} has its manifest ({present} found)", {
+        "lost_manifests": len(lost),
+        "rearchiving": len(rearchiving),
+        "lost_windows": summary([w.key for w in sorted(lost)]),
+    })
+
+
+def manifests_present(s3: S3Client, cfg: ArchiveConfig, topic: str, view: WindowsView, log_start: dict[int, int],
+                      now: datetime | None = None) -> Verdict:
+    """(5) for the check step: the materialized live windows against one listing of the topic's manifests; windows
+    S3 may have expired under the lifecycle's expiration_days are not lost. `log_start`: Kafka's, per partition
+    (which lost windows could be archived again)."""
+    now = now or datetime.now(UTC)
+    listed = {o["Key"].rsplit("/", 1)[-1].removesuffix(".json")
+              for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, topic)) if o["Key"].endswith(".json")}
+    gone = [w for w in view.windows if w.key in view.materialized and w.key not in listed]
+    days = cfg.lifecycle_policy.expiration_days
+    when = view.materialized_at([w.key for w in gone]) if days and gone else {}
+    lost = [w for w in gone if not expiry_due(when.get(w.key), days, now)]
+    again = {w for w in lost if log_start.get(w.partition, w.start + 1) <= w.start}
+    return manifests_verdict(cfg, topic, lost, again, len(listed))
+
+
+def freshness_verdict(cfg: ArchiveConfig, topic: str, uncommitted: dict[int, int], younger_from: dict[int, int],
+                      end: dict[int, int]) -> Verdict:
+    """(6) No record older than freshness_factor x flush.interval_seconds is in no committed window.
+
+    Per partition: `uncommitted`, the first offset in no committed window; `younger_from`, the first offset whose
+    record is younger than the bound (every record before it is older; -1: none is); `end`, the last stable
+    offset. Records at [uncommitted, min(younger_from, end)) are too old and not committed."""
+    bound = cfg.freshness_bound_seconds
+    meta: dict[str, Any] = {"bound_seconds": bound if bound is not None else 0.0,
+                            "first_uncommitted_offset": {str(p): u for p, u in sorted(uncommitted.items())}}
+    if bound is None:
+        return Verdict([], f"{topic!r}: flush.interval_seconds is null, so no record is ever too old",
+                       {**meta, "stale_offsets": 0, "stale_by_partition": {}})
+    stale: dict[str, int] = {}
+    problems = []
+    for p, u in sorted(uncommitted.items()):
+        young = younger_from.get(p, u)
+        until = min(end.get(p, u), end.get(p, u) if young < 0 else young)
+        if u < until:
+            stale[str(p)] = until - u
+            problems.append(f"topic {topic!r} partition {p}: offsets [{u}, {until}) hold records older than "
+                            f"{bound:g} s (flush.interval_seconds {cfg.flush.interval_seconds:g} x freshness_factor "
+                            f"{cfg.freshness_factor:g}) that are in no committed window")
+    return Verdict(problems, f"every record of {topic!r} older than {bound:g} s is in a committed window", {
+        **meta, "stale_offsets": sum(stale.values()), "stale_by_partition": stale,
+    })
+
+
+def freshness(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, view: WindowsView, now_ms: int | None = None,
+              ) -> Verdict:
+    """(6) for the check step: the first uncommitted offset per partition from the instance's windows, and one
+    `ListOffsets` by timestamp at now - the bound."""
+    bound = cfg.freshness_bound_seconds
+    try:
+        log_start = kafka.offsets(topic, "earliest")
+        end = kafka.list_offsets(topic, {p: OffsetSpec.latest() for p in log_start}, read_committed=True)
+        progress = archive_progress(view.live_and_retired, view.committed(), log_start, end)
+        uncommitted = {p.partition: max(p.first_unarchived, p.log_start) for p in progress}
+        pending = {p: u for p, u in uncommitted.items() if u < end[p]}
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        young = {} if bound is None or not pending else kafka.list_offsets(
+            topic, {p: OffsetSpec.for_timestamp(now_ms - round(bound * 1000)) for p in pending}, read_committed=True)
+    except UnknownTopic as e:
+        return Verdict([str(e)], "")
+    return freshness_verdict(cfg, topic, uncommitted, young, end)

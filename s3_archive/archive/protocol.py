@@ -122,6 +122,9 @@ class WriteJob:
     max_bytes: int | None = None
     decoding: bool = False  # a `_good` column says which records decode
     dead_letter: bool = False  # undecodable records go to dead-letter objects (else: the slice writes nothing)
+    skip_bad: bool = False  # undecodable records are counted and dropped (value_decoding.on_error skip)
+    on_missing: str = "bucket"  # layout.on_missing: a record lacking a layout value: bucket | fail | skip | dead_letter
+    missing_segments: tuple[int, ...] = ()  # where in `_bucket`'s `/`-separated values a `(null)` is a lacking one
     payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
     payload_columns: tuple[str, ...] = ()  # the sent ones' names in the batches when not theirs (spark_job.py)
     derived: tuple[tuple[str, str], ...] = ()  # stored columns not sent, with their source (DERIVED)
@@ -181,6 +184,9 @@ class RecordStats:
     first_undecodable_offset: int | None = None
     first_undecodable_reason: str | None = None  # registry decoding: why the first undecodable record is
     schema_ids: dict[str, list[int]] = field(default_factory=dict)  # registry decoding: writer ids per part
+    unplaceable: int = 0  # records the layout cannot place (layout.on_missing other than bucket)
+    first_unplaceable_offset: int | None = None
+    skipped: int = 0  # records dropped by an error policy `skip` (counted in `records`, not written)
     absent: list[list[int]] = field(default_factory=list)
     absent_truncated: bool = False
     committed_elsewhere: bool = False  # a task found the window committed by another attempt
@@ -200,6 +206,9 @@ class RecordStats:
         self.first_undecodable_offset = _min(self.first_undecodable_offset, other.first_undecodable_offset)
         for part, ids in other.schema_ids.items():
             self.schema_ids[part] = sorted(set(self.schema_ids.get(part, [])) | set(ids))
+        self.unplaceable += other.unplaceable
+        self.first_unplaceable_offset = _min(self.first_unplaceable_offset, other.first_unplaceable_offset)
+        self.skipped += other.skipped
         self.absent_truncated |= other.absent_truncated
         self.committed_elsewhere |= other.committed_elsewhere
         for a, b in other.absent:

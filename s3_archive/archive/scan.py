@@ -1,12 +1,13 @@
-"""The offsets sensor's look at Kafka: per partition of a topic, where its next window starts and how far Kafka
-lets it reach (1-3 admin round trips per topic). What to cut from that is pure (plan.py); which offsets already
-have windows comes from the Dagster instance (defs/archive/sensors.py).
+"""The offsets sensor's look at Kafka: per partition of each topic, where its next window starts and how far Kafka
+lets it reach. One metadata request and 1-3 `ListOffsets` round trips for all the archive's topics together, however
+many they are. What to cut from that is pure (plan.py); which offsets already have windows comes from the Dagster
+instance (defs/archive/sensors.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from confluent_kafka.admin import OffsetSpec
 
@@ -14,67 +15,82 @@ from s3_archive.archive.plan import PartitionState, window_size
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 
+TopicPartitionKey = tuple[str, int]
 
-def list_offsets(kafka: KafkaResource, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
-    """read_committed, so `latest` is the last stable offset (see `partition_states`)."""
-    return kafka.list_offsets(topic, specs, read_committed=True)
+
+def list_offsets(kafka: KafkaResource, specs: dict[TopicPartitionKey, OffsetSpec]) -> dict[TopicPartitionKey, int]:
+    """read_committed, so `latest` is the last stable offset (see `scan_topics`)."""
+    return kafka.list_offsets_many(specs, read_committed=True)
+
+
+@dataclass
+class TopicScan:
+    states: list[PartitionState] = field(default_factory=list)
+    behind: list[str] = field(default_factory=list)  # partitions whose windows reach past what Kafka has: reported
 
 
 @dataclass(frozen=True)
-class TopicScan:
-    states: list[PartitionState]
-    behind: list[str]  # partitions whose windows reach past what Kafka has: reported, never cut
+class Scan:
+    topics: dict[str, TopicScan]
+    missing: list[str]  # topics of the archive that Kafka does not have
 
 
-def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: Sequence[int], end: dict[int, int],
-                  starts: dict[int, int] | None) -> dict[int, int]:
-    """Where the first window of each partition in `parts` (partitions with no window yet) starts, per
+def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, new: list[TopicPartitionKey],
+                  end: dict[TopicPartitionKey, int], starts: dict[str, dict[int, int]]) -> dict[TopicPartitionKey, int]:
+    """Where the first window of each partition in `new` (partitions with no window yet) starts, per
     `cfg.start_position`: the log start offset; the last stable offset when the partition was first seen
-    ("latest", remembered in `starts`, the topic's part of the sensor cursor, so that records produced before its
-    first window are not skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that
-    new: the end)."""
-    if not parts:
+    ("latest", remembered in `starts`, the sensor cursor's, so that records produced before its first window are
+    not skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that new: the end)."""
+    if not new:
         return {}
     pos = cfg.start_position
     if pos == "earliest":
-        return list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts})
+        return list_offsets(kafka, {tp: OffsetSpec.earliest() for tp in new})
     if isinstance(pos, int) and pos >= 0:
-        found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(pos) for p in parts})
-        return {p: end[p] if o < 0 else o for p, o in found.items()}
+        found = list_offsets(kafka, {tp: OffsetSpec.for_timestamp(pos) for tp in new})
+        return {tp: end[tp] if o < 0 else o for tp, o in found.items()}
     # "latest" (or -1): the end at the first tick that saw the partition, remembered until it has a window.
-    if starts is None:
-        raise ValueError("start_position 'latest' needs the sensor cursor to remember where partitions start")
-    out = {p: starts[p] for p in parts if p in starts}
-    new = {p: end[p] for p in parts if p not in out}
-    starts.update(new)
-    return out | new
+    out = {}
+    for t, p in new:
+        anchors = starts.setdefault(t, {})
+        out[(t, p)] = anchors.setdefault(p, end[(t, p)])
+    return out
 
 
-def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, ends: dict[int, int],
-                     bytes_per_record: float | None, now_ms: int,
-                     starts: dict[int, int] | None = None) -> TopicScan:
-    """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic.
-    `ends`: where each partition's windows end (the sensor's `window_ends`). `starts`: the topic's
-    `start_position: latest` anchors (sensor cursor), updated in place."""
-    parts = kafka.partitions(topic)
+def scan_topics(kafka: KafkaResource, cfg: ArchiveConfig, ends: Mapping[str, dict[int, int]],
+                bytes_per_record: Mapping[str, float | None], now_ms: int,
+                starts: dict[str, dict[int, int]]) -> Scan:
+    """Where each partition of each topic in `ends` starts its next window and how far it may reach. `ends`: per
+    topic, where each partition's windows end (the sensor's `window_ends`). `starts`: the `start_position: latest`
+    anchors per topic (sensor cursor), updated in place."""
+    parts = kafka.topic_partitions(sorted(ends))
+    missing = sorted(set(ends) - set(parts))
+    tps = [(t, p) for t, ps in sorted(parts.items()) for p in ps]
     # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
     # records a read_committed reader cannot see yet and would record as absent.
-    end = list_offsets(kafka, topic, {p: OffsetSpec.latest() for p in parts})
-    nxt = dict(ends)
-    for p in [p for p in starts or {} if p in nxt]:  # a partition with a window no longer needs its anchor
-        del starts[p]
+    end = list_offsets(kafka, {tp: OffsetSpec.latest() for tp in tps})
+    nxt = {(t, p): o for t in parts for p, o in ends[t].items()}
+    for t in parts:  # a partition with a window no longer needs its anchor
+        for p in [p for p in starts.get(t, {}) if (t, p) in nxt]:
+            del starts[t][p]
+        if t in starts and not starts[t]:
+            del starts[t]
     # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
-    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, starts)
-    size, reason = window_size(cfg.flush, bytes_per_record)
-    pending = [p for p in parts if end[p] > nxt[p]]
-    aged: dict[int, int] = {}
+    nxt |= start_offsets(kafka, cfg, [tp for tp in tps if tp not in nxt], end, starts)
+    pending = [tp for tp in tps if end[tp] > nxt[tp]]
+    aged: dict[TopicPartitionKey, int] = {}
     if cfg.flush.interval_seconds is not None and pending:
         # The first offset whose record is at most interval_seconds old; every record before it is older. One
         # round trip for all partitions instead of fetching a record per partition. -1: no record that recent.
         cutoff = now_ms - round(cfg.flush.interval_seconds * 1000)
-        found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(cutoff) for p in pending})
-        aged = {p: end[p] if o < 0 else o for p, o in found.items()}
-    behind = [f"partition {p}: windows reach offset {nxt[p]} but Kafka's last stable offset is {end[p]}"
-              for p in parts if nxt[p] > end[p]]
-    states = [PartitionState(topic, p, nxt[p], max(end[p], nxt[p]), size, reason, aged.get(p)) for p in parts]
-    return TopicScan(states, behind)
+        found = list_offsets(kafka, {tp: OffsetSpec.for_timestamp(cutoff) for tp in pending})
+        aged = {tp: end[tp] if o < 0 else o for tp, o in found.items()}
+    out = {t: TopicScan() for t in parts}
+    for t, p in tps:
+        tp = (t, p)
+        size, reason = window_size(cfg.flush, bytes_per_record.get(t))
+        if nxt[tp] > end[tp]:
+            out[t].behind.append(f"partition {p}: windows reach offset {nxt[tp]} but Kafka's last stable offset is "
+                                 f"{end[tp]}")
+        out[t].states.append(PartitionState(t, p, nxt[tp], max(end[tp], nxt[tp]), size, reason, aged.get(tp)))
+    return Scan(out, missing)

@@ -22,6 +22,7 @@ from s3_archive.model.windows import OffsetWindow
 
 REGISTRY_FORMATS = ("parquet", "avro", "iceberg")  # formats that store decoded registry payloads
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_GROUP = re.compile(r"[!-~]{1,255}")  # printable ASCII, no space: what every Kafka tool takes unquoted
 
 
 class FlushPolicy(StrictModel):
@@ -31,6 +32,19 @@ class FlushPolicy(StrictModel):
     bytes: int | None = Field(default=None, ge=1, description="cap a window's size, estimated from recent windows")
     interval_seconds: float | None = Field(default=600, gt=0, description="cut a partial window once its oldest "
                                                                           "record is this old")
+
+
+class Retries(StrictModel):
+    """How a failed window run is tried again (docs/sensors.md, "Retries"): its step, in the same run, after a
+    growing delay (Dagster's RetryPolicy); then the whole run again, requested by the offsets sensor, up to `reruns`
+    times. An error no retry can fix (a missing bucket, refused credentials, data lost to retention) is not
+    retried."""
+
+    max: int = Field(default=3, ge=0, le=10, description="retries of a failed run's step, in the same run")
+    backoff_seconds: float = Field(default=30, ge=0, le=3600, description="delay before the first retry; doubled "
+                                                                          "for each next one, +/- half at random")
+    reruns: int = Field(default=2, ge=0, le=10, description="times the offsets sensor requests again the windows "
+                                                            "of a run that failed after its retries")
 
 
 class Envelope(StrictModel):
@@ -51,8 +65,6 @@ class Envelope(StrictModel):
         return self.key and self.value and self.headers and self.metadata
 
 
-
-
 class ValueDecoding(StrictModel):
     """How the record value is stored: raw bytes (lossless), UTF-8 text, JSON whose top-level fields become columns,
     or a Schema Registry payload (Confluent-framed Avro, Protobuf or JSON Schema) whose fields become typed columns
@@ -67,12 +79,13 @@ class ValueDecoding(StrictModel):
     subject: str | None = Field(
         default=None, description="registry types: the subject whose newest version is the window's reader schema; "
                                   "None: '<topic>-value' (TopicNameStrategy)")
-    on_error: Literal["fail", "dead_letter"] = Field(
+    on_error: Literal["fail", "dead_letter", "skip"] = Field(
         default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object; for "
                                     "the registry types not framed, an unknown schema id, or not decodable with "
                                     "its schema): fail the window naming topic, partition, offset and the reason, "
-                                    "or write the raw record under <prefix>_dead_letter/ (committed with the "
-                                    "window, never dropped)")
+                                    "write the raw record under <prefix>_dead_letter/ (committed with the window, "
+                                    "never dropped; also to dead_letter_topic when set), or skip it (counted in the "
+                                    "manifest)")
 
     @model_validator(mode="after")
     def _json_only(self) -> ValueDecoding:
@@ -163,6 +176,22 @@ class ArchiveConfig(StrictModel):
     restore_targets: list[RestoreTarget] = Field(
         default_factory=list, description="restores declared here: one restore asset per target and topic, "
                                           "launchable over selected windows with no run config")
+    dead_letter_topic: str | None = Field(
+        default=None, description="dead letters (value_decoding.on_error or layout.on_missing dead_letter) are also "
+                                  "produced to this Kafka topic after their window commits, with context headers; "
+                                  "{topic} is the archived topic")
+    retries: Retries = Retries()
+    consumer_group: str | None = Field(
+        default=None, description="the Kafka consumer group whose offsets are the archive's committed ends, for "
+                                  "Kafka's lag tools (written, never joined); default s3-archive.<name>; "
+                                  "consumer_group_offsets: false turns it off")
+    consumer_group_offsets: bool = Field(default=True, description="write the committed ends as consumer group "
+                                                                   "offsets after each commit")
+    freshness_factor: float = Field(
+        default=2, ge=1, le=1000, description="the check archive_fresh fails when a record older than this x "
+                                              "flush.interval_seconds is in no committed window")
+    sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor is evaluated "
+                                                                                  "at most this often")
 
     @field_validator("schedule_cron")
     @classmethod
@@ -195,6 +224,14 @@ class ArchiveConfig(StrictModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return check_name(v)
+
+    @field_validator("consumer_group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        if v is not None and not _GROUP.fullmatch(v):
+            raise ValueError(f"not a usable Kafka consumer group id: {v!r} (1-255 characters, no spaces or control "
+                             "characters)")
+        return v
 
     @field_validator("topics")
     @classmethod
@@ -272,6 +309,7 @@ class ArchiveConfig(StrictModel):
                 self.layout.check(rotation=rotation)
             except InvalidTemplate as e:
                 raise ValueError(f"layout.template: {e}") from None
+        self._check_error_policy()
         self._check_restore_targets()
         return self
 
@@ -296,6 +334,32 @@ class ArchiveConfig(StrictModel):
         if self.key_decoding.registry and self.key_decoding.column_prefix == self.value_decoding.column_prefix:
             raise ValueError(f"key_decoding.column_prefix and value_decoding.column_prefix are both "
                              f"{self.key_decoding.column_prefix!r}: key and value fields would share column names")
+
+    def _check_error_policy(self) -> None:
+        """value_decoding.on_error, layout.on_missing and dead_letter_topic fit together and the format."""
+        layout = self.layout
+        if layout is not None and layout.on_missing != "bucket" and not layout.missing_segments:
+            raise ValueError(f"layout.on_missing {layout.on_missing!r}: this layout never lacks a value (no value, "
+                             "key or header dimension, no time from a field or header, no {{key}}); remove it")
+        if self.value_decoding.on_error == "skip" and FORMATS[self.format].table:
+            raise ValueError(f"value_decoding.on_error 'skip' does not apply to format {self.format!r} (its rows go "
+                             "to the table by Spark); use fail or dead_letter")
+        if self.dead_letter_topic is None:
+            return
+        dead = self.value_decoding.on_error == "dead_letter" or (layout is not None
+                                                                 and layout.on_missing == "dead_letter")
+        if not dead:
+            raise ValueError("dead_letter_topic is set, but no record becomes a dead letter: set "
+                             "value_decoding.on_error or layout.on_missing to dead_letter, or remove it")
+        for t in self.topics or ["t"]:
+            name = self.dead_letter_topic.replace("{topic}", t)
+            if not TOPIC.fullmatch(name) or name in (".", "..") or name == t:
+                raise ValueError(f"dead_letter_topic {self.dead_letter_topic!r} gives {name!r} for topic {t!r}: "
+                                 "not a valid Kafka topic name (1-249 of a-z A-Z 0-9 . _ -), or the archived topic "
+                                 "itself")
+
+    def dead_letter_topic_for(self, topic: str) -> str | None:
+        return None if self.dead_letter_topic is None else self.dead_letter_topic.replace("{topic}", topic)
 
     def _check_restore_targets(self) -> None:
         if self.restore_targets and not self.restorable:
@@ -365,6 +429,19 @@ class ArchiveConfig(StrictModel):
         """Columns decoded from payloads (json, or a Schema Registry decoding of the value or key), which vary
         between windows."""
         return self.value_decoding.type == "json" or self.value_decoding.registry or self.key_decoding.registry
+
+    @property
+    def group_id(self) -> str | None:
+        """The consumer group the committed ends are written to; None: none."""
+        if not self.consumer_group_offsets:
+            return None
+        return self.consumer_group or f"s3-archive.{self.name}"
+
+    @property
+    def freshness_bound_seconds(self) -> float | None:
+        """How old an uncommitted record may be before the archive is stale (None: flush.interval_seconds null)."""
+        interval = self.flush.interval_seconds
+        return None if interval is None else interval * self.freshness_factor
 
     @property
     def lifecycle_policy(self) -> LifecyclePolicy:

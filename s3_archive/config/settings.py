@@ -16,8 +16,15 @@ from s3_archive.model.base import StrictModel
 from s3_archive.model.errors import InvalidConfig
 
 
+class TopicDiscovery(StrictModel):
+    """The sensor s3_archive_topic_discovery (archives with a topic_pattern; docs/sensors.md)."""
+
+    interval_seconds: int = Field(default=300, ge=5, le=86_400, description="evaluated at most this often")
+
+
 class Settings(StrictModel):
     archives: list[ArchiveConfig] = Field(min_length=1)
+    topic_discovery: TopicDiscovery = TopicDiscovery()
     # Archives written by Kafka Connect S3 sinks, restorable like ours (docs/restore-foreign.md)
     foreign_sources: list[ForeignSource] = Field(default_factory=list)
 

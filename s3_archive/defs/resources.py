@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from s3_archive.defs.webserver import WEBSERVER_ENV, WebserverResource
 from s3_archive.io.kafka import KAFKA_ENV, KafkaResource
 from s3_archive.io.s3_resource import S3_ENV, S3Resource
 from s3_archive.io.schema_registry import REGISTRY_ENV, SchemaRegistryResource
@@ -114,7 +115,12 @@ def schema_registry_resource() -> SchemaRegistryResource:
                                   **({"timeout_s": dg.EnvVar.int(timeout)} if _is_set(timeout) else {}))
 
 
+def webserver_resource() -> WebserverResource:
+    """The Dagster webserver the topic discovery sensor reloads the code location through (defs/webserver.py)."""
+    return WebserverResource(**({"url": dg.EnvVar(WEBSERVER_ENV)} if _is_set(WEBSERVER_ENV) else {}))
+
+
 def build_resources() -> dict[str, dg.ConfigurableResource]:
     retired_env_warning()
     return {"kafka": kafka_resource(), "s3": s3_resource(), "spark": spark_resource(),
-            "schema_registry": schema_registry_resource()}
+            "schema_registry": schema_registry_resource(), "webserver": webserver_resource()}

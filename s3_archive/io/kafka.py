@@ -13,11 +13,11 @@ import uuid
 from typing import Any
 
 import dagster as dg
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 from pydantic import Field, PrivateAttr
 
-from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, UnknownTopic
+from s3_archive.model.errors import InvalidConfig, KafkaRefused, KafkaUnavailable, UnknownTopic
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -230,10 +230,10 @@ class KafkaResource(dg.ConfigurableResource):
                 fix = f"Check {_env('ssl_ca_location')} (the CA that signed the broker's certificate)"
                 if self.ssl_certificate_location:
                     fix += f" and the client certificate {_env('ssl_certificate_location')}"
-                return KafkaUnavailable(f"the TLS handshake with {self.who} failed{doing}: {reason}. {fix}")
+                return KafkaRefused(f"the TLS handshake with {self.who} failed{doing}: {reason}. {fix}")
             fix = (f"Check {_env('sasl_username')} and {_env('sasl_password')}" if self.sasl
                    else f"Check the client certificate {_env('ssl_certificate_location')} and key")
-            return KafkaUnavailable(f"{self.who} refused the login{doing}: {reason}. {fix}")
+            return KafkaRefused(f"{self.who} refused the login{doing}: {reason}. {fix}")
         reason = self.scrub(err.str() if err is not None else str(e))
         return KafkaUnavailable(f"cannot reach {self.who} within {self.timeout_s:.0f}s{doing}: {reason}. Check "
                                 "bootstrap_servers, the network and the credentials")
@@ -270,6 +270,12 @@ class KafkaResource(dg.ConfigurableResource):
                      ) -> dict[int, int]:
         """One admin round trip for any OffsetSpec per partition. With `read_committed`, `latest` is the last
         stable offset. -1 (from `OffsetSpec.for_timestamp`: no record that new) is returned as is."""
+        found = self.list_offsets_many({(topic, p): s for p, s in specs.items()}, read_committed)
+        return {p: o for (_, p), o in found.items()}
+
+    def list_offsets_many(self, specs: dict[tuple[str, int], OffsetSpec], read_committed: bool = False,
+                          ) -> dict[tuple[str, int], int]:
+        """`list_offsets` for partitions of any topics at once: one request per broker, not one per topic."""
         if not specs:
             return {}
         admin = self.admin()
@@ -277,20 +283,67 @@ class KafkaResource(dg.ConfigurableResource):
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                futures = admin.list_offsets({TopicPartition(topic, p): s for p, s in specs.items()},
+                futures = admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()},
                                              isolation_level=level, request_timeout=self.timeout_s)
-                return {tp.partition: f.result(timeout=self.timeout_s + 5).offset for tp, f in futures.items()}
+                return {(tp.topic, tp.partition): f.result(timeout=self.timeout_s + 5).offset
+                        for tp, f in futures.items()}
             except (KafkaException, TimeoutError) as e:
                 err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
                 if err is None or err.code() not in _LEADER_MOVED or time.monotonic() > deadline:
                     raise self.unavailable(e, admin) from e
                 # The kept client's view of the leaders is older than the request (a topic just created, a
-                # leader moved): ask for the topic's metadata again, then retry.
-                try:
-                    admin.list_topics(topic=topic, timeout=self.timeout_s)
-                except KafkaException:
-                    pass
+                # leader moved): ask for the topics' metadata again, then retry.
+                for topic in sorted({t for t, _ in specs}):
+                    try:
+                        admin.list_topics(topic=topic, timeout=self.timeout_s)
+                    except KafkaException:
+                        pass
                 time.sleep(0.1)
+
+    def topic_partitions(self, topics: list[str]) -> dict[str, list[int]]:
+        """The partition ids of each of `topics` that exists, from one metadata request for the whole cluster."""
+        admin = self.admin()
+        try:
+            md = admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as e:
+            raise self.unavailable(e, admin) from e
+        out = {}
+        for topic in topics:
+            t = md.topics.get(topic)
+            if t is not None and t.error is None and t.partitions:
+                out[topic] = sorted(t.partitions)
+        return out
+
+    def group_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+        """The consumer group's committed offsets of the topic's partitions (absent: none committed). Admin API:
+        nothing joins the group."""
+        admin = self.admin()
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
+        try:
+            result = admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group].result(
+                timeout=self.timeout_s + 5)
+        except (KafkaException, TimeoutError) as e:
+            raise self.unavailable(e, admin, f"reading the offsets of consumer group {group!r}") from e
+        return {tp.partition: tp.offset for tp in result.topic_partitions if tp.error is None and tp.offset >= 0}
+
+    def set_group_offsets(self, group: str, topic: str, offsets: dict[int, int], note: str = "") -> None:
+        """Commit `offsets` (the next offset to read, per partition) as the consumer group's, through the admin
+        API: the group is never joined, so no consumer of it is rebalanced. Kafka refuses it while the group has
+        active members (someone else consumes with that group id)."""
+        if not offsets:
+            return
+        admin = self.admin()
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o, metadata=note)
+                                                        for p, o in sorted(offsets.items())])]
+        try:
+            result = admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group].result(
+                timeout=self.timeout_s + 5)
+        except (KafkaException, TimeoutError) as e:
+            raise self.unavailable(e, admin, f"committing the offsets of consumer group {group!r}") from e
+        failed = [f"partition {tp.partition}: {tp.error.str()}" for tp in result.topic_partitions
+                  if tp.error is not None]
+        if failed:
+            raise KafkaUnavailable(f"{self.who} refused the offsets of consumer group {group!r}: {'; '.join(failed)}")
 
     def producer(self, **extra: Any):
         from confluent_kafka import Producer

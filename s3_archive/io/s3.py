@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from s3_archive.model.errors import S3Unavailable
+from s3_archive.model.errors import S3Refused, S3Unavailable
 from s3_archive.model.manifest import Manifest, parse_manifest
 
 # A boto3 S3 client (boto3's clients are made at run time and carry no static type of their own).
@@ -21,9 +21,10 @@ def _pages(s3: S3Client, bucket: str, prefix: str, **kw: Any) -> Iterator[dict]:
     yield from s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, **kw)
 
 
-def list_objects(s3: S3Client, bucket: str, prefix: str) -> Iterator[dict]:
-    """Every object under `prefix` (ListObjectsV2 `Contents` entries: Key, Size, StorageClass, ...), in key order."""
-    for page in _pages(s3, bucket, prefix):
+def list_objects(s3: S3Client, bucket: str, prefix: str, start_after: str | None = None) -> Iterator[dict]:
+    """Every object under `prefix` (ListObjectsV2 `Contents` entries: Key, Size, StorageClass, ...), in key order;
+    with `start_after`, only the keys after it."""
+    for page in _pages(s3, bucket, prefix, **({"StartAfter": start_after} if start_after else {})):
         yield from page.get("Contents", [])
 
 
@@ -88,9 +89,9 @@ def check_bucket(s3: S3Client, bucket: str, prefix: str = "") -> None:
     except ClientError as e:
         code = error_code(e)
         if code in ("404", "NoSuchBucket", "NotFound"):
-            raise S3Unavailable(f"bucket {bucket!r} does not exist at {endpoint}; create it or fix `bucket`") from None
+            raise S3Refused(f"bucket {bucket!r} does not exist at {endpoint}; create it or fix `bucket`") from None
         if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-            raise S3Unavailable(f"access to bucket {bucket!r} at {endpoint} was refused ({code}); check the AWS "
+            raise S3Refused(f"access to bucket {bucket!r} at {endpoint} was refused ({code}); check the AWS "
                                 "credentials and the bucket policy") from None
         raise S3Unavailable(f"bucket {bucket!r} at {endpoint}: {code or e}") from None
     except (EndpointConnectionError, NoCredentialsError) as e:

@@ -165,6 +165,10 @@ class OutputLayout(StrictModel):
     extension: str | None = Field(
         default=None, description="the object name's extension in place of the format's: '' for none (as the Aiven "
                                   "sink names objects), or e.g. '.json'; a compression suffix still follows")
+    on_missing: Literal["bucket", "fail", "skip", "dead_letter"] = Field(
+        default="bucket", description="a record the layout cannot place (a partition_by field, header or time, or "
+                                      "the {{key}}, that it lacks): the (null) bucket, fail the window, skip it "
+                                      "(counted), or a dead letter")
 
     @field_validator("timezone")
     @classmethod
@@ -214,6 +218,16 @@ class OutputLayout(StrictModel):
 
     def time_zone(self, d: RecordTime) -> str:
         return d.timezone or self.timezone
+
+    @property
+    def missing_segments(self) -> tuple[int, ...]:
+        """The positions, among a bucket's `/`-separated values (keys/buckets.py), of those that come from the record
+        and read `(null)` when it lacks them: field, header and field- or header-time dimensions, and `{{key}}`."""
+        fixed = (KafkaPartition,)  # from Kafka's own fields: never lacking
+        out = [i for i, d in enumerate(self.partition_by)
+               if not isinstance(d, fixed) and not (isinstance(d, RecordTime) and d.source == "kafka_timestamp")]
+        out += [len(self.partition_by) + j for j, slot in enumerate(self.template_slots) if slot == "key"]
+        return tuple(out)
 
 
 def _hive_names(d: KafkaPartition | RecordTime | ValueField | KeyField | Header) -> list[str]:

@@ -77,6 +77,17 @@ def manifest_prefix(prefix: str, topic: str) -> str:
     return f"{prefix}{MANIFESTS}/{topic}/"
 
 
+def partition_manifest_prefix(prefix: str, topic: str, partition: int) -> str:
+    return f"{manifest_prefix(prefix, topic)}kafka_partition={partition}/"
+
+
+def manifests_from(prefix: str, topic: str, partition: int, offset: int) -> str:
+    """A listing's StartAfter under `partition_manifest_prefix`: the keys after it are the manifests of the windows
+    starting at or after `offset` (window keys sort by start offset)."""
+    key = OffsetWindow(partition, offset, offset + 1).key
+    return partition_manifest_prefix(prefix, topic, partition) + key[:key.rindex("-")]
+
+
 def staging_prefix(prefix: str, topic: str, window: OffsetWindow, attempt: str | None = None) -> str:
     base = f"{prefix}{STAGING}/{topic}/{window.key}/"
     return base if attempt is None else f"{base}{attempt}/"

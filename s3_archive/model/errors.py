@@ -27,12 +27,20 @@ class UndecodableValue(UserError, ValueError):
     """A record value does not decode as configured (value_decoding.on_error: fail)."""
 
 
+class UnplaceableRecord(UserError, ValueError):
+    """A record lacks a value the layout places it by (layout.on_missing: fail)."""
+
+
 class WindowNotAvailable(UserError, ValueError):
     """A window reaches past what Kafka has written (or names a partition the topic lacks)."""
 
 
 class S3Unavailable(UserError, RuntimeError):
     """The bucket is missing, unreachable, or the credentials are refused."""
+
+
+class S3Refused(S3Unavailable):
+    """The bucket is missing or S3 refuses the credentials: retrying does not help."""
 
 
 class InvalidForeignObject(UserError, ValueError):
@@ -61,6 +69,10 @@ class DeadlineExceeded(UserError, RuntimeError):
 
 class KafkaUnavailable(UserError, RuntimeError):
     """The broker could not be reached or refused us."""
+
+
+class KafkaRefused(KafkaUnavailable):
+    """The broker refused the login or the TLS handshake: retrying does not help."""
 
 
 class UnknownTopic(UserError, ValueError):

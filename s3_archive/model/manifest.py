@@ -35,7 +35,7 @@ OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, m
 
 # Fields absent from manifests written before the output options; None means absent and is not written back.
 _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
-                 "iceberg_snapshot_id", "schemas")
+                 "iceberg_snapshot_id", "schemas", "unplaceable_records", "skipped_records")
 
 
 class ManifestObject(StrictModel):
@@ -86,6 +86,10 @@ class Manifest(StrictModel):
     envelope: list[str] | None = None  # the archived columns
     value_decoding: str | None = None  # bytes | utf8 | json
     undecodable_records: int | None = None  # records whose value did not decode (kept as dead letters)
+    # Written only when not 0: records the layout could not place (layout.on_missing), and records an error
+    # policy `skip` dropped (not in the objects, not in record_count; their offsets are not absent either)
+    unplaceable_records: int | None = None
+    skipped_records: int | None = None
     restorable: bool | None = None  # None: written before the flag existed (restore judges by `format`)
     record_count: int = Field(ge=0)
     bytes_read: int = Field(ge=0)  # key + value + header bytes read from Kafka

@@ -1,4 +1,8 @@
-"""The product as users run it: `dagster dev` (webserver + daemon) and a UI-style backfill over GraphQL."""
+"""The product as users run it: `dagster dev` (webserver + daemon) and a UI-style backfill over GraphQL; sensors
+that archive through an S3 outage and pick up a new topic with no one touching anything.
+
+S3 is reached through the session's fault proxy (no faults but in the outage test), with one SDK retry only, so that
+an outage reaches the runs and their retries instead of being ridden out by the SDK."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from s3_archive.catalog.tables import table_name
 from s3_archive.config.catalog import DEFAULT_DATABASE
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.metadata import PLOT_KEYS
+from s3_archive.local.fault_proxy import FaultRule
 from s3_archive.local.processes import free_port
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
@@ -52,13 +57,37 @@ def restore_source() -> str:
     return f"e2e-rs-{os.getpid()}"
 
 
+def outage_topic() -> str:
+    return f"e2e-outage-{os.getpid()}"
+
+
+DISCOVERY_S = 10  # the test instance's topic discovery interval
+LOCATION = {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__"}
+
+
+def start_sensor(url: str, name: str) -> None:
+    started = graphql(url, """
+        mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+          __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
+                      {"s": {**LOCATION, "sensorName": name}})["startSensor"]
+    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
+
+
+def sensor_ticks(url: str, name: str) -> list[dict]:
+    """The sensor's ticks, oldest first: timestamp, status and skip reason."""
+    got = graphql(url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor {
+        sensorState { ticks(limit: 100) { timestamp status skipReason } } } } }""",
+                  {"s": {**LOCATION, "sensorName": name}})["sensorOrError"]
+    return sorted(got["sensorState"]["ticks"], key=lambda t: t["timestamp"])
+
+
 def archive_assets(url: str) -> set[str]:
     nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
     return {n["assetKey"]["path"][-1] for n in nodes if n["assetKey"]["path"][0] == "kafka_archive"}
 
 
 @pytest.fixture(scope="module")
-def dagster_dev(services, kafka, tmp_path_factory):
+def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     home = root / "dagster_home"
     home.mkdir()
@@ -68,23 +97,29 @@ def dagster_dev(services, kafka, tmp_path_factory):
     pattern = f"e2e-pat-{os.getpid()}"
     create_topic(kafka, f"{pattern}.a")
     create_topic(kafka, restore_source(), partitions=2)
+    create_topic(kafka, outage_topic(), partitions=2)
     config = root / "archives.yaml"
-    config.write_text(json.dumps({"archives": [
+    config.write_text(json.dumps({"topic_discovery": {"interval_seconds": DISCOVERY_S}, "archives": [
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
         # Every minute, the sensor also cuts every partition's rest (a cron tick, gated by its cursor).
         {"name": "e2e_sensed", "topics": [sensed], "bucket": services.bucket, "prefix": "e2e-sensed/",
          "flush": {"count": 40, "interval_seconds": 3600}, "schedule_cron": "* * * * *"},
         {"name": "e2e_pattern", "topic_pattern": rf"{pattern}\..*", "bucket": services.bucket,
-         "prefix": "e2e-pattern/"},
+         "prefix": "e2e-pattern/", "flush": {"count": 5, "interval_seconds": None}, "sensor_interval_seconds": 5},
+        # Sensor-driven archiving through an S3 outage: short sensor interval and backoff for the test.
+        {"name": "e2e_outage", "topics": [outage_topic()], "bucket": services.bucket, "prefix": "e2e-outage/",
+         "flush": {"count": 20, "interval_seconds": None}, "windows_per_run": 2, "sensor_interval_seconds": 5,
+         "retries": {"max": 3, "backoff_seconds": 5, "reruns": 3}},
         # A restore the UI launches over selected windows with no run config.
         {"name": "e2e_restore", "topics": [restore_source()], "bucket": services.bucket, "prefix": "e2e-restore/",
          "format": "jsonl", "restore_targets": [{"name": "ui", "target_topic": "{topic}.ui"}]},
     ]}))
+    port = free_port()
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
-           "S3_ARCHIVE_STATE_DIR": str(root / "state")}
+           "S3_ARCHIVE_STATE_DIR": str(root / "state"), "S3_ARCHIVE_S3_ENDPOINT_URL": fault_proxy.endpoint_url,
+           "S3_ARCHIVE_S3_MAX_ATTEMPTS": "1", "S3_ARCHIVE_DAGSTER_URL": f"http://127.0.0.1:{port}"}
     # As the demo does: the topics of the pattern are known before the code location loads.
     refresh_topics_cli(env)
-    port = free_port()
     log = open(root / "dagster-dev.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
                              "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env, stdout=log,
@@ -194,25 +229,73 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
     assert table["StorageDescriptor"]["Location"] == f"s3://{services.bucket}/e2e-sensed/{topic}/"
 
 
-def test_a_new_topic_of_a_pattern_appears_after_a_refresh_and_a_reload(dagster_dev, kafka):
+def test_a_topic_created_while_the_daemon_runs_is_archived_within_two_discovery_ticks(dagster_dev, kafka, s3,
+                                                                                        services):
     url, _, _, _, env, pattern = dagster_dev
     assert f"{pattern}.a" in archive_assets(url)
     sensors = graphql(url, """{ sensorsOrError(repositorySelector: {repositoryLocationName: "s3_archive",
         repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }""")
     status = {s["name"]: s["sensorState"]["status"] for s in sensors["sensorsOrError"]["results"]}
     assert status["s3_archive_topic_discovery"] == "RUNNING" and status["archive_e2e_pattern_offsets"] == "STOPPED"
+    start_sensor(url, "archive_e2e_pattern_offsets")  # once, as a user turns an archive on
 
-    create_topic(kafka, f"{pattern}.b")
-    assert f"  new: {pattern}.b" in refresh_topics_cli(env)
-    assert f"{pattern}.b" not in archive_assets(url)  # loading never looks at Kafka: the reload is the mechanism
-    reloaded = graphql(url, """mutation { reloadRepositoryLocation(repositoryLocationName: "s3_archive") {
-        __typename ... on WorkspaceLocationEntry { loadStatus } ... on PythonError { message } } }""")
-    assert reloaded["reloadRepositoryLocation"]["__typename"] == "WorkspaceLocationEntry", reloaded
-    deadline = time.monotonic() + 120
-    while f"{pattern}.b" not in archive_assets(url):
-        assert time.monotonic() < deadline, "the new topic's asset did not appear within 120 s of the reload"
+    created = time.time()
+    topic = create_topic(kafka, f"{pattern}.b")
+    produced = produce(kafka, topic, [(0, None, f"n{i}".encode(), []) for i in range(10)])
+    deadline = time.monotonic() + 4 * DISCOVERY_S + 120
+    while topic not in archive_assets(url):
+        assert time.monotonic() < deadline, "the new topic's asset did not appear: " + json.dumps(
+            sensor_ticks(url, "s3_archive_topic_discovery")[-3:])
         time.sleep(2)
-    assert {f"{pattern}.a", f"{pattern}.b"} <= archive_assets(url)
+    ticks = [t for t in sensor_ticks(url, "s3_archive_topic_discovery") if t["timestamp"] >= created]
+    reloading = [i for i, t in enumerate(ticks) if f"reloaded through {env['S3_ARCHIVE_DAGSTER_URL']}" in
+                 (t["skipReason"] or "")]
+    assert reloading and reloading[0] < 2, ticks  # the first or the second tick after the topic appeared
+
+    # Its windows are cut by the archive's offsets sensor, which now covers it, and archived by its runs.
+    cfg = archive_config(services.bucket, topic, "e2e-pattern/")
+    windows = [OffsetWindow(0, 0, 5), OffsetWindow(0, 5, 10)]
+    deadline = time.monotonic() + 300
+    while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert time.monotonic() < deadline, "the new topic's windows were not archived within 300 s"
+        time.sleep(3)
+    assert archived_records(s3, cfg, topic) == produced
+
+
+def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_committed_once(
+        dagster_dev, kafka, s3, services, fault_proxy):
+    url, *_ = dagster_dev
+    topic = outage_topic()
+    produced = produce(kafka, topic, [(i % 2, None, f"a{i}".encode(), []) for i in range(80)])  # 40 per partition
+    start_sensor(url, "archive_e2e_outage_offsets")
+    # S3 answers 503 SlowDown to everything for 20 s while the sensor cuts windows and their runs start.
+    fault_proxy.set_rules([FaultRule("slowdown", 1.0)])
+    try:
+        time.sleep(3)
+        produced += produce(kafka, topic, [(i % 2, None, f"b{i}".encode(), []) for i in range(40)])
+        time.sleep(17)
+    finally:
+        faults = fault_proxy.stats()["faults"]
+        fault_proxy.clear()
+    assert sum(faults.values()) > 0, faults
+
+    cfg = archive_config(services.bucket, topic, "e2e-outage/")
+    windows = [OffsetWindow(p, s, s + 20) for p in (0, 1) for s in (0, 20, 40)]
+    deadline = time.monotonic() + 600
+    while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert time.monotonic() < deadline, "not every window was committed within 600 s of the outage"
+        time.sleep(5)
+    # 0 lost, 0 duplicated: every record once, in the committed windows' objects.
+    assert archived_records(s3, cfg, topic) == sorted(produced, key=lambda r: (r.partition, r.offset))
+
+    # The outage reached the runs, and they were retried (a step retried, or a failed run requested again).
+    runs = graphql(url, """query($t: String!) { runsOrError(filter: {tags: [{key: "s3_archive/topic", value: $t}]})
+        { ... on Runs { results { runId status tags { key value }
+          eventConnection { events { __typename } } } } } }""", {"t": topic})["runsOrError"]["results"]
+    retried = [r for r in runs if any(e["__typename"] == "ExecutionStepRestartEvent"
+                                      for e in r["eventConnection"]["events"])
+               or any(t["key"] == "s3_archive/rerun_of" for t in r["tags"])]
+    assert retried, [(r["runId"], r["status"]) for r in runs]
 
 
 def test_ui_launch_of_a_declared_restore_target_over_windows_with_no_run_config_restores_exactly_once(

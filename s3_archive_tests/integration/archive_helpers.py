@@ -26,25 +26,29 @@ def archive_config(bucket: str, topic: str, prefix: str, **kw) -> ArchiveConfig:
     return ArchiveConfig(name="test", topics=[topic], bucket=bucket, prefix=prefix, **kw)
 
 
+def s3_resource(services) -> S3Resource:
+    return S3Resource(endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                      aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+
+
 def resources(services, kafka, spark_resource) -> dict:
-    return {"kafka": kafka, "spark": spark_resource,
-            "s3": S3Resource(endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
-                             aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
-                             aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])}
+    return {"kafka": kafka, "spark": spark_resource, "s3": s3_resource(services)}
 
 
 def materialize(cfg: ArchiveConfig, topic: str, windows: list[OffsetWindow], res: dict,
-                instance: dg.DagsterInstance | None = None, raise_on_error: bool = True) -> dg.ExecuteInJobResult:
+                instance: dg.DagsterInstance | None = None, raise_on_error: bool = True,
+                tags: dict[str, str] | None = None) -> dg.ExecuteInJobResult:
     """One run over `windows` (a partition range when more than one, as a UI backfill does)."""
     instance = instance or dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
     asset = build_archive_asset(cfg, topic)
     if len(windows) == 1:
         return dg.materialize([asset], instance=instance, resources=res, partition_key=windows[0].key,
-                              raise_on_error=raise_on_error)
+                              raise_on_error=raise_on_error, tags=tags)
     keys = sorted(w.key for w in windows)
     return dg.materialize([asset], instance=instance, resources=res, raise_on_error=raise_on_error,
-                          tags={"dagster/asset_partition_range_start": keys[0],
+                          tags={**(tags or {}), "dagster/asset_partition_range_start": keys[0],
                                 "dagster/asset_partition_range_end": keys[-1]})
 
 

@@ -27,6 +27,8 @@ from s3_archive.archive.driver.commit import (
     open_uploads,
     remove_objects,
 )
+from s3_archive.archive.driver.dead_letter_topic import publish as publish_dead_letters
+from s3_archive.archive.driver.group_offsets import advance_group_offsets
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.archive.protocol import JobOutput, RecordStats, Slice, WriteJob, slices_of, splittable, window_stats
@@ -41,6 +43,7 @@ from s3_archive.model.errors import (
     DataLoss,
     InvalidConfig,
     UndecodableValue,
+    UnplaceableRecord,
     WindowNotAvailable,
 )
 from s3_archive.model.formats import FORMATS
@@ -79,6 +82,8 @@ class WindowResult:
             "absent_offsets": m.absent_offset_count,
             "lost_offsets": m.lost_offset_count,
             "undecodable_records": m.undecodable_records or 0,
+            "unplaceable_records": m.unplaceable_records or 0,
+            "skipped_records": m.skipped_records or 0,
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
             "lag_seconds": round(lag, 3),
@@ -147,12 +152,33 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
                     endpoint: S3Endpoint | None = None,
                     registry: RegistryConnection | None = None) -> dict[OffsetWindow, WindowOutcome]:
     """Archive `windows` of `topic` in one Spark job; each window's WindowResult, or the exception that failed it.
+    Then each committed window's dead letters go to the archive's dead_letter_topic (dead_letter_topic.py), and
+    the archive's consumer group offsets follow its committed windows (group_offsets.py).
 
     `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection);
     `endpoint`: how an Iceberg catalog's JVM clients reach S3 and Glue (default: the client's endpoint).
     `fault` stops the driver's commit after a step, `write_fault` a write task (tests); `job_options` overrides
     WriteJob fields (multipart_threshold, part_size) for tests and benchmarks; `registry`: the Schema Registry of
     an archive that decodes registry payloads."""
+    results = _archive_windows(spark, kafka, s3, cfg, topic, windows, log, fault, conn, write_fault, job_options,
+                               endpoint, registry)
+    if cfg.dead_letter_topic is not None:
+        for w, r in list(results.items()):
+            if isinstance(r, WindowResult) and r.manifest.dead_letter_objects:
+                try:
+                    publish_dead_letters(kafka, s3, cfg, topic, r.manifest, log)
+                except Exception as e:  # the window stays committed; its run is retried and publishes them then
+                    results[w] = e
+    committed = sorted({w.partition for w, r in results.items() if isinstance(r, WindowResult)})
+    advance_group_offsets(kafka, s3, cfg, topic, committed, log)
+    return results
+
+
+def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
+                     windows: list[OffsetWindow], log: Any, fault: Fault, conn: S3Connection | None,
+                     write_fault: str | None, job_options: dict[str, Any] | None,
+                     endpoint: S3Endpoint | None,
+                     registry: RegistryConnection | None) -> dict[OffsetWindow, WindowOutcome]:
     t0 = time.monotonic()
     results: dict[OffsetWindow, WindowOutcome] = {}
     for w, r in _each(lambda w: _committed(s3, cfg, topic, w, t0), windows).items():
@@ -211,7 +237,7 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
 
     after = kafka.offsets(topic, "earliest", parts)
     uploads = open_uploads(s3, cfg.bucket, [f"{cfg.prefix}{topic}/"]
-                           + ([f"{cfg.prefix}{DEAD_LETTER}/{topic}/"] if out.on_error == "dead_letter" else []))
+                           + ([f"{cfg.prefix}{DEAD_LETTER}/{topic}/"] if out.dead_letters else []))
 
     def commit(p: _Pending) -> WindowResult:
         job_out = written[p.window]
@@ -346,6 +372,13 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
             f"have a value that is not {'UTF-8' if out.decoding == 'utf8' else 'a UTF-8 JSON object'}, the first "
             f"at offset {stats.first_undecodable_offset}. Nothing was committed. To keep such records under the "
             "dead-letter prefix and archive the rest, set value_decoding.on_error: dead_letter")
+    if stats.unplaceable and out.layout is not None and out.layout.on_missing == "fail":
+        give_up()
+        raise UnplaceableRecord(
+            f"topic {topic!r} partition {window.partition}: {stats.unplaceable} record(s) in window {window.key} "
+            f"lack a value the layout places them by (partition_by or {{{{key}}}}), the first at offset "
+            f"{stats.first_unplaceable_offset}. Nothing was committed. To archive them in the (null) bucket, skip "
+            "them or keep them as dead letters, set layout.on_missing: bucket, skip or dead_letter")
 
     # Retention may have moved while Spark read: records before the first one we got may be gone.
     lost, read_start = list(p.lost), p.read_start
@@ -383,8 +416,10 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         envelope=list(out.columns),
         value_decoding=cfg.value_decoding.type,
         undecodable_records=stats.undecodable,
+        unplaceable_records=stats.unplaceable or None,
+        skipped_records=stats.skipped or None,
         restorable=cfg.restorable,
-        record_count=stats.records,
+        record_count=stats.records - stats.skipped,
         bytes_read=stats.bytes_read,
         bytes_written=0,  # commit_window fills in the objects
         first_offset=stats.first_offset,
@@ -402,15 +437,18 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         committed_at=datetime.now(UTC).isoformat(),
         objects=[],
     )
-    if stats.undecodable:
-        log.warning(f"window {window.key} of {topic!r}: {stats.undecodable} record(s) with an undecodable value "
-                    f"(first at offset {stats.first_undecodable_offset}) go to "
-                    f"{where.url(where.dead_letter_stem)}…")
+    if stats.undecodable or stats.unplaceable:
+        what = ", ".join(f"{n} record(s) {why} (first at offset {first})" for n, why, first in (
+            (stats.undecodable, "with an undecodable value", stats.first_undecodable_offset),
+            (stats.unplaceable, "the layout cannot place", stats.first_unplaceable_offset)) if n)
+        where_to = (f"were skipped ({stats.skipped}; counted in the manifest's skipped_records)" if stats.skipped
+                    and not job_out.objects("dead") else f"go to {where.url(where.dead_letter_stem)}…")
+        log.warning(f"window {window.key} of {topic!r}: {what} {where_to}")
     objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
                for r in job_out.objects("object")]
     dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"]) for r in job_out.objects("dead")]
     result: CommitResult = commit_window(s3, where, draft, objects, dead, uploads, fault,
-                                         dead_letters=out.on_error == "dead_letter")
+                                         dead_letters=out.dead_letters)
     return _result(result, t0)
 
 

@@ -63,6 +63,11 @@ class Output:
         return "bytes" if self.decoding in REGISTRY_TYPES else self.decoding
 
     @property
+    def dead_letters(self) -> bool:
+        """The window may have dead letters: undecodable values, or records the layout cannot place."""
+        return self.on_error == "dead_letter" or (self.layout is not None and self.layout.on_missing == "dead_letter")
+
+    @property
     def rotates(self) -> bool:
         return bool(self.max_records or self.max_bytes)
 

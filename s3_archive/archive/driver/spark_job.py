@@ -27,6 +27,7 @@ from s3_archive.archive.executor.registry_decode import DecodePlan, table_rows
 from s3_archive.archive.executor.task import write_task
 from s3_archive.archive.protocol import DERIVED, RESULT_SCHEMA, FormatPlan, JobOutput, Slice, WriteJob
 from s3_archive.keys.buckets import BUCKET_COLUMN
+from s3_archive.keys.values import NULL
 from s3_archive.model.columns import SOURCE_FIELD, stored_names
 from s3_archive.model.errors import UndecodableValue
 from s3_archive.model.formats import ENVELOPE_COLUMNS
@@ -226,20 +227,26 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
         internal.append(bucket_column(out.layout, frozenset(p.part for p in decode.parts) if decode else frozenset()))
     envelope = [c for c, _ in ENVELOPE_COLUMNS]
     dead_letter = (decoding != "bytes" or decode is not None) and out.on_error == "dead_letter"
-    if dead_letter and decode is None:
-        internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
+    missing = out.layout.missing_segments if out.layout is not None and out.layout.on_missing != "bucket" else ()
+    # Records the layout cannot place become dead letters too (layout.on_missing dead_letter): their raw envelope.
+    raw = dead_letter or (bool(missing) and out.layout is not None and out.layout.on_missing == "dead_letter")
+    if raw and decode is None:
+        unplaced = (reduce(Column.__or__, [F.split(bucket_column(out.layout), "/").getItem(i) == NULL
+                                           for i in missing])
+                    if missing and out.layout is not None and out.layout.on_missing == "dead_letter" else None)
+        internal.append(F.when(~good if unplaced is None else ~good | unplaced, F.struct(*envelope)).alias("_raw"))
     sent = [(c, n) for c, n in zip(payload, names, strict=True) if n not in derived]
     # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
     # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
     plain = () if all(_PLAIN.fullmatch(n) for _, n in sent) else tuple(f"_p{i}" for i in range(len(sent)))
     # registry decoding: the raw payloads (with dead letters, the whole envelope) the tasks read, when not stored
-    wanted = ([] if decode is None else ["key", "value", "headers", "timestamp", "timestamp_type"] if dead_letter
+    wanted = ([] if decode is None else ["key", "value", "headers", "timestamp", "timestamp_type"] if raw
               else [p.part for p in decode.parts])
     frame = df.select(*internal, *([c.alias(a) for (c, _), a in zip(sent, plain, strict=True)] if plain
                                    else [c for c, _ in sent]),
                       *[F.col(c) for c in wanted if c not in {n for _, n in sent}])
     schema_json = described.schema.json()
-    dead_letter_schema = df.select(*envelope).schema.json() if dead_letter else ""
+    dead_letter_schema = df.select(*envelope).schema.json() if raw else ""
     if decode is not None:
         schema_json = stored_schema(schema_json, decode)
         if out.layout is not None:
@@ -247,7 +254,7 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
             decode = replace(decode, bucket_fields=tuple(
                 (i, *f) for i, d in enumerate(out.layout.partition_by) if (f := decoded_field(d, parts)) is not None))
         names = names + tuple(decode.stored_columns())
-        if dead_letter:
+        if raw:
             dead_letter_schema = registry_dead_letter(dead_letter_schema)
             decode = replace(decode, dead_letter_schema=dead_letter_schema)
     if out.bucketed:
@@ -260,7 +267,10 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
                    decoding=decoding != "bytes" or decode is not None, dead_letter=dead_letter, payload=names,
                    payload_columns=plain, derived=tuple(derived.items()), ts_stored=ts_stored,
-                   dead_letter_schema=dead_letter_schema, decode=decode)
+                   dead_letter_schema=dead_letter_schema, decode=decode,
+                   skip_bad=(decoding != "bytes" or decode is not None) and out.on_error == "skip",
+                   on_missing=out.layout.on_missing if missing and out.layout is not None else "bucket",
+                   missing_segments=missing)
     return frame, job
 
 

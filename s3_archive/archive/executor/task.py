@@ -44,6 +44,7 @@ from s3_archive.archive.protocol import (
     TaskFault,
     WriteJob,
 )
+from s3_archive.keys.values import NULL
 
 _RESULT_FIELDS = [f.split(" ")[0] for f in RESULT_SCHEMA.split(", ")]
 
@@ -210,17 +211,35 @@ class _SliceWriter:
         if self.job.decode is not None:
             self._count_schemas(b)
         bad = self._count_bad(b, offsets)
+        unplaced = self._unplaceable(b, offsets)
         if self.failed or self.committed:
             return
         good = b
-        if bad:
-            if not self.job.dead_letter:
-                self.failed = True
-                self.abort()
-                return
-            ok = b.column("_good")
-            self._dead_letters(b.filter(pc.invert(ok)))
-            good = b.filter(ok)
+        if bad or unplaced is not None:
+            keep = np.ones(b.num_rows, dtype=bool)
+            dead = np.zeros(b.num_rows, dtype=bool)
+            if bad:
+                undecodable = ~b.column("_good").to_numpy(zero_copy_only=False)
+                if self.job.dead_letter:
+                    dead |= undecodable
+                elif self.job.skip_bad:
+                    self.stats.skipped += bad
+                else:
+                    self._fail()
+                    return
+                keep &= ~undecodable
+            if unplaced is not None:
+                if self.job.on_missing == "fail":
+                    self._fail()
+                    return
+                if self.job.on_missing == "skip":
+                    self.stats.skipped += int(unplaced.sum())
+                else:
+                    dead |= unplaced
+                keep &= ~unplaced
+            if dead.any():
+                self._dead_letters(b.filter(pa.array(dead)))
+            good = b.filter(pa.array(keep))
             offsets = good.column("_offset").to_numpy()
             if good.num_rows == 0:
                 return
@@ -239,6 +258,32 @@ class _SliceWriter:
         except WindowAlreadyCommitted:
             self.stats.committed_elsewhere = True
             self.abort()
+
+    def _fail(self) -> None:
+        """A record the policy fails the window for: write nothing more (the driver raises, naming it)."""
+        self.failed = True
+        self.abort()
+
+    def _unplaceable(self, b: pa.RecordBatch, offsets: np.ndarray) -> np.ndarray | None:
+        """With layout.on_missing other than bucket: which records that decode the layout cannot place (a value of
+        theirs in `_bucket` reads `(null)`), counted with the first one's offset; None when there are none."""
+        if self.job.on_missing == "bucket" or not self.job.missing_segments:
+            return None
+        values = pc.split_pattern(b.column("_bucket"), "/")
+        missing = np.zeros(b.num_rows, dtype=bool)
+        for i in self.job.missing_segments:
+            missing |= pc.fill_null(pc.equal(pc.list_element(values, i), NULL), False).to_numpy(zero_copy_only=False)
+        if self.job.decoding:
+            missing &= b.column("_good").to_numpy(zero_copy_only=False)
+        n = int(missing.sum())
+        if not n:
+            return None
+        st = self.stats
+        st.unplaceable += n
+        first = int(offsets[missing].min())
+        st.first_unplaceable_offset = first if st.first_unplaceable_offset is None else \
+            min(st.first_unplaceable_offset, first)
+        return missing
 
     def _count_bad(self, b: pa.RecordBatch, offsets: np.ndarray) -> int:
         """Undecodable records of the batch (counted, with the first one's offset)."""

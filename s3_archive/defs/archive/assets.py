@@ -1,4 +1,9 @@
-"""The archive asset: one per topic; each partition is one offset window written to S3 exactly once."""
+"""The archive asset: one per topic; each partition is one offset window written to S3 exactly once.
+
+A failed run's step is retried with backoff (Dagster's RetryPolicy, `retries`), unless every failure is one no
+retry can fix (archive/failures.py): then the run fails at once with that error, tagged so that the offsets sensor
+does not request it again either (docs/sensors.md, "Retries").
+"""
 
 import traceback
 import warnings
@@ -8,8 +13,9 @@ import dagster as dg
 
 from s3_archive.archive.driver.coordinator import archive_windows
 from s3_archive.archive.executor.upload import S3Connection
-from s3_archive.config.archive import ArchiveConfig
-from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.archive.failures import permanent
+from s3_archive.config.archive import ArchiveConfig, Retries
+from s3_archive.defs.archive.partitions import GAVE_UP_TAG, RUN_ATTEMPT_TAG, archive_asset_key, window_partitions
 from s3_archive.defs.metadata import archive_links, typed, ui_page
 from s3_archive.defs.restore.assets import restore_asset_key
 from s3_archive.defs.restore.targets import target_asset_key
@@ -20,6 +26,7 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import manifest_key, partition_dir
+from s3_archive.model.errors import WindowNotAvailable
 from s3_archive.model.windows import OffsetWindow
 
 
@@ -40,6 +47,32 @@ def _where_to_look(cfg: ArchiveConfig, topic: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def retry_policy(retries: Retries) -> dg.RetryPolicy | None:
+    """The step's retries: backoff_seconds, then twice that, and so on, each +/- half at random (so the runs of many
+    windows failed by one outage do not all come back at once)."""
+    if retries.max == 0:
+        return None
+    return dg.RetryPolicy(max_retries=retries.max, delay=retries.backoff_seconds, backoff=dg.Backoff.EXPONENTIAL,
+                          jitter=dg.Jitter.PLUS_MINUS)
+
+
+def failure(context: dg.AssetExecutionContext, lines: list[str], hopeless: bool) -> dg.Failure:
+    """The run's failure: retried (by the step's retry policy, then the offsets sensor) unless `hopeless`."""
+    text = "\n".join(lines)
+    if not hopeless:
+        return dg.Failure(description=text)
+    # The sensor reads this tag: a run that failed this way is not requested again.
+    context.instance.add_run_tags(context.run_id, {GAVE_UP_TAG: "true"})
+    return dg.Failure(description=text + "\n\nNot retried: trying again cannot fix this (docs/sensors.md, Retries).",
+                      allow_retries=False)
+
+
+def attempt_metadata(context: dg.AssetExecutionContext) -> dict[str, int]:
+    """`run_attempt`: which run of these windows this is (1, or more when the sensor requested them again);
+    `step_retry`: which retry of the run's step (0: the first try)."""
+    return {"run_attempt": int(context.run.tags.get(RUN_ATTEMPT_TAG, "1")), "step_retry": context.retry_number}
+
+
 def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
     with warnings.catch_warnings():
         # backfill_policy is beta: we use it so that a UI backfill runs windows_per_run windows per run (one Spark
@@ -52,6 +85,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             group_name=f"archive_{cfg.name}",
             kinds={"kafka", "spark", "s3"},
             output_required=False,
+            retry_policy=retry_policy(cfg.retries),
             metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
                       "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
             description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
@@ -62,30 +96,37 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
     def run(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,
             registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization]:
         windows = [OffsetWindow.parse(k) for k in context.partition_keys]
-        client = s3.get_client()
-        check_bucket(client, cfg.bucket, cfg.prefix)
-        partitions = kafka.partitions(topic)
-        for w in windows:
-            if w.partition not in partitions:
-                raise dg.Failure(f"window {w.key}: topic {topic!r} has no partition {w.partition} "
-                                 f"(partitions: {partitions[0]}..{partitions[-1]})")
-        results = archive_windows(spark.session(), kafka, client, cfg, topic, windows, context.log,
-                                  conn=S3Connection.of_resource(s3), endpoint=S3Endpoint.of_resource(s3),
-                                  registry=registry.connection() if registry is not None else None)
-        failures: list[str] = []
+        try:
+            client = s3.get_client()
+            check_bucket(client, cfg.bucket, cfg.prefix)
+            partitions = kafka.partitions(topic)
+            missing = [w for w in windows if w.partition not in partitions]
+            if missing:
+                raise WindowNotAvailable(f"window {missing[0].key}: topic {topic!r} has no partition "
+                                         f"{missing[0].partition} (partitions: {partitions[0]}..{partitions[-1]})")
+            results = archive_windows(spark.session(), kafka, client, cfg, topic, windows, context.log,
+                                      conn=S3Connection.of_resource(s3), endpoint=S3Endpoint.of_resource(s3),
+                                      registry=registry.connection() if registry is not None else None)
+        except Exception as e:
+            raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
+        failed: list[BaseException] = []
+        lines: list[str] = []
+        attempts = attempt_metadata(context)
         for w in windows:
             r = results[w]
             if isinstance(r, BaseException):
                 # The whole traceback: the run's failure only lists each window's message.
                 context.log.error(f"window {w.key} failed:\n" + "".join(traceback.format_exception(r)))
-                failures.append(f"{w.key}: {type(r).__name__}: {r}")
+                failed.append(r)
+                lines.append(f"{w.key}: {type(r).__name__}: {r}")
                 continue
             mkey = manifest_key(cfg.prefix, topic, w)
             context.log.info(f"window {w.key}: {r.outcome}, {r.manifest.record_count} records")
             yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
-                                          metadata=typed(r.metadata(cfg.bucket, mkey)))
-        if failures:
-            raise dg.Failure(description=f"{len(failures)} of {len(windows)} windows failed:\n" + "\n".join(failures))
+                                          metadata=typed(r.metadata(cfg.bucket, mkey) | attempts))
+        if failed:
+            raise failure(context, [f"{len(failed)} of {len(windows)} windows failed:", *lines],
+                          all(permanent(e) for e in failed))
 
     if cfg.value_decoding.registry or cfg.key_decoding.registry:
         @archive_asset

@@ -1,11 +1,12 @@
-"""Asset checks on each archive asset: windows tile the offsets, committed objects are intact, and Kafka has not
-deleted anything before it was archived (or is about to). The verdicts are archive/health.py's; this is their
-Dagster side.
+"""Asset checks on each archive asset: windows tile the offsets, committed objects are intact, Kafka has not
+deleted anything before it was archived (or is about to), committed windows keep their manifests, and no record
+waits too long to be committed. The verdicts are archive/health.py's; this is their Dagster side.
 
 They scan every window of the topic, so the sensor's window runs leave them out; the daily schedule
-(schedules.py) runs them, and they can be run from the UI at any time. The four checks of a topic are one step
+(schedules.py) runs them, and they can be run from the UI at any time. The checks of a topic are one step
 (a multi-asset check): the partition keys, the retirement record and the materialization status are read once
-(`TopicView`, instance.py) and shared by whichever checks are selected.
+(`TopicView`, instance.py) and shared by whichever checks are selected. The offsets sensor also reports
+`manifests_present` and `archive_fresh` at its ticks, from what it keeps in its cursor (upkeep.py).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context and resource annotations at definition time.
@@ -26,11 +27,14 @@ from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
 from s3_archive.io.s3_resource import S3Resource
+from s3_archive.model.errors import UnknownTopic
 
 CONTIGUOUS = "windows_contiguous"
 OBJECTS = "objects_match_manifests"
 RETENTION = "nothing_lost_to_retention"
 HEADROOM = "retention_headroom"
+MANIFESTS = "manifests_present"
+FRESH = "archive_fresh"
 
 
 def check_result(v: Verdict) -> dg.AssetCheckResult:
@@ -70,8 +74,15 @@ def check_step_name(topic: str) -> str:
     return f"kafka_archive_checks_{re.sub(r'[^A-Za-z0-9_]', '_', topic)}_{zlib.crc32(topic.encode()):08x}"
 
 
+def log_start(kafka: KafkaResource, topic: str) -> dict[int, int]:
+    try:
+        return kafka.offsets(topic, "earliest")
+    except UnknownTopic:
+        return {}
+
+
 def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksDefinition]:
-    """The topic's four checks as one multi-asset check (one step; any subset of them can run)."""
+    """The topic's checks as one multi-asset check (one step; any subset of them can run)."""
     key = archive_asset_key(topic)
     specs = {
         CONTIGUOUS: "Per Kafka partition, the windows (partition keys, and the retired range) neither overlap nor "
@@ -82,6 +93,12 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksD
         RETENTION: "Kafka has not deleted (retention) offsets that are in no committed window.",
         HEADROOM: f"WARN when a partition's oldest unarchived record is older than {cfg.retention_warn_fraction:g} x "
                   "the topic's retention.ms.",
+        MANIFESTS: "Every window Dagster saw committed still has its manifest in S3 (also reported by the offsets "
+                   "sensor, which archives such windows again while Kafka holds their records).",
+        FRESH: "No record older than "
+               + (f"{cfg.freshness_bound_seconds:g} s (flush.interval_seconds x freshness_factor)"
+                  if cfg.freshness_bound_seconds is not None else "flush.interval_seconds x freshness_factor")
+               + " is in no committed window (also reported by the offsets sensor).",
     }
 
     @dg.multi_asset_check(specs=[dg.AssetCheckSpec(n, asset=key, description=d) for n, d in specs.items()],
@@ -97,6 +114,8 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksD
             OBJECTS: lambda: health.objects(s3.get_client(), cfg, topic, view),
             RETENTION: lambda: health.retention(kafka, topic, view),
             HEADROOM: lambda: health.headroom(kafka, cfg, topic, view),
+            MANIFESTS: lambda: health.manifests_present(s3.get_client(), cfg, topic, view, log_start(kafka, topic)),
+            FRESH: lambda: health.freshness(kafka, cfg, topic, view),
         }
         for name in specs:
             if name in selected:

@@ -9,6 +9,12 @@ from __future__ import annotations
 import dagster as dg
 
 ASSET_PREFIX = "kafka_archive"
+# Tags of archive runs, read by the offsets sensor (docs/sensors.md).
+TOPIC_TAG = "s3_archive/topic"
+CUT_TAG = "s3_archive/cut"
+RUN_ATTEMPT_TAG = "s3_archive/run_attempt"  # 2, 3, ...: the sensor requested the windows of a failed run again
+RERUN_OF_TAG = "s3_archive/rerun_of"  # the failed run whose windows this run archives again
+GAVE_UP_TAG = "s3_archive/not_retried"  # the run failed on an error no retry can fix
 
 
 def archive_asset_key(topic: str) -> dg.AssetKey:

@@ -21,18 +21,17 @@ import dagster as dg
 from s3_archive.archive.cursor import SensorCursor, Tail, cron_due
 from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows
 from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_record
-from s3_archive.archive.scan import partition_states
+from s3_archive.archive.scan import scan_topics
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.instance import read_keys, read_retired
-from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.partitions import CUT_TAG, TOPIC_TAG, archive_asset_key, window_partitions
+from s3_archive.defs.archive.upkeep import open_cut, track, upkeep
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.model.errors import UnknownTopic
+from s3_archive.io.s3 import S3Client
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.windows import OffsetWindow
 
-MINIMUM_INTERVAL_SECONDS = 30
 RECENT_WINDOWS = 20  # materializations averaged for the bytes/record estimate
-TOPIC_TAG = "s3_archive/topic"
-CUT_TAG = "s3_archive/cut"
 
 
 def sensor_name(cfg: ArchiveConfig) -> str:
@@ -45,22 +44,32 @@ def run_key(topic: str, window: OffsetWindow) -> str:
     return f"{topic}/{window.key}"
 
 
-def window_ends(instance: dg.DagsterInstance, topic: str, tail: Tail | None, log: dg.DagsterLogManager) -> Tail:
-    """Per Kafka partition, where its windows end: `tail` (the cursor's summary) updated with the keys added since
-    its position; with no summary (a new or lost cursor), from every key and the retired ranges. A key that is not a
-    window covers no offsets: skipped here, and failed by the contiguity check."""
+def read_tail(instance: dg.DagsterInstance, topic: str, tail: Tail | None, log: dg.DagsterLogManager,
+              ) -> tuple[Tail, list[OffsetWindow]]:
+    """Per Kafka partition, where its windows end and start: `tail` (the cursor's summary) updated with the keys
+    added since its position; with no summary (a new or lost cursor), from every key and the retired ranges. Also
+    the windows read. A key that is not a window covers no offsets: skipped here, and failed by the contiguity
+    check."""
     if tail is None:
         read = read_keys(instance, topic)
         # Retirement never removes a partition's last window; the retired ranges make that hold for a cursor too.
-        nxt = {p: r.end for p, r in read_retired(instance, topic).ranges.items()}
+        retired = read_retired(instance, topic).ranges
+        nxt = {p: r.end for p, r in retired.items()}
+        first = {p: r.start for p, r in retired.items()}
     else:
         read = read_keys(instance, topic, tail.after)
-        nxt = dict(tail.next)
+        nxt, first = dict(tail.next), dict(tail.first)
     for w in read.windows:
         nxt[w.partition] = max(nxt.get(w.partition, 0), w.end)
+        first[w.partition] = min(first.get(w.partition, w.start), w.start)
     for key in read.bad:
         log.warning(f"topic {topic!r}: ignoring partition key {key!r}: not a window key")
-    return Tail(read.after, nxt)
+    return Tail(read.after, nxt, first), read.windows
+
+
+def window_ends(instance: dg.DagsterInstance, topic: str, tail: Tail | None, log: dg.DagsterLogManager) -> Tail:
+    """`read_tail` without the windows read."""
+    return read_tail(instance, topic, tail, log)[0]
 
 
 def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float | None:
@@ -115,8 +124,11 @@ def read_cursor(context: dg.SensorEvaluationContext) -> SensorCursor:
 
 
 def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: ArchiveConfig,
-             max_windows: int = MAX_WINDOWS_PER_TICK, now: float | None = None) -> dg.SensorResult:
+             max_windows: int = MAX_WINDOWS_PER_TICK, now: float | None = None,
+             s3: S3Client | None = None) -> dg.SensorResult:
     """One tick for one archive: the windows to add, one run request per `windows_per_run` windows, and the cursor.
+    With `s3`, also the upkeep (upkeep.py): failed runs requested again, lost manifests archived again, and the
+    results of the checks manifests_present and archive_fresh.
 
     With `schedule_cron`, the first tick after each cron tick also cuts every partition's partial rest up to its
     last stable offset ("cut at the high watermark on a fixed cadence")."""
@@ -124,21 +136,29 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     cursor = read_cursor(context)
     cut_rest, cron_tick = (False, None) if cfg.schedule_cron is None else \
         cron_due(cfg.schedule_cron, cursor.cron_tick, now)
-    states: list[PartitionState] = []
+    read: dict[str, list[OffsetWindow]] = {}
+    full: set[str] = set()
     for topic in cfg.topics:
-        try:
-            bpr = recent_bytes_per_record(context.instance, topic) if cfg.flush.bytes is not None else None
-            tail = window_ends(context.instance, topic, cursor.tails.get(topic), context.log)
-            cursor.tails[topic] = tail
-            scan = partition_states(kafka, cfg, topic, tail.next, bpr, int(now * 1000),
-                                    cursor.starts.setdefault(topic, {}))
-        except UnknownTopic as e:
-            # The other topics of the archive still get their windows; this one waits until it exists.
-            context.log.warning(str(e))
-            continue
-        for msg in scan.behind:
+        tail = cursor.tails.get(topic)
+        # A summary without where the partitions' windows start (a cursor of an earlier version): read them all once.
+        if tail is None or set(tail.next) - set(tail.first):
+            full.add(topic)
+        cursor.tails[topic], read[topic] = read_tail(context.instance, topic, None if topic in full else tail,
+                                                     context.log)
+    if s3 is not None:
+        track(context.instance, cursor, read, full)
+    bpr = {t: recent_bytes_per_record(context.instance, t) if cfg.flush.bytes is not None else None
+           for t in cfg.topics}
+    scan = scan_topics(kafka, cfg, {t: cursor.tails[t].next for t in cfg.topics}, bpr, int(now * 1000),
+                       cursor.starts)
+    for topic in scan.missing:
+        # The other topics of the archive still get their windows; this one waits until it exists.
+        context.log.warning(f"topic {topic!r} does not exist on {kafka.bootstrap_servers}; no window cut")
+    states: list[PartitionState] = []
+    for topic, ts in scan.topics.items():
+        for msg in ts.behind:
             context.log.warning(f"topic {topic!r} {msg} (was the topic deleted and recreated?); no window cut")
-        states += scan.states
+        states += ts.states
     cuts = plan_windows(states, max_windows, cut_rest)
     # A cron tick whose cut hit the per-tick limit is not done: the next evaluation cuts the remaining rests.
     if cron_tick is not None and not (cut_rest and len(cuts) >= max_windows):
@@ -146,17 +166,29 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     if cut_rest:
         context.log.info(f"cron tick {datetime.fromtimestamp(cron_tick, UTC).isoformat()} of schedule_cron "
                          f"{cfg.schedule_cron!r}: cutting every partition's rest too")
-    if not cuts:
-        return dg.SensorResult(skip_reason=NO_WINDOWS_REST if cut_rest else NO_WINDOWS, cursor=cursor.dump())
     cuts_by_topic: dict[str, list[Cut]] = {}
     for c in cuts:
         cuts_by_topic.setdefault(c.topic, []).append(c)
-    context.log.info(f"cutting {len(cuts)} windows: " + ", ".join(f"{t}: {len(c)}" for t, c in cuts_by_topic.items()))
+    requests = [r for t, cs in cuts_by_topic.items() for r in run_requests(t, cs, cfg.windows_per_run)]
+    events: list[dg.AssetCheckEvaluation] = []
+    if s3 is not None:
+        for t, cs in cuts_by_topic.items():
+            open_cut(cursor, t, [c.window for c in cs])
+        kept = upkeep(context, kafka, s3, cfg, cursor, states, now)
+        requests += kept.runs
+        events = kept.events
+    if cuts:
+        context.log.info(f"cutting {len(cuts)} windows: "
+                         + ", ".join(f"{t}: {len(c)}" for t, c in cuts_by_topic.items()))
+    if not requests:
+        return dg.SensorResult(skip_reason=NO_WINDOWS_REST if cut_rest else NO_WINDOWS, cursor=cursor.dump(),
+                               asset_events=events)
     return dg.SensorResult(
-        run_requests=[r for t, cs in cuts_by_topic.items() for r in run_requests(t, cs, cfg.windows_per_run)],
+        run_requests=requests,
         dynamic_partitions_requests=[window_partitions(t).build_add_request([c.window.key for c in cs])
                                      for t, cs in cuts_by_topic.items()],
         cursor=cursor.dump(),
+        asset_events=events,
     )
 
 
@@ -168,13 +200,14 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_
     @dg.sensor(
         name=sensor_name(cfg),
         asset_selection=[archive_asset_key(t) for t in cfg.topics],
-        minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
+        minimum_interval_seconds=cfg.sensor_interval_seconds,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Cuts offset windows of {', '.join(cfg.topics)} (flush.count {cfg.flush.count}, flush.bytes "
                     f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}{cron}) and archives "
                     f"them, {cfg.windows_per_run} windows per run, at most {max_windows} windows per tick.",
     )
-    def _offsets_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource) -> dg.SensorResult:
-        return evaluate(context, kafka, cfg, max_windows)
+    def _offsets_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource,
+                        s3: S3Resource) -> dg.SensorResult:
+        return evaluate(context, kafka, cfg, max_windows, s3=s3.get_client())
 
     return _offsets_sensor

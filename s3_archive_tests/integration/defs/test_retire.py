@@ -11,7 +11,7 @@ from s3_archive.defs.archive.partitions import archive_asset_key, window_partiti
 from s3_archive.defs.archive.sensors import build_offsets_sensor
 from s3_archive.keys.objects import manifest_key
 from s3_archive.model.windows import OffsetWindow
-from s3_archive_tests.integration.archive_helpers import archive_config, materialize, resources
+from s3_archive_tests.integration.archive_helpers import archive_config, materialize, resources, s3_resource
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
 
@@ -66,7 +66,8 @@ def test_retired_windows_leave_the_partition_set_and_stay_checked(kafka, service
 
     # A lost sensor cursor does not cut windows over the retired offsets.
     produce(kafka, topic, [(0, None, b"new", [])] * 10)
-    result = build_offsets_sensor(cfg)(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
+    result = build_offsets_sensor(cfg)(dg.build_sensor_context(
+        instance=instance, resources={"kafka": kafka, "s3": s3_resource(services)}))
     (req,) = result.dynamic_partitions_requests
     assert list(req.partition_keys) == [OffsetWindow(0, 40, 50).key]
 

@@ -19,7 +19,9 @@ from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.automation import build_archive_automation
 from s3_archive.defs.archive.checks import (
     CONTIGUOUS,
+    FRESH,
     HEADROOM,
+    MANIFESTS,
     OBJECTS,
     RETENTION,
     build_archive_checks,
@@ -37,9 +39,10 @@ from s3_archive.defs.archive.sensors import (
     build_offsets_sensor,
     sensor_name,
 )
+from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.windows import OffsetWindow, check_contiguous
-from s3_archive_tests.integration.archive_helpers import materialize, resources, window_metadata
+from s3_archive_tests.integration.archive_helpers import materialize, resources, s3_resource, window_metadata
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
 
@@ -48,8 +51,17 @@ def config(services, topics: list[str], unique: str, **flush) -> ArchiveConfig:
                          flush=FlushPolicy(**flush))
 
 
+SENSOR_S3: list[S3Resource] = []  # the session's moto as the sensors' `s3` resource (set by `_sensor_s3`)
+
+
+@pytest.fixture(autouse=True)
+def _sensor_s3(services):
+    SENSOR_S3[:] = [s3_resource(services)]
+
+
 def tick(cfg: ArchiveConfig, kafka, instance: dg.DagsterInstance, cursor: str | None = None) -> dg.SensorResult:
-    context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka}, cursor=cursor)
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka, "s3": SENSOR_S3[0]},
+                                      cursor=cursor)
     result = build_offsets_sensor(cfg)(context)
     assert isinstance(result, dg.SensorResult)
     return result
@@ -226,7 +238,8 @@ def test_each_topic_of_an_archive_gets_its_own_run_keys_and_a_missing_topic_wait
     # Contexts are closed with `with`: an open one leaves Dagster's current defs-state storage pointing at a
     # disposed instance, which breaks later definitions loads in the same process.
     with dg.instance_for_test() as instance, dg.build_sensor_context(
-            instance_ref=instance.get_ref(), definitions=defs, resources={"kafka": kafka}) as context:
+            instance_ref=instance.get_ref(), definitions=defs, resources={"kafka": kafka, "s3": SENSOR_S3[0]},
+    ) as context:
         data = sensor.evaluate_tick(context)
 
     assert sorted((r.asset_selection[0].path[-1], r.partition_key) for r in data.run_requests) == \
@@ -268,14 +281,14 @@ def run_check(cfg: ArchiveConfig, topic: str, name: str, instance: dg.DagsterIns
     return run[name]()
 
 
-def test_the_checks_job_runs_the_four_checks_in_one_step(archived):
+def test_the_checks_job_runs_every_check_in_one_step(archived):
     cfg, topic, instance, res = archived.cfg, archived.topic, archived.instance, archived.res
     defs = dg.Definitions(assets=build_archive_assets([cfg]), asset_checks=build_archive_checks(cfg, topic),
                           jobs=[build_checks_schedule(cfg)[0]], resources=res)
     result = defs.get_job_def(checks_job_name(cfg)).execute_in_process(instance=instance)
     assert result.success and len(result.get_step_success_events()) == 1
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert sorted(evaluations) == sorted([CONTIGUOUS, OBJECTS, RETENTION, HEADROOM])
+    assert sorted(evaluations) == sorted([CONTIGUOUS, OBJECTS, RETENTION, HEADROOM, MANIFESTS, FRESH])
     assert all(e.passed for e in evaluations.values()), evaluations
 
 
@@ -354,7 +367,8 @@ def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_re
 
     evaluations = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
                    for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
-    assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True, HEADROOM: True}
+    assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True, HEADROOM: True, MANIFESTS: True,
+                           FRESH: True}
     assert result.get_asset_materialization_events() == []
 
 
@@ -403,7 +417,7 @@ def test_at_each_cron_tick_the_sensor_also_cuts_every_rest_up_to_the_last_stable
     with dg.instance_for_test() as instance:
         def evaluate(cursor: str | None):
             with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, cursor=cursor,
-                                         resources={"kafka": kafka}) as context:
+                                         resources={"kafka": kafka, "s3": SENSOR_S3[0]}) as context:
                 data = sensor.evaluate_tick(context)
             for req in data.dynamic_partitions_requests:  # as the daemon does before it launches the runs
                 instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))

@@ -15,6 +15,7 @@ from s3_archive.cli import main
 from s3_archive.config.settings import parse_settings
 from s3_archive.definitions import build_defs, load_defs
 from s3_archive.defs.archive.discovery import DISCOVERY_SENSOR, build_topic_discovery_sensor
+from s3_archive.defs.webserver import WebserverResource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.paths import topic_state_file
 from s3_archive.io.topic_state import read_known_topics, refresh_topics
@@ -108,12 +109,16 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
 
     # The sensor does the same with the code location's kafka resource.
     b = create_topic(kafka, f"pat-{unique}.b")
-    sensor = build_topic_discovery_sensor(parse_settings(config(services, unique)))
+    # Loaded as definitions would be before the refresh: the fixed topic, and the pattern's first topic.
+    sensor = build_topic_discovery_sensor(parse_settings(config(services, unique)),
+                                          {"fixed": [f"fixed-{unique}"], "pat": [a]})
     assert sensor.name == DISCOVERY_SENSOR and sensor.default_status == dg.DefaultSensorStatus.RUNNING
-    with dg.build_sensor_context(resources={"kafka": kafka}) as context:
+    with dg.build_sensor_context(resources={"kafka": kafka, "webserver": WebserverResource()}) as context:
         skip = sensor(context)
-    assert skip.skip_message == f"new topics: archive 'pat': {b}; reload the code location (Deployment → Reload) " \
-                                "to archive them"
+    # No webserver to reload through ($S3_ARCHIVE_DAGSTER_URL unset): a person must, and the next tick tries again.
+    assert skip.skip_message == f"new topics: archive 'pat': {b}; not loaded yet: archive 'pat': {b}; " \
+                                "$S3_ARCHIVE_DAGSTER_URL is not set, so reload the code location (Deployment → " \
+                                "Reload) to archive them (the next tick tries again)"
     assert read_known_topics(state) == {"pat": [a, b]}
 
     # A topic deleted from Kafka stays known: its windows, manifests and lifecycle rules must not vanish.
@@ -128,7 +133,8 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
         c = create_topic(kafka, f"pat-{unique}.c")
         assert main(["refresh-topics", "--config", str(path)]) == 1
         assert "the known topics are unchanged" in capsys.readouterr().err
-        with dg.build_sensor_context(resources={"kafka": KafkaResource(bootstrap_servers=address, timeout_s=2)}) \
+        with dg.build_sensor_context(resources={"kafka": KafkaResource(bootstrap_servers=address, timeout_s=2),
+                                                "webserver": WebserverResource()}) \
                 as context, pytest.raises(KafkaUnavailable):
             sensor(context)
     assert read_known_topics(state) == {"pat": [a, b]}

@@ -85,7 +85,8 @@ def test_json_schema_shape_checked_at_load():
 def test_unknown_decoding_and_policy_name_allowed_values():
     msg = err(value_decoding={"type": "thrift"})
     assert "'bytes'" in msg and "'utf8'" in msg and "'json'" in msg and "'avro'" in msg and "'json_schema'" in msg
-    assert "'dead_letter'" in err(value_decoding={"on_error": "skip"})
+    assert "'dead_letter'" in err(value_decoding={"on_error": "drop"}) and "'skip'" in err(
+        value_decoding={"on_error": "drop"})
 
 
 def test_bytes_format_has_no_rotation():
@@ -115,3 +116,27 @@ def test_parse_ddl_fields(ddl, names):
 ])
 def test_variant_schema_to_ddl(schema, ddl):
     assert variant_schema_to_ddl(schema) == ddl
+
+
+def test_error_policies_fit_together():
+    field_layout = {"template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}",
+                    "partition_by": [{"kind": "value", "field": "region"}]}
+    assert cfg(layout={**field_layout, "on_missing": "skip"}).layout.missing_segments == (0,)
+    assert "never lacks a value" in err(layout={"on_missing": "skip"})
+    assert "no record becomes a dead letter" in err(dead_letter_topic="dlq")
+    assert cfg(value_decoding={"type": "utf8", "on_error": "dead_letter"},
+               dead_letter_topic="{topic}.dlq").dead_letter_topic_for("orders") == "orders.dlq"
+    assert "not a valid Kafka topic name" in err(value_decoding={"type": "utf8", "on_error": "dead_letter"},
+                                                 dead_letter_topic="bad topic")
+    assert "does not apply to format 'iceberg'" in err(format="iceberg",
+                                                      value_decoding={"type": "json", "on_error": "skip"})
+
+
+def test_retries_freshness_and_consumer_group_are_checked():
+    assert "retries.max" in err(retries={"max": 11}) and "retries.backoff_seconds" in err(
+        retries={"backoff_seconds": -1})
+    assert "not a usable Kafka consumer group id" in err(consumer_group="has space")
+    assert cfg().group_id == "s3-archive.a" and cfg(consumer_group="lag").group_id == "lag"
+    assert cfg(consumer_group_offsets=False).group_id is None
+    assert "freshness_factor" in err(freshness_factor=0.5) and "sensor_interval_seconds" in err(
+        sensor_interval_seconds=1)

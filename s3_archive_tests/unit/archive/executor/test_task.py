@@ -228,3 +228,28 @@ def test_columns_the_task_derives_give_the_same_bytes_and_statistics_as_columns_
     assert (stats["min_timestamp_ms"], stats["max_timestamp_ms"], stats["records"]) == \
         (1_700_000_000_003, 1_700_000_000_011, 6)
     assert json.loads(stats["absent"]) == [[6, 7], [9, 11]]
+
+
+@pytest.mark.parametrize("policy", ["skip", "fail", "bucket"])
+def test_records_the_layout_cannot_place_are_skipped_counted_or_fail_the_slice(policy):
+    layout = OutputLayout.model_validate({
+        "template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}",
+        "partition_by": [{"kind": "kafka_partition", "hive": False}, {"kind": "value", "field": "r", "hive": False}],
+        "on_missing": policy})
+    window = OffsetWindow(0, 0, 6)
+    buckets = ["0/(null)", "0/(null)", "0/eu", "0/eu", "0/%28null%29", "0/us"]  # of the offsets in `order`
+    order = [0, 4, 5, 1, 2, 3]
+    job = _job(window, layout=layout, bucketed=True, on_missing=policy,
+               missing_segments=layout.missing_segments if policy != "bucket" else ())
+    rows = _run(job, _batches(order, [10] * 6, [3], buckets))
+    [stats] = [r for r in rows if r["kind"] == "slice"]
+    written = sorted(json.loads(line)["o"] for body in FakeUpload.store.values() for line in body.decode().splitlines())
+    assert stats["records"] == 6 and json.loads(stats["absent"]) == []
+    if policy == "bucket":
+        assert written == list(range(6)) and stats["unplaceable"] == 0
+    elif policy == "skip":
+        # A real "(null)" value is escaped (%28null%29): it is placed.
+        assert written == [1, 2, 3, 5] and (stats["unplaceable"], stats["skipped"]) == (2, 2)
+        assert stats["first_unplaceable_offset"] == 0
+    else:
+        assert stats["unplaceable"] == 2 and not [r for r in rows if r["kind"] == "object"]
