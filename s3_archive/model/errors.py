@@ -35,6 +35,10 @@ class S3Unavailable(UserError, RuntimeError):
     """The bucket is missing, unreachable, or the credentials are refused."""
 
 
+class ConditionalWritesUnsupported(UserError, RuntimeError):
+    """The S3 store ignores a conditional request the exactly-once commit relies on (io/store_probe.py)."""
+
+
 class InvalidForeignObject(UserError, ValueError):
     """An object of a foreign archive whose name or contents do not fit its configured layout."""
 
