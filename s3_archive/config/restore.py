@@ -32,6 +32,8 @@ class RestoreTarget(StrictModel):
     from_offset: int | None = Field(default=None, ge=0)
     to_offset: int | None = Field(default=None, ge=0)
     transaction_records: int = Field(default=50_000, ge=1)
+    broker_outage_seconds: float = Field(default=60.0, ge=0, le=3600, description="how long a run keeps "
+                                         "re-initialising its producer after the target cluster became unreachable")
     dry_run: bool = Field(default=False, description="a preview target: every run only plans (counts), "
                                                      "whatever the run config says")
     wait_for_cold_seconds: int = Field(default=0, ge=0)
