@@ -12,6 +12,7 @@ mode to fall back to.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections.abc import Callable
@@ -85,13 +86,22 @@ def probe_conditional_writes(s3: S3Client, bucket: str, prefix: str) -> list[str
     def put(body: bytes, **condition: str) -> Any:
         return s3.put_object(Bucket=bucket, Key=key, Body=body, **condition)
 
-    put(b"1", IfNoneMatch="*")
+    def put_applied(body: bytes, **condition: str) -> None:
+        """A PUT that must succeed; a 412 whose object holds `body` is our own PUT whose answer was lost (and
+        retried by the SDK)."""
+        try:
+            put(body, **condition)
+        except ClientError as e:
+            if error_code(e) not in _REFUSED or s3.head_object(Bucket=bucket, Key=key)["ETag"] != _md5_etag(body):
+                raise
+
+    put_applied(b"1", IfNoneMatch="*")  # a new random key: nothing can be there
     try:
         must_refuse("PutObject with If-None-Match: * on an existing key", lambda: put(b"2", IfNoneMatch="*"))
         must_refuse("PutObject with If-Match of another ETag", lambda: put(b"3", IfMatch=_OTHER_ETAG))
         etag = s3.head_object(Bucket=bucket, Key=key)["ETag"]  # the probes above may have replaced it
         try:
-            put(b"4", IfMatch=etag)
+            put_applied(b"4", IfMatch=etag)
         except ClientError as e:
             missing.append(f"PutObject with If-Match of the object's own ETag: the store answered "
                            f"{error_code(e) or e}, where it must replace the object")
@@ -113,6 +123,21 @@ def probe_conditional_writes(s3: S3Client, bucket: str, prefix: str) -> list[str
     return missing
 
 
+def _remove(s3: S3Client, bucket: str, key: str) -> None:
+    """The probe's object and any upload of it left open (a create whose answer was lost, retried by the SDK)."""
+    for u in s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []):
+        _abort(s3, bucket, u["Key"], u["UploadId"])
+    try:
+        s3.delete_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if error_code(e) not in _MISSING:
+            raise
+
+
+def _md5_etag(body: bytes) -> str:
+    return f'"{hashlib.md5(body).hexdigest()}"'
+
+
 def _exists(s3: S3Client, bucket: str, key: str) -> bool:
     try:
         s3.head_object(Bucket=bucket, Key=key)
@@ -128,12 +153,4 @@ def _abort(s3: S3Client, bucket: str, key: str, upload: str) -> None:
         s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
     except ClientError as e:
         if error_code(e) not in _NO_UPLOAD:
-            raise
-
-
-def _remove(s3: S3Client, bucket: str, key: str) -> None:
-    try:
-        s3.delete_object(Bucket=bucket, Key=key)
-    except ClientError as e:
-        if error_code(e) not in _MISSING:
             raise
