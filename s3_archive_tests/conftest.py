@@ -238,6 +238,17 @@ def versitygw(services: Services, tmp_path_factory: pytest.TempPathFactory) -> I
         gateway.stop()
 
 
+@pytest.fixture(scope="session")
+def versitygw_fault_proxy(versitygw: Store, services: Services) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of versitygw (no faults until a test sets rules)."""
+    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw.s3_endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 @pytest.fixture(params=["moto", "versitygw"])
 def store(request: pytest.FixtureRequest, services: Services) -> Store:
     """Each S3 server in turn: the tests of the commit protocol run against both."""
