@@ -1,7 +1,8 @@
 """Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession; and,
 started only by the tests that ask for them, one SASL_SSL broker with one HTTPS moto server (`secure_services`, for
-the tests of secured connections), one PostgreSQL server, and Schema Registries (Apicurio; `schema_registry`, and a
-second one, `target_registry`, for restores into another registry).
+the tests of secured connections), one PostgreSQL server, Schema Registries (Apicurio; `schema_registry`, and a
+second one, `target_registry`, for restores into another registry), and versitygw, a second real S3 server
+(`store`: the commit protocol's tests run against moto and against it).
 
 Integration tests share them and isolate themselves by topic name, S3 prefix and database.
 
@@ -33,6 +34,7 @@ from s3_archive.local.processes import write_private
 from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.stack import create_bucket
 from s3_archive.local.tls import server_tls
+from s3_archive.local.versitygw import VersityGateway
 from s3_archive_tests.credentials import TEST_AWS
 
 BUCKET = "s3-archive-test"
@@ -225,6 +227,58 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Schema
 def target_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
     """A second, empty Schema Registry: the registry of a restore's target cluster."""
     yield from _registry(tmp_path_factory.mktemp("target-registry"))
+
+
+@dataclass
+class Store:
+    """An S3 server with the session's test bucket: `bootstrap_servers`, `s3_endpoint_url` and `bucket` as
+    `Services` has them, so helpers taking services take a store too."""
+
+    name: str
+    bootstrap_servers: str
+    s3_endpoint_url: str
+    bucket: str
+
+    def client(self):
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                            aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"],
+                            config=Config(s3={"addressing_style": "path"}))
+
+
+@pytest.fixture(scope="session")
+def versitygw(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """versitygw over a temporary directory, started on first use, stopped by PID."""
+    gateway = VersityGateway(tmp_path_factory.mktemp("versitygw"), TEST_AWS["AWS_ACCESS_KEY_ID"],
+                             TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+    gateway.start()
+    try:
+        store = Store("versitygw", services.bootstrap_servers, gateway.endpoint_url, BUCKET)
+        store.client().create_bucket(Bucket=BUCKET)
+        yield store
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def versitygw_fault_proxy(versitygw: Store, services: Services) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of versitygw (no faults until a test sets rules)."""
+    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw.s3_endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture(params=["moto", "versitygw"])
+def store(request: pytest.FixtureRequest, services: Services) -> Store:
+    """Each S3 server in turn: the tests of the commit protocol run against both."""
+    if request.param == "moto":
+        return Store("moto", services.bootstrap_servers, services.s3_endpoint_url, services.bucket)
+    return request.getfixturevalue("versitygw")
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,11 @@ class ForeignSource(BaseModel):
     line_separator: str | None = Field(
         default=None, description="bytes: separator between raw values (confluent: format.bytearray.separator, "
                                   "default newline); aiven: none, an object is one value")
+    error_tolerance: Literal["none", "skip"] = Field(
+        default="none", description="skip: an object whose records cannot be read is skipped (listed in the run's "
+                                    "metadata) and the run goes on; none: it fails the run")
+    follow_target_topic: str | None = Field(
+        default=None, description="a sensor restores the objects the sink adds into this existing topic")
     # Cold storage: what the restore does with GLACIER / DEEP_ARCHIVE objects.
     cold_restore_days: int = Field(default=7, ge=1, description="RestoreObject Days")
     cold_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
@@ -53,10 +58,10 @@ class ForeignSource(BaseModel):
             raise ValueError(f"must match [a-z][a-z0-9_]{{0,62}} (lowercase letters, digits, _), got {v!r}")
         return v
 
-    @field_validator("topic")
+    @field_validator("topic", "follow_target_topic")
     @classmethod
-    def _topic(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", v) or v in (".", ".."):
+    def _topic(cls, v: str | None) -> str | None:
+        if v is not None and (not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", v) or v in (".", "..")):
             raise ValueError(f"not a valid Kafka topic name: {v!r} (allowed: 1-249 of a-z A-Z 0-9 . _ -)")
         return v
 
@@ -64,6 +69,9 @@ class ForeignSource(BaseModel):
     def _check(self) -> ForeignSource:
         if self.prefix is not None and self.prefix.startswith("/"):
             raise ValueError(f"prefix must not start with '/', got {self.prefix!r}")
+        if self.follow_target_topic == self.topic:
+            raise ValueError(f"follow_target_topic is the archived topic {self.topic!r} itself: following would "
+                             "append every record again")
         if len(set(self.fields)) != len(self.fields):
             raise ValueError(f"fields lists a field twice: {self.fields}")
         if self.layout == "confluent":

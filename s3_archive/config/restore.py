@@ -32,8 +32,12 @@ class RestoreTarget(StrictModel):
     from_offset: int | None = Field(default=None, ge=0)
     to_offset: int | None = Field(default=None, ge=0)
     transaction_records: int = Field(default=50_000, ge=1)
+    broker_outage_seconds: float = Field(default=60.0, ge=0, le=3600, description="how long a run keeps "
+                                         "re-initialising its producer after the target cluster became unreachable")
     dry_run: bool = Field(default=False, description="a preview target: every run only plans (counts), "
                                                      "whatever the run config says")
+    mode: Literal["manual", "follow"] = Field(default="manual", description="follow: a sensor restores each window "
+                                              "as soon as the archive commits it")
     wait_for_cold_seconds: int = Field(default=0, ge=0)
     cold_restore_days: int = Field(default=7, ge=1)
     cold_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
@@ -60,6 +64,9 @@ class RestoreTarget(StrictModel):
     def _ranges(self) -> RestoreTarget:
         if self.partition_mapping == "map" and not self.partition_map:
             raise ValueError("partition_mapping 'map' needs partition_map {source partition: target partition}")
+        if self.mode == "follow" and self.dry_run:
+            raise ValueError("mode 'follow' restores what the archive commits; a dry_run target only plans: use one "
+                             "or the other")
         if self.partition_mapping != "map" and self.partition_map:
             raise ValueError(f"partition_map is only used with partition_mapping 'map', not "
                              f"{self.partition_mapping!r}")

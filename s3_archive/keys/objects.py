@@ -5,6 +5,7 @@
     <prefix>_staging/<topic>/<window key>/<attempt>/                              one attempt's Spark output
     <prefix>_dead_letter/<topic>/kafka_partition=<p>/<same name as data>.parquet  undecodable records (raw)
     <prefix>_schemas/<sha256>.json                                                Schema Registry schemas used
+    <prefix>_store_probe/<random hex>                                             the store check's object, for a moment
     format bytes: <topic>+<p>+<start>-<end>+<offset:019d>.bin, one object per record
 
 The default layout is the template `{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-
@@ -29,12 +30,19 @@ MANIFESTS = "_manifests"
 STAGING = "_staging"
 DEAD_LETTER = "_dead_letter"
 SCHEMAS = "_schemas"
+STORE_PROBE = "_store_probe"  # io/store_probe.py: one object for a moment, removed again
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
 
 
 def schema_key(prefix: str, sha256: str) -> str:
     """A Schema Registry schema that windows used, named by its content's hash: written once, shared by windows."""
     return f"{prefix}{SCHEMAS}/{sha256}.json"
+
+
+def store_probe_key(prefix: str, token: str) -> str:
+    """The object the store check (io/store_probe.py) writes and removes: under the archive's prefix, so the
+    least-privilege policy covers it, and beside no topic's objects."""
+    return f"{prefix}{STORE_PROBE}/{token}"
 
 
 def partition_dir(prefix: str, topic: str, partition: int) -> str:

@@ -1,7 +1,9 @@
 """An S3 fault proxy: a small HTTP proxy in front of an S3 endpoint (the moto server) that, for a seeded share of
 requests, answers `503 SlowDown` or `500 InternalError` (S3's XML error bodies) or drops the connection — before
 forwarding, or after the server processed the request but before the client sees its answer (`lost`: the 200 is
-lost, the request took effect). Tests, bench/ and scripts/ point boto3 (and s3a) at `FaultProxy.endpoint_url`.
+lost, the request took effect); or it forwards a request without its `If-None-Match` / `If-Match` headers
+(`ignore_conditions`: a store that ignores conditional writes, which the store check must refuse). Tests, bench/
+and scripts/ point boto3 (and s3a) at `FaultProxy.endpoint_url`.
 
 It runs as a child process (`python -m s3_archive.local.fault_proxy`), started and stopped by PID like the other
 servers of the local stack: Spark's executors, a restore subprocess and the test process all reach it the same way,
@@ -36,7 +38,9 @@ from urllib.parse import parse_qsl, urlsplit
 from s3_archive.local.processes import ensure_port_free, free_port, spawn, stop_pid, wait_until
 
 CONTROL = "/__fault_proxy__"
-KINDS = ("slowdown", "internal", "reset", "lost")
+KINDS = ("slowdown", "internal", "reset", "lost")  # the faults (`mixed` splits a share over them)
+IGNORE_CONDITIONS = "ignore_conditions"
+_CONDITIONS = {"if-none-match", "if-match"}
 _ERRORS = {"slowdown": (503, "SlowDown", "Please reduce your request rate."),
            "internal": (500, "InternalError", "We encountered an internal error. Please try again.")}
 # Hop-by-hop headers: this proxy owns its two connections (and answers Expect: 100-continue itself).
@@ -56,8 +60,8 @@ class FaultRule:
     times: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"fault kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind not in (*KINDS, IGNORE_CONDITIONS):
+            raise ValueError(f"fault kind {self.kind!r} is not one of {', '.join((*KINDS, IGNORE_CONDITIONS))}")
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"fault share {self.share} must be between 0 and 1")
 
@@ -191,18 +195,20 @@ class _Handler(BaseHTTPRequestHandler):
             state.count_fault(kind, self.command, query, self.headers)
             self._drop()
             return
-        status, headers, answer = self._forward(body)
+        if kind == IGNORE_CONDITIONS and any(h.lower() in _CONDITIONS for h in self.headers):
+            state.count_fault(kind, self.command, query, self.headers)
+        status, headers, answer = self._forward(body, drop=_CONDITIONS if kind == IGNORE_CONDITIONS else set())
         if kind == "lost" and 200 <= status < 300:
             state.count_fault(kind, self.command, query, self.headers)
             self._drop()  # the server did it; the client never hears so
             return
         self._reply(status, headers, answer)
 
-    def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _forward(self, body: bytes, drop: set[str]) -> tuple[int, list[tuple[str, str]], bytes]:
         host, port = self.server.upstream
         conn = http.client.HTTPConnection(host, port, timeout=300)
         try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() not in drop}
             headers["Content-Length"] = str(len(body))
             if self.command in ("GET", "HEAD", "DELETE") and not body:
                 headers.pop("Content-Length")

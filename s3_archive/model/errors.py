@@ -43,6 +43,10 @@ class S3Refused(S3Unavailable):
     """The bucket is missing or S3 refuses the credentials: retrying does not help."""
 
 
+class ConditionalWritesUnsupported(UserError, RuntimeError):
+    """The S3 store ignores a conditional request the exactly-once commit relies on (io/store_probe.py)."""
+
+
 class InvalidForeignObject(UserError, ValueError):
     """An object of a foreign archive whose name or contents do not fit its configured layout."""
 

@@ -9,6 +9,7 @@ same object always gives the same offsets and the ledger makes a re-run restore 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -154,18 +155,38 @@ def _get(s3: S3Client, bucket: str, o: ListedObject) -> bytes:
     return data
 
 
-def window_source(s3: S3Client, source: ForeignSource, fw: ForeignWindow) -> WindowSource:
+# What `error_tolerance: skip` skips: an object whose bytes do not read as the source's layout and format.
+UNREADABLE = (InvalidForeignObject, ValueError, KeyError, TypeError, EOFError, OSError, zlib.error)
+
+
+def window_source(s3: S3Client, source: ForeignSource, fw: ForeignWindow,
+                  skipped: dict[str, str] | None = None) -> WindowSource:
+    """`skipped` (error_tolerance: skip): an object whose records cannot be read is read whole before any record
+    is produced, and on an error recorded there (key -> error) with no record: the restore moves past it."""
     decoder = Decoder(source)
     what = f"s3://{source.bucket}/{fw.obj.key}"
 
+    def decoded(values_data: bytes, keys_data: bytes | None) -> Iterator[ArchivedRecord]:
+        values = decoder.decode(decompress(values_data, source.compression), what)
+        keys = None
+        if keys_data is not None:
+            keys = decoder.decode(decompress(keys_data, source.compression),
+                                  f"s3://{source.bucket}/{fw.keys_obj.key}")  # type: ignore[union-attr]
+        return numbered(with_keys(values, keys, what), fw.window, what, ArchivedRecord)
+
     def records() -> Iterator[ArchivedRecord]:
         # One object in memory at a time (sink objects are flush-sized).
-        values = decoder.decode(decompress(_get(s3, source.bucket, fw.obj), source.compression), what)
-        keys = None
-        if fw.keys_obj is not None:
-            keys = decoder.decode(decompress(_get(s3, source.bucket, fw.keys_obj), source.compression),
-                                  f"s3://{source.bucket}/{fw.keys_obj.key}")
-        yield from numbered(with_keys(values, keys, what), fw.window, what, ArchivedRecord)
+        values_data = _get(s3, source.bucket, fw.obj)
+        keys_data = _get(s3, source.bucket, fw.keys_obj) if fw.keys_obj is not None else None
+        if skipped is None:
+            yield from decoded(values_data, keys_data)
+            return
+        try:
+            got = list(decoded(values_data, keys_data))
+        except UNREADABLE as e:
+            skipped[fw.obj.key] = f"{type(e).__name__}: {e}"
+            return
+        yield from got
 
     return WindowSource(fw.window, lambda: batches_of(records(), PARQUET_BATCH), open_end=fw.open_end, objects=1)
 
@@ -196,10 +217,12 @@ def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, r
                     wait_for_cold_seconds: float = 0.0, fault: Fault = no_fault,
                     cold_poll_seconds: float = 10.0, cold_restore_days: int | None = None,
                     cold_restore_tier: str | None = None, planned: Plan | None = None,
-                    ) -> Iterator[WindowReport | ColdReport]:
+                    skipped: dict[str, str] | None = None) -> Iterator[WindowReport | ColdReport]:
     """Restore every object of `source` (those the offset filter can match), in (partition, offset) order.
     Yields the cold-storage report first, then each window's report. `planned`: the source's `discover`ed plan
-    (else it is listed here); its ignored objects are logged, those with out-of-range names as warnings."""
+    (else it is listed here); its ignored objects are logged, those with out-of-range names as warnings.
+    `skipped`: with the source's `error_tolerance: skip`, the objects skipped as unreadable are put there (key ->
+    error) and logged as warnings."""
     if request.source_topic != source.topic:
         raise InvalidRestore(f"request is for topic {request.source_topic!r}, source {source.name!r} holds "
                              f"{source.topic!r}")
@@ -218,4 +241,9 @@ def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, r
     wanted = [fw for fw in p.windows if request.filters.offset_scope(fw.window) is not None]
     yield prepare_cold(s3, source, wanted, wait_for_cold_seconds, log, cold_poll_seconds, cold_restore_days,
                        cold_restore_tier)
-    yield from restore_sources(kafka, request, [window_source(s3, source, fw) for fw in wanted], log, fault)
+    if source.error_tolerance == "skip" and skipped is None:
+        skipped = {}
+    before = set(skipped or {})
+    yield from restore_sources(kafka, request, [window_source(s3, source, fw, skipped) for fw in wanted], log, fault)
+    for key in [k for k in skipped or {} if k not in before]:
+        log.warning(f"{source.name}: skipped s3://{source.bucket}/{key} (error_tolerance: skip): {skipped[key]}")

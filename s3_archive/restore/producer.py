@@ -32,6 +32,17 @@ _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATO
 
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+# What the cluster answers, or the client concludes, while a broker is down or restarting.
+_UNREACHABLE = frozenset(getattr(KafkaError, name) for name in (
+    "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_MSG_TIMED_OUT", "_TIMED_OUT_QUEUE", "REQUEST_TIMED_OUT",
+    "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "LEADER_NOT_AVAILABLE",
+    "NOT_LEADER_FOR_PARTITION", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "CONCURRENT_TRANSACTIONS",
+) if hasattr(KafkaError, name))
+
+
+class CoordinatorUnreachable(RestoreFailed):
+    """The cluster did not answer a transactional call (or took no records) in time: the run may ride it out
+    (restore/run.py, `broker_outage_seconds`)."""
 
 
 def _ledger_busy(e: BaseException) -> bool:
@@ -118,8 +129,11 @@ class Producer:
             # Aborts a transaction a crashed run left open, and fences that run's producer.
             self._call(self.producer.init_transactions)
         except KafkaException as e:
-            raise RestoreFailed(f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. "
-                                "Does the target cluster allow transactions (transaction.state.log.*)?") from None
+            err = _kafka_error(e)
+            unreachable = err is not None and (err.retriable() or err.code() in _UNREACHABLE)
+            raise (CoordinatorUnreachable if unreachable else RestoreFailed)(
+                f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. Does the target "
+                "cluster allow transactions (transaction.state.log.*)?") from None
 
     def failed(self, what: str, e: KafkaException) -> RestoreFailed:
         err = _kafka_error(e)
@@ -135,6 +149,8 @@ class Producer:
             return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
                                  f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
                                  f"stopped, and its open transaction is aborted. Kafka said: {e}")
+        if code in _UNREACHABLE or (err is not None and code != KafkaError._FATAL and err.retriable()):
+            return CoordinatorUnreachable(f"{what} {self.request.target_topic!r} failed: {e}")
         return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
 
     def _call(self, fn: Any, *args: Any) -> Any:
@@ -144,7 +160,7 @@ class Producer:
         try:
             return call_with_deadline(fn, *args, self.timeout, deadline_s=self.deadline, what=name)
         except DeadlineExceeded:
-            raise RestoreFailed(
+            raise CoordinatorUnreachable(
                 f"{name} for transactional.id {self.request.ledger_id!r} did not return within {self.deadline:.0f}s "
                 f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
                 f"{self.who} is unreachable (is the broker down or restarting?). The run stopped; the open "
@@ -175,7 +191,7 @@ class Producer:
                     return
                 except BufferError:  # the local queue is full: let it drain
                     if time.monotonic() - full_since > self.deadline:
-                        raise RestoreFailed(
+                        raise CoordinatorUnreachable(
                             f"the producer's queue for {self.request.target_topic!r} (transactional.id "
                             f"{self.request.ledger_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
                             "records (is the broker down or restarting?). The run stopped; the open transaction "

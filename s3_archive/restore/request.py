@@ -25,6 +25,8 @@ PROVENANCE_OFFSET = "s3archive.source.offset"
 DEFAULT_TRANSACTION_RECORDS = 50_000
 # Commit at least this often (besides every `transaction_records`); the producer's transaction.timeout.ms is 5 min.
 TRANSACTION_SECONDS = 20.0
+# How long a run keeps re-initialising its producer after it found the target cluster unreachable (restore/run.py).
+DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
 
 
 def no_fault(step: str) -> None:
@@ -108,6 +110,7 @@ class RestoreRequest:
     dry_run: bool = False
     allow_source_topic: bool = False
     transaction_records: int = DEFAULT_TRANSACTION_RECORDS
+    broker_outage_seconds: float = DEFAULT_BROKER_OUTAGE_SECONDS
 
     def __post_init__(self) -> None:
         if not self.target_topic:
@@ -118,6 +121,8 @@ class RestoreRequest:
                 "record again. Set allow_source_topic: true to do that on purpose, or restore into another topic")
         if self.transaction_records < 1:
             raise InvalidRestore(f"transaction_records must be >= 1, got {self.transaction_records}")
+        if not 0 <= self.broker_outage_seconds <= 3600:
+            raise InvalidRestore(f"broker_outage_seconds must be between 0 and 3600, got {self.broker_outage_seconds}")
 
     @property
     def ledger_id(self) -> str:

@@ -27,12 +27,13 @@ from confluent_kafka import KafkaException
 
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
+from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
 from s3_archive.restore.ledger import RangeSet
-from s3_archive.restore.producer import LedgerStore, Producer
+from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
     PROVENANCE_PARTITION,
@@ -142,9 +143,7 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
                  f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
                  + (" [dry run]" if request.dry_run else ""))
         with older_objects_frozen():
-            for src in srcs:
-                yield from run.window(src)
-            yield from run.finish()
+            yield from run.restore(kafka, srcs, log)
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
@@ -218,6 +217,7 @@ class RestoreRun:
         # next commit of the same source partition, so the ledger's ranges stay merged.
         self.unrecorded: dict[int, RangeSet] = {}
         self.committed = 0  # transactions committed by this run
+        self.outages = 0  # times this run re-initialised its producer after the cluster was unreachable
         self.produced = 0  # records produced by this run
         # The open transaction: its source partition, the source offsets it covers so far (records produced,
         # plus skipped, filtered and absent offsets of windows done), its record count and start time.
@@ -227,6 +227,58 @@ class RestoreRun:
         self.txn_t0 = 0.0
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
         self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
+
+    def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Any) -> Iterator[WindowReport]:
+        """Restore `srcs` in order, riding out an unreachable cluster: when a transactional call does not return
+        in time (or the producer's queue stays full), the windows not reported yet are restored again by a new
+        producer from the ledger (`reopen`), for up to `broker_outage_seconds` after the cluster was found
+        unreachable; past that the run fails with the error that stopped it."""
+        reported: set[OffsetWindow] = set()
+        first: CoordinatorUnreachable | None = None
+        since = 0.0
+        while True:
+            try:
+                for src in srcs:
+                    if src.window not in reported:
+                        for rep in self.window(src):
+                            reported.add(rep.window)
+                            first = None  # progress: a later outage gets the whole bound again
+                            yield rep
+                for rep in self.finish():
+                    reported.add(rep.window)
+                    yield rep
+                return
+            except CoordinatorUnreachable as e:
+                if first is None:
+                    first, since = e, time.monotonic()
+                self.reopen(kafka, first, since, log)
+
+    def reopen(self, kafka: KafkaResource, first: CoordinatorUnreachable, since: float, log: Any) -> None:
+        """A new producer of the same transactional.id, whose init_transactions aborts the open transaction (or
+        completes one whose commit reached the coordinator) and fences the old producer (which a stuck call may
+        still hold); then the ledger as committed. Tried until the cluster answers, for at most
+        `broker_outage_seconds` after `since`; past that, `first` (the error that stopped the run) is raised."""
+        bound = self.request.broker_outage_seconds
+        last: Exception = first
+        while (left := bound - (time.monotonic() - since)) > 0:
+            log.warning(f"restore {self.request.ledger_id}: the target cluster is unreachable ({last}); "
+                        f"re-initialising the producer to resume from the ledger ({left:.0f}s of "
+                        "broker_outage_seconds left)")
+            try:
+                self.producer = None  # dropped: a call stuck in it keeps it alive until the new one fences it
+                self.producer = Producer(kafka, self.request)
+                self.ledger = self.ledger_store.read()
+            except RestoreFailed as e:  # still unreachable, or answering too slowly
+                last = e
+                time.sleep(min(1.0, left))
+                continue
+            self.txn_sp, self.txn_ranges, self.txn_records, self.waiting = None, RangeSet(), 0, []
+            self.outages += 1
+            log.info(f"restore {self.request.ledger_id}: the target cluster answers again; resuming from the "
+                     f"ledger ({sum(rs.size() for rs in self.ledger.values())} source offsets restored)")
+            return
+        raise RestoreFailed(f"{first}; the target cluster stayed unreachable for {bound:g}s more "
+                            "(broker_outage_seconds), so the run gave up") from None
 
     def close(self, log: Any) -> None:
         """After a failure: abort the open transaction (if any), close the ledger's consumer."""

@@ -22,7 +22,7 @@ import pytest
 
 from s3_archive.catalog.tables import table_name
 from s3_archive.config.catalog import DEFAULT_DATABASE
-from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.metadata import PLOT_KEYS
 from s3_archive.local.fault_proxy import FaultRule
 from s3_archive.local.processes import free_port
@@ -59,6 +59,11 @@ def restore_source() -> str:
 
 def outage_topic() -> str:
     return f"e2e-outage-{os.getpid()}"
+
+
+def follow_source() -> str:
+    """The source topic of the e2e archive with a `mode: follow` restore target (windows committed by hand)."""
+    return f"e2e-fw-{os.getpid()}"
 
 
 DISCOVERY_S = 10  # the test instance's topic discovery interval
@@ -98,6 +103,8 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
     create_topic(kafka, f"{pattern}.a")
     create_topic(kafka, restore_source(), partitions=2)
     create_topic(kafka, outage_topic(), partitions=2)
+    create_topic(kafka, follow_source(), partitions=2)
+    create_topic(kafka, f"{follow_source()}.mirror", partitions=2)
     config = root / "archives.yaml"
     config.write_text(json.dumps({"topic_discovery": {"interval_seconds": DISCOVERY_S}, "archives": [
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
@@ -113,6 +120,10 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         # A restore the UI launches over selected windows with no run config.
         {"name": "e2e_restore", "topics": [restore_source()], "bucket": services.bucket, "prefix": "e2e-restore/",
          "format": "jsonl", "restore_targets": [{"name": "ui", "target_topic": "{topic}.ui"}]},
+        # A restore that follows the archive: its sensor runs from the start.
+        {"name": "e2e_follow", "topics": [follow_source()], "bucket": services.bucket, "prefix": "e2e-follow/",
+         "format": "jsonl", "restore_targets": [{"name": "mirror", "target_topic": "{topic}.mirror",
+                                                 "mode": "follow"}]},
     ]}))
     port = free_port()
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
@@ -343,3 +354,37 @@ def test_ui_launch_of_a_declared_restore_target_over_windows_with_no_run_config_
         kinds = {e["label"]: e["__typename"] for e in m["metadataEntries"]}
         assert {k: kinds[k] for k in PLOT_KEYS} == {k: "IntMetadataEntry" if t is int else "FloatMetadataEntry"
                                                     for k, t in PLOT_KEYS.items()}
+
+
+def test_a_follow_target_mirrors_each_new_window_byte_exact_with_no_manual_step(dagster_dev, kafka, s3, services):
+    """The daemon runs the follow sensor (on from the start): each window the archive commits is restored into the
+    target, in order, once. The windows are committed by hand (objects, manifest, the archive asset's
+    materialization, as an archive run reports it), in two rounds: the second lands while the sensor follows."""
+    url, home, *_ = dagster_dev
+    topic, ts = follow_source(), int(time.time() * 1000) - 60_000
+    target = f"{topic}.mirror"
+    rounds = [[OffsetWindow(0, 0, 20), OffsetWindow(1, 0, 20)], [OffsetWindow(0, 20, 45)]]
+    records: dict[OffsetWindow, list] = {}
+
+    for windows in rounds:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+            for w in windows:
+                records[w] = put_jsonl_window(s3, services.bucket, "e2e-follow/", topic, w, ts)
+                instance.report_runless_asset_event(dg.AssetMaterialization(archive_asset_key(topic),
+                                                                            partition=w.key))
+        expected = {p: [r for w in sorted(records) if w.partition == p for r in records[w]] for p in (0, 1)}
+        deadline = time.monotonic() + 240
+        while True:
+            got = consume_all(kafka, target)
+            if {p: len(got.get(p, [])) for p in (0, 1)} == {p: len(expected[p]) for p in (0, 1)}:
+                break
+            assert time.monotonic() < deadline, f"the follow sensor did not restore {windows} within 240 s"
+            time.sleep(3)
+        # Every record once, in order, byte for byte (key, value, timestamp).
+        assert {p: [(g.key, g.value, g.timestamp_ms) for g in got.get(p, [])] for p in (0, 1)} == expected
+
+    sensors = graphql(url, """{ sensorsOrError(repositorySelector: {repositoryLocationName: "s3_archive",
+        repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }""")
+    status = {s["name"]: s["sensorState"]["status"] for s in sensors["sensorsOrError"]["results"]}
+    assert status["restore_e2e_follow_mirror_follow"] == "RUNNING"

@@ -37,6 +37,7 @@ from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.registry_client import RegistryConnection
 from s3_archive.io.s3 import S3Client, read_manifest, verify_manifest
+from s3_archive.io.store_probe import ensure_conditional_writes
 from s3_archive.keys.objects import DEAD_LETTER
 from s3_archive.model.errors import (
     ArchiveIntegrityError,
@@ -187,6 +188,7 @@ def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archiv
     todo = [w for w in windows if w not in results]
     if not todo:
         return results
+    ensure_conditional_writes(s3, cfg.bucket, cfg.prefix)  # before anything is written: no weaker commit
 
     parts = sorted({w.partition for w in todo})
     earliest = kafka.offsets(topic, "earliest", parts)

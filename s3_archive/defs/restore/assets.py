@@ -13,6 +13,7 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_assets
+from s3_archive.defs.restore.sensors import build_follow_sensors, build_foreign_follow_sensors
 from s3_archive.defs.restore.targets import build_target_assets
 from s3_archive.defs.restore.window_restore import restore_asset_spec, restore_events
 from s3_archive.io.kafka import KafkaResource
@@ -54,7 +55,9 @@ def build_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
 
 
 def build_restore_defs(settings: Settings) -> dg.Definitions:
-    """The restore assets (ours: ad hoc and the declared `restore_targets`; `foreign_sources`); they use the
-    `kafka` and `s3` resources of the main definitions."""
+    """The restore assets (ours: ad hoc and the declared `restore_targets`; `foreign_sources`) and the follow
+    sensors of the targets with `mode: follow`; they use the `kafka` and `s3` resources of the main definitions."""
     return dg.Definitions(assets=[*build_restore_assets(settings), *build_target_assets(settings),
-                                  *build_foreign_restore_assets(settings)])
+                                  *build_foreign_restore_assets(settings)],
+                          sensors=[*build_follow_sensors(settings.archives),
+                                   *build_foreign_follow_sensors(settings.foreign_sources)])

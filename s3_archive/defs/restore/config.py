@@ -5,7 +5,12 @@ from pydantic import Field
 
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.restore.cold import ColdOptions
-from s3_archive.restore.request import DEFAULT_TRANSACTION_RECORDS, Filters, RestoreRequest
+from s3_archive.restore.request import (
+    DEFAULT_BROKER_OUTAGE_SECONDS,
+    DEFAULT_TRANSACTION_RECORDS,
+    Filters,
+    RestoreRequest,
+)
 from s3_archive.restore.routing import PartitionMapping
 
 
@@ -30,6 +35,9 @@ class RestoreConfig(dg.Config):
     transaction_records: int = Field(default=DEFAULT_TRANSACTION_RECORDS,
                                      description="records per Kafka transaction (at most; also committed every "
                                                  "20 s and when the next window is of another source partition)")
+    broker_outage_seconds: float = Field(
+        default=DEFAULT_BROKER_OUTAGE_SECONDS, description="when the target cluster becomes unreachable (a broker "
+        "restart), re-initialise the producer and resume from the ledger for up to this long; then fail")
     wait_for_cold_seconds: int = Field(
         default=0, ge=0, description="objects in GLACIER / DEEP_ARCHIVE: 0 = request RestoreObject, then fail "
                                      "with the count still pending; > 0 = request, then poll until they are "
@@ -50,6 +58,7 @@ class RestoreConfig(dg.Config):
             dry_run=self.dry_run,
             allow_source_topic=self.allow_source_topic,
             transaction_records=self.transaction_records,
+            broker_outage_seconds=self.broker_outage_seconds,
         )
 
     def cold(self) -> ColdOptions:

@@ -18,7 +18,7 @@ from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.restore.cold import ColdReport
-from s3_archive.restore.foreign_sources import discover, restore_foreign, shown_ignored
+from s3_archive.restore.foreign_sources import SHOWN_IGNORED, discover, restore_foreign, shown_ignored
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 
@@ -55,9 +55,11 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
             per_partition: dict[int, list[int]] = {}
             cold = ColdReport()
             planned = discover(client, source)
+            skipped: dict[str, str] = {}
             for rep in restore_foreign(kafka, client, source, request, context.log, config.wait_for_cold_seconds,
                                        cold_restore_days=config.cold_restore_days,
-                                       cold_restore_tier=config.cold_restore_tier, planned=planned):
+                                       cold_restore_tier=config.cold_restore_tier, planned=planned,
+                                       skipped=skipped if source.error_tolerance == "skip" else None):
                 if isinstance(rep, ColdReport):
                     cold = rep
                     continue
@@ -76,6 +78,9 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                     # Objects under the prefix not restored, and why (out-of-range names listed first).
                     "ignored_objects": len(planned.ignored),
                     "ignored": dg.MetadataValue.json(shown_ignored(planned)),
+                    # error_tolerance: skip: objects whose records could not be read, and why (the first 20).
+                    "skipped_objects": len(skipped),
+                    "skipped": dg.MetadataValue.json(dict(list(skipped.items())[:SHOWN_IGNORED])),
                     "per_target_partition": {str(p): {"records": r, "bytes": b}
                                              for p, (r, b) in sorted(per_partition.items())}}
             context.log.info(f"{'would restore' if request.dry_run else 'restored'} {totals['records_restored']} "

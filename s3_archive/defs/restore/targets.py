@@ -51,6 +51,7 @@ def target_request(t: RestoreTarget, topic: str, dry_run: bool = False) -> Resto
         dry_run=t.dry_run or dry_run,
         allow_source_topic=t.allow_source_topic,
         transaction_records=t.transaction_records,
+        broker_outage_seconds=t.broker_outage_seconds,
     )
 
 

@@ -75,12 +75,13 @@ def test_rematerializing_a_window_three_times_keeps_one_copy(kafka, s3, services
 
 
 @pytest.mark.parametrize("step", ["object:1", "written", "cleaned", "manifest_written"])
-def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, services, spark, unique, read_path):
+def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, store, spark, unique, read_path):
+    s3 = store.client()
     topic = create_topic(kafka, f"crash-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(50), [("i", str(i).encode())])
                                       for i in range(30)])
     # Three parts per window, so "object:1" stops the write task with one object written and two not.
-    cfg = archive_config(services.bucket, topic, f"crash/{unique}/", max_records_per_object=10, read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"crash/{unique}/", max_records_per_object=10, read_path=read_path)
     window = OffsetWindow(0, 0, 30)
 
     class Crash(Exception):
@@ -109,12 +110,13 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, s3, s
     assert staging_objects(s3, cfg, topic) == []
 
 
-def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, s3, services, spark, unique, read_path):
+def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, store, spark, unique, read_path):
     """The write task's Python worker is killed (SIGKILL) with a multipart upload open and a part uploaded; the
     re-run commits every record once and leaves no open upload and no stray object."""
+    s3 = store.client()
     topic = create_topic(kafka, f"killed-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(200_000), []) for i in range(60)])
-    cfg = archive_config(services.bucket, topic, f"killed/{unique}/", max_records_per_object=40, read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"killed/{unique}/", max_records_per_object=40, read_path=read_path)
     window = OffsetWindow(0, 0, 60)
     small_parts = {"multipart_threshold": 5 << 20, "part_size": 5 << 20}  # S3's smallest part: 5 MiB
 
@@ -132,11 +134,12 @@ def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, s3, serv
     assert not s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads")
 
 
-def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, services, spark, unique, read_path):
+def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, store, spark, unique, read_path):
+    s3 = store.client()
     topic = create_topic(kafka, f"orphan-{unique}")
     produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(20)])
     window = OffsetWindow(0, 0, 20)
-    cfg = archive_config(services.bucket, topic, f"orphan/{unique}/", read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"orphan/{unique}/", read_path=read_path)
     orphan = object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
     s3.put_object(Bucket=cfg.bucket, Key=orphan, Body=b"stale")
 
@@ -146,10 +149,11 @@ def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, s3, servic
     assert archived_records(s3, cfg, topic) == produced
 
 
-def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, s3, services, spark, unique, read_path):
+def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, store, spark, unique, read_path):
+    s3 = store.client()
     topic = create_topic(kafka, f"race-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(100), []) for i in range(500)])
-    cfg = archive_config(services.bucket, topic, f"race/{unique}/", max_records_per_object=200, read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"race/{unique}/", max_records_per_object=200, read_path=read_path)
     window = OffsetWindow(0, 0, 500)
     barrier = threading.Barrier(2)
     results, errors = [], []

@@ -2,7 +2,7 @@
 deployment runs them: each process starts its own Spark session (its own driver JVM), both wait at a barrier, then
 both materialize the archive asset over the same windows at the same moment, so their Spark jobs overlap. Exactly
 once lives in S3 (the manifest PUT with If-None-Match: *, docs/commit-protocol.md), not in Dagster's instance: each
-run has an ephemeral one."""
+run has an ephemeral one. Against moto and against versitygw (`store`)."""
 
 from __future__ import annotations
 
@@ -40,17 +40,17 @@ def _all_ready(runs: list[RunningJob], ready: list, timeout: float = 240.0) -> N
         time.sleep(0.05)
 
 
-def test_two_runs_of_the_same_windows_at_once_commit_each_window_exactly_once(kafka, s3, services, unique,
-                                                                              tmp_path):
+def test_two_runs_of_the_same_windows_at_once_commit_each_window_exactly_once(kafka, store, unique, tmp_path):
+    s3 = store.client()
     topic = create_topic(kafka, f"race-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, k, v, h) for i, (k, v, h) in enumerate(NASTY * 2)])
     # Several objects per window: more keys the two runs race for.
-    cfg = archive_config(services.bucket, topic, f"race/{unique}/", max_records_per_object=3)
-    spark = {"master": "local[2]", "driver_memory": "1g", "s3_endpoint_url": services.s3_endpoint_url,
+    cfg = archive_config(store.bucket, topic, f"race/{unique}/", max_records_per_object=3)
+    spark = {"master": "local[2]", "driver_memory": "1g", "s3_endpoint_url": store.s3_endpoint_url,
              "s3_path_style": True, "s3_access_key_id": TEST_AWS["AWS_ACCESS_KEY_ID"],
              "s3_secret_access_key": TEST_AWS["AWS_SECRET_ACCESS_KEY"]}
     go, ready = tmp_path / "go", [tmp_path / "ready-a", tmp_path / "ready-b"]
-    runs = [start_job(archive_spec(services, spark, cfg, topic, WINDOWS, barrier={"ready": str(r), "go": str(go)}))
+    runs = [start_job(archive_spec(store, spark, cfg, topic, WINDOWS, barrier={"ready": str(r), "go": str(go)}))
             for r in ready]
     try:
         _all_ready(runs, ready)

@@ -1,7 +1,7 @@
-"""Archive and restore through the S3 fault proxy in front of the real moto server: botocore's own retries absorb
-503/500/dropped connections, and a lost answer (the request took effect, the client never heard) on each
-conditional write the commit protocol makes is adopted as this attempt's own — committed once, rightly labelled,
-nothing stray left."""
+"""Archive and restore through the S3 fault proxy in front of the real moto server (and versitygw: `store`):
+botocore's own retries absorb 503/500/dropped connections, and a lost answer (the request took effect, the client
+never heard) on each conditional write the commit protocol makes is adopted as this attempt's own — committed once,
+rightly labelled, nothing stray left."""
 
 from __future__ import annotations
 
@@ -27,12 +27,21 @@ def proxy(fault_proxy):
     fault_proxy.clear()
 
 
-def _archive_with(proxy, rule, kafka, s3, services, spark, unique, name, records, job_options=None, setup=None):
+@pytest.fixture
+def store_proxy(store, request):
+    """The fault proxy in front of `store`'s server."""
+    proxy = request.getfixturevalue("fault_proxy" if store.name == "moto" else "versitygw_fault_proxy")
+    proxy.clear()
+    yield proxy
+    proxy.clear()
+
+
+def _archive_with(proxy, rule, kafka, store, spark, unique, name, records, job_options=None, setup=None):
     """One window archived through the proxy with `rule`; returns (result, cfg, topic, window, produced, stats)."""
     topic = create_topic(kafka, f"{name}-{unique}")
     produced = produce(kafka, topic, records)
     window = OffsetWindow(0, 0, len(records))
-    cfg = archive_config(services.bucket, topic, f"{name}/{unique}/", max_records_per_object=40)
+    cfg = archive_config(store.bucket, topic, f"{name}/{unique}/", max_records_per_object=40)
     if setup:
         setup(cfg, topic, window)
     res = proxied_s3(proxy)
@@ -52,44 +61,48 @@ def _exactly_once(s3, cfg, topic, window, produced, result):
     assert not s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads")
 
 
-def test_a_lost_answer_to_the_manifest_put_is_our_own_commit(kafka, s3, services, spark, proxy, unique):
+def test_a_lost_answer_to_the_manifest_put_is_our_own_commit(kafka, store, spark, store_proxy, unique):
+    s3 = store.client()
     def rule(cfg, topic):
         return FaultRule("lost", method="PUT", header="If-None-Match", path=f"/{MANIFESTS}/{topic}/", times=1)
 
     result, cfg, topic, window, produced, stats = _archive_with(
-        proxy, rule, kafka, s3, services, spark, unique, "lostmanifest",
+        store_proxy, rule, kafka, store, spark, unique, "lostmanifest",
         [(0, f"{i}".encode(), os.urandom(100), []) for i in range(100)])
 
     assert stats["faults"] == {"lost": 1}
     _exactly_once(s3, cfg, topic, window, produced, result)
 
 
-def test_a_lost_answer_to_an_object_put_keeps_our_object(kafka, s3, services, spark, proxy, unique):
+def test_a_lost_answer_to_an_object_put_keeps_our_object(kafka, store, spark, store_proxy, unique):
+    s3 = store.client()
     def rule(cfg, topic):
         return FaultRule("lost", method="PUT", header="If-None-Match", path=f"/{cfg.prefix}{topic}/", times=1)
 
     result, cfg, topic, window, produced, stats = _archive_with(
-        proxy, rule, kafka, s3, services, spark, unique, "lostobject",
+        store_proxy, rule, kafka, store, spark, unique, "lostobject",
         [(0, f"{i}".encode(), os.urandom(100), []) for i in range(100)])
 
     assert stats["faults"] == {"lost": 1}
     _exactly_once(s3, cfg, topic, window, produced, result)
 
 
-def test_a_lost_answer_to_complete_multipart_upload_keeps_our_object(kafka, s3, services, spark, proxy, unique):
+def test_a_lost_answer_to_complete_multipart_upload_keeps_our_object(kafka, store, spark, store_proxy, unique):
+    s3 = store.client()
     def rule(cfg, topic):
         return FaultRule("lost", method="POST", query="uploadId", path=f"/{cfg.prefix}{topic}/", times=1)
 
     small_parts = {"multipart_threshold": 5 << 20, "part_size": 5 << 20}  # S3's smallest part: 5 MiB
     result, cfg, topic, window, produced, stats = _archive_with(
-        proxy, rule, kafka, s3, services, spark, unique, "lostcomplete",
+        store_proxy, rule, kafka, store, spark, unique, "lostcomplete",
         [(0, f"{i}".encode(), os.urandom(200_000), []) for i in range(30)], job_options=small_parts)
 
     assert stats["faults"] == {"lost": 1}
     _exactly_once(s3, cfg, topic, window, produced, result)
 
 
-def test_a_lost_answer_to_a_stray_delete_still_removes_it(kafka, s3, services, spark, proxy, unique):
+def test_a_lost_answer_to_a_stray_delete_still_removes_it(kafka, store, spark, store_proxy, unique):
+    s3 = store.client()
     def stray(cfg, topic, window):
         s3.put_object(Bucket=cfg.bucket, Key=object_key(cfg.prefix, topic, window, 7, ".parquet"), Body=b"stale")
 
@@ -97,7 +110,7 @@ def test_a_lost_answer_to_a_stray_delete_still_removes_it(kafka, s3, services, s
         return FaultRule("lost", method="DELETE", path=f"/{cfg.prefix}{topic}/", times=1)
 
     result, cfg, topic, window, produced, stats = _archive_with(
-        proxy, rule, kafka, s3, services, spark, unique, "loststray",
+        store_proxy, rule, kafka, store, spark, unique, "loststray",
         [(0, None, f"{i}".encode(), []) for i in range(20)], setup=stray)
 
     assert stats["faults"] == {"lost": 1}

@@ -225,3 +225,65 @@ def test_a_sinks_records_older_than_the_targets_retention_are_warned_about(kafka
         warning
     assert warning.endswith(" being restored is from 2023-11-14T22:13:20+00:00: the broker will delete such records "
                             "soon after they are restored. Set retention.ms=-1 on the target first"), warning
+
+
+def test_error_tolerance_skip_lists_unreadable_objects_and_restores_the_rest(kafka, s3, services, unique):
+    source = ForeignSource(name="aiven_bad", layout="aiven", bucket=services.bucket, prefix=f"aiven-bad/{unique}/",
+                           topic="orders", format="jsonl", fields=["key", "value", "offset", "timestamp", "headers"],
+                           error_tolerance="skip")
+    good = {(0, 0): [(0, b"k0", b"v0", [], TS)], (0, 2): [(2, b"k2", b"v2", [], TS)]}
+    for (p, start), recs in good.items():
+        s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}orders-{p}-{start}", Body=aiven_jsonl(recs))
+    # A record that is not JSON after a good one: the whole object is skipped, none of its records produced.
+    bad = f"{source.key_prefix}orders-0-1"
+    s3.put_object(Bucket=services.bucket, Key=bad, Body=aiven_jsonl([(1, b"k1", b"v1", [], TS)]) + b"{not json\n")
+    target = create_topic(kafka, f"fbad-{unique}", config={"retention.ms": "-1"})
+    asset = build_foreign_restore_asset(source)
+    res = {k: v for k, v in resources(services, kafka, None).items() if k != "spark"}
+    instance = dg.DagsterInstance.ephemeral()
+
+    result = dg.materialize([asset], resources=res, instance=instance, run_config=dg.RunConfig(
+        ops={asset.op.name: ForeignRestoreConfig(target_topic=target)}))
+
+    assert [(g.key, g.value) for g in consume_all(kafka, target)[0]] == [(b"k0", b"v0"), (b"k2", b"v2")]
+    meta = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
+    assert meta["skipped_objects"] == 1 and list(meta["skipped"]) == [bad]
+    assert meta["skipped"][bad].startswith("InvalidForeignObject: ") or "JSON" in meta["skipped"][bad], meta
+    warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.WARNING]
+    assert any(f"skipped s3://{services.bucket}/{bad} (error_tolerance: skip)" in w for w in warnings), warnings
+
+    # Without the tolerance the same object fails the run, naming it.
+    strict = build_foreign_restore_asset(source.model_copy(update={"error_tolerance": "none"}))
+    failed = dg.materialize([strict], resources=res, instance=instance, raise_on_error=False, run_config=dg.RunConfig(
+        ops={strict.op.name: ForeignRestoreConfig(target_topic=create_topic(kafka, f"fbad2-{unique}"))}))
+    assert not failed.success
+
+
+def test_a_followed_foreign_source_gets_a_run_for_new_objects_only(s3, services, unique):
+    from s3_archive.defs.restore.sensors import FOLLOW_TAG, build_foreign_follow_sensors
+
+    source = ForeignSource(name="aiven_follow", layout="aiven", bucket=services.bucket,
+                           prefix=f"aiven-follow/{unique}/", topic="orders", format="jsonl",
+                           fields=["key", "value", "offset", "timestamp", "headers"],
+                           follow_target_topic=f"ffollow-{unique}")
+    (sensor,) = build_foreign_follow_sensors([source])
+    s3_resource = resources(services, None, None)["s3"]
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick(cursor):
+        return sensor(dg.build_sensor_context(instance=instance, cursor=cursor, resources={"s3": s3_resource}))
+
+    assert not tick(None).run_requests  # nothing under the prefix yet
+    s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}orders-0-0",
+                  Body=aiven_jsonl([(0, b"k0", b"v0", [], TS)]))
+    first = tick(None)
+    (request,) = first.run_requests
+    assert request.tags[FOLLOW_TAG] == "foreign/aiven_follow"
+    assert request.run_config["ops"]["kafka_restore_foreign__aiven_follow"]["config"] == {
+        "target_topic": f"ffollow-{unique}"}
+    assert first.asset_events[0].metadata["follow_new_objects"].value == 1
+    assert not tick(first.cursor).run_requests  # nothing new
+    s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}orders-0-1",
+                  Body=aiven_jsonl([(1, b"k1", b"v1", [], TS)]))
+    (again,) = tick(first.cursor).run_requests
+    assert again.run_key != request.run_key

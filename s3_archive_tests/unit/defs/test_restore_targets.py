@@ -52,6 +52,9 @@ def test_the_request_is_the_declaration_and_dry_run_is_the_targets_or_the_launch
     ({"partition_mapping": "hash"}, "partition_mapping"),
     ({"from_offset": 5, "to_offset": 5}, "from_offset (5) must be < to_offset (5)"),
     ({"cold_restore_tier": "Fast"}, "cold_restore_tier"),
+    ({"mode": "follow", "dry_run": True}, "mode 'follow' restores what the archive commits; a dry_run target only"),
+    ({"mode": "mirror"}, "restore_targets[0].mode"),
+    ({"broker_outage_seconds": -1}, "restore_targets[0].broker_outage_seconds"),
 ])
 def test_bad_targets_are_refused_at_load_naming_the_key(target, message):
     with pytest.raises(InvalidConfig) as e:

@@ -1,0 +1,156 @@
+"""Is the S3 store fit for the exactly-once commit? The commit (docs/commit-protocol.md) rests on conditional
+requests: a create with `If-None-Match: *` (objects, the manifest, a multipart upload's completion) is refused with
+412 when the key exists, and a replace or delete with `If-Match: <ETag>` only applies to that version. A store that
+ignores one of them accepts a second manifest or deletes a concurrent attempt's object without a word.
+
+So before its first commit to a bucket, a process checks the store once (`ensure_conditional_writes`; the answer is
+kept per endpoint and bucket for the process): one object under `<prefix>_store_probe/`, created, created again,
+replaced, completed over and deleted with the conditions, then removed. A store that accepts what it must refuse is
+refused with one error naming the endpoint and every missing condition; nothing was archived. There is no weaker
+mode to fall back to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from s3_archive.io.s3 import S3Client, error_code
+from s3_archive.keys.objects import store_probe_key
+from s3_archive.model.errors import ConditionalWritesUnsupported
+
+_REFUSED = ("PreconditionFailed", "412")
+_MISSING = ("NoSuchKey", "404", "NotFound")
+_NO_UPLOAD = ("NoSuchUpload", "404")
+# An ETag no object has: a condition on it must fail.
+_OTHER_ETAG = '"00000000000000000000000000000000"'
+
+_checked: set[tuple[str, str]] = set()
+_lock = threading.Lock()
+
+
+def endpoint_of(s3: S3Client) -> str:
+    return str(getattr(getattr(s3, "meta", None), "endpoint_url", None) or "S3")
+
+
+def ensure_conditional_writes(s3: S3Client, bucket: str, prefix: str) -> None:
+    """Raise ConditionalWritesUnsupported unless the store honours every conditional request the commit relies on;
+    probed once per process, endpoint and bucket (a refusal is probed again next time)."""
+    where = (endpoint_of(s3), bucket)
+    with _lock:
+        if where in _checked:
+            return
+        missing = probe_conditional_writes(s3, bucket, prefix)
+        if missing:
+            raise ConditionalWritesUnsupported(
+                f"the S3 store at {where[0]} (bucket {bucket!r}) does not honour the conditional requests the "
+                f"exactly-once commit relies on (docs/commit-protocol.md): {'; '.join(missing)}. Nothing was "
+                "archived. Use a store that supports S3 conditional writes: If-None-Match: * on PutObject and "
+                "CompleteMultipartUpload, If-Match on PutObject and DeleteObject (AWS S3 does)")
+        _checked.add(where)
+
+
+def forget_checked() -> None:
+    """Forget which stores passed (tests)."""
+    with _lock:
+        _checked.clear()
+
+
+def _outcome(call: Callable[[], Any]) -> str | None:
+    """None when the store refused the call with 412; else what it did instead."""
+    try:
+        call()
+    except ClientError as e:
+        if error_code(e) in _REFUSED:
+            return None
+        return f"answered {error_code(e) or e}"
+    return "accepted it"
+
+
+def probe_conditional_writes(s3: S3Client, bucket: str, prefix: str) -> list[str]:
+    """What the store gets wrong of the commit's conditional requests (empty: nothing). Leaves no object and no
+    open upload behind. Raises a ClientError the store gives where it must accept (e.g. access refused)."""
+    key = store_probe_key(prefix, uuid.uuid4().hex)
+    missing: list[str] = []
+
+    def must_refuse(what: str, call: Callable[[], Any]) -> None:
+        outcome = _outcome(call)
+        if outcome is not None:
+            missing.append(f"{what}: the store {outcome}, where it must refuse with 412 PreconditionFailed")
+
+    def put(body: bytes, **condition: str) -> Any:
+        return s3.put_object(Bucket=bucket, Key=key, Body=body, **condition)
+
+    def put_applied(body: bytes, **condition: str) -> None:
+        """A PUT that must succeed; a 412 whose object holds `body` is our own PUT whose answer was lost (and
+        retried by the SDK)."""
+        try:
+            put(body, **condition)
+        except ClientError as e:
+            if error_code(e) not in _REFUSED or s3.head_object(Bucket=bucket, Key=key)["ETag"] != _md5_etag(body):
+                raise
+
+    put_applied(b"1", IfNoneMatch="*")  # a new random key: nothing can be there
+    try:
+        must_refuse("PutObject with If-None-Match: * on an existing key", lambda: put(b"2", IfNoneMatch="*"))
+        must_refuse("PutObject with If-Match of another ETag", lambda: put(b"3", IfMatch=_OTHER_ETAG))
+        etag = s3.head_object(Bucket=bucket, Key=key)["ETag"]  # the probes above may have replaced it
+        try:
+            put_applied(b"4", IfMatch=etag)
+        except ClientError as e:
+            missing.append(f"PutObject with If-Match of the object's own ETag: the store answered "
+                           f"{error_code(e) or e}, where it must replace the object")
+        upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        try:
+            part = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"5")
+            must_refuse("CompleteMultipartUpload with If-None-Match: * on an existing key",
+                        lambda: s3.complete_multipart_upload(
+                            Bucket=bucket, Key=key, UploadId=upload, IfNoneMatch="*",
+                            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}))
+        finally:
+            _abort(s3, bucket, key, upload)
+        outcome = _outcome(lambda: s3.delete_object(Bucket=bucket, Key=key, IfMatch=_OTHER_ETAG))
+        if outcome is not None and not _exists(s3, bucket, key):
+            missing.append(f"DeleteObject with If-Match of another ETag: the store {outcome} and deleted the object, "
+                           "where it must refuse with 412 PreconditionFailed")
+    finally:
+        _remove(s3, bucket, key)
+    return missing
+
+
+def _remove(s3: S3Client, bucket: str, key: str) -> None:
+    """The probe's object and any upload of it left open (a create whose answer was lost, retried by the SDK)."""
+    for u in s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", []):
+        _abort(s3, bucket, u["Key"], u["UploadId"])
+    try:
+        s3.delete_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if error_code(e) not in _MISSING:
+            raise
+
+
+def _md5_etag(body: bytes) -> str:
+    return f'"{hashlib.md5(body).hexdigest()}"'
+
+
+def _exists(s3: S3Client, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except ClientError as e:
+        if error_code(e) in _MISSING:
+            return False
+        raise
+
+
+def _abort(s3: S3Client, bucket: str, key: str, upload: str) -> None:
+    try:
+        s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+    except ClientError as e:
+        if error_code(e) not in _NO_UPLOAD:
+            raise
