@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from confluent_kafka.admin import OffsetSpec
 
 from s3_archive.archive.plan import PartitionState, window_size
-from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.archive import ArchiveConfig, GroupStart
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.errors import TakeOverRefused
 
 
 def list_offsets(kafka: KafkaResource, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
@@ -27,16 +28,19 @@ class TopicScan:
 
 
 def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: Sequence[int], end: dict[int, int],
-                  starts: dict[int, int] | None) -> dict[int, int]:
+                  starts: dict[int, int] | None, taken_over: bool = False) -> dict[int, int]:
     """Where the first window of each partition in `parts` (partitions with no window yet) starts, per
     `cfg.start_position`: the log start offset; the last stable offset when the partition was first seen
     ("latest", remembered in `starts`, the topic's part of the sensor cursor, so that records produced before its
-    first window are not skipped by later ticks); or the first offset at/after an epoch-ms timestamp (none that
-    new: the end)."""
+    first window are not skipped by later ticks); the first offset at/after an epoch-ms timestamp (none that
+    new: the end); or a consumer group's committed offset (`take_over_offsets`) until the topic has windows
+    (`taken_over`: a partition added later starts at its log start, the group's offsets may be long expired)."""
     if not parts:
         return {}
     pos = cfg.start_position
-    if pos == "earliest":
+    if isinstance(pos, GroupStart) and not taken_over:
+        return take_over_offsets(kafka, pos.consumer_group, topic, parts)
+    if pos == "earliest" or isinstance(pos, GroupStart):
         return list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts})
     if isinstance(pos, int) and pos >= 0:
         found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(pos) for p in parts})
@@ -48,6 +52,25 @@ def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: S
     new = {p: end[p] for p in parts if p not in out}
     starts.update(new)
     return out | new
+
+
+def take_over_offsets(kafka: KafkaResource, group: str, topic: str, parts: Sequence[int]) -> dict[int, int]:
+    """Where a stopped consumer group (a Kafka Connect sink's) left each partition: its committed offset, the next
+    record it would have read. A partition the group never committed starts at its log start, as the connector's
+    consumer would have (auto.offset.reset earliest). Refused while the group has members (the connector still
+    runs: its offsets move on, and its objects and the windows would overlap) and when the group has no offset for
+    the topic at all (a wrong group name would otherwise archive everything the connector already wrote)."""
+    offsets, members = kafka.group_offsets(group, topic, list(parts))
+    if members:
+        raise TakeOverRefused(f"consumer group {group!r} has {members} active member(s): the connector still "
+                              "consumes; stop it (pause is not enough: delete or stop its tasks) before the archive "
+                              "takes over, else the records it writes meanwhile are archived twice")
+    if not offsets:
+        raise TakeOverRefused(f"consumer group {group!r} has no committed offset for topic {topic!r}; a Kafka Connect "
+                              "sink's group is connect-<connector name> (or its consumer.override.group.id). "
+                              "Nothing is archived until the group is right")
+    missing = [p for p in parts if p not in offsets]
+    return offsets | list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in missing})
 
 
 def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, ends: dict[int, int],
@@ -64,7 +87,7 @@ def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, ends:
     for p in [p for p in starts or {} if p in nxt]:  # a partition with a window no longer needs its anchor
         del starts[p]
     # A partition without windows (new topic, or partitions added to it) starts at cfg.start_position.
-    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, starts)
+    nxt |= start_offsets(kafka, cfg, topic, [p for p in parts if p not in nxt], end, starts, taken_over=bool(ends))
     size, reason = window_size(cfg.flush, bytes_per_record)
     pending = [p for p in parts if end[p] > nxt[p]]
     aged: dict[int, int] = {}

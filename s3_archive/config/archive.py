@@ -73,6 +73,14 @@ class ValueDecoding(StrictModel):
         return self
 
 
+class GroupStart(StrictModel):
+    """Start where a consumer group stopped: a Kafka Connect sink's own group (`connect-<connector name>`), so the
+    sink's objects and the archive's windows hold every record once (docs/import-connect.md, "Taking over")."""
+
+    consumer_group: str = Field(min_length=1, max_length=249, description="the group whose committed offsets "
+                                                                          "the first windows start at")
+
+
 class ArchiveConfig(StrictModel):
     name: str
     topics: list[str] = Field(default_factory=list)
@@ -117,9 +125,10 @@ class ArchiveConfig(StrictModel):
     retention_warn_fraction: float = Field(
         default=0.8, gt=0, le=1, description="retention_headroom warns when the oldest unarchived record is older "
                                              "than this fraction of the topic's retention.ms")
-    start_position: Literal["earliest", "latest"] | int = Field(
+    start_position: Literal["earliest", "latest"] | int | GroupStart = Field(
         default="earliest", description="where a partition with no window starts: its log start, its end when "
-                                        "first seen, or the first offset at/after an epoch-ms timestamp (-1: latest)")
+                                        "first seen, the first offset at/after an epoch-ms timestamp (-1: latest), "
+                                        "or {consumer_group: <group>}: the group's committed offset")
     restore_targets: list[RestoreTarget] = Field(
         default_factory=list, description="restores declared here: one restore asset per target and topic, "
                                           "launchable over selected windows with no run config")
@@ -146,7 +155,7 @@ class ArchiveConfig(StrictModel):
 
     @field_validator("start_position")
     @classmethod
-    def _start(cls, v: str | int) -> str | int:
+    def _start(cls, v: str | int | GroupStart) -> str | int | GroupStart:
         if isinstance(v, int) and v < -1:
             raise ValueError(f"must be 'earliest', 'latest', an epoch-ms timestamp >= 0, or -1 (latest), got {v}")
         return v

@@ -292,6 +292,57 @@ class KafkaResource(dg.ConfigurableResource):
                     pass
                 time.sleep(0.1)
 
+    def group_offsets(self, group: str, topic: str, partitions: list[int]) -> tuple[dict[int, int], int]:
+        """A consumer group's committed offset per partition of `topic` (partitions without one are left out) and
+        how many members the group has now (a running consumer, e.g. a connector's task, is one). Two round
+        trips."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        admin = self.admin()
+        try:
+            req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
+            got = admin.list_consumer_group_offsets(req, request_timeout=self.timeout_s)[group].result(
+                timeout=self.timeout_s + 5)
+            offsets = {tp.partition: tp.offset for tp in got.topic_partitions if tp.error is None and tp.offset >= 0}
+            try:
+                desc = admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group].result(
+                    timeout=self.timeout_s + 5)
+                members = len(desc.members)
+            except KafkaException as e:
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                if err is None or err.code() != KafkaError.GROUP_ID_NOT_FOUND:
+                    raise
+                members = 0
+        except (KafkaException, TimeoutError) as e:
+            raise self.unavailable(e, admin, f"reading the offsets of consumer group {group!r}") from e
+        return offsets, members
+
+    def count_records(self, topic: str, partition: int, start: int, end: int, timeout_s: float = 30.0) -> int:
+        """How many committed records (read_committed: no transaction markers, no aborted records) the partition
+        holds at offsets [start, end). The range must still be in the log."""
+        if end <= start:
+            return 0
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self.client_config(**{
+            "group.id": f"s3-archive-count-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", "enable.partition.eof": True}))
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            count, deadline = 0, time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for msg in consumer.consume(10_000, timeout=1.0):
+                    if msg.error() is None and msg.offset() < end:
+                        count += 1
+                pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if pos >= end or pos >= self.list_offsets(topic, {partition: OffsetSpec.latest()},
+                                                          read_committed=True)[partition]:
+                    return count
+            raise KafkaUnavailable(f"counting the records of {topic!r} partition {partition} at offsets [{start}, "
+                                   f"{end}) took longer than {timeout_s:.0f}s on {self.who}")
+        finally:
+            consumer.close()
+
     def producer(self, **extra: Any):
         from confluent_kafka import Producer
 

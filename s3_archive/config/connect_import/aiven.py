@@ -87,6 +87,12 @@ def translate(props: Props) -> list[Translation]:
 
     _layout(t, props, fmt)
     _flush(t, props)
+    if "{{" in prefix:
+        t.sink = f"aws.s3.prefix {prefix!r} changes with the date"
+    else:
+        t.sink = {"layout": "aiven", "bucket": bucket, "prefix": prefix, "template": t.archive["layout"]["template"],
+                  "format": fmt, "fields": fields, "value_encoding": encoding, "envelope": envelope,
+                  "compression": "none" if fmt in ("avro", "parquet") else codec}
     settle_rest(props, t)
     return [t]
 

@@ -8,7 +8,15 @@ sink's is its file's first record: the same unless a partitioner splits a window
 
 from __future__ import annotations
 
-from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest, topic_list
+from s3_archive.config.connect_import.notes import (
+    Props,
+    Translation,
+    archive_name,
+    converter_encoding,
+    refuse,
+    settle_rest,
+    topic_list,
+)
 
 _FORMAT = "io.confluent.connect.s3.format."
 _FORMATS = {"parquet.ParquetFormat": "parquet", "avro.AvroFormat": "avro", "json.JsonFormat": "json",
@@ -36,8 +44,26 @@ def translate(props: Props) -> list[Translation]:
     extension = _format(t, props)
     _layout(t, props, extension)
     _flush(t, props)
+    t.sink = _sink(props, bucket, topics_dir)
     settle_rest(props, t)
     return [t]
+
+
+def _sink(props: Props, bucket: str, topics_dir: str) -> dict | str:
+    """The sink's objects as a Confluent foreign source."""
+    fmt = _FORMATS[(props.data.get("format.class") or "").removeprefix(_FORMAT)]
+    if props.data.get("file.delim", "+") != "+":
+        return f"file.delim {props.data['file.delim']!r}: the Confluent reader reads '+'"
+    cls = (props.data.get("partitioner.class") or "DefaultPartitioner").removeprefix(_PARTITIONER)
+    partitioner = "default" if cls == "DefaultPartitioner" else "field" if cls == "FieldPartitioner" else "time"
+    src: dict = {"layout": "confluent", "bucket": bucket, "prefix": topics_dir + "/" if topics_dir else "",
+                 "format": fmt, "partitioner": partitioner}
+    if fmt in ("json", "bytes") and (props.data.get("s3.compression.type") or "none").lower() == "gzip":
+        src["compression"] = "gzip"
+    if fmt == "json":
+        src |= {"value_encoding": converter_encoding(props, "value.converter"),
+                "key_encoding": converter_encoding(props, "key.converter")}
+    return src
 
 
 def _format(t: Translation, props: Props) -> str:

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import re
 
-from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest
+from s3_archive.config.connect_import.notes import (
+    Props,
+    Translation,
+    archive_name,
+    converter_encoding,
+    refuse,
+    settle_rest,
+)
 
 _TOKEN = re.compile(r"\s+|(`[^`]*`)|('(?:[^']|'')*')|([(),=;])|([^\s(),=;`']+)")
 _FORMATS = {"avro": "avro", "parquet": "parquet", "json": "jsonl", "csv": "csv", "csv_withheaders": "csv",
@@ -160,9 +167,30 @@ def _statement(stmt: list[tuple[str, bool]], props: Props, several: bool) -> Tra
     _format(t, props, fmt, kprops)
     _layout(t, kprops, partition_by, fmt)
     _flush(t, kprops)
+    t.sink = _sink(props, kprops, bucket, prefix, fmt)
     for k in sorted(set(kprops) - set(_KNOWN)):
         t.nothing(f"PROPERTIES '{k}'", kprops[k], "not a property s3-archive knows; ignored")
     return t
+
+
+def _sink(props: Props, kp: dict[str, str], bucket: str, prefix: str, fmt: str) -> dict | str:
+    """The sink's objects as a Lenses foreign source."""
+    if _PADDING.get(kp.get("padding.type", "LeftPad").lower()) == "right" or kp.get("padding.char", "0") != "0":
+        return "padding other than LeftPad with '0': the Lenses reader reads left-padded numbers"
+    src: dict = {"layout": "lenses", "bucket": bucket, "prefix": prefix.strip("/"),
+                 "format": "csv" if fmt == "csv_withheaders" else fmt}
+    if fmt == "csv_withheaders":
+        src["csv_header"] = True
+    if fmt in ("avro", "parquet", "json") and kp.get("store.envelope", "false").lower() == "true":
+        src["envelope"] = True
+    if fmt == "json":
+        if (props.data.get("connect.s3.compression.codec") or "").lower() == "gzip":
+            src["compression"] = "gzip"
+        src |= {"value_encoding": converter_encoding(props, "value.converter"),
+                "key_encoding": converter_encoding(props, "key.converter")}
+    if kp.get("key.suffix"):
+        src["key_suffix"] = kp["key.suffix"]
+    return src
 
 
 def _properties(r: _Reader) -> dict[str, str]:

@@ -104,6 +104,9 @@ class Translation:
     notes: dict[str, list[str]] = field(default_factory=dict)  # YAML key -> comments above it
     unmapped: list[str] = field(default_factory=list)  # options that map to nothing
     env: dict[str, tuple[str, str]] = field(default_factory=dict)  # variable -> (value or placeholder, option)
+    # The sink's own objects as a foreign source (docs/restore-foreign.md), less name and topic; or why they cannot
+    # be read (`--take-over` needs them).
+    sink: dict[str, Any] | str = "the sink's objects are not described"
 
     def note(self, key: str, option: str, value: object, text: str) -> None:
         shown = "(secret)" if is_secret(option) else value
@@ -151,6 +154,13 @@ class Props:
         if v.strip().lower() not in ("true", "false"):
             raise refuse(name, v, "true or false")
         return v.strip().lower() == "true"
+
+
+def converter_encoding(props: Props, option: str) -> str:
+    """How the sink's JSON holds a key or value its converter gave: base64 strings for the ByteArrayConverter,
+    text otherwise. Read without marking the option used: it still maps to nothing in the archive."""
+    conv = props.data.get(option, "org.apache.kafka.connect.converters.ByteArrayConverter")
+    return "base64" if conv.endswith("ByteArrayConverter") else "none"
 
 
 def _text(v: Any) -> str:

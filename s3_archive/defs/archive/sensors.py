@@ -26,7 +26,7 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.instance import read_keys, read_retired
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.model.errors import UnknownTopic
+from s3_archive.model.errors import TakeOverRefused, UnknownTopic
 from s3_archive.model.windows import OffsetWindow
 
 MINIMUM_INTERVAL_SECONDS = 30
@@ -132,8 +132,9 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
             cursor.tails[topic] = tail
             scan = partition_states(kafka, cfg, topic, tail.next, bpr, int(now * 1000),
                                     cursor.starts.setdefault(topic, {}))
-        except UnknownTopic as e:
-            # The other topics of the archive still get their windows; this one waits until it exists.
+        except (UnknownTopic, TakeOverRefused) as e:
+            # The other topics of the archive still get their windows; this one waits until it exists (or until the
+            # consumer group it takes over from is stopped).
             context.log.warning(str(e))
             continue
         for msg in scan.behind:

@@ -340,3 +340,54 @@ def test_sasl_and_other_secrets_are_never_copied():
     assert "some.plugin.password: not copied (a secret)" in text
     msg = refused({**cfg, "flush.size": "many"})
     assert msg == "cannot import flush.size='many': an integer >= 1 is needed"
+
+
+# --- --take-over --------------------------------------------------------------------------------------------------
+
+def settings_of(cfg: dict | str, **kw):
+    return parse_settings(yaml.safe_load(import_connect(cfg if isinstance(cfg, str) else json.dumps(cfg),
+                                                        take_over_group=True, **kw)))
+
+
+def test_take_over_starts_at_the_connectors_group_and_reads_its_objects_back():
+    s = settings_of(CONFLUENT_COMPLETE)
+    [a] = s.archives
+    assert a.start_position.consumer_group == "connect-events-to-s3"
+    assert [(f.name, f.topic, f.archive, f.layout, f.format, f.partitioner, f.key_prefix) for f in s.foreign_sources] \
+        == [("events_to_s3_events_sink", "events", "events_to_s3", "confluent", "parquet", "time", "topics/"),
+            ("events_to_s3_transactions_sink", "transactions", "events_to_s3", "confluent", "parquet", "time",
+             "topics/")]
+    # the sink's names are read back by the foreign source
+    name = "topics/events/year=2024/month=01/day=15/hour=10/events+0+0000000000.snappy.parquet"
+    assert foreign_windows(s.foreign_sources[0], [name])[0].start == 0
+
+
+def test_take_over_maps_each_sinks_objects():
+    aiven = settings_of(AIVEN_GUIDE).foreign_sources[0]
+    assert (aiven.layout, aiven.prefix, aiven.format, aiven.fields, aiven.compression) == (
+        "aiven", "example-s3-sink/", "csv", ["value", "key", "timestamp"], "gzip")
+    lenses = settings_of("name=lsink\nconnect.s3.kcql=INSERT INTO b1b:backup SELECT * FROM car_speed STOREAS `JSON` "
+                         "PROPERTIES('store.envelope'=true)\n"
+                         "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
+                         "connect.s3.compression.codec=GZIP\n").foreign_sources[0]
+    assert (lenses.layout, lenses.key_prefix, lenses.format, lenses.stores_envelope, lenses.compression,
+            lenses.value_encoding, lenses.key_encoding) == ("lenses", "backup/", "json", True, "gzip", "none",
+                                                            "base64")
+    csv = settings_of("name=c\nconnect.s3.kcql=INSERT INTO b1b SELECT * FROM t STOREAS `CSV_WITHHEADERS`\n")
+    assert (csv.foreign_sources[0].format, csv.foreign_sources[0].csv_header) == ("csv", True)
+    group = settings_of({**CONFLUENT_COMPLETE["config"], "name": "x", "consumer.override.group.id": "my-group"})
+    assert group.archives[0].start_position.consumer_group == "my-group"
+
+
+def test_take_over_refuses_what_it_cannot_continue():
+    def refused_take_over(cfg: dict | str) -> str:
+        with pytest.raises(UnsupportedConnectConfig) as e:
+            import_connect(cfg if isinstance(cfg, str) else json.dumps(cfg), take_over_group=True)
+        return str(e.value)
+
+    assert refused_take_over({k: v for k, v in CONFLUENT_COMPLETE["config"].items()}) == (
+        "cannot import name=None: --take-over needs the connector's name: its consumer group is connect-<name> (or "
+        "give consumer.override.group.id)")
+    regex = {**CONFLUENT_COMPLETE["config"], "name": "n", "topics.regex": "ev.*"}
+    del regex["topics"]
+    assert "--take-over needs the topics listed" in refused_take_over(regex)
