@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import fastavro
 import pyarrow.parquet as pq
@@ -234,7 +235,10 @@ def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka,
         producer.produce(topic, value=b"x", partition=0)
     producer.flush(30)  # abort purges what is still queued: get the records into the log first
     producer.abort_transaction(30)
-    end = kafka.offsets(topic, "latest")[0]
+    # The coordinator writes the abort marker after it answers: wait for it to reach the log.
+    deadline = time.monotonic() + 15
+    while (end := kafka.offsets(topic, "latest")[0]) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert end == 4  # 3 aborted records + the abort marker
     for fmt, extra in (("parquet", {"max_records_per_object": 2}), ("json", {})):
         cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra)
