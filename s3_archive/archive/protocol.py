@@ -71,6 +71,8 @@ class FormatPlan:
     avro_schema: str = ""  # the Avro writer schema (JSON), for avro
     dictionary: tuple[str, ...] = ()  # Parquet columns dictionary-encoded (not key/value: all distinct)
     row_group_bytes: int = 32 << 20  # Parquet: Arrow bytes buffered per row group
+    level: int | None = None  # the codec's compression level (None: its default)
+    header: bytes = b""  # csv with a header row: the first line of every object
 
 
 class TaskFault(StrEnum):
@@ -100,6 +102,7 @@ class WriteJob:
     max_bytes: int | None = None
     decoding: bool = False  # a `_good` column says which records decode
     dead_letter: bool = False  # undecodable records go to dead-letter objects (else: the slice writes nothing)
+    skip_tombstones: bool = False  # a `_tomb` column marks records with a null value: counted, not written
     payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
     payload_columns: tuple[str, ...] = ()  # the sent ones' names in the batches when not theirs (spark_job.py)
     derived: tuple[tuple[str, str], ...] = ()  # stored columns not sent, with their source (DERIVED)
@@ -150,6 +153,7 @@ class RecordStats:
     max_timestamp_ms: int | None = None
     undecodable: int = 0
     first_undecodable_offset: int | None = None
+    tombstones_skipped: int = 0  # sink_output.skip_tombstones: records with a null value, not written
     absent: list[list[int]] = field(default_factory=list)
     absent_truncated: bool = False
     committed_elsewhere: bool = False  # a task found the window committed by another attempt
@@ -163,6 +167,7 @@ class RecordStats:
         self.min_timestamp_ms = _min(self.min_timestamp_ms, other.min_timestamp_ms)
         self.max_timestamp_ms = _max(self.max_timestamp_ms, other.max_timestamp_ms)
         self.undecodable += other.undecodable
+        self.tombstones_skipped += other.tombstones_skipped
         self.first_undecodable_offset = _min(self.first_undecodable_offset, other.first_undecodable_offset)
         self.absent_truncated |= other.absent_truncated
         self.committed_elsewhere |= other.committed_elsewhere

@@ -33,14 +33,20 @@ def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: S
     `cfg.start_position`: the log start offset; the last stable offset when the partition was first seen
     ("latest", remembered in `starts`, the topic's part of the sensor cursor, so that records produced before its
     first window are not skipped by later ticks); the first offset at/after an epoch-ms timestamp (none that
-    new: the end); or a consumer group's committed offset (`take_over_offsets`) until the topic has windows
-    (`taken_over`: a partition added later starts at its log start, the group's offsets may be long expired)."""
+    new: the end); or a consumer group's committed offset (`take_over_offsets`), remembered in `starts` too, so a
+    partition that gets its first window ticks later does not depend on the group's offsets still being there.
+    `taken_over`: the topic has windows already."""
     if not parts:
         return {}
     pos = cfg.start_position
-    if isinstance(pos, GroupStart) and not taken_over:
-        return take_over_offsets(kafka, pos.consumer_group, topic, parts)
-    if pos == "earliest" or isinstance(pos, GroupStart):
+    if isinstance(pos, GroupStart):
+        anchored = {p: starts[p] for p in parts if starts is not None and p in starts}
+        rest = [p for p in parts if p not in anchored]
+        new = take_over_offsets(kafka, pos.consumer_group, topic, rest, taken_over) if rest else {}
+        if starts is not None:
+            starts.update(new)
+        return anchored | new
+    if pos == "earliest":
         return list_offsets(kafka, topic, {p: OffsetSpec.earliest() for p in parts})
     if isinstance(pos, int) and pos >= 0:
         found = list_offsets(kafka, topic, {p: OffsetSpec.for_timestamp(pos) for p in parts})
@@ -54,18 +60,21 @@ def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, parts: S
     return out | new
 
 
-def take_over_offsets(kafka: KafkaResource, group: str, topic: str, parts: Sequence[int]) -> dict[int, int]:
+def take_over_offsets(kafka: KafkaResource, group: str, topic: str, parts: Sequence[int],
+                      taken_over: bool = False) -> dict[int, int]:
     """Where a stopped consumer group (a Kafka Connect sink's) left each partition: its committed offset, the next
     record it would have read. A partition the group never committed starts at its log start, as the connector's
-    consumer would have (auto.offset.reset earliest). Refused while the group has members (the connector still
-    runs: its offsets move on, and its objects and the windows would overlap) and when the group has no offset for
-    the topic at all (a wrong group name would otherwise archive everything the connector already wrote)."""
+    consumer would have (auto.offset.reset earliest). Before the topic has windows (not `taken_over`) it is
+    refused while the group has members (the connector still runs: its offsets move on, and its objects and the
+    windows would overlap) and when the group has no offset for the topic at all (a wrong group name would
+    otherwise archive everything the connector already wrote). Once taken over, a partition without a window yet
+    (or added later) starts at the group's offset if it still has one, else at its log start."""
     offsets, members = kafka.group_offsets(group, topic, list(parts))
-    if members:
+    if members and not taken_over:
         raise TakeOverRefused(f"consumer group {group!r} has {members} active member(s): the connector still "
                               "consumes; stop it (pause is not enough: delete or stop its tasks) before the archive "
                               "takes over, else the records it writes meanwhile are archived twice")
-    if not offsets:
+    if not offsets and not taken_over:
         raise TakeOverRefused(f"consumer group {group!r} has no committed offset for topic {topic!r}; a Kafka Connect "
                               "sink's group is connect-<connector name> (or its consumer.override.group.id). "
                               "Nothing is archived until the group is right")
@@ -78,7 +87,7 @@ def partition_states(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, ends:
                      starts: dict[int, int] | None = None) -> TopicScan:
     """Where each partition's next window starts and how far it may reach; 1-3 admin round trips for the topic.
     `ends`: where each partition's windows end (the sensor's `window_ends`). `starts`: the topic's
-    `start_position: latest` anchors (sensor cursor), updated in place."""
+    `start_position: latest` / consumer_group anchors (sensor cursor), updated in place."""
     parts = kafka.partitions(topic)
     # The last stable offset, not the high watermark: a window must not reach into an open transaction, whose
     # records a read_committed reader cannot see yet and would record as absent.

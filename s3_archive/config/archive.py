@@ -17,7 +17,7 @@ from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.keys.template import InvalidTemplate
 from s3_archive.model.base import StrictModel
-from s3_archive.model.formats import FORMATS, envelope_columns, parse_ddl_fields
+from s3_archive.model.formats import CODEC_LEVELS, FORMATS, envelope_columns, parse_ddl_fields
 from s3_archive.model.windows import OffsetWindow
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -73,6 +73,27 @@ class ValueDecoding(StrictModel):
         return self
 
 
+class SinkOutput(StrictModel):
+    """Objects shaped as a Kafka Connect S3 sink writes them, for the readers of its bucket (docs/formats.md,
+    "Sink-compatible output"). Lossy by nature: an archive with `value` other than base64 or `skip_tombstones` is
+    not restorable."""
+
+    value: Literal["base64", "json", "text"] = Field(
+        default="base64", description="jsonl, json: base64 (lossless) or json: the value as JSON when it parses, "
+                                      "else as a string of its text; csv: base64 or text: the raw value, unquoted "
+                                      "(Aiven format.output.fields.value.encoding: none)")
+    csv_header: bool = Field(default=False, description="csv: each object starts with a row of the csv_fields "
+                                                        "names (Lenses CSV_WITHHEADERS)")
+    skip_tombstones: bool = Field(default=False, description="records with a null value are not written, only "
+                                                             "counted (tombstones_skipped; Confluent "
+                                                             "behavior.on.null.values=ignore, Lenses "
+                                                             "connect.s3.skip.null.values)")
+
+    @property
+    def lossy(self) -> bool:
+        return self.value != "base64" or self.skip_tombstones
+
+
 class GroupStart(StrictModel):
     """Start where a consumer group stopped: a Kafka Connect sink's own group (`connect-<connector name>`), so the
     sink's objects and the archive's windows hold every record once (docs/import-connect.md, "Taking over")."""
@@ -91,6 +112,11 @@ class ArchiveConfig(StrictModel):
     prefix: str = ""
     format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes", "iceberg"] = "parquet"
     compression: str | None = Field(default=None, description="None: the format's default codec")
+    compression_level: int | None = Field(
+        default=None, description="gzip 1-9, zstd 1-22, brotli 0-11 (parquet), deflate 1-9 (avro); None: the "
+                                  "codec's default (gzip 6)")
+    sink_output: SinkOutput = Field(default=SinkOutput(), description="objects shaped as a Kafka Connect sink "
+                                                                      "writes them (lossy; docs/formats.md)")
     csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
         default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
         description="csv only: the columns, in order (Aiven's format.output.fields)")
@@ -208,6 +234,7 @@ class ArchiveConfig(StrictModel):
         if self.compression is not None and self.compression not in spec.codecs:
             raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
                              f"supported: {', '.join(spec.codecs)}")
+        self._check_sink_output()
         if "envelope" in self.model_fields_set and not spec.envelope:
             raise ValueError(f"envelope applies to formats {', '.join(f for f, s in FORMATS.items() if s.envelope)}; "
                              f"format {self.format!r} stores {spec.stores}")
@@ -243,11 +270,37 @@ class ArchiveConfig(StrictModel):
         self._check_restore_targets()
         return self
 
+    def _check_sink_output(self) -> None:
+        if self.compression_level is not None:
+            levels = CODEC_LEVELS.get(self.codec)
+            if levels is None or self.format == "iceberg":
+                raise ValueError(f"compression_level: codec {self.codec!r} of format {self.format!r} takes no level; "
+                                 f"codecs with a level: {', '.join(CODEC_LEVELS)} (iceberg: none)")
+            if not levels[0] <= self.compression_level <= levels[1]:
+                raise ValueError(f"compression_level: {self.codec} takes {levels[0]}-{levels[1]}, got "
+                                 f"{self.compression_level}")
+        out = self.sink_output
+        if out.value == "json" and self.format not in ("jsonl", "json"):
+            raise ValueError(f"sink_output.value: json applies to formats jsonl and json, not {self.format!r}")
+        if out.value == "json" and not self.envelope.value:
+            raise ValueError("sink_output.value: json writes the value, but envelope.value is off")
+        if out.value == "text" and self.format != "csv":
+            raise ValueError(f"sink_output.value: text applies to format csv, not {self.format!r}")
+        if out.value == "text" and self.csv_fields[-1] != "value":
+            raise ValueError(f"sink_output.value: text needs value as the last of csv_fields (a raw value may hold "
+                             f"commas), got {self.csv_fields}")
+        if out.csv_header and self.format != "csv":
+            raise ValueError(f"sink_output.csv_header applies to format csv, not {self.format!r}")
+        if out.skip_tombstones and self.format == "iceberg":
+            raise ValueError("sink_output.skip_tombstones does not apply to format 'iceberg' (the table keeps every "
+                             "row)")
+
     def _check_restore_targets(self) -> None:
         if self.restore_targets and not self.restorable:
             raise ValueError(f"restore_targets: archive {self.name!r} is not restorable (format {self.format!r}, "
-                             "envelope, value_decoding); restore needs a lossless format (parquet, avro, jsonl, "
-                             "json), the whole envelope and value_decoding bytes or json")
+                             "envelope, value_decoding, sink_output); restore needs a lossless format (parquet, "
+                             "avro, jsonl, json), the whole envelope, value_decoding bytes or json, and no lossy "
+                             "sink_output (value base64, skip_tombstones false)")
         names: set[str] = set()
         for i, t in enumerate(self.restore_targets):
             if t.name in names:
@@ -303,7 +356,7 @@ class ArchiveConfig(StrictModel):
     def restorable(self) -> bool:
         """The archive keeps key, value, headers and coordinates byte for byte, so restore can replay it."""
         return (FORMATS[self.format].lossless and self.envelope.complete
-                and self.value_decoding.type != "utf8")
+                and self.value_decoding.type != "utf8" and not self.sink_output.lossy)
 
     @property
     def lifecycle_policy(self) -> LifecyclePolicy:

@@ -32,7 +32,7 @@ OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, m
 
 # Fields absent from manifests written before the output options; None means absent and is not written back.
 _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
-                 "iceberg_snapshot_id")
+                 "iceberg_snapshot_id", "tombstones_skipped")
 
 
 class ManifestObject(StrictModel):
@@ -69,6 +69,7 @@ class Manifest(StrictModel):
     envelope: list[str] | None = None  # the archived columns
     value_decoding: str | None = None  # bytes | utf8 | json
     undecodable_records: int | None = None  # records whose value did not decode (kept as dead letters)
+    tombstones_skipped: int | None = None  # sink_output.skip_tombstones: records with a null value, not written
     restorable: bool | None = None  # None: written before the flag existed (restore judges by `format`)
     record_count: int = Field(ge=0)
     bytes_read: int = Field(ge=0)  # key + value + header bytes read from Kafka

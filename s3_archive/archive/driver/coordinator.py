@@ -72,6 +72,7 @@ class WindowResult:
             "absent_offsets": m.absent_offset_count,
             "lost_offsets": m.lost_offset_count,
             "undecodable_records": m.undecodable_records or 0,
+            "tombstones_skipped": m.tombstones_skipped or 0,
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
             "lag_seconds": round(lag, 3),
@@ -299,6 +300,7 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         envelope=list(out.columns),
         value_decoding=cfg.value_decoding.type,
         undecodable_records=stats.undecodable,
+        tombstones_skipped=stats.tombstones_skipped if out.skip_tombstones else None,
         restorable=cfg.restorable,
         record_count=stats.records,
         bytes_read=stats.bytes_read,
@@ -318,6 +320,9 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         committed_at=datetime.now(UTC).isoformat(),
         objects=[],
     )
+    if stats.tombstones_skipped:
+        log.info(f"window {window.key} of {topic!r}: {stats.tombstones_skipped} tombstone(s) not written "
+                 "(sink_output.skip_tombstones)")
     if stats.undecodable:
         log.warning(f"window {window.key} of {topic!r}: {stats.undecodable} record(s) with an undecodable value "
                     f"(first at offset {stats.first_undecodable_offset}) go to "

@@ -29,13 +29,18 @@ class Output:
     max_bytes: int | None = None
     layout: OutputLayout | None = None  # None: the default layout, no bucket column
     suffix: str | None = None  # how object names end (ArchiveConfig.object_suffix); None: the format's
+    # Sink-compatible output (ArchiveConfig.sink_output) and the codec's level
+    value_as: str = "base64"  # base64 | json (jsonl, json) | text (csv)
+    csv_header: bool = False
+    skip_tombstones: bool = False
+    codec_level: int | None = None
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
-        d = cfg.value_decoding
+        d, so = cfg.value_decoding, cfg.sink_output
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
-                   cfg.layout, cfg.object_suffix)
+                   cfg.layout, cfg.object_suffix, so.value, so.csv_header, so.skip_tombstones, cfg.compression_level)
 
     @property
     def rotates(self) -> bool:

@@ -23,8 +23,8 @@ _FORMATS = {"parquet.ParquetFormat": "parquet", "avro.AvroFormat": "avro", "json
             "bytearray.ByteArrayFormat": "bytes"}
 _PARTITIONER = "io.confluent.connect.storage.partitioner."
 _PARQUET_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "none": "none", "uncompressed": "none",
-                   "lz4": "lz4_raw"}
-_PARQUET_EXT = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "none": "", "lz4_raw": ".lz4"}
+                   "lz4": "lz4_raw", "brotli": "brotli"}
+_PARQUET_EXT = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "none": "", "lz4_raw": ".lz4", "brotli": ".br"}
 _AVRO_CODECS = {"null": "none", "deflate": "deflate", "snappy": "snappy", "bzip2": "bzip2", "xz": "xz",
                 "zstandard": "zstd"}
 # Calendar units of path.format and the bucket each one is (partition.duration.ms equal to it adds nothing).
@@ -44,9 +44,24 @@ def translate(props: Props) -> list[Translation]:
     extension = _format(t, props)
     _layout(t, props, extension)
     _flush(t, props)
+    _nulls(t, props)
     t.sink = _sink(props, bucket, topics_dir)
     settle_rest(props, t)
     return [t]
+
+
+def _nulls(t: Translation, props: Props) -> None:
+    """behavior.on.null.values: ignore skips tombstones (counted); fail (the default) and write keep them."""
+    behavior = (props.get("behavior.on.null.values") or "fail").lower()
+    if behavior == "ignore":
+        t.archive["sink_output"] = {"skip_tombstones": True}
+        t.note("sink_output", "behavior.on.null.values", behavior, "tombstones are not written, only counted "
+               "(tombstones_skipped; not restorable)")
+    elif behavior not in ("fail", "write"):
+        raise refuse("behavior.on.null.values", behavior, "allowed: fail, ignore, write")
+    elif "behavior.on.null.values" in props.used:
+        t.note("format", "behavior.on.null.values", behavior, "a tombstone is archived like any record (the sink "
+               + ("fails on one)" if behavior == "fail" else "writes it)"))
 
 
 def _sink(props: Props, bucket: str, topics_dir: str) -> dict | str:
@@ -100,6 +115,11 @@ def _format(t: Translation, props: Props) -> str:
         raise refuse("s3.compression.type", gz, "allowed: none, gzip")
     if gz == "gzip":
         t.archive["compression"] = "gzip"
+        level = props.int("s3.compression.level", -1, minimum=-1)
+        if level is not None and level >= 0:
+            if not 1 <= level <= 9:
+                raise refuse("s3.compression.level", level, "-1 (the default, 6) or 1-9")
+            t.archive["compression_level"] = level
     if short == "json":
         t.note("format", "format.class", cls, "approximate: each record's value, one per line (format text), as "
                "the bytes Kafka holds: the sink re-serializes it with value.converter, which gives the same line "

@@ -20,8 +20,9 @@ from s3_archive.config.settings import parse_settings
 from s3_archive.model.errors import InvalidConfig, UnsupportedConnectConfig
 
 SINKS = {"aiven": "Aiven S3 sink", "confluent": "Confluent S3 sink", "lenses": "Lenses S3 sink (KCQL)"}
-_KEY_ORDER = ("name", "topics", "topic_pattern", "bucket", "prefix", "format", "compression", "csv_fields",
-              "envelope", "value_decoding", "flush", "schedule_cron", "start_position", "layout")
+_KEY_ORDER = ("name", "topics", "topic_pattern", "bucket", "prefix", "format", "compression", "compression_level",
+              "csv_fields", "envelope", "value_decoding", "sink_output", "flush", "schedule_cron", "start_position",
+              "layout")
 _LAYOUT_ORDER = ("template", "partition_by", "padding", "timezone", "extension")
 WIDTH = 118
 

@@ -31,7 +31,6 @@ _CONNECT_FRAMEWORK = {
     "s3.part.size": "maps to nothing: objects over 256 MiB are uploaded in parts of the SDK's size",
     "aws.s3.part.size.bytes": "maps to nothing: objects over 256 MiB are uploaded in parts of the SDK's size",
     "locale": "maps to nothing: time paths use numbers only",
-    "behavior.on.null.values": "maps to nothing: a tombstone is archived like any record",
     "s3.credentials.provider.class": "maps to nothing: without static keys the runs use AWS's default credential "
                                      "chain (env, profile, IRSA, instance role)",
     "aws.credentials.provider": "maps to nothing: without static keys the runs use AWS's default credential chain",

@@ -228,3 +228,30 @@ def test_columns_the_task_derives_give_the_same_bytes_and_statistics_as_columns_
     assert (stats["min_timestamp_ms"], stats["max_timestamp_ms"], stats["records"]) == \
         (1_700_000_000_003, 1_700_000_000_011, 6)
     assert json.loads(stats["absent"]) == [[6, 7], [9, 11]]
+
+
+def test_skipped_tombstones_are_counted_not_written_and_not_absent():
+    w = OffsetWindow(0, 10, 16)
+    batches = _batches(list(range(10, 16)), [1] * 6, [2, 4])
+    tombs = [False, True, True, False, False, True]
+    batches = [b.append_column("_tomb", pa.array(tombs[b.column("_offset")[0].as_py() - 10:][:b.num_rows]))
+               for b in batches]
+    rows = _run(_job(w, skip_tombstones=True), batches)
+    [stats] = [r for r in rows if r["kind"] == "slice"]
+    assert (stats["records"], stats["tombstones_skipped"], stats["absent"]) == (6, 3, "[]")
+    [(key, data)] = FakeUpload.store.items()
+    assert [json.loads(line)["o"] for line in data.splitlines()] == [10, 13, 14]
+    assert window_stats([Slice(w, 10, 16)], rows).tombstones_skipped == 3
+
+
+def test_csv_header_row_and_gzip_level_per_object():
+    import gzip
+
+    w = OffsetWindow(0, 0, 5)
+    job = replace(_job(w, "csv", max_records=2, layout=None),
+                  fmt=FormatPlan("csv", "gzip", ".csv.gz", header=b"offset,value", level=1))
+    _run(job, _batches(list(range(5)), [1] * 5, [3]))
+    assert len(FakeUpload.store) == 3
+    for data in FakeUpload.store.values():
+        assert data[8] == 4  # gzip header XFL 4: the fastest compression (level 1)
+        assert gzip.decompress(data).startswith(b"offset,value\n{")
