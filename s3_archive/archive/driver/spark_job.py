@@ -175,7 +175,7 @@ def json_value(value: Column) -> Column:
     (sink_output.value json, as the sinks write a converted value). Null stays null."""
     text = value.cast("string")
     as_string = F.regexp_extract(F.to_json(F.struct(text.alias("v"))), r'^\{"v":(.*)\}$', 1)
-    return F.coalesce(F.to_json(F.try_parse_json(text)), as_string)
+    return F.when(value.isNotNull(), F.coalesce(F.to_json(F.try_parse_json(text)), as_string))
 
 
 def _payload(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[list[Column], DataFrame]:
