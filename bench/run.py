@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import formats, memory, run_overhead, sensors, throughput, windows_scale
+from bench import formats, memory, registry, run_overhead, sensors, throughput, windows_scale
 from bench import workload as wl
 from bench.common import Setup, SparkWorker, machine, machine_at_end, say
 from bench.config import (
@@ -50,7 +50,7 @@ from bench.config import (
 from bench.peers.rounds import Peers
 from bench.report import SIZE_KEYS, report, sizes_section
 from bench.stats import build_json, render_markdown
-from bench.under_test import FORMATS, KafkaResource, local_s3_client, temporary_stack
+from bench.under_test import FORMATS, KafkaResource, SchemaRegistryServer, local_s3_client, temporary_stack
 
 
 def years_of_windows(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,6 +117,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # --- every format, once, in the warm session ---
         x["formats"] = formats.time_every_format(s, worker, [f for f in args.formats.split(",") if f])
+
+        # --- Schema Registry decoding: Avro decoded to parquet against raw parquet of the same records ---
+        if args.registry:
+            server = SchemaRegistryServer(root / "schema-registry")
+            server.start()
+            cleanup.callback(server.stop)
+            say(f"Schema Registry decoding (Apicurio on {server.url})")
+            x["registry"] = registry.time_registry_decoding(s, worker, server.url, args.repeats)
         worker.stop()
         worker = None
         wl.empty_prefix(s3, BUCKET, throughput.RESTORE_SOURCE)
@@ -150,6 +158,8 @@ def main() -> None:
     ap.add_argument("--catchup-window-records", type=int, default=CATCHUP_WINDOW_RECORDS)
     ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated, of {', '.join(PEERS)}; '' for none")
     ap.add_argument("--formats", default=",".join(FORMATS), help="archive formats measured once each; '' for none")
+    ap.add_argument("--registry", action=argparse.BooleanOptionalAction, default=True,
+                    help="Avro (Schema Registry) decoded to parquet against raw parquet (bench/registry.py)")
     ap.add_argument("--overhead-repeats", type=int, default=OVERHEAD_REPEATS, help="fresh processes per JVM variant")
     ap.add_argument("--spark-remote", default=None, help="a running Spark Connect server (sc://host:port): adds "
                                                          "the run overhead over Connect")

@@ -24,6 +24,7 @@ from s3_archive.io.spark import SparkResource
 from s3_archive.local.fault_proxy import FaultProxy
 from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
+from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
@@ -32,7 +33,7 @@ from s3_archive.restore.run import restore_windows
 
 __all__ = [
     "FORMATS", "LOCAL_AWS", "ArchiveConfig", "FaultProxy", "KafkaResource", "OffsetWindow", "PostgresServer",
-    "RestoreRequest", "Retired", "SparkResource", "TopicView", "archive_asset_key", "build_offsets_sensor",
+    "RestoreRequest", "Retired", "SchemaRegistryServer", "SparkResource", "TopicView", "archive_asset_key", "build_offsets_sensor",
     "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
     "list_objects", "local_s3_client", "objects_result", "paths", "record_retired", "restore_windows",
     "retention_result", "spawn", "stop_pid", "temporary_stack", "wait_until", "window_partitions",

@@ -86,8 +86,11 @@ class Worker:
                              jvm_profile=self.stack.get("jvm_profile", "short"),
                              extra_conf=self.stack.get("spark_conf", {}))
 
+    registry: Any = None  # the SchemaRegistryResource of a registry-decoding command
+
     def resources(self) -> dict[str, Any]:
         return {"kafka": self.kafka, "spark": self.spark(),
+                **({"schema_registry": self.registry} if self.registry is not None else {}),
                 "s3": S3Resource(endpoint_url=self.stack["s3_endpoint_url"], region_name=LOCAL_AWS["AWS_REGION"],
                                  aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
                                  aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], path_style=True)}
@@ -144,6 +147,20 @@ class Worker:
         if format == "csv":
             extra["csv_fields"] = ["key", "value", "offset", "timestamp", "headers"]
         return self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws)), **extra), topic, ws)
+
+    def cmd_decoded(self, topic: str, prefix: str, windows: list[list[int]], decoding: str,
+                    registry_url: str) -> dict[str, Any]:
+        """The run of `windows` to parquet with `value_decoding.type` `decoding` (bytes, or a registry type decoded
+        with the registry at `registry_url`), one window per partition."""
+        from s3_archive.io.schema_registry import SchemaRegistryResource
+
+        ws = [OffsetWindow(*w) for w in windows]
+        cfg = self.config(topic, prefix, windows_per_run=min(500, len(ws)), value_decoding={"type": decoding})
+        self.registry = SchemaRegistryResource(url=registry_url)
+        try:
+            return self.materialize(cfg, topic, ws)
+        finally:
+            self.registry = None
 
     def cmd_spark_read(self, topic: str, windows: list[list[int]]) -> dict[str, Any]:
         """Spark's own count of the same offset ranges (one batch read, as read_window reads): the floor of any

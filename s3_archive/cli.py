@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     local = sub.add_parser("local", help="the embedded Kafka broker + moto S3/Glue/Athena server")
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("--fresh", action="store_true", help="up: wipe the local data first")
+    local.add_argument("--purge", action="store_true",
+                       help="down: then remove all local data (broker topics, the bucket, the demo's Dagster "
+                            "instance and topic state); the next `up` or `make demo` starts from nothing")
     local.add_argument("--kafka-port", type=int, default=0, help="up: broker port (default: a free one)")
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
     security = {"choices": ["plaintext", "sasl_ssl"], "default": None,
@@ -108,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
                        help="up: also a Spark standalone master and one worker (pyspark's own)")
     local.add_argument("--spark-connect-port", type=int, default=0,
                        help="up: Spark Connect port (default: a free one)")
+    local.add_argument("--schema-registry", action="store_true",
+                       help="up: also start a Schema Registry (Apicurio Registry, Confluent-compatible API) for "
+                            "registry decoding (S3_ARCHIVE_SCHEMA_REGISTRY_URL in stack.env)")
+    local.add_argument("--schema-registry-port", type=int, default=0,
+                       help="up: the Schema Registry's port (default: a free one)")
     local.add_argument("--spark-master-port", type=int, default=0,
                        help="up: Spark master port (default: a free one)")
     demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
@@ -143,12 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port,
                      kafka_security=args.kafka_security, postgres=args.postgres,
                      spark_connect=args.spark_connect, spark_cluster=args.spark_cluster,
-                     spark_connect_port=args.spark_connect_port, spark_master_port=args.spark_master_port)
+                     spark_connect_port=args.spark_connect_port, spark_master_port=args.spark_master_port,
+                     schema_registry=args.schema_registry, schema_registry_port=args.schema_registry_port)
             print(stack.status())
             print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
         elif args.command == "local" and args.action == "down":
-            stopped = stack.down()
+            stopped = stack.down(purge=args.purge)
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+            if args.purge:
+                print(f"removed {local_stack_dir()}")
         elif args.command == "local":
             print(stack.status())
         elif args.command == "refresh-topics":

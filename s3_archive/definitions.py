@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from s3_archive.config.settings import Settings, load_settings, resolve_topic_patterns
+from s3_archive.config.settings import KeyPaths, Settings, load_settings, resolve_topic_patterns
 from s3_archive.defs.archive.assets import build_archive_assets
 from s3_archive.defs.archive.automation import build_archive_automation
 from s3_archive.defs.archive.discovery import build_topic_discovery_sensor
@@ -52,8 +52,9 @@ def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | N
         parts += [
             dg.Definitions(assets=build_archive_assets(active.archives)),
             build_archive_automation(active),
-            build_catalog_defs(active),
-            build_lifecycle_defs(active),
+            # Their refusals name key paths of the config as loaded, not of the resolved one.
+            build_catalog_defs(active, paths=KeyPaths.of(settings)),
+            build_lifecycle_defs(active, paths=KeyPaths.of(settings)),
             build_restore_defs(active),
             # Dagster's default automation sensor starts stopped; the catalog and lifecycle assets are "kept in
             # sync", so theirs runs from the start (the archive itself is driven by the offsets sensors, off by

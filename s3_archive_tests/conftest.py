@@ -1,6 +1,7 @@
 """Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession; and,
 started only by the tests that ask for them, one SASL_SSL broker with one HTTPS moto server (`secure_services`, for
-the tests of secured connections) and one PostgreSQL server.
+the tests of secured connections), one PostgreSQL server, and Schema Registries (Apicurio; `schema_registry`, and a
+second one, `target_registry`, for restores into another registry).
 
 Integration tests share them and isolate themselves by topic name, S3 prefix and database.
 
@@ -29,6 +30,7 @@ from s3_archive.local.kafka_broker import SCRAM, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import write_private
+from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.stack import create_bucket
 from s3_archive.local.tls import server_tls
 from s3_archive_tests.credentials import TEST_AWS
@@ -201,6 +203,28 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServe
         yield server
     finally:
         server.stop()
+
+
+def _registry(root: Path) -> Iterator[SchemaRegistryServer]:
+    server = SchemaRegistryServer(root)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+    """A Schema Registry (Apicurio, in-memory) for the session; started only by the tests that ask for it, stopped
+    by PID. Tests isolate themselves by subject (topic) names."""
+    yield from _registry(tmp_path_factory.mktemp("schema-registry"))
+
+
+@pytest.fixture(scope="session")
+def target_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+    """A second, empty Schema Registry: the registry of a restore's target cluster."""
+    yield from _registry(tmp_path_factory.mktemp("target-registry"))
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,15 @@ import bisect
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3_archive.archive.executor.upload import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
 from s3_archive.keys.layout import KafkaPartition, OutputLayout
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.windows import OffsetWindow
+
+if TYPE_CHECKING:
+    from s3_archive.archive.executor.registry_decode import DecodePlan
 
 MAX_GAP_RANGES = 10_000
 
@@ -111,6 +114,8 @@ class WriteJob:
     multipart_threshold: int = MULTIPART_THRESHOLD
     part_size: int = PART_SIZE
     fault: str | None = None  # tests: a TaskFault
+    decode: DecodePlan | None = None  # Schema Registry payloads the task decodes (executor/registry_decode.py)
+    undecodable_only: bool = False  # with `decode`: write only the records that do not decode (their dead letters)
     _index: dict[int, tuple[list[int], list[Slice]]] = field(default_factory=dict, compare=False, repr=False)
 
     def location(self, window: OffsetWindow) -> WindowLocation:
@@ -153,6 +158,8 @@ class RecordStats:
     max_timestamp_ms: int | None = None
     undecodable: int = 0
     first_undecodable_offset: int | None = None
+    first_undecodable_reason: str | None = None  # registry decoding: why the first undecodable record is
+    schema_ids: dict[str, list[int]] = field(default_factory=dict)  # registry decoding: writer ids per part
     tombstones_skipped: int = 0  # sink_output.skip_tombstones: records with a null value, not written
     absent: list[list[int]] = field(default_factory=list)
     absent_truncated: bool = False
@@ -168,7 +175,12 @@ class RecordStats:
         self.max_timestamp_ms = _max(self.max_timestamp_ms, other.max_timestamp_ms)
         self.undecodable += other.undecodable
         self.tombstones_skipped += other.tombstones_skipped
+        mine, theirs = self.first_undecodable_offset, other.first_undecodable_offset
+        if theirs is not None and (mine is None or theirs < mine):
+            self.first_undecodable_reason = other.first_undecodable_reason
         self.first_undecodable_offset = _min(self.first_undecodable_offset, other.first_undecodable_offset)
+        for part, ids in other.schema_ids.items():
+            self.schema_ids[part] = sorted(set(self.schema_ids.get(part, [])) | set(ids))
         self.absent_truncated |= other.absent_truncated
         self.committed_elsewhere |= other.committed_elsewhere
         for a, b in other.absent:
@@ -182,13 +194,14 @@ class RecordStats:
     def row(self, window: OffsetWindow, index: int) -> dict[str, Any]:
         """The slice row a task sends back."""
         return {"kind": "slice", "window": window.key, "slice": index, **asdict(self),
-                "absent": json.dumps(self.absent)}
+                "absent": json.dumps(self.absent), "schema_ids": json.dumps(self.schema_ids)}
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> RecordStats:
         """A slice row's statistics (a field the row lacks or leaves null: none counted)."""
         values = {f.name: row[f.name] for f in fields(cls) if row.get(f.name) is not None}
         values["absent"] = json.loads(row.get("absent") or "[]")
+        values["schema_ids"] = json.loads(row.get("schema_ids") or "{}")
         return cls(**values)
 
 
@@ -209,7 +222,8 @@ class ObjectRow:
         return asdict(self)
 
 
-_SPARK_TYPES = {"int": "long", "int | None": "long", "bool": "boolean", "list[list[int]]": "string"}
+_SPARK_TYPES = {"int": "long", "int | None": "long", "bool": "boolean", "list[list[int]]": "string",
+                "str | None": "string", "dict[str, list[int]]": "string"}
 # The rows every task sends back (DataFrame.mapInArrow's output schema): an object's fields, and a slice's
 # RecordStats under the same names (absent as JSON).
 RESULT_SCHEMA = ", ".join(

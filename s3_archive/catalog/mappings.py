@@ -146,9 +146,9 @@ def no_table_reason(cfg: ArchiveConfig) -> str | None:
         return f"format {cfg.format!r} has no Glue table mapping; catalogued formats: {', '.join(MAPPINGS)}"
     if cfg.layout is not None and (why := layout_reason(cfg.layout)) is not None:
         return f"layout: {why}"
-    if cfg.format == "avro" and cfg.value_decoding.type == "json":
-        return ("avro with value_decoding json: the avro.schema.literal would have to follow every window's "
-                "inferred fields (use parquet or jsonl for a table of decoded fields)")
+    if cfg.format == "avro" and cfg.decodes_fields:
+        return (f"avro with value_decoding {cfg.value_decoding.type} (or key_decoding): the avro.schema.literal "
+                "would have to follow every window's decoded fields (use parquet for a table of decoded fields)")
     return None
 
 

@@ -13,7 +13,8 @@ from s3_archive.catalog.mappings import mapping
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.model.columns import SOURCE_FIELD, column_names
+from s3_archive.config.settings import config_error
+from s3_archive.model.columns import PART_FIELD, SOURCE_FIELD, column_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 if TYPE_CHECKING:
@@ -46,14 +47,18 @@ def table_name(topic: str, options: CatalogOptions = CatalogOptions()) -> str:
     return name
 
 
-def check_table_names(tables: Iterable[tuple[str, str, str]]) -> None:
-    """(database, table, topic) triples: two topics must not land on one table (`a.b` and `a_b` both give `a_b`)."""
-    seen: dict[tuple[str, str], str] = {}
-    for database, table, topic in tables:
-        other = seen.setdefault((database, table), topic)
+def check_table_names(tables: Iterable[tuple[str, str, str, str]]) -> None:
+    """(database, table, topic, the topic's key path) quadruples: two topics must not land on one table (`a.b` and
+    `a_b` both give `a_b`); InvalidConfig naming both key paths."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for database, table, topic, path in tables:
+        other, other_path = seen.setdefault((database, table), (topic, path))
         if other != topic:
-            raise ValueError(f"topics {other!r} and {topic!r} both map to table {database}.{table}; set a "
-                             "different catalog table_prefix or database for one of their archives")
+            same = other_path.split(".")[0] == path.split(".")[0]
+            fix = ("topics of one archive share its catalog options: archive one of them in another archive"
+                   if same else "set another catalog.table_prefix or catalog.database in one of the two archives")
+            raise config_error(f"{path}: topic {topic!r} maps to the Glue table {database}.{table}, as does topic "
+                               f"{other!r} ({other_path}); {fix}")
 
 
 def location(cfg: ArchiveConfig, topic: str) -> str:
@@ -141,7 +146,9 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
     names = column_names(list(fields), taken)
     out = []
     for name, f in fields.items():
-        comment = "decoded from the record value (value_decoding: json)"
+        part = (f.metadata or {}).get(PART_FIELD, "value")
+        decoding = cfg.key_decoding.type if part == "key" else cfg.value_decoding.type
+        comment = f"decoded from the record {part} ({part}_decoding: {decoding})"
         # The archive stored the field under another name (archive/driver/spark_job.py): its own is in the column's
         # metadata.
         source = (f.metadata or {}).get(SOURCE_FIELD)
@@ -149,7 +156,7 @@ def decoded_columns(cfg: ArchiveConfig, schemas: Mapping[str, str],
         if names[name] != name.lower() or source is not None:
             shown = json.dumps(source or name)  # ASCII, one line; cut to stay within Glue's 255-character comment
             shown = shown if len(shown) <= 160 else shown[:156] + '..."'
-            comment = f"decoded from the record value field {shown} (value_decoding: json); renamed"
+            comment = f"decoded from the record {part} field {shown} ({part}_decoding: {decoding}); renamed"
         out.append({"Name": names[name], "Type": hive_type(f.dataType), "Comment": comment})
     return out, skipped
 
@@ -181,7 +188,7 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
     loc = location(cfg, topic)
     params = {"EXTERNAL": "TRUE", "classification": fm.classification, "s3_archive.archive": cfg.name,
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
-    if cfg.value_decoding.type == "json":
+    if cfg.decodes_fields:
         params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
     if cfg.sink_output.csv_header:
         params["skip.header.line.count"] = "1"  # each object's first line names the columns

@@ -13,13 +13,14 @@ from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.restore import RestoreTarget
-from s3_archive.keys.layout import OutputLayout
+from s3_archive.keys.layout import OutputLayout, RecordTime
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.keys.template import InvalidTemplate
 from s3_archive.model.base import StrictModel
-from s3_archive.model.formats import CODEC_LEVELS, FORMATS, envelope_columns, parse_ddl_fields
+from s3_archive.model.formats import CODEC_LEVELS, FORMATS, REGISTRY_TYPES, envelope_columns, parse_ddl_fields
 from s3_archive.model.windows import OffsetWindow
 
+REGISTRY_FORMATS = ("parquet", "avro", "iceberg")  # formats that store decoded registry payloads
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
@@ -50,27 +51,60 @@ class Envelope(StrictModel):
         return self.key and self.value and self.headers and self.metadata
 
 
-class ValueDecoding(StrictModel):
-    """How the record value is stored: raw bytes (lossless), UTF-8 text, or JSON whose top-level fields become
-    columns (next to the raw `value`, unless `envelope.value` is off)."""
 
-    type: Literal["bytes", "utf8", "json"] = "bytes"
+
+class ValueDecoding(StrictModel):
+    """How the record value is stored: raw bytes (lossless), UTF-8 text, JSON whose top-level fields become columns,
+    or a Schema Registry payload (Confluent-framed Avro, Protobuf or JSON Schema) whose fields become typed columns
+    (next to the raw `value`, unless `envelope.value` is off)."""
+
+    type: Literal["bytes", "utf8", "json", "avro", "protobuf", "json_schema"] = "bytes"
     json_schema: str | None = Field(
         default=None, description="json only: the fields as a Spark DDL string, e.g. 'id BIGINT, name STRING'; "
                                   "None: inferred per window from the window's values")
-    column_prefix: str = Field(default="", description="json only: prepended to each decoded field's column name")
+    column_prefix: str = Field(default="", description="json and the registry types: prepended to each decoded "
+                                                       "field's column name")
+    subject: str | None = Field(
+        default=None, description="registry types: the subject whose newest version is the window's reader schema; "
+                                  "None: '<topic>-value' (TopicNameStrategy)")
     on_error: Literal["fail", "dead_letter"] = Field(
-        default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object): "
-                                    "fail the window naming topic, partition and offset, or write the raw record "
-                                    "under <prefix>_dead_letter/ (committed with the window, never dropped)")
+        default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object; for "
+                                    "the registry types not framed, an unknown schema id, or not decodable with "
+                                    "its schema): fail the window naming topic, partition, offset and the reason, "
+                                    "or write the raw record under <prefix>_dead_letter/ (committed with the "
+                                    "window, never dropped)")
 
     @model_validator(mode="after")
     def _json_only(self) -> ValueDecoding:
-        if self.type != "json" and (self.json_schema is not None or self.column_prefix):
-            raise ValueError(f"json_schema and column_prefix apply to type 'json' only, not {self.type!r}")
+        if self.type != "json" and self.json_schema is not None:
+            raise ValueError(f"json_schema applies to type 'json' only, not {self.type!r}")
+        if self.type not in ("json", *REGISTRY_TYPES) and self.column_prefix:
+            raise ValueError(f"column_prefix applies to types json, {', '.join(REGISTRY_TYPES)}, not {self.type!r}")
+        if self.type not in REGISTRY_TYPES and self.subject is not None:
+            raise ValueError(f"subject applies to types {', '.join(REGISTRY_TYPES)}, not {self.type!r}")
         if self.json_schema is not None:
             parse_ddl_fields(self.json_schema)  # raises ValueError naming the problem
         return self
+
+    @property
+    def registry(self) -> bool:
+        """Decoded with schemas from a Schema Registry."""
+        return self.type in REGISTRY_TYPES
+
+
+class KeyDecoding(StrictModel):
+    """How the record key is decoded besides its raw bytes: not at all (`bytes`), or a Schema Registry payload
+    whose fields become typed columns named `column_prefix` + field (a key that is not a record: one column,
+    `column_prefix` without its trailing `_`)."""
+
+    type: Literal["bytes", "avro", "protobuf", "json_schema"] = "bytes"
+    column_prefix: str = Field(default="key_", description="prepended to each decoded key field's column name")
+    subject: str | None = Field(default=None, description="the subject whose newest version is the window's "
+                                                          "reader schema; None: '<topic>-key'")
+
+    @property
+    def registry(self) -> bool:
+        return self.type in REGISTRY_TYPES
 
 
 class SinkOutput(StrictModel):
@@ -123,6 +157,8 @@ class ArchiveConfig(StrictModel):
     envelope: Envelope = Field(default=Envelope(), description="which record parts to store (parquet, avro, "
                                                                 "jsonl, json; csv uses csv_fields)")
     value_decoding: ValueDecoding = ValueDecoding()
+    key_decoding: KeyDecoding = Field(default=KeyDecoding(), description="decode Schema Registry keys into typed "
+                                                                        "columns (the raw `key` stays)")
     flush: FlushPolicy = FlushPolicy()
     max_records_per_object: int | None = Field(default=None, ge=1, description="split a window's output into "
                                                                                "numbered parts")
@@ -243,8 +279,9 @@ class ArchiveConfig(StrictModel):
             raise ValueError(f"value_decoding.type {dec.type!r} needs a format with columns "
                              f"({', '.join(f for f, s in FORMATS.items() if s.envelope)}); format {self.format!r} "
                              f"stores {spec.stores}")
-        if not self.envelope.columns() and dec.type != "json":
+        if not self.envelope.columns() and dec.type != "json" and not dec.registry:
             raise ValueError("envelope: every part is off; keep at least one of key, value, headers, metadata")
+        self._check_registry_decoding()
         if dec.type == "json" and dec.json_schema is not None:
             clash = sorted({dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
                            & set(self.envelope.columns()))
@@ -269,6 +306,28 @@ class ArchiveConfig(StrictModel):
                 raise ValueError(f"layout.template: {e}") from None
         self._check_restore_targets()
         return self
+
+    def _check_registry_decoding(self) -> None:
+        sides = [(n, d) for n, d in (("value_decoding", self.value_decoding), ("key_decoding", self.key_decoding))
+                 if d.registry]
+        for name, d in sides:
+            if self.format not in REGISTRY_FORMATS:
+                allowed = f"{', '.join(REGISTRY_FORMATS[:-1])} or {REGISTRY_FORMATS[-1]}"
+                raise ValueError(f"{name}.type {d.type!r} needs format {allowed} (the text formats' lines are "
+                                 f"rendered before decoding); this archive's format is {self.format!r}")
+        if self.value_decoding.registry and self.layout is not None:
+            for i, d in enumerate(self.layout.partition_by):
+                if isinstance(d, RecordTime) and d.source == "value":
+                    raise ValueError(f"layout.partition_by[{i}]: a time from a value field is not supported with "
+                                     f"value_decoding.type {self.value_decoding.type!r} (partition by the decoded "
+                                     "field with kind value, or by the Kafka timestamp)")
+        if self.format == "iceberg" and self.key_decoding.registry and self.value_decoding.type in ("utf8", "json"):
+            raise ValueError(f"key_decoding.type {self.key_decoding.type!r} with value_decoding.type "
+                             f"{self.value_decoding.type!r} is not supported for format 'iceberg' (decode the value "
+                             "with a registry type too, or use parquet)")
+        if self.key_decoding.registry and self.key_decoding.column_prefix == self.value_decoding.column_prefix:
+            raise ValueError(f"key_decoding.column_prefix and value_decoding.column_prefix are both "
+                             f"{self.key_decoding.column_prefix!r}: key and value fields would share column names")
 
     def _check_sink_output(self) -> None:
         if self.compression_level is not None:
@@ -340,7 +399,8 @@ class ArchiveConfig(StrictModel):
         known = set(self.envelope.columns())
         if dec.type == "json" and dec.json_schema is not None:
             known |= {dec.column_prefix + f for f in parse_ddl_fields(dec.json_schema)}
-        inferred = dec.type == "json" and dec.json_schema is None  # decoded columns known per window only
+        # decoded columns known per window only
+        inferred = dec.type == "json" and dec.json_schema is None or dec.registry or self.key_decoding.registry
         unknown = [c for c in (ice.partition_columns() if ice else ["partition"]) if c not in known]
         if unknown and not inferred:
             raise ValueError(f"iceberg.partition_by: column(s) {unknown} are not stored; stored columns: "
@@ -357,6 +417,12 @@ class ArchiveConfig(StrictModel):
         """The archive keeps key, value, headers and coordinates byte for byte, so restore can replay it."""
         return (FORMATS[self.format].lossless and self.envelope.complete
                 and self.value_decoding.type != "utf8" and not self.sink_output.lossy)
+
+    @property
+    def decodes_fields(self) -> bool:
+        """Columns decoded from payloads (json, or a Schema Registry decoding of the value or key), which vary
+        between windows."""
+        return self.value_decoding.type == "json" or self.value_decoding.registry or self.key_decoding.registry
 
     @property
     def lifecycle_policy(self) -> LifecyclePolicy:

@@ -37,6 +37,10 @@ class RestoreTarget(StrictModel):
     wait_for_cold_seconds: int = Field(default=0, ge=0)
     cold_restore_days: int = Field(default=7, ge=1)
     cold_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
+    schema_subjects: Literal["keep_ids", "topic_name", "record_name", "topic_record_name"] = Field(
+        default="keep_ids", description="Schema Registry payloads: keep_ids restores them byte for byte; a subject "
+                                        "name strategy registers each archived schema in the restore's Schema "
+                                        "Registry under its subject and rewrites each record's schema id")
 
     @field_validator("name")
     @classmethod

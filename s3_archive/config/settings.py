@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -80,12 +81,36 @@ def _loc(loc: tuple) -> str:
 _TOP = "the config needs the key `archives`: a list of archives (and optionally `foreign_sources`)"
 
 
+def config_error(*problems: str) -> InvalidConfig:
+    """The one form of every refusal of the config, at parse or when definitions load: a line per problem, each
+    starting with its key path (`archives[1].prefix: ...`)."""
+    return InvalidConfig("invalid s3-archive config:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class KeyPaths:
+    """Where each archive and topic sits in the config file as loaded: for refusals found once `topic_pattern`s are
+    resolved (a matched topic has no place of its own: its archive's pattern stands for it)."""
+
+    archives: dict[str, str]  # archive name -> "archives[1]"
+    topics: dict[str, str]  # listed topic -> "archives[1].topics[0]"
+
+    @classmethod
+    def of(cls, settings: Settings) -> KeyPaths:
+        """Of `settings` as loaded (not resolved: a resolved archive lists its matched topics among `topics`)."""
+        return cls({a.name: f"archives[{i}]" for i, a in enumerate(settings.archives)},
+                   {t: f"archives[{i}].topics[{k}]" for i, a in enumerate(settings.archives)
+                    for k, t in enumerate(a.topics)})
+
+    def topic(self, archive: str, topic: str) -> str:
+        return self.topics.get(topic, f"{self.archives[archive]}.topic_pattern")
+
+
 def parse_settings(data: object) -> Settings:
     if data is None:  # an empty file, or only comments
-        raise InvalidConfig(f"invalid s3-archive config:\n  (top level): the file is empty; {_TOP}")
+        raise config_error(f"(top level): the file is empty; {_TOP}")
     if not isinstance(data, Mapping):
-        raise InvalidConfig(f"invalid s3-archive config:\n  (top level): {_TOP}, got a {type(data).__name__} "
-                            f"{data!r:.60}")
+        raise config_error(f"(top level): {_TOP}, got a {type(data).__name__} {data!r:.60}")
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
@@ -96,7 +121,7 @@ def parse_settings(data: object) -> Settings:
                 msg += f", got {err['input']!r}"
             # Cross-archive checks already start with their key path (see Settings._unique).
             lines.append(msg if not err["loc"] and msg.startswith("archives[") else f"{_loc(err['loc'])}: {msg}")
-        raise InvalidConfig("invalid s3-archive config:\n  " + "\n  ".join(lines)) from None
+        raise config_error(*lines) from None
 
 
 def load_settings(path: Path) -> Settings:

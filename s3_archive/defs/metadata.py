@@ -44,6 +44,13 @@ def typed(meta: Mapping[str, Any]) -> dict[str, dg.MetadataValue]:
     return out
 
 
+def ui_page(key: dg.AssetKey, view: str | None = None, label: str | None = None) -> str:
+    """A Markdown link to an asset's page in the Dagster UI (`view`: partitions, checks, events), root-relative:
+    it works where the UI is served at the root of its host (not under a `--path-prefix`)."""
+    path = "/assets/" + "/".join(quote(part, safe="") for part in key.path) + (f"?view={view}" if view else "")
+    return f"[{label or key.to_user_string()}]({path})"
+
+
 def s3_console(bucket: str, prefix: str) -> str:
     return f"https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={quote(prefix)}"
 

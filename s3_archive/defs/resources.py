@@ -1,9 +1,11 @@
-"""The resources every definition shares (`kafka`, `s3`, `spark`), built here and only here from the environment.
+"""The resources every definition shares (`kafka`, `s3`, `spark`, `schema_registry`), built here and only here from
+the environment.
 
 One connection model: every setting is its own variable (`KAFKA_ENV` in io/kafka.py, `S3_ENV` in io/s3_resource.py,
-`SPARK_ENV` here; docs/configuration.md, "Environment"), so Kafka's security, the S3 endpoint and credentials and the
-Spark master combine freely. Definitions loading, the sensors, `s3-archive refresh-topics`, the runs (Spark's Kafka
-source and s3a, the restore's producer and ledger, the checks, the catalog's Glue client) all get them from here.
+`REGISTRY_ENV` in io/schema_registry.py, `SPARK_ENV` here; docs/configuration.md, "Environment"), so Kafka's
+security, the S3 endpoint and credentials, the Schema Registry and the Spark master combine freely. Definitions
+loading, the sensors, `s3-archive refresh-topics`, the runs (Spark's Kafka source and s3a, the restore's producer and
+ledger, the checks, the catalog's Glue client, registry decoding) all get them from here.
 
 Values are bound with `dg.EnvVar`: resolved when a run or a sensor tick starts, never at import, and shown in the UI
 as the variable's name (secrets never appear in run config or metadata). A variable unset (or empty) when definitions
@@ -20,6 +22,7 @@ import dagster as dg
 
 from s3_archive.io.kafka import KAFKA_ENV, KafkaResource
 from s3_archive.io.s3_resource import S3_ENV, S3Resource
+from s3_archive.io.schema_registry import REGISTRY_ENV, SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.model.errors import InvalidConfig
 
@@ -104,6 +107,14 @@ def spark_resource() -> SparkResource:
     )
 
 
+def schema_registry_resource() -> SchemaRegistryResource:
+    """The Schema Registry of registry decoding (and of restores that re-register schemas); no URL: none."""
+    timeout = REGISTRY_ENV["timeout_s"]
+    return SchemaRegistryResource(**_bound(REGISTRY_ENV, ("url", "username", "password", "ca_location")),
+                                  **({"timeout_s": dg.EnvVar.int(timeout)} if _is_set(timeout) else {}))
+
+
 def build_resources() -> dict[str, dg.ConfigurableResource]:
     retired_env_warning()
-    return {"kafka": kafka_resource(), "s3": s3_resource(), "spark": spark_resource()}
+    return {"kafka": kafka_resource(), "s3": s3_resource(), "spark": spark_resource(),
+            "schema_registry": schema_registry_resource()}

@@ -48,8 +48,12 @@ def spark_jars() -> list[Path]:
     return [*jars("spark"), *optional_jars("iceberg")]
 
 
+def default_local_dir() -> Path:
+    return home() / "local"
+
+
 def local_stack_dir() -> Path:
-    return Path(os.environ.get("S3_ARCHIVE_LOCAL_DIR", home() / "local")).expanduser()
+    return Path(os.environ.get("S3_ARCHIVE_LOCAL_DIR", default_local_dir())).expanduser()
 
 
 def state_dir() -> Path:

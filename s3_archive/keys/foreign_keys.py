@@ -19,6 +19,9 @@
 - lenses: `<prefix>/<topic>/<partition>/<offset>.<ext>` by default (newer sinks add `_<first ts>_<last ts>` after
   the offset), `<prefix>/<directories of PARTITIONBY>/<topic>(<partition>_<offset>).<ext>` with PARTITIONBY; the
   offset is the object's *last* record's, left-padded with `0` (padding.length.*), then `key.suffix`.
+
+Every parser refuses a name that fits but carries a number no Kafka record can have (`NameOutOfRange`: a partition
+beyond 2^31-1, an offset beyond 2^63-1), so every caller gets the same answer for it.
 """
 
 from __future__ import annotations
@@ -37,8 +40,23 @@ from s3_archive.keys.template import (
     parse_template,
     render_key,
 )
+from s3_archive.model.errors import InvalidForeignObject
 
 DEFAULT_AIVEN_TEMPLATE = "{{topic}}-{{partition}}-{{start_offset}}"
+KAFKA_MAX_PARTITION = 2**31 - 1  # partitions are Java ints
+KAFKA_MAX_OFFSET = 2**63 - 1  # offsets are Java longs
+
+
+class NameOutOfRange(InvalidForeignObject):
+    """An object name that fits the sink's layout but holds a partition or offset beyond Kafka's ranges."""
+
+
+def _in_kafka_range(partition: int | None, start_offset: int | None) -> None:
+    if partition is not None and partition > KAFKA_MAX_PARTITION:
+        raise NameOutOfRange(f"partition {partition} is beyond {KAFKA_MAX_PARTITION}, Kafka's largest partition")
+    if start_offset is not None and start_offset > KAFKA_MAX_OFFSET:
+        raise NameOutOfRange(f"start offset {start_offset} is beyond {KAFKA_MAX_OFFSET}, Kafka's largest offset")
+
 
 AIVEN = Dialect(what="file.name.template", names=("topic", "partition", "start_offset", "timestamp", "key"),
                 required=(), key_chars=None, repeats=False, param_lists=False, unit_aliases=(), paths=False,
@@ -66,7 +84,8 @@ def aiven_render(t: KeyTemplate, topic: str = "", partition: int = 0, start_offs
 
 
 def aiven_parse(t: KeyTemplate, name: str) -> dict[str, Any] | None:
-    """The values of an object name (after the prefix and compression suffix), or None if it does not fit.
+    """The values of an object name (after the prefix and compression suffix), or None if it does not fit;
+    NameOutOfRange if its partition or start offset is beyond Kafka's ranges.
     Keys: topic, partition, start_offset (ints), timestamp (dict unit -> int), key."""
     try:
         values = parse_key(t, name)
@@ -78,6 +97,7 @@ def aiven_parse(t: KeyTemplate, name: str) -> dict[str, Any] | None:
             out.setdefault("timestamp", {})[slot.removeprefix("timestamp:")] = int(str(v))
         else:
             out[slot] = v
+    _in_kafka_range(out.get("partition"), out.get("start_offset"))
     return out
 
 
@@ -112,8 +132,8 @@ class ForeignName:
 
 def confluent_parse(topic: str, fmt: str, gzipped: bool, rest: str, partitioned: bool = False,
                     ) -> ForeignName | None:
-    """A Confluent object name (after the prefix), or None. `partitioned`: the encoded partition is any
-    directories (time/field partitioners), else `partition=<p>`."""
+    """A Confluent object name (after the prefix), or None; NameOutOfRange (see `aiven_parse`). `partitioned`: the
+    encoded partition is any directories (time/field partitioners), else `partition=<p>`."""
     m = re.fullmatch(r"([^/]+)/(.+)/([^/+]+)\+(0|[1-9][0-9]*)\+([0-9]+)((?:\.[^./]+)+)", rest)
     if m is None or m[1] != topic or m[3] != topic:
         return None
@@ -128,18 +148,24 @@ def confluent_parse(topic: str, fmt: str, gzipped: bool, rest: str, partitioned:
         return None
     if (kind == "values" and got[0] != fmt) or (kind == "headers" and got[0] == "bytes"):
         return None
+    _in_kafka_range(int(m[4]), int(m[5]))
     return ForeignName(int(m[4]), int(m[5]), m[2], kind, *got)
 
 
 def lenses_parse(topic: str, fmt: str, gzipped: bool, rest: str, key_suffix: str = "") -> ForeignName | None:
-    """A Lenses object name (after the prefix), default or PARTITIONBY naming, or None. Numbers may be left-padded
-    with '0' (the sink's default padding). The extension is the format's name (`.gz` for gzipped json)."""
+    """A Lenses object name (after the prefix), default or PARTITIONBY naming, or None; NameOutOfRange (see
+    `aiven_parse`). Numbers may be left-padded with '0' (the sink's default padding). The extension is the format's
+    name (`.gz` for gzipped json)."""
     ext = "gz" if gzipped else fmt
     tail = re.escape(key_suffix) + r"\." + re.escape(ext)
     m = re.fullmatch(r"([^/]+)/([0-9]+)/([0-9]+)(?:_-?[0-9]+_-?[0-9]+)?" + tail, rest)
     if m is not None:
-        return ForeignName(int(m[2]), int(m[3]), f"{m[1]}/{int(m[2])}") if m[1] == topic else None
+        if m[1] != topic:
+            return None
+        _in_kafka_range(int(m[2]), int(m[3]))
+        return ForeignName(int(m[2]), int(m[3]), f"{m[1]}/{int(m[2])}")
     m = re.fullmatch(r"(?:(.*)/)?([^/()]+)\(([0-9]+)_([0-9]+)\)" + tail, rest)
     if m is None or m[2] != topic:
         return None
+    _in_kafka_range(int(m[3]), int(m[4]))
     return ForeignName(int(m[3]), int(m[4]), m[1] or "")

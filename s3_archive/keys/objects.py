@@ -4,6 +4,7 @@
     <prefix>_manifests/<topic>/kafka_partition=<p>/<window key>.json              commit record
     <prefix>_staging/<topic>/<window key>/<attempt>/                              one attempt's Spark output
     <prefix>_dead_letter/<topic>/kafka_partition=<p>/<same name as data>.parquet  undecodable records (raw)
+    <prefix>_schemas/<sha256>.json                                                Schema Registry schemas used
     format bytes: <topic>+<p>+<start>-<end>+<offset:019d>.bin, one object per record
 
 The default layout is the template `{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-
@@ -27,7 +28,13 @@ from s3_archive.model.windows import OFFSET_DIGITS, OffsetWindow
 MANIFESTS = "_manifests"
 STAGING = "_staging"
 DEAD_LETTER = "_dead_letter"
+SCHEMAS = "_schemas"
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
+
+
+def schema_key(prefix: str, sha256: str) -> str:
+    """A Schema Registry schema that windows used, named by its content's hash: written once, shared by windows."""
+    return f"{prefix}{SCHEMAS}/{sha256}.json"
 
 
 def partition_dir(prefix: str, topic: str, partition: int) -> str:

@@ -1,4 +1,11 @@
-"""`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI."""
+"""`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI.
+
+Everything the demo makes lives in the local dir (`$S3_ARCHIVE_LOCAL_DIR`): the broker's topics, moto's bucket,
+the Dagster instance (`dagster_home/`) and the topic state (`state/`). A second run starts the same stack again
+and finds it as it was: no new records, no new windows, the UI's windows still in the bucket. If the instance and
+the bucket disagree all the same (local state from an older version, a bucket emptied by hand), the demo refuses to
+start and says how to reset: `s3-archive local down --purge`.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +25,17 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import load_settings, resolve_topic_patterns
 from s3_archive.definitions import DEMO_CONFIG, build_defs
 from s3_archive.defs.archive.discovery import describe
+from s3_archive.defs.archive.instance import materialized_windows, read_windows
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import evaluate, sensor_name
 from s3_archive.defs.resources import kafka_resource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.paths import local_stack_dir, topic_state_file
+from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.io.topic_state import refresh_topics
+from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.local import stack
+from s3_archive.local.processes import StackError
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
 # The demo config's restore target (`restore_targets`) produces into this topic: created empty.
@@ -63,11 +74,50 @@ def cut_windows(instance: dg.DagsterInstance, kafka: KafkaResource, archive: Arc
     return {t: added.get(window_partitions(t).name, []) for t in archive.topics}
 
 
+def lost_windows(instance: dg.DagsterInstance, s3: S3Client, archive: ArchiveConfig) -> dict[str, list[str]]:
+    """Per topic, the windows the instance has as committed (materialized) whose manifest is not in the bucket."""
+    lost: dict[str, list[str]] = {}
+    for topic in archive.topics:
+        windows, _ = read_windows(instance, topic)
+        done = materialized_windows(instance, topic, [w.key for w in windows]) if windows else set()
+        present = {o["Key"] for o in list_objects(s3, archive.bucket, manifest_prefix(archive.prefix, topic))}
+        gone = [w.key for w in windows if w.key in done and manifest_key(archive.prefix, topic, w) not in present]
+        if gone:
+            lost[topic] = gone
+    return lost
+
+
+def check_consistent(instance: dg.DagsterInstance, s3: S3Client, archives: list[ArchiveConfig], home: Path) -> None:
+    """StackError, saying how to reset, if the instance's committed windows are not all in the bucket."""
+    lost = {t: keys for a in archives for t, keys in lost_windows(instance, s3, a).items()}
+    if lost:
+        shown = "; ".join(f"{t}: {len(keys)} (first {keys[0]})" for t, keys in sorted(lost.items()))
+        raise StackError(f"the Dagster instance in {home} has committed windows whose manifests are not in the "
+                         f"local bucket ({shown}): the instance and the bucket are not from the same stack. To start "
+                         "over with empty local state: `s3-archive local down --purge`, then `make demo` again")
+
+
+RESTORE_HINT = ("To restore: open kafka_restore_target/replay/demo.orders, click Materialize, click All in the "
+                "dialog (it opens with no window selected), then Launch backfill; the records land in "
+                "demo.orders.restored. kafka_restore_target/preview/demo.orders, clicked the same way, only plans: "
+                "its plan is on its Events tab.")
+
+
 def run(port: int = 3000, kafka_security: str | None = None) -> int:
     root = local_stack_dir()
     print(f"demo: starting the local stack in {root} …", flush=True)
     state = stack.up(root, kafka_security=kafka_security)
+    try:
+        return _run(root, state, port)
+    finally:
+        stopped = stack.down(root)
+        print(f"demo: stopped {', '.join(stopped) or 'nothing'}", flush=True)
+
+
+def _run(root: Path, state: stack.StackState, port: int) -> int:
     os.environ.update(state.env())
+    # The code location's topic state lives with the rest of the demo's state (one `down --purge` removes it).
+    os.environ.setdefault("S3_ARCHIVE_STATE_DIR", str(root / "state"))
     print(stack.status(root), flush=True)
     dagster_home = root / "dagster_home"
     dagster_home.mkdir(parents=True, exist_ok=True)
@@ -75,7 +125,8 @@ def run(port: int = 3000, kafka_security: str | None = None) -> int:
     if repo_yaml.exists():
         shutil.copyfile(repo_yaml, dagster_home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(dagster_home)
-    settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
+    config = Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
+    settings = load_settings(config)
     with dg.build_resources({"kafka": kafka_resource()}) as resources:  # as the runs connect: from state.env()
         kafka = resources.kafka
     seed_topics(kafka)
@@ -84,8 +135,10 @@ def run(port: int = 3000, kafka_security: str | None = None) -> int:
     if known:
         print(f"demo: topic_pattern topics: {describe(known)}", flush=True)
     defs = build_defs(settings, known)
+    archives = resolve_topic_patterns(settings, known).archives
     with dg.DagsterInstance.get() as instance:
-        for archive in resolve_topic_patterns(settings, known).archives:
+        check_consistent(instance, stack.local_s3_client(state.s3_endpoint_url), archives, dagster_home)
+        for archive in archives:
             for topic, new in cut_windows(instance, kafka, archive).items():
                 print(f"demo: {topic}: {len(new)} new windows", flush=True)
                 if not new:
@@ -97,20 +150,21 @@ def run(port: int = 3000, kafka_security: str | None = None) -> int:
                           "dagster/asset_partition_range_end": new[-1]}, raise_on_error=False)
                 print(f"demo: archived {len(new)} windows of {topic} in one run "
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
-    print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack). Turn on the "
-          f"sensor {', '.join(sensor_name(a) for a in settings.archives)} under Automation to archive new records "
-          "as they arrive. To restore, select windows of kafka_restore_target/replay/demo.orders and Materialize "
-          "(no config; into demo.orders.restored).", flush=True)
+    print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack; the next `make demo` "
+          "finds everything as it was, `s3-archive local down --purge` removes it). Turn on the sensor "
+          f"{', '.join(sensor_name(a) for a in settings.archives)} under Automation to archive new records as they "
+          "arrive." + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""), flush=True)
     workspace = Path.cwd() / "workspace.yaml"
     target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port), *target])
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        proc.wait(30)
+    except KeyboardInterrupt:  # Ctrl-C reached dagster dev too: give it time to stop its webserver and daemon
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass  # killed below
         return 0
     finally:
         if proc.poll() is None:
             proc.kill()
-        stopped = stack.down(root)
-        print(f"demo: stopped {', '.join(stopped) or 'nothing'}", flush=True)

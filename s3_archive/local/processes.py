@@ -80,11 +80,17 @@ def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None, detached
     if not detached and threading.current_thread() is threading.main_thread():
         cmd = tied_to_parent(cmd)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
+    # A child inherits the calling thread's blocked signals across fork and exec, and a server must die by SIGTERM
+    # (`stop_pid`, the parent-death signal): unblock it while forking (a library's thread code can leave it blocked).
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    try:
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def stop_pid(pid: int, timeout: float = 20.0) -> None:

@@ -1,9 +1,13 @@
 """`s3-archive local up | down | status`: the broker and the moto server as background processes, and on
 request PostgreSQL for a Dagster instance of the deployed shape (`--postgres`), a Spark Connect server
-(`--spark-connect`) and a Spark standalone master + worker (`--spark-cluster`).
+(`--spark-connect`), a Spark standalone master + worker (`--spark-cluster`) and a Schema Registry
+(`--schema-registry`: Apicurio Registry, local/registry_server.py).
 
 State (ports, PIDs) is kept in `<local dir>/stack.json`; `down` stops only the PIDs recorded there, and only if
-their command line is still the one we started (a recycled PID is left alone). `up --kafka-security sasl_ssl` starts
+their command line is still the one we started (a recycled PID is left alone). Every server keeps its data under
+the local dir across `down` and `up` — the broker's log, moto's bucket (its request recording, replayed at start),
+PostgreSQL's cluster — so a restarted stack is the stack that stopped; `down --purge` (or `up --fresh`) removes it
+all. `up --kafka-security sasl_ssl` starts
 the broker with a SASL_SSL listener only (SCRAM-SHA-512 user `s3-archive`, a local CA); its password is made once
 and kept, like `stack.json` and `stack.env`, in files only their owner can read.
 """
@@ -23,11 +27,13 @@ from typing import Any
 
 import boto3
 
-from s3_archive.io.paths import local_stack_dir
+from s3_archive.io.paths import default_local_dir, local_stack_dir
 from s3_archive.local.kafka_broker import SCRAM, SECURITY, KafkaBroker
 from s3_archive.local.moto_server import MotoServer
 from s3_archive.local.postgres import DEFAULT_DATABASE, DEFAULT_USER, PostgresServer
 from s3_archive.local.processes import StackError, pid_alive, stop_pid, write_private
+from s3_archive.local.registry_server import MAIN_JAR as REGISTRY_JAR
+from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.spark_cluster import MASTER_CLASS, WORKER_CLASS, SparkCluster
 from s3_archive.local.spark_connect import MAIN_CLASS as CONNECT_CLASS
 from s3_archive.local.spark_connect import SparkConnectServer
@@ -36,6 +42,7 @@ from s3_archive.local.spark_connect import SparkConnectServer
 LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local-stack", "AWS_SECRET_ACCESS_KEY": "local-stack", "AWS_REGION": "us-east-1"}
 DEFAULT_BUCKET = "s3-archive-local"
 KAFKA_USER = "s3-archive"  # the client login of a sasl_ssl local broker
+TAG_FILE = ".s3-archive-local"  # in every dir `up` made: `down --purge` removes no other dir
 
 
 @dataclass
@@ -56,6 +63,8 @@ class StackState:
     spark_master_pid: int | None = None
     spark_worker_pid: int | None = None
     spark_jars_dir: str | None = None  # the jars on the worker's classpath (SparkResource.worker_jars_dir)
+    schema_registry_url: str | None = None
+    schema_registry_pid: int | None = None
 
 
     def env(self) -> dict[str, str]:
@@ -78,8 +87,10 @@ class StackState:
         elif self.spark_master_url:
             spark = {"S3_ARCHIVE_SPARK_MASTER": self.spark_master_url,
                      "S3_ARCHIVE_SPARK_WORKER_JARS_DIR": self.spark_jars_dir or ""}
+        registry = {"S3_ARCHIVE_SCHEMA_REGISTRY_URL": self.schema_registry_url} if self.schema_registry_url else {}
         return {
             **kafka,
+            **registry,
             "S3_ARCHIVE_S3_ENDPOINT_URL": self.s3_endpoint_url,
             "S3_ARCHIVE_BUCKET": self.bucket,
             **spark,
@@ -98,6 +109,11 @@ def _kafka_password(root: Path) -> str:
 
 def _state_file(root: Path) -> Path:
     return root / "stack.json"
+
+
+def moto_recording(root: Path) -> Path:
+    """moto's request recording: the local bucket's state across restarts (local/moto_server.py)."""
+    return root / "moto" / "recording.jsonl"
 
 
 def read_state(root: Path | None = None) -> StackState | None:
@@ -144,7 +160,7 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
 def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
        kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None, postgres: bool = False,
        spark_connect: bool = False, spark_cluster: bool = False, spark_connect_port: int = 0,
-       spark_master_port: int = 0) -> StackState:
+       spark_master_port: int = 0, schema_registry: bool = False, schema_registry_port: int = 0) -> StackState:
     """Start the stack, or what it lacks of what is asked if it runs already, and record it. `kafka_security`:
     plaintext or sasl_ssl; None: as the local data was made, else plaintext."""
     if kafka_security is not None and kafka_security not in SECURITY:
@@ -158,15 +174,16 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
                          f"local down` first, then `up --kafka-security {kafka_security}`")
     if state is None:
-        if fresh and root.exists():
-            shutil.rmtree(root)
+        if fresh:
+            _remove(root)
         root.mkdir(parents=True, exist_ok=True)
+        (root / TAG_FILE).touch()
         security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
         password = _kafka_password(root) if security == "sasl_ssl" else None
         # `up` returns and the stack stays: every server is detached from this process.
         broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
                              users={KAFKA_USER: password} if password else {}, detached=True)
-        moto = MotoServer(root / "moto", port=s3_port, detached=True)
+        moto = MotoServer(root / "moto", port=s3_port, detached=True, recording=moto_recording(root))
         broker.start()
         try:
             moto.start()
@@ -182,6 +199,11 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         pg = PostgresServer(root / "postgres", detached=True)
         pg.start()
         state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
+        _save(root, state)
+    if schema_registry and state.schema_registry_url is None:
+        registry = SchemaRegistryServer(root / "schema-registry", port=schema_registry_port, detached=True)
+        registry.start()
+        state.schema_registry_url, state.schema_registry_pid = registry.url, registry.proc.pid
         _save(root, state)
     if spark_cluster and state.spark_master_url is None:
         # The worker's environment holds the S3 keys of its executors' default chain (Iceberg's S3 client), as a
@@ -224,7 +246,8 @@ def _ours(pid: int, marker: str) -> bool:
 
 
 _MARKERS = {"broker_pid": "kafka.Kafka", "moto_pid": "moto.server", "postgres_pid": "postgres",
-            "spark_master_pid": MASTER_CLASS, "spark_worker_pid": WORKER_CLASS, "spark_connect_pid": CONNECT_CLASS}
+            "spark_master_pid": MASTER_CLASS, "spark_worker_pid": WORKER_CLASS, "spark_connect_pid": CONNECT_CLASS,
+            "schema_registry_pid": REGISTRY_JAR}
 
 
 def _recorded(state: StackState) -> list[tuple[str, int, str]]:
@@ -236,18 +259,30 @@ def _running(state: StackState) -> bool:
     return all(pid_alive(pid) and _ours(pid, m) for _, pid, m in _recorded(state))
 
 
-def down(root: Path | None = None) -> list[str]:
+def down(root: Path | None = None, purge: bool = False) -> list[str]:
+    """Stop what `up` started; with `purge`, then remove the local dir: every server's data, the demo's Dagster
+    instance and topic state, the local CA and passwords."""
     root = root or local_stack_dir()
     state = read_state(root)
     stopped: list[str] = []
-    if state is None:
-        return stopped
-    for _, pid, marker in reversed(_recorded(state)):  # Spark first: it uses the broker and moto
+    for _, pid, marker in reversed(_recorded(state) if state else []):  # Spark first: it uses the broker and moto
         if pid_alive(pid) and _ours(pid, marker):
             stop_pid(pid)
             stopped.append(f"{marker} (pid {pid})")
     _state_file(root).unlink(missing_ok=True)
+    if purge:
+        _remove(root)
     return stopped
+
+
+def _remove(root: Path) -> None:
+    """Remove the local dir, if `up` made it (a mistaken $S3_ARCHIVE_LOCAL_DIR must not cost a user a folder)."""
+    if not root.exists():
+        return
+    if not (root / TAG_FILE).exists() and root != default_local_dir():
+        raise StackError(f"{root} was not made by `s3-archive local up` (there is no {TAG_FILE} in it); "
+                         "not removing it")
+    shutil.rmtree(root)
 
 
 def status(root: Path | None = None) -> str:
@@ -267,6 +302,8 @@ def status(root: Path | None = None) -> str:
         lines.append(f"spark master: {state.spark_master_url}  (worker jars: {state.spark_jars_dir})")
     if state.spark_connect_url:
         lines.append(f"spark connect: {state.spark_connect_url}")
+    if state.schema_registry_url:
+        lines.append(f"schema registry: {state.schema_registry_url}")
     return "\n".join(lines)
 
 

@@ -14,6 +14,9 @@ COLUMN = re.compile(r"[a-z_][a-z0-9_]{0,254}")
 # The key in a stored column's Spark metadata (the manifest's `schema`) that holds the payload field's own name when
 # the column is stored under another (stored_names).
 SOURCE_FIELD = "s3_archive.field"
+# The key in a decoded column's Spark metadata naming the record part it was decoded from, when it is the key
+# (`key_decoding`); absent: the value.
+PART_FIELD = "s3_archive.part"
 
 
 def _order(name: str) -> tuple[bool, bool, str]:

@@ -86,3 +86,13 @@ class TakeOverRefused(UserError, RuntimeError):
 class UnsupportedConnectConfig(UserError, ValueError):
     """A Kafka Connect S3 sink config `s3-archive import-connect` cannot turn into an archive: the message names
     the option, its value (never a secret's) and what is allowed."""
+
+
+class SchemaRegistryUnavailable(UserError, RuntimeError):
+    """The Schema Registry could not be reached, or refused a request; the message names its URL (never the
+    password)."""
+
+
+class IncompatibleSchema(UserError, ValueError):
+    """A window's writer schemas cannot be read as one schema (a field's type changed); the message names the
+    topic, the offsets, both schema ids and the field."""

@@ -77,6 +77,9 @@ def parse_ddl_fields(ddl: str) -> list[str]:
     return names
 
 
+# Value and key decodings of Confluent-framed payloads with schemas from a Schema Registry (typed columns).
+REGISTRY_TYPES = ("avro", "protobuf", "json_schema")
+
 # Fields a csv archive can carry (Aiven's format.output.fields), in the order given by the config.
 CSV_FIELDS = ("key", "value", "offset", "timestamp", "headers")
 # Spark 4.0's text writers (json, csv, text) have no zstd without Hadoop's native library, so for zstd Spark

@@ -3,7 +3,9 @@
 (archive/driver/commit.py). Every consumer reads it through `parse_manifest` (from S3: `io/s3.py::read_manifest`), never
 as a dict.
 
-Versions. Every manifest written so far says `manifest_version` 1. Those written before the output options
+Versions. Version 2 is version 1 plus `schemas` (the Schema Registry schemas a window used, by id and content
+hash), written only by archives that decode registry payloads; every other manifest says `manifest_version` 1.
+Those written before the output options
 (value decoding, envelope selection, dead letters) lack `envelope`, `value_decoding`, `undecodable_records`,
 `restorable` and `dead_letter_objects`, and their objects lack `offset`: they parse with those fields None (empty
 for dead letters) and serialize back without them. A version this code does not know, a key it does not know, a
@@ -24,15 +26,16 @@ from s3_archive.model.base import StrictModel
 from s3_archive.model.errors import InvalidManifest
 from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
-MANIFEST_VERSION = 1  # the version this code writes
-KNOWN_VERSIONS = (1,)  # the versions it reads
+MANIFEST_VERSION = 1  # the version this code writes (REGISTRY_VERSION when the window lists schemas)
+REGISTRY_VERSION = 2
+KNOWN_VERSIONS = (1, 2)  # the versions it reads
 
 # A `[from, to)` offset range, as JSON writes it: a two-element list.
 OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
 
 # Fields absent from manifests written before the output options; None means absent and is not written back.
 _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
-                 "iceberg_snapshot_id", "tombstones_skipped")
+                 "iceberg_snapshot_id", "schemas", "tombstones_skipped")
 
 
 class ManifestObject(StrictModel):
@@ -51,13 +54,27 @@ class ManifestObject(StrictModel):
         return out
 
 
+class ManifestSchema(StrictModel):
+    """A Schema Registry schema a window's records (or its reader schema) used: its id in the source registry, and
+    the object in the bucket that keeps it (`<prefix>_schemas/<sha256>.json`)."""
+
+    part: Literal["value", "key"]
+    id: int = Field(ge=0)
+    schema_type: str  # AVRO | PROTOBUF | JSON
+    subject: str | None = None
+    version: int | None = None
+    sha256: str
+    key: str
+    reader: bool = False  # the schema the window's values were read as (avro: the subject's newest version)
+
+
 class Manifest(StrictModel):
     """The commit record of one window (see docs/commit-protocol.md, "Manifest fields")."""
 
     # `schema` is a BaseModel attribute: the field is `spark_schema` in Python, `schema` in JSON.
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
-    manifest_version: Literal[1]
+    manifest_version: Literal[1, 2]
     writer: str
     topic: str
     partition: int
@@ -92,6 +109,7 @@ class Manifest(StrictModel):
     # format iceberg: the table (catalog.database.table) and the snapshot that committed the window's rows
     iceberg_table: str | None = None
     iceberg_snapshot_id: int | None = None
+    schemas: list[ManifestSchema] | None = None  # manifest_version 2: the registry schemas the window used
 
     @field_validator("committed_at")
     @classmethod
@@ -108,6 +126,9 @@ class Manifest(StrictModel):
         if key != self.window_key:
             raise ValueError(f"window_key {self.window_key!r} is not the window of partition {self.partition} "
                              f"offsets [{self.start_offset}, {self.end_offset}) ({key})")
+        if (self.schemas is not None) != (self.manifest_version == REGISTRY_VERSION):
+            raise ValueError(f"`schemas` is a field of manifest_version {REGISTRY_VERSION} (and required there); "
+                             f"this manifest is version {self.manifest_version}")
         return self
 
     @model_serializer(mode="wrap")
@@ -185,7 +206,7 @@ def parse_manifest(data: bytes | str | Mapping[str, Any], source: str = "") -> M
         raise InvalidManifest(f"{what} has no manifest_version; this s3-archive reads versions "
                               f"{', '.join(map(str, KNOWN_VERSIONS))}")
     if version not in KNOWN_VERSIONS or isinstance(version, bool):
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > max(KNOWN_VERSIONS)
         raise InvalidManifest(
             f"{what} has manifest_version {version!r}; this s3-archive reads versions "
             f"{', '.join(map(str, KNOWN_VERSIONS))}" + ("; it was written by a newer s3-archive: upgrade to read it"

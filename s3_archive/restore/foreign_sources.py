@@ -20,7 +20,7 @@ from typing import Any
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
-from s3_archive.keys.foreign_keys import ForeignName, aiven_parse, confluent_parse, lenses_parse
+from s3_archive.keys.foreign_keys import ForeignName, NameOutOfRange, aiven_parse, confluent_parse, lenses_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 from s3_archive.restore import cold
@@ -87,7 +87,8 @@ SHOWN_IGNORED = 20
 
 
 def _out_of_range(partition: int, start: int) -> str | None:
-    """Why a parsed (partition, start offset) cannot be a window of Kafka records, or None."""
+    """Why a parsed (partition, start offset), within Kafka's ranges (the parsers refuse the rest), cannot be a
+    restore window, or None."""
     if partition > MAX_PARTITION:
         return (f"{OUT_OF_RANGE}partition {partition} is beyond {MAX_PARTITION}, the largest partition a restore "
                 "window holds (Kafka's own limit is 2147483647)")
@@ -131,7 +132,10 @@ def plan(source: ForeignSource, listing: Iterable[ListedObject], boundary: dict[
         if not o.key.startswith(prefix):
             ignored[o.key] = f"outside the prefix {prefix!r}"
             continue
-        name = parse_name(source, o.key[len(prefix):])
+        try:
+            name = parse_name(source, o.key[len(prefix):])
+        except NameOutOfRange as e:
+            name = f"{OUT_OF_RANGE}{e}"
         if isinstance(name, str):
             ignored[o.key] = name
             continue

@@ -44,6 +44,7 @@ from s3_archive.restore.request import (
     WindowReport,
     no_fault,
 )
+from s3_archive.restore.schema_ids import SchemaRewrite, rewritten
 from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_batches, window_objects
 from s3_archive.restore.target_topic import retention_warning, target_checks, target_partition_count
 
@@ -56,7 +57,8 @@ LedgerSeen = Callable[[dict[int, RangeSet]], None]
 def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str, request: RestoreRequest,
                     windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault,
                     cold: ColdOptions | None = ColdOptions(), interleaved: bool = False,
-                    on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
+                    on_ledger: LedgerSeen | None = None,
+                    schemas: SchemaRewrite | None = None) -> Iterator[WindowReport]:
     """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
     its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
     of a source partition reach the target in offset order. `fault(step)` lets tests crash after
@@ -65,7 +67,9 @@ def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str
     Before producing: every window must be archived and restorable, and the objects to read must be readable
     (`cold`: objects in GLACIER / DEEP_ARCHIVE get a RestoreObject request, then the run fails with their count
     or waits; None skips the check). `interleaved`: the archive's layout splits windows into buckets (see
-    `window_records`). `on_ledger(ranges)`: called once with the ledger as the run found it (the dry run's plan)."""
+    `window_records`). `on_ledger(ranges)`: called once with the ledger as the run found it (the dry run's plan).
+    `schemas`: register the windows' Schema Registry schemas in the restore's registry and rewrite each record's
+    schema id (restore/schema_ids.py); None: byte-exact."""
     ws = sorted(set(windows))
     topic = request.source_topic
     manifests = read_manifests(s3, bucket, prefix, topic, ws)
@@ -81,9 +85,16 @@ def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str
 
     prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
+    ids = {w: schemas.id_map(s3, bucket, manifests[w], request.target_topic)
+           for w in ws} if schemas is not None and not request.dry_run else {}
+
     def source(w: OffsetWindow, m: Manifest) -> WindowSource:
-        return WindowSource(w, lambda: window_batches(s3, bucket, w, m, interleaved, prefetch), m.record_count,
-                            m.min_timestamp_ms, m.max_timestamp_ms, objects=len(window_objects(m)))
+        def batches() -> Iterator[Records]:
+            read = window_batches(s3, bucket, w, m, interleaved, prefetch)
+            return rewritten(read, ids[w]) if w in ids else read
+
+        return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
+                            objects=len(window_objects(m)))
 
     try:
         yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault, on_ledger)

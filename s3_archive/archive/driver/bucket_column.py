@@ -86,6 +86,12 @@ def time_text(d: RecordTime, tz: str) -> Column:
     return _format(d.tokens, s)
 
 
+def decoded_placeholder(index: int) -> str:
+    """The bucket's segment of dimension `index` while it waits for a field the write task decodes (a Schema
+    Registry payload): executor/registry_decode.py puts the field's encoded value in its place."""
+    return f"\x00{index}\x00"
+
+
 def dimension_value(layout: OutputLayout, d: Dimension) -> Column:
     """One dimension's encoded value."""
     if isinstance(d, KafkaPartition):
@@ -99,10 +105,21 @@ def dimension_value(layout: OutputLayout, d: Dimension) -> Column:
     return encode_bytes(last_header_value(d.header))
 
 
-def bucket_column(layout: OutputLayout) -> Column:
+def decoded_field(d: Dimension, decoded: frozenset[str]) -> tuple[str, str] | None:
+    """(part, field path) when dimension `d` is a field of a part the write tasks decode."""
+    if isinstance(d, ValueField) and "value" in decoded:
+        return "value", d.field
+    if isinstance(d, KeyField) and d.field is not None and "key" in decoded:
+        return "key", d.field
+    return None
+
+
+def bucket_column(layout: OutputLayout, decoded: frozenset[str] = frozenset()) -> Column:
     """The record's bucket (keys.buckets.record_bucket), from the envelope columns key, value, headers,
-    partition and timestamp."""
-    values = [dimension_value(layout, d) for d in layout.partition_by]
+    partition and timestamp. `decoded`: the parts ("value", "key") the write tasks decode from Schema Registry
+    payloads; a field dimension of such a part is a placeholder here (`decoded_placeholder`)."""
+    values = [F.lit(decoded_placeholder(i)) if decoded_field(d, decoded) is not None else dimension_value(layout, d)
+              for i, d in enumerate(layout.partition_by)]
     for slot in layout.template_slots:
         if slot == "key":
             values.append(encode_bytes(F.col("key")))

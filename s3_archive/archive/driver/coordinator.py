@@ -33,11 +33,18 @@ from s3_archive.archive.protocol import JobOutput, RecordStats, Slice, WriteJob,
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.registry_client import RegistryConnection
 from s3_archive.io.s3 import S3Client, read_manifest, verify_manifest
 from s3_archive.keys.objects import DEAD_LETTER
-from s3_archive.model.errors import ArchiveIntegrityError, DataLoss, UndecodableValue, WindowNotAvailable
+from s3_archive.model.errors import (
+    ArchiveIntegrityError,
+    DataLoss,
+    InvalidConfig,
+    UndecodableValue,
+    WindowNotAvailable,
+)
 from s3_archive.model.formats import FORMATS
-from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
+from s3_archive.model.manifest import MANIFEST_VERSION, REGISTRY_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
 
@@ -138,13 +145,15 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
                     windows: list[OffsetWindow], log: Any, fault: Fault = no_fault,
                     conn: S3Connection | None = None, write_fault: str | None = None,
                     job_options: dict[str, Any] | None = None,
-                    endpoint: S3Endpoint | None = None) -> dict[OffsetWindow, WindowOutcome]:
+                    endpoint: S3Endpoint | None = None,
+                    registry: RegistryConnection | None = None) -> dict[OffsetWindow, WindowOutcome]:
     """Archive `windows` of `topic` in one Spark job; each window's WindowResult, or the exception that failed it.
 
     `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection);
     `endpoint`: how an Iceberg catalog's JVM clients reach S3 and Glue (default: the client's endpoint).
     `fault` stops the driver's commit after a step, `write_fault` a write task (tests); `job_options` overrides
-    WriteJob fields (multipart_threshold, part_size) for tests and benchmarks."""
+    WriteJob fields (multipart_threshold, part_size) for tests and benchmarks; `registry`: the Schema Registry of
+    an archive that decodes registry payloads."""
     t0 = time.monotonic()
     results: dict[OffsetWindow, WindowOutcome] = {}
     for w, r in _each(lambda w: _committed(s3, cfg, topic, w, t0), windows).items():
@@ -176,6 +185,12 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
             results[w] = e
 
     attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    decode = None
+    if out.registry and pending:
+        try:
+            decode = _decode_plan(registry, out, topic)
+        except Exception as e:  # nothing is written: every window of the run fails with the registry's error
+            return results | {p.window: e for p in pending}
     if FORMATS[cfg.format].table:
         # Spark + Iceberg: imported by a run that writes, not at load
         from s3_archive.archive.driver.iceberg_commit import commit_windows
@@ -184,14 +199,14 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
         done = commit_windows(spark, kafka.spark_options(), s3, cfg, topic,
                                       [(p.window, p.read_start, p.lost) for p in ready],
                                       [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
-                                      attempt, fault, conn)
+                                      attempt, fault, conn, decode)
         for w, r in done.items():
             results[w] = r if isinstance(r, BaseException) else WindowResult(w, r[0], r[1], time.monotonic() - t0)
         return results
     conn = conn or S3Connection.of_client(s3)
     base = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
                     slices=(), fault=write_fault, **(job_options or {}))
-    written = _write(spark, kafka, base, out, pending, results)
+    written = _write(spark, kafka, base, out, pending, results, decode)
 
     after = kafka.offsets(topic, "earliest", parts)
     uploads = open_uploads(s3, cfg.bucket, [f"{cfg.prefix}{topic}/"]
@@ -199,12 +214,24 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
 
     def commit(p: _Pending) -> WindowResult:
         job_out = written[p.window]
-        return _commit_one(s3, cfg, topic, p, job_out, after[p.window.partition], attempt, uploads, log, fault, t0)
+        return _commit_one(s3, cfg, topic, p, job_out, after[p.window.partition], attempt, uploads, log, fault, t0,
+                           decode)
 
     ready = [p for p in pending if p.window not in results]
     by_window = {p.window: p for p in ready}
     results |= _each(lambda w: commit(by_window[w]), [p.window for p in ready])
     return results
+
+
+def _decode_plan(registry: RegistryConnection | None, out: Output, topic: str) -> Any:
+    """The run's Schema Registry decoding plan (driver/registry_plan.py)."""
+    if registry is None:
+        parts = ", ".join(f"{part}_decoding.type {kind!r}" for part, kind, _, _ in out.registry_parts(topic))
+        raise InvalidConfig(f"{parts} needs a Schema Registry: set $S3_ARCHIVE_SCHEMA_REGISTRY_URL "
+                            "(docs/configuration.md, 'Environment')")
+    from s3_archive.archive.driver.registry_plan import decode_plan
+
+    return decode_plan(registry, out, topic)
 
 
 def _tasks_per_window(spark: Any) -> int:
@@ -216,7 +243,7 @@ def _tasks_per_window(spark: Any) -> int:
 
 
 def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pending: list[_Pending],
-           results: dict[OffsetWindow, WindowOutcome]) -> dict[OffsetWindow, JobOutput]:
+           results: dict[OffsetWindow, WindowOutcome], decode: Any = None) -> dict[OffsetWindow, JobOutput]:
     """Run the write job(s) of the pending windows: one job, or one per distinct inferred JSON schema. A failed job
     fails its windows (their objects stay until a re-run replaces or removes them)."""
     # Imported here, not at load: pyspark and pyarrow cost every process that loads the definitions over a second.
@@ -240,8 +267,8 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
     for ddl, group in groups.items():
         job_slices = tuple(s for p in group for s in p.slices)
         try:
-            job_out = (run_write_job(spark, options, replace(base, slices=job_slices), out, ddl) if job_slices
-                       else JobOutput([], "{}"))
+            job_out = (run_write_job(spark, options, replace(base, slices=job_slices), out, ddl, decode=decode)
+                       if job_slices else JobOutput([], "{}"))
         except Exception as e:
             for p in group:
                 results[p.window] = e
@@ -252,7 +279,8 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
 
 
 def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_out: JobOutput, earliest_after: int,
-                attempt: str, uploads: list[dict], log: Any, fault: Fault, t0: float) -> WindowResult:
+                attempt: str, uploads: list[dict], log: Any, fault: Fault, t0: float, decode: Any = None,
+                ) -> WindowResult:
     window, out = p.window, Output.of(cfg)
     where = cfg.location(topic, window)
     stats: RecordStats = window_stats(p.slices, job_out.slice_rows())
@@ -262,6 +290,13 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
 
     if stats.committed_elsewhere and (won := adopt(s3, cfg.bucket, where.manifest_key)) is not None:
         return _result(won, t0)
+    if stats.undecodable and out.on_error == "fail" and stats.first_undecodable_reason:
+        give_up()
+        raise UndecodableValue(
+            f"topic {topic!r} partition {window.partition}: {stats.undecodable} record(s) in window {window.key} "
+            f"do not decode, the first at offset {stats.first_undecodable_offset}: "
+            f"{stats.first_undecodable_reason}. Nothing was committed. To keep such records under the dead-letter "
+            "prefix and archive the rest, set value_decoding.on_error: dead_letter")
     if stats.undecodable and out.on_error == "fail":
         give_up()
         raise UndecodableValue(
@@ -287,8 +322,14 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         read_start = lost_to
 
     expected = window.end - read_start
+    schemas = None
+    if decode is not None:
+        from s3_archive.archive.driver.registry_plan import keep_schemas
+
+        schemas = keep_schemas(s3, cfg.bucket, cfg.prefix, decode, stats.schema_ids)
     draft = Manifest(
-        manifest_version=MANIFEST_VERSION,
+        manifest_version=MANIFEST_VERSION if schemas is None else REGISTRY_VERSION,
+        schemas=schemas,
         writer=f"s3-archive {__version__}",
         topic=topic,
         partition=window.partition,

@@ -32,6 +32,7 @@ from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.spark_job import (
     JSON_COLUMN,
     decodable,
+    decoded_table_rows,
     infer_json_ddls,
     read_slices,
     record_bytes,
@@ -53,7 +54,7 @@ from s3_archive.io.iceberg_catalog import (
 )
 from s3_archive.io.s3 import S3Client, error_code, list_objects, read_manifest
 from s3_archive.model.errors import ArchiveIntegrityError, MissingJars, UndecodableValue
-from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject
+from s3_archive.model.manifest import MANIFEST_VERSION, REGISTRY_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
 ATTEMPT_PROPERTY = "s3archive.attempt"
@@ -262,7 +263,7 @@ def _data_files(spark: Any, s3: S3Client, cfg: ArchiveConfig, ident: str, window
 
 
 def _dead_letters(spark: Any, kafka_options: dict[str, str], cfg: ArchiveConfig, topic: str, out: Output,
-                  slices: list[Slice], conn: S3Connection) -> dict[str, list[dict[str, Any]]]:
+                  slices: list[Slice], conn: S3Connection, decode: Any = None) -> dict[str, list[dict[str, Any]]]:
     """Write the undecodable records of `slices` as dead letters, where the other formats put them
     (`<prefix>_dead_letter/`, one raw-envelope Parquet object per slice at a key fixed by the window and slice, so
     a re-run writes the same objects again, never more), before the table's commit. Per window key: the write
@@ -270,7 +271,7 @@ def _dead_letters(spark: Any, kafka_options: dict[str, str], cfg: ArchiveConfig,
     job = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
                    slices=tuple(slices))
     by_window: dict[str, list[dict[str, Any]]] = {}
-    for r in run_write_job(spark, kafka_options, job, out, None, undecodable_only=True).rows:
+    for r in run_write_job(spark, kafka_options, job, out, None, undecodable_only=True, decode=decode).rows:
         by_window.setdefault(r["window"], []).append(r)
     return by_window
 
@@ -290,14 +291,15 @@ def _iso(ms: int | None) -> str | None:
 
 def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, lost: list[list[int]],
               stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int | None, attempt: str,
-              objects: list[ManifestObject], dead: list[dict[str, Any]]) -> Manifest:
+              objects: list[ManifestObject], dead: list[dict[str, Any]], schemas: Any = None) -> Manifest:
     s = _merged(stats, dead)
     dead_objects = sorted((ManifestObject(key=r["key"], size=r["size"], etag=r["etag"])
                            for r in dead if r["kind"] == "dead"), key=lambda o: o.key)
     records = s.records
     out = Output.of(cfg)
     return Manifest(
-        manifest_version=MANIFEST_VERSION, writer=f"s3-archive {__version__}", topic=topic, partition=w.partition,
+        manifest_version=MANIFEST_VERSION if schemas is None else REGISTRY_VERSION, schemas=schemas,
+        writer=f"s3-archive {__version__}", topic=topic, partition=w.partition,
         start_offset=w.start, end_offset=w.end, window_key=w.key, format=cfg.format, compression=cfg.codec,
         envelope=list(out.columns), value_decoding=cfg.value_decoding.type, undecodable_records=s.undecodable,
         restorable=cfg.restorable, record_count=records, bytes_read=s.bytes_read,
@@ -339,9 +341,10 @@ def _remove_stray_dead_letters(s3: S3Client, cfg: ArchiveConfig, topic: str, man
 def commit_windows(spark: Any, kafka_options: dict[str, str], s3: S3Client, cfg: ArchiveConfig, topic: str,
                    pending: list[tuple[OffsetWindow, int, list[list[int]]]], slices: list[Slice],
                    endpoint: S3Endpoint, attempt: str, fault: Fault = no_fault, conn: S3Connection | None = None,
-                   ) -> dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException]:
+                   decode: Any = None) -> dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException]:
     """Write `pending` windows ((window, first offset to read, lost ranges)) reading `slices`; per window its
-    manifest and outcome (committed | already_committed | committed_by_concurrent_attempt), or what failed it."""
+    manifest and outcome (committed | already_committed | committed_by_concurrent_attempt), or what failed it.
+    `decode`: the run's Schema Registry decoding (driver/registry_plan.py), decoded in Python tasks."""
     use_catalog(spark, cfg, endpoint)
     ident = table_ident(cfg, topic)
     out = Output.of(cfg)
@@ -350,7 +353,8 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: S3Client, cfg:
     dead: dict[str, list[dict[str, Any]]] = {}
     try:
         if slices and out.decoding != "bytes" and out.on_error == "dead_letter":
-            dead = _dead_letters(spark, kafka_options, cfg, topic, out, slices, conn or S3Connection.of_client(s3))
+            dead = _dead_letters(spark, kafka_options, cfg, topic, out, slices, conn or S3Connection.of_client(s3),
+                                 decode)
         df = with_parsed_json(read_slices(spark, kafka_options, topic, slices), out.decoding) if slices else None
         groups: dict[str | None, list[OffsetWindow]] = {out.json_schema: windows}
         if df is not None and out.decoding == "json" and out.json_schema is None:
@@ -364,8 +368,10 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: S3Client, cfg:
         for ddl, group in groups.items():
             if df is None:
                 break
-            columns = stored_columns(df, out, ddl)
-            frame = _rows(df, out, columns, topic)
+            if decode is not None:
+                frame = decoded_table_rows(df, out, decode, None if out.on_error == "dead_letter" else _UNDECODABLE)
+            else:
+                frame = _rows(df, out, stored_columns(df, out, ddl), topic)
             schema = frame.schema.json()
             _ensure_table(spark, ident, frame, cfg.codec, cfg.iceberg or IcebergOptions(),
                           f"{warehouse(cfg)}/{ident.split('.', 1)[1].replace('.', '/')}")
@@ -374,13 +380,19 @@ def commit_windows(spark: Any, kafka_options: dict[str, str], s3: S3Client, cfg:
             earlier |= before
         stats = _stats(spark, ident, windows, list(out.columns)) if df is not None else {}
         files = _data_files(spark, s3, cfg, ident, windows, stats) if df is not None else {}
+        schemas = None
+        if decode is not None:  # the table's rows do not say which versions they used: every version is listed
+            from s3_archive.archive.driver.registry_plan import keep_schemas
+
+            schemas = keep_schemas(s3, cfg.bucket, cfg.prefix, decode,
+                                   {p.part: [v.id for v in p.schemas] for p in decode.parts})
     except Exception as e:
         return dict.fromkeys(windows, _explained(e))
     for w, read_start, lost in pending:
         try:
             snapshot, by = done.get(w.key, (None, attempt))  # None: nothing to write (the window was lost)
             draft = _manifest(cfg, topic, w, read_start, lost, stats.get(w.key), schema, ident, snapshot, by,
-                              files.get(w.key, []), dead.get(w.key, []))
+                              files.get(w.key, []), dead.get(w.key, []), schemas)
             manifest, ours = _put_manifest(s3, cfg, topic, draft)
             if ours and out.on_error == "dead_letter":
                 _remove_stray_dead_letters(s3, cfg, topic, manifest)

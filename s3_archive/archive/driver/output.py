@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from s3_archive.keys.layout import KafkaPartition, OutputLayout
-from s3_archive.model.formats import FORMATS, FormatSpec
+from s3_archive.model.formats import FORMATS, REGISTRY_TYPES, FormatSpec
 
 if TYPE_CHECKING:
     from s3_archive.config.archive import ArchiveConfig
@@ -21,7 +21,7 @@ class Output:
     codec: str
     columns: tuple[str, ...]  # envelope columns kept, envelope order
     csv_fields: tuple[str, ...] = ()
-    decoding: str = "bytes"  # bytes | utf8 | json
+    decoding: str = "bytes"  # bytes | utf8 | json | avro | protobuf | json_schema
     json_schema: str | None = None  # json: Spark DDL of the fields; None: inferred per window
     column_prefix: str = ""
     on_error: str = "fail"  # fail | dead_letter
@@ -29,6 +29,10 @@ class Output:
     max_bytes: int | None = None
     layout: OutputLayout | None = None  # None: the default layout, no bucket column
     suffix: str | None = None  # how object names end (ArchiveConfig.object_suffix); None: the format's
+    subject: str | None = None  # registry value decoding: the subject; None: <topic>-value
+    key_decoding: str = "bytes"  # bytes | avro | protobuf | json_schema
+    key_prefix: str = "key_"
+    key_subject: str | None = None
     # Sink-compatible output (ArchiveConfig.sink_output) and the codec's level
     value_as: str = "base64"  # base64 | json (jsonl, json) | text (csv)
     csv_header: bool = False
@@ -37,10 +41,30 @@ class Output:
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
-        d, so = cfg.value_decoding, cfg.sink_output
+        d, k, so = cfg.value_decoding, cfg.key_decoding, cfg.sink_output
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
-                   cfg.layout, cfg.object_suffix, so.value, so.csv_header, so.skip_tombstones, cfg.compression_level)
+                   cfg.layout, cfg.object_suffix, d.subject, k.type, k.column_prefix, k.subject, so.value,
+                   so.csv_header, so.skip_tombstones, cfg.compression_level)
+
+    def registry_parts(self, topic: str) -> list[tuple[str, str, str, str]]:
+        """(part, type, subject, column prefix) of each part decoded with Schema Registry schemas."""
+        out = []
+        if self.decoding in REGISTRY_TYPES:
+            out.append(("value", self.decoding, self.subject or f"{topic}-value", self.column_prefix))
+        if self.key_decoding in REGISTRY_TYPES:
+            out.append(("key", self.key_decoding, self.key_subject or f"{topic}-key", self.key_prefix))
+        return out
+
+    @property
+    def registry(self) -> bool:
+        """Some part is decoded with Schema Registry schemas (in the write tasks)."""
+        return self.decoding in REGISTRY_TYPES or self.key_decoding in REGISTRY_TYPES
+
+    @property
+    def spark_decoding(self) -> str:
+        """The value decoding Spark does (bytes when the write tasks decode the value)."""
+        return "bytes" if self.decoding in REGISTRY_TYPES else self.decoding
 
     @property
     def rotates(self) -> bool:

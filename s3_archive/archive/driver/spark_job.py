@@ -18,9 +18,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from s3_archive.archive.driver.bucket_column import bucket_column
+from s3_archive.archive.driver.bucket_column import bucket_column, decoded_field
 from s3_archive.archive.driver.output import Output
+from s3_archive.archive.driver.registry_plan import dead_letter_schema as registry_dead_letter
+from s3_archive.archive.driver.registry_plan import stored_schema
 from s3_archive.archive.executor.encoders import avro_schema
+from s3_archive.archive.executor.registry_decode import DecodePlan, table_rows
 from s3_archive.archive.executor.task import write_task
 from s3_archive.archive.protocol import DERIVED, RESULT_SCHEMA, FormatPlan, JobOutput, Slice, WriteJob
 from s3_archive.keys.buckets import BUCKET_COLUMN
@@ -225,24 +228,27 @@ def _derived(out: Output, names: tuple[str, ...]) -> tuple[dict[str, str], bool]
     return {n: src for n, src in DERIVED.items() if n in kept}, "timestamp" in kept
 
 
-def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataFrame, WriteJob]:
+def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: DecodePlan | None = None,
+                ) -> tuple[DataFrame, WriteJob]:
     """The frame a write job maps (internal columns, then the stored ones) and the job fields that follow from
-    the output: payload names, schemas, format plan."""
-    df = with_parsed_json(df, out.decoding)
+    the output: payload names, schemas, format plan. `decode`: the Schema Registry payloads the tasks decode
+    (registry_plan.py); their columns follow the envelope's in the stored schema."""
+    decoding = out.spark_decoding
+    df = with_parsed_json(df, decoding)
     payload, described = _payload(df, out, json_ddl)
     names = tuple(df.select(*payload).columns)
     derived, ts_stored = _derived(out, names)
-    good = decodable(out.decoding)
+    good = decodable(decoding)
     ts = [] if ts_stored else [F.unix_millis("timestamp").alias("_ts")]
     internal = [F.col("partition").alias("_partition"), F.col("offset").alias("_offset"), *ts,
                 record_bytes().alias("_rec_bytes")]
-    if out.decoding != "bytes":
+    if decoding != "bytes":
         internal.append(good.alias("_good"))
     if out.layout is not None:
-        internal.append(bucket_column(out.layout))
+        internal.append(bucket_column(out.layout, frozenset(p.part for p in decode.parts) if decode else frozenset()))
     envelope = [c for c, _ in ENVELOPE_COLUMNS]
-    dead_letter = out.decoding != "bytes" and out.on_error == "dead_letter"
-    if dead_letter:
+    dead_letter = (decoding != "bytes" or decode is not None) and out.on_error == "dead_letter"
+    if dead_letter and decode is None:
         internal.append(F.when(~good, F.struct(*envelope)).alias("_raw"))
     if out.skip_tombstones:
         internal.append(F.col("value").isNull().alias("_tomb"))
@@ -250,11 +256,26 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
     # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
     # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
     plain = () if all(_PLAIN.fullmatch(n) for _, n in sent) else tuple(f"_p{i}" for i in range(len(sent)))
+    # registry decoding: the raw payloads (with dead letters, the whole envelope) the tasks read, when not stored
+    wanted = ([] if decode is None else ["key", "value", "headers", "timestamp", "timestamp_type"] if dead_letter
+              else [p.part for p in decode.parts])
     frame = df.select(*internal, *([c.alias(a) for (c, _), a in zip(sent, plain, strict=True)] if plain
-                                   else [c for c, _ in sent]))
+                                   else [c for c, _ in sent]),
+                      *[F.col(c) for c in wanted if c not in {n for _, n in sent}])
+    schema_json = described.schema.json()
+    dead_letter_schema = df.select(*envelope).schema.json() if dead_letter else ""
+    if decode is not None:
+        schema_json = stored_schema(schema_json, decode)
+        if out.layout is not None:
+            parts = frozenset(p.part for p in decode.parts)
+            decode = replace(decode, bucket_fields=tuple(
+                (i, *f) for i, d in enumerate(out.layout.partition_by) if (f := decoded_field(d, parts)) is not None))
+        names = names + tuple(decode.stored_columns())
+        if dead_letter:
+            dead_letter_schema = registry_dead_letter(dead_letter_schema)
+            decode = replace(decode, dead_letter_schema=dead_letter_schema)
     if out.bucketed:
         frame = frame.sortWithinPartitions(BUCKET_COLUMN, "_offset")
-    schema_json = described.schema.json()
     fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
                      spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
@@ -262,23 +283,36 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[DataF
                      header=",".join(out.csv_fields).encode() if out.csv_header else b"")
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
-                   decoding=out.decoding != "bytes", dead_letter=dead_letter, skip_tombstones=out.skip_tombstones,
-                   payload=names, payload_columns=plain,
-                   derived=tuple(derived.items()), ts_stored=ts_stored,
-                   dead_letter_schema=df.select(*envelope).schema.json() if dead_letter else "")
+                   decoding=decoding != "bytes" or decode is not None, dead_letter=dead_letter,
+                   skip_tombstones=out.skip_tombstones, payload=names, payload_columns=plain,
+                   derived=tuple(derived.items()), ts_stored=ts_stored, dead_letter_schema=dead_letter_schema,
+                   decode=decode)
     return frame, job
 
 
 def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: WriteJob, out: Output,
-                  json_ddl: str | None, undecodable_only: bool = False) -> JobOutput:
+                  json_ddl: str | None, undecodable_only: bool = False, decode: DecodePlan | None = None,
+                  ) -> JobOutput:
     """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows. `undecodable_only`:
     only the records whose value does not decode, so the job writes their dead letters and nothing else (format
     iceberg, whose rows go to the table; its slice rows then count those records only)."""
     df = read_slices(spark, kafka_options, job.topic, job.slices)
-    frame, shape = write_frame(df, out, json_ddl)
-    if undecodable_only:
+    frame, shape = write_frame(df, out, json_ddl, decode)
+    if undecodable_only and decode is None:
         frame = frame.where(~F.col("_good"))
     job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
-                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault)
+                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault,
+                  undecodable_only=undecodable_only and decode is not None)
     rows = [r.asDict() for r in frame.mapInArrow(partial(write_task, job), RESULT_SCHEMA).collect()]
     return JobOutput(rows, shape.fmt.spark_schema)
+
+
+def decoded_table_rows(df: DataFrame, out: Output, decode: DecodePlan, fail_marker: str | None) -> DataFrame:
+    """The stored rows of a table format (Iceberg) with Schema Registry payloads decoded in Python tasks
+    (executor/registry_decode.py::table_rows): the kept envelope columns, then the decoded ones."""
+    from pyspark.sql.types import StructType
+
+    envelope = [c for c, _ in ENVELOPE_COLUMNS]
+    schema = StructType.fromJson(json.loads(stored_schema(df.select(*out.columns).schema.json(), decode)))
+    columns = tuple(f.name for f in schema.fields)
+    return df.select(*envelope).mapInArrow(partial(table_rows, decode, columns, fail_marker), schema)

@@ -8,7 +8,10 @@ Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms; not sent when `
 layout), `_raw` (the raw envelope of an undecodable record, with dead letters), `_tomb` (the value is null; with
 sink_output.skip_tombstones: counted, not written), and the stored columns
 (`WriteJob.payload`: the envelope and decoded fields, or `_line` for the text formats, or `value` for bytes) but
-the ones the task makes itself (`WriteJob.derived`: topic, partition, offset in parquet and avro).
+the ones the task makes itself (`WriteJob.derived`: topic, partition, offset in parquet and avro). With Schema
+Registry decoding (`WriteJob.decode`) the batches carry the raw `key` and `value` (with dead letters, every envelope
+column) instead of `_good` and `_raw`, and `registry_decode.decode` adds the decoded columns, `_good`, `_reason` and
+`_raw` to each batch first.
 
 Rotation is computed here, per record and in offset order within a bucket: record i goes to byte part
 floor(bytes before i / max_bytes), then within it to record part floor(n / max_records); parts are numbered
@@ -29,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3_archive.archive.executor.encoders import ParquetEncoder, open_encoder
+from s3_archive.archive.executor.registry_decode import REASON, decode, schema_id_column
 from s3_archive.archive.executor.upload import ObjectUpload, WindowAlreadyCommitted, Written
 from s3_archive.archive.protocol import (
     MAX_GAP_RANGES,
@@ -204,6 +208,8 @@ class _SliceWriter:
 
     def add(self, b: pa.RecordBatch, pool: ThreadPoolExecutor) -> None:
         offsets = self._count(b)
+        if self.job.decode is not None:
+            self._count_schemas(b)
         bad = self._count_bad(b, offsets)
         if self.failed or self.committed:
             return
@@ -255,9 +261,19 @@ class _SliceWriter:
             st = self.stats
             st.undecodable += n
             first = int(offsets[bad].min())
+            earlier = st.first_undecodable_offset is None or first < st.first_undecodable_offset
+            if REASON in b.schema.names and earlier:
+                st.first_undecodable_reason = b.column(REASON)[int(np.flatnonzero(offsets == first)[0])].as_py()
             st.first_undecodable_offset = first if st.first_undecodable_offset is None else \
                 min(st.first_undecodable_offset, first)
         return n
+
+    def _count_schemas(self, b: pa.RecordBatch) -> None:
+        """The writer schema ids of the batch's decoded parts (the manifest lists the schemas a window used)."""
+        for part in self.job.decode.parts:  # type: ignore[union-attr]
+            ids = pc.unique(b.column(schema_id_column(part.part)).drop_null()).to_pylist()
+            if ids:
+                self.stats.schema_ids[part.part] = sorted(set(self.stats.schema_ids.get(part.part, [])) | set(ids))
 
     def _dead_letters(self, bad: pa.RecordBatch) -> None:
         raw = pa.RecordBatch.from_struct_array(bad.column("_raw"))
@@ -351,6 +367,12 @@ def write_batches(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
+                if job.decode is not None:
+                    batch = decode(job.decode, batch)
+                    if job.undecodable_only:
+                        batch = batch.filter(pc.invert(batch.column("_good")))
+                        if batch.num_rows == 0:
+                            continue
                 parts = batch.column("_partition").to_numpy()
                 offsets = batch.column("_offset").to_numpy()
                 # A task reads one slice (driver/spark_job.py); split the batch anyway wherever the slice changes.

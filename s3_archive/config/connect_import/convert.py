@@ -15,14 +15,15 @@ from typing import Any
 import yaml
 
 from s3_archive.config.connect_import import aiven, confluent, kcql
+from s3_archive.config.connect_import.converters import converters
 from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse
 from s3_archive.config.settings import parse_settings
 from s3_archive.model.errors import InvalidConfig, UnsupportedConnectConfig
 
 SINKS = {"aiven": "Aiven S3 sink", "confluent": "Confluent S3 sink", "lenses": "Lenses S3 sink (KCQL)"}
 _KEY_ORDER = ("name", "topics", "topic_pattern", "bucket", "prefix", "format", "compression", "compression_level",
-              "csv_fields", "envelope", "value_decoding", "sink_output", "flush", "schedule_cron", "start_position",
-              "layout")
+              "csv_fields", "envelope", "value_decoding", "key_decoding", "sink_output", "flush", "schedule_cron",
+              "start_position", "layout")
 _LAYOUT_ORDER = ("template", "partition_by", "padding", "timezone", "extension")
 WIDTH = 118
 
@@ -92,7 +93,10 @@ def translate(options: dict[str, Any], name: str | None = None) -> tuple[str, li
     sink = sink_of(options)
     props = Props(options)
     props.get("connector.class")
+    decodings = converters(props)  # before the sink's own options: the rest of the options are commented there
     translations = {"aiven": aiven.translate, "confluent": confluent.translate, "lenses": kcql.translate}[sink](props)
+    for t in translations:
+        decodings.apply(t)
     if name is not None:
         for i, t in enumerate(translations):
             t.archive["name"] = name if len(translations) == 1 else f"{name}_{i + 1}"

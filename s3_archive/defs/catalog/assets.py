@@ -32,7 +32,7 @@ from s3_archive.catalog.tables import (
 )
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.config.settings import Settings
+from s3_archive.config.settings import KeyPaths, Settings, config_error
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, error_code, error_message
@@ -119,7 +119,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
         columns = None
         skipped_schemas: dict[str, str] = {}
-        if cfg.value_decoding.type == "json":  # decoded fields: from the newest window of each partition
+        if cfg.decodes_fields:  # decoded fields: from the newest window of each partition
             decoded, skipped_schemas = decoded_columns(
                 cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, context.log))
             columns = table_columns(cfg) + decoded
@@ -173,8 +173,30 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
     return _catalog
 
 
+def _tables(settings: Settings, options: Mapping[str, CatalogOptions] | None, paths: KeyPaths,
+            ) -> list[tuple[ArchiveConfig, str, CatalogOptions]]:
+    """(archive, topic, its catalog options) of every topic with a table; a config the catalog cannot honour is
+    refused naming its key path."""
+    chosen = []
+    for a in settings.archives:
+        if no_table_reason(a) is not None:
+            continue
+        try:
+            o = options_for(a, options)
+        except ValueError as e:  # projection asked for a layout it cannot describe
+            raise config_error(f"{paths.archives[a.name]}.catalog.partitions: {e}") from None
+        for t in a.topics:
+            try:
+                table_name(t, o)
+            except ValueError as e:
+                raise config_error(f"{paths.topic(a.name, t)}: {e} (catalog.table_prefix + topic)") from None
+            chosen.append((a, t, o))
+    check_table_names((o.database, table_name(t, o), t, paths.topic(a.name, t)) for a, t, o in chosen)
+    return chosen
+
+
 def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOptions] | None = None,
-                         ) -> list[dg.AssetsDefinition]:
+                         paths: KeyPaths | None = None) -> list[dg.AssetsDefinition]:
     unknown = sorted(set(options or {}) - {a.name for a in settings.archives})
     if unknown:
         raise ValueError(f"catalog options for unknown archives {unknown}; archives: "
@@ -183,15 +205,14 @@ def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOption
         reason = no_table_reason(a)
         if reason is not None and a.topics:
             log.warning(f"archive {a.name!r} gets no Glue table: {reason}")
-    chosen = [(a, t, options_for(a, options)) for a in settings.archives for t in a.topics
-              if no_table_reason(a) is None]
-    check_table_names((o.database, table_name(t, o), t) for _, t, o in chosen)
-    return [build_catalog_asset(a, t, o) for a, t, o in chosen]
+    return [build_catalog_asset(a, t, o) for a, t, o in _tables(settings, options, paths or KeyPaths.of(settings))]
 
 
-def build_catalog_defs(settings: Settings, options: Mapping[str, CatalogOptions] | None = None) -> dg.Definitions:
+def build_catalog_defs(settings: Settings, options: Mapping[str, CatalogOptions] | None = None,
+                       paths: KeyPaths | None = None) -> dg.Definitions:
     """Catalog assets of every archived topic (need the `kafka` and `s3` resources).
 
     `options`: archive name -> CatalogOptions; an archive not in it uses its `catalog` setting or the defaults.
+    `paths`: where each archive and topic is in the config as loaded (default: in `settings`), for the errors.
     """
-    return dg.Definitions(assets=build_catalog_assets(settings, options))
+    return dg.Definitions(assets=build_catalog_assets(settings, options, paths))

@@ -9,6 +9,7 @@ on demand. Rules of other owners in the bucket are never changed (s3_archive/lif
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -16,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
-from s3_archive.config.settings import Settings
+from s3_archive.config.settings import KeyPaths, Settings, config_error
 from s3_archive.defs.lifecycle.maintenance import build_iceberg_maintenance_assets
 from s3_archive.io.s3 import error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
@@ -44,18 +45,46 @@ def desired_rules(cfg: ArchiveConfig, policy: LifecyclePolicy) -> list[dict[str,
     return build_rules(cfg.name, cfg.prefix, cfg.topics, policy)
 
 
-def check_disjoint(settings: Settings) -> None:
-    """A rule of one archive must not cover another archive's objects (same bucket, one prefix inside the other)."""
-    # Every rule an archive can have (an expiration gives each kind); the staging rule's ID ends in ":staging".
-    scopes = [(a.bucket, r["Filter"]["Prefix"], a.name, r["ID"].endswith(":staging")) for a in settings.archives
-              for r in desired_rules(a, LifecyclePolicy(expiration_days=1))]
-    for bucket, p, name, staging in scopes:
-        for bucket2, p2, name2, staging2 in scopes:
+@dataclass(frozen=True)
+class _Scope:
+    """One lifecycle rule an archive can have: the prefix it acts on, and on what, in words."""
+
+    archive: ArchiveConfig
+    prefix: str
+    what: str
+    staging: bool
+
+
+def _scopes(a: ArchiveConfig) -> list[_Scope]:
+    # Every rule the archive can have (an expiration gives each kind), per topic so each says whose objects it covers.
+    every = LifecyclePolicy(expiration_days=1)
+    out = {r["ID"]: _Scope(a, r["Filter"]["Prefix"], "the staging objects", True)
+           for r in build_rules(a.name, a.prefix, [], every)}
+    for t in a.topics:
+        for r in build_rules(a.name, a.prefix, [t], every):
+            kind = "manifests" if r["ID"].startswith(owner_prefix(a.name) + "manifests") else "data"
+            out.setdefault(r["ID"], _Scope(a, r["Filter"]["Prefix"], f"the {kind} of topic {t!r}", False))
+    return list(out.values())
+
+
+def check_disjoint(settings: Settings, paths: KeyPaths | None = None) -> None:
+    """A rule of one archive must not cover another archive's objects (same bucket, one prefix inside the other):
+    InvalidConfig naming both archives' key paths (`paths`: of the config as loaded; default: of `settings`)."""
+    paths = paths or KeyPaths.of(settings)
+    scopes = [s for a in settings.archives for s in _scopes(a)]
+    for s in scopes:
+        for o in scopes:
+            a, b = s.archive, o.archive
             # Archives with one prefix share its staging directory: both rules only expire crashed attempts.
-            shared_staging = staging and staging2 and p == p2
-            if bucket == bucket2 and name != name2 and p2.startswith(p) and not shared_staging:
-                raise ValueError(f"archive {name!r} rule prefix s3://{bucket}/{p} covers s3://{bucket}/{p2} of archive "
-                                 f"{name2!r}; give the archives prefixes that do not contain each other")
+            if a.bucket != b.bucket or a.name == b.name or not o.prefix.startswith(s.prefix) or (
+                    s.staging and o.staging and s.prefix == o.prefix):
+                continue
+            raise config_error(
+                f"{paths.archives[b.name]}.prefix: {b.prefix!r} (archive {b.name!r}) overlaps "
+                f"{paths.archives[a.name]}.prefix {a.prefix!r} (archive {a.name!r}) in bucket {a.bucket}: the "
+                f"lifecycle rule of {a.name!r} over s3://{a.bucket}/{s.prefix} ({s.what}) would act on "
+                f"s3://{b.bucket}/{o.prefix} ({o.what} of {b.name!r}); give the archives prefixes that do not "
+                "contain each other")
 
 
 def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.AssetsDefinition:
@@ -103,12 +132,12 @@ def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.Ass
 
 
 def build_lifecycle_assets(settings: Settings, policies: Mapping[str, LifecyclePolicy] | None = None,
-                           ) -> list[dg.AssetsDefinition]:
+                           paths: KeyPaths | None = None) -> list[dg.AssetsDefinition]:
     unknown = sorted(set(policies or {}) - {a.name for a in settings.archives})
     if unknown:
         raise ValueError(f"lifecycle policies for unknown archives {unknown}; archives: "
                          f"{[a.name for a in settings.archives]}")
-    check_disjoint(settings)
+    check_disjoint(settings, paths)
     for a in settings.archives:
         p = policy_for(a, policies)
         if FORMATS[a.format].table and (p.expiration_days is not None or p.transitions):
@@ -119,11 +148,12 @@ def build_lifecycle_assets(settings: Settings, policies: Mapping[str, LifecycleP
 
 
 def build_lifecycle_defs(settings: Settings, policies: Mapping[str, LifecyclePolicy] | None = None,
-                         ) -> dg.Definitions:
+                         paths: KeyPaths | None = None) -> dg.Definitions:
     """Lifecycle assets of every archive (need the `s3` resource).
 
     `policies`: archive name -> LifecyclePolicy; an archive not in it uses its `lifecycle` setting or the defaults
-    (expire staging after 2 days, abort incomplete uploads after 7; no transitions, no expiration).
+    (expire staging after 2 days, abort incomplete uploads after 7; no transitions, no expiration). `paths`: where
+    each archive is in the config as loaded (default: in `settings`), for the errors.
     """
-    return dg.Definitions(assets=[*build_lifecycle_assets(settings, policies),
+    return dg.Definitions(assets=[*build_lifecycle_assets(settings, policies, paths),
                                   *build_iceberg_maintenance_assets(settings.archives)])

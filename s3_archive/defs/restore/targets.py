@@ -18,10 +18,12 @@ from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.window_restore import restore_asset_spec, restore_events
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
+from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.model.errors import InvalidRestore, UserError
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import Filters, RestoreRequest
 from s3_archive.restore.routing import PartitionMapping
+from s3_archive.restore.schema_ids import SchemaRewrite
 
 TARGET_PREFIX = "kafka_restore_target"
 
@@ -65,6 +67,19 @@ def _describe(t: RestoreTarget, topic: str) -> str:
     return ", ".join(opts)
 
 
+def _how_to(t: RestoreTarget) -> str:
+    """What to click, as the launch dialog is: it opens with no window selected, whatever the asset's definition
+    (Dagster offers no default selection for it)."""
+    launch = ("click *Materialize*; the dialog opens with no window selected: click **All** (or pick windows), "
+              "then **Launch backfill**. The windows run as one run, each partition's in offset order")
+    if t.dry_run:
+        return (f"**To plan**: {launch}. This target only plans (`dry_run: true`): nothing is produced; each run's "
+                "plan is an observation on the *Events* tab.")
+    return (f"**To restore**: {launch}; each window restored shows as materialized here. **To plan first**: in the "
+            "dialog open *Config* → *Add config*, set `dry_run: true`, then launch: the plan is an observation on "
+            "the *Events* tab.")
+
+
 def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.AssetsDefinition:
     target_topic = t.target_for(topic)
     spec = restore_asset_spec(
@@ -72,20 +87,40 @@ def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.A
         metadata={"source_topic": topic, "target_topic": target_topic, "restore_target": t.name,
                   "bucket": cfg.bucket, "prefix": cfg.prefix, "dry_run_only": t.dry_run},
         description=f"Archived windows of `{topic}` restored into `{target_topic}` (restore target "
-                    f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once. Materialize "
-                    "or backfill the windows to restore: no config needed; `dry_run: true` plans first.",
+                    f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once, with no config.\n\n"
+                    + _how_to(t),
     )
+
+    def run(context: dg.AssetExecutionContext, config: TargetRunConfig, kafka: KafkaResource, s3: S3Resource,
+            registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+        try:
+            request = target_request(t, topic, config.dry_run)
+            cold = ColdOptions(t.wait_for_cold_seconds, t.cold_restore_days, t.cold_restore_tier)
+            schemas = None
+            if registry is not None:
+                conn = registry.connection()
+                if conn is None:
+                    raise InvalidRestore(f"schema_subjects {t.schema_subjects!r} needs the target's Schema "
+                                         "Registry: set $S3_ARCHIVE_SCHEMA_REGISTRY_URL")
+                schemas = SchemaRewrite(conn, t.schema_subjects)
+        except (UserError, ValueError) as e:
+            kind = type(e).__name__ if isinstance(e, UserError) else InvalidRestore.__name__
+            raise dg.Failure(description=f"{kind}: restore target {t.name!r} of topic {topic!r}: {e}") from None
+        yield from restore_events(context, cfg, topic, request, cold, kafka, s3, schemas)
+
+    if t.schema_subjects != "keep_ids":
+        @spec
+        def _restore_registering(context: dg.AssetExecutionContext, config: TargetRunConfig, kafka: KafkaResource,
+                                 s3: S3Resource, schema_registry: SchemaRegistryResource,
+                                 ) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+            yield from run(context, config, kafka, s3, schema_registry)
+
+        return _restore_registering
 
     @spec
     def _restore(context: dg.AssetExecutionContext, config: TargetRunConfig, kafka: KafkaResource,
                  s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
-        try:
-            request = target_request(t, topic, config.dry_run)
-            cold = ColdOptions(t.wait_for_cold_seconds, t.cold_restore_days, t.cold_restore_tier)
-        except (UserError, ValueError) as e:
-            kind = type(e).__name__ if isinstance(e, UserError) else InvalidRestore.__name__
-            raise dg.Failure(description=f"{kind}: restore target {t.name!r} of topic {topic!r}: {e}") from None
-        yield from restore_events(context, cfg, topic, request, cold, kafka, s3)
+        yield from run(context, config, kafka, s3, None)
 
     return _restore
 

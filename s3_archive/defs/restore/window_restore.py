@@ -9,7 +9,7 @@ import dagster as dg
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
-from s3_archive.defs.metadata import archive_links, typed
+from s3_archive.defs.metadata import archive_links, typed, ui_page
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
@@ -18,13 +18,15 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.schema_ids import SchemaRewrite
 from s3_archive.restore.summary import RunSummary
 
 
 def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadata: dict[str, Any],
                   description: str) -> Callable[..., dg.AssetsDefinition]:
     """The asset decorator of a restore asset of `topic` (ad hoc or a declared target): the archive's window
-    partitions, one run per backfill, the archive's group; `description` is followed by the archive's links."""
+    partitions, one run per backfill, the archive's group; `description` is followed by a link to the archived
+    windows and the archive's links."""
     with warnings.catch_warnings():
         # backfill_policy is beta; we need it to keep a backfill in one run (below). Silenced here only, so run
         # logs are not flooded with it.
@@ -40,7 +42,9 @@ def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadat
             kinds={"kafka", "s3"},
             output_required=False,
             metadata=metadata,
-            description=description + "\n\n" + archive_links(cfg, topic, "docs/restore.md"),
+            description=description + "\n\n- Archived windows: " + ui_page(archive_asset_key(topic), "partitions")
+            + f"; this asset's runs and plans: {ui_page(key, 'events', 'Events')}\n"
+            + archive_links(cfg, topic, "docs/restore.md"),
         )
 
 
@@ -50,8 +54,8 @@ def splits_windows(cfg: ArchiveConfig) -> bool:
 
 
 def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic: str, request: RestoreRequest,
-                   cold: ColdOptions, kafka: KafkaResource,
-                   s3: S3Resource) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+                   cold: ColdOptions, kafka: KafkaResource, s3: S3Resource,
+                   schemas: SchemaRewrite | None = None) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
     """The run of a restore asset (ad hoc or a declared target) over the run's window partitions: a
     materialization per window once committed; a dry run records an observation per window and the plan."""
     try:
@@ -60,7 +64,8 @@ def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic:
         check_bucket(client, cfg.bucket, cfg.prefix)
         plan = RunSummary(request)
         for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log,
-                                   cold=cold, interleaved=splits_windows(cfg), on_ledger=plan.ledger_seen):
+                                   cold=cold, interleaved=splits_windows(cfg), on_ledger=plan.ledger_seen,
+                                   schemas=schemas):
             plan.add(rep)
             meta = typed({"target_topic": request.target_topic, **rep.metadata()})
             context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "

@@ -181,7 +181,7 @@ def test_objects_with_out_of_range_names_and_strays_are_listed_as_ignored_and_th
     for (p, start), recs in good.items():
         s3.put_object(Bucket=services.bucket, Key=f"{source.key_prefix}orders-{p}-{start}", Body=aiven_jsonl(recs))
     beyond = {"orders-0-9223372036854775808": "start offset 9223372036854775808 is beyond",
-              "orders-2147483648-0": "partition 2147483648 is beyond 99999"}
+              "orders-2147483648-0": "partition 2147483648 is beyond 2147483647, Kafka's largest partition"}
     strays = ["orders-0-5.tmp", "_SUCCESS", "orders/0/x;`drop table`"]
     for name in [*beyond, *strays]:  # well-formed records: only the names are bad
         s3.put_object(Bucket=services.bucket, Key=source.key_prefix + name, Body=aiven_jsonl(good[(0, 0)]))

@@ -49,6 +49,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.buckets import render_path
 from s3_archive.model.columns import SOURCE_FIELD
+from s3_archive.model.errors import InvalidConfig
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
 
@@ -81,7 +82,8 @@ def test_table_names_are_sanitized(topic, prefix, expected):
 
 
 def test_two_topics_on_one_table_name_are_rejected_naming_both():
-    with pytest.raises(ValueError, match=r"topics 'a.b' and 'a_b' both map to table s3_archive.a_b"):
+    with pytest.raises(InvalidConfig, match=r"archives\[1\].topics\[0\]: topic 'a_b' maps to the Glue table "
+                                            r"s3_archive.a_b, as does topic 'a.b' \(archives\[0\].topics\[0\]\)"):
         build_catalog_defs(Settings(archives=[cfg(topics=("a.b",)), cfg(topics=("a_b",), name="other",
                                                                                 prefix="other/")]))
     # ...unless they live in different databases.

@@ -64,7 +64,9 @@ def test_decoding_needs_a_column_format():
 
 
 def test_json_schema_only_for_json():
-    assert "apply to type 'json' only" in err(value_decoding={"type": "utf8", "json_schema": "a INT"})
+    assert "json_schema applies to type 'json' only" in err(value_decoding={"type": "utf8", "json_schema": "a INT"})
+    assert "column_prefix applies to types json, avro, protobuf, json_schema, not 'utf8'" in err(
+        value_decoding={"type": "utf8", "column_prefix": "v_"})
 
 
 def test_json_schema_clash_with_envelope_names_the_fields():
@@ -81,8 +83,8 @@ def test_json_schema_shape_checked_at_load():
 
 
 def test_unknown_decoding_and_policy_name_allowed_values():
-    msg = err(value_decoding={"type": "avro"})
-    assert "'bytes'" in msg and "'utf8'" in msg and "'json'" in msg and "'avro'" in msg
+    msg = err(value_decoding={"type": "thrift"})
+    assert "'bytes'" in msg and "'utf8'" in msg and "'json'" in msg and "'avro'" in msg and "'json_schema'" in msg
     assert "'dead_letter'" in err(value_decoding={"on_error": "skip"})
 
 

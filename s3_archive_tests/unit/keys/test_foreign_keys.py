@@ -9,7 +9,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from s3_archive.keys.foreign_keys import AIVEN, aiven_parse, aiven_render, aiven_template
+from s3_archive.keys.foreign_keys import (
+    AIVEN,
+    NameOutOfRange,
+    aiven_parse,
+    aiven_render,
+    aiven_template,
+    confluent_parse,
+    lenses_parse,
+)
 from s3_archive.keys.template import InvalidTemplate, Placeholder, parse_template
 from s3_archive_tests.unit.keys.test_template import all_parses
 
@@ -129,3 +137,28 @@ def test_a_key_is_any_text():
     t = aiven_template("{{topic}}/{{key}}")
     for key in ("", "a/b+c", "ü\n{"):
         assert aiven_parse(t, aiven_render(t, "t", key=key)) == {"topic": "t", "key": key}
+
+
+@pytest.mark.parametrize("name, message", [
+    ("t-2147483648-0", "partition 2147483648 is beyond 2147483647, Kafka's largest partition"),
+    ("t-0-9223372036854775808", "start offset 9223372036854775808 is beyond 9223372036854775807, Kafka's largest "
+                                "offset"),
+    ("t-0-99999999999999999999", "start offset 99999999999999999999 is beyond"),
+])
+def test_the_parsers_refuse_numbers_beyond_kafkas_ranges_themselves(name, message):
+    with pytest.raises(NameOutOfRange, match=re.escape(message)):
+        aiven_parse(aiven_template("{{topic}}-{{partition}}-{{start_offset}}"), name)
+    _, partition, start = name.split("-")
+    confluent = f"t/partition={partition}/t+{partition}+{start}.avro"
+    with pytest.raises(NameOutOfRange, match=re.escape(message)):
+        confluent_parse("t", "avro", False, confluent)
+    with pytest.raises(NameOutOfRange, match=re.escape(message)):
+        lenses_parse("t", "avro", False, f"t/{partition}/{start}.avro")
+    # The largest numbers Kafka has still parse: which of them a restore can use is the planner's business.
+    assert aiven_parse(aiven_template("{{topic}}-{{partition}}-{{start_offset}}"),
+                       "t-2147483647-9223372036854775807") == {
+        "topic": "t", "partition": 2147483647, "start_offset": 9223372036854775807}
+    got = confluent_parse("t", "avro", False, "t/partition=2147483647/t+2147483647+9223372036854775807.avro")
+    assert (got.partition, got.offset, got.kind) == (2147483647, 9223372036854775807, "values")
+    got = lenses_parse("t", "avro", False, "t/2147483647/9223372036854775807.avro")
+    assert (got.partition, got.offset) == (2147483647, 9223372036854775807)

@@ -12,6 +12,7 @@ from s3_archive.config.settings import Settings
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, check_disjoint, lifecycle_asset_key
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.lifecycle.rules import build_rules, owner_prefix, plan_lifecycle, policy_for, rule_id
+from s3_archive.model.errors import InvalidConfig
 
 
 def T(days: int, cls: str) -> dict:
@@ -217,9 +218,14 @@ def archive(name: str, prefix: str, topics: list[str], bucket: str = "bkt-one") 
     return ArchiveConfig(name=name, topics=topics, bucket=bucket, prefix=prefix)
 
 
-def test_archives_whose_rules_cover_each_other_are_rejected():
-    with pytest.raises(ValueError, match=r"archive 'outer' rule prefix s3://bkt-one/x/ covers s3://bkt-one/x/"):
+def test_archives_whose_rules_cover_each_other_are_rejected_naming_both_key_paths():
+    with pytest.raises(InvalidConfig) as e:
         check_disjoint(Settings(archives=[archive("outer", "", ["x"]), archive("inner", "x/", ["t"])]))
+    assert str(e.value) == (
+        "invalid s3-archive config:\n  archives[1].prefix: 'x/' (archive 'inner') overlaps archives[0].prefix '' "
+        "(archive 'outer') in bucket bkt-one: the lifecycle rule of 'outer' over s3://bkt-one/x/ (the data of "
+        "topic 'x') would act on s3://bkt-one/x/_staging/ (the staging objects of 'inner'); give the archives "
+        "prefixes that do not contain each other")
     # Same prefix, different topics: only the staging directory is shared, and that is fine.
     check_disjoint(Settings(archives=[archive("a", "k/", ["t1"]), archive("b", "k/", ["t2"])]))
     check_disjoint(Settings(archives=[archive("a", "", ["x"]), archive("b", "x/", ["t"], bucket="bkt-two")]))

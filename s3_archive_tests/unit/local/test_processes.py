@@ -51,10 +51,12 @@ def test_a_process_that_exits_fails_at_once_with_its_log(tmp_path):
 
 
 _MIDDLE = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 from s3_archive.local.processes import spawn
 log = Path(sys.argv[1])
+if sys.argv[2] == "blocked":  # as a library's thread code can leave the spawning thread
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
 tied, detached = spawn(sleeper, log), spawn(sleeper, log, detached=True)
 print(tied.pid, detached.pid, flush=True)
@@ -62,10 +64,12 @@ time.sleep(60)
 """
 
 
-def test_a_spawned_child_dies_with_the_process_that_started_it_unless_detached(tmp_path):
-    # The process that spawns is killed as a timeout would kill a test session: no teardown runs.
-    middle = subprocess.Popen([sys.executable, "-c", _MIDDLE, str(tmp_path / "log")], stdout=subprocess.PIPE,
-                              text=True)
+@pytest.mark.parametrize("sigterm", ["unblocked", "blocked"])
+def test_a_spawned_child_dies_with_the_process_that_started_it_unless_detached(tmp_path, sigterm):
+    # The process that spawns is killed as a timeout would kill a test session: no teardown runs. A SIGTERM blocked
+    # in the spawning thread must not reach the child (it would ignore the parent-death signal and `stop_pid`).
+    middle = subprocess.Popen([sys.executable, "-c", _MIDDLE, str(tmp_path / "log"), sigterm],
+                              stdout=subprocess.PIPE, text=True)
     tied, detached = (int(p) for p in middle.stdout.readline().split())
     try:
         assert pid_alive(tied) and pid_alive(detached)

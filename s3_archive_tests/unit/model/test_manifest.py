@@ -91,11 +91,11 @@ def _without(key: str) -> dict:
 
 
 @pytest.mark.parametrize("data,message", [
-    (_v1(manifest_version=2), "has manifest_version 2; this s3-archive reads versions 1; it was written by a newer "
-                              "s3-archive: upgrade to read it"),
-    (_v1(manifest_version="1"), "has manifest_version '1'; this s3-archive reads versions 1$"),
+    (_v1(manifest_version=3), "has manifest_version 3; this s3-archive reads versions 1, 2; it was written by a "
+                              "newer s3-archive: upgrade to read it"),
+    (_v1(manifest_version="1"), "has manifest_version '1'; this s3-archive reads versions 1, 2$"),
     (_v1(manifest_version=True), "has manifest_version True"),
-    (_without("manifest_version"), "has no manifest_version; this s3-archive reads versions 1"),
+    (_without("manifest_version"), "has no manifest_version; this s3-archive reads versions 1, 2"),
     (_without("record_count"), r"is malformed: `record_count` is missing"),
     (_without("schema"), r"is malformed: `schema` is missing"),
     (_v1(record_count="4"), r"is malformed: `record_count`: Input should be a valid integer \(got '4'\)"),

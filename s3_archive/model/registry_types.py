@@ -1,0 +1,190 @@
+"""The columns a Schema Registry payload decodes into: each schema (Avro, JSON Schema; Protobuf in
+archive/executor/protobuf_schemas.py) as a Spark type, as JSON (`StructType.jsonValue()`), the one vocabulary the
+manifest's `schema`, the objects' metadata and the catalog share. Pure.
+
+Avro follows Spark's own mapping (spark-avro's SchemaConverters): records are structs, a union with "null" is a
+nullable field, enums and uuids are strings, fixed and bytes are binary, decimals are decimals, date is a date,
+timestamp-millis/micros are timestamps, local-timestamp-* are timestamps without a zone. A union of several types
+other than null (which Spark makes a struct of `member0`, `member1`, ...) is stored as its value's JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_AVRO_PRIMITIVES = {"boolean": "boolean", "int": "integer", "long": "long", "float": "float", "double": "double",
+                    "bytes": "binary", "string": "string", "null": "null"}
+_AVRO_LOGICAL = {"date": "date", "timestamp-millis": "timestamp", "timestamp-micros": "timestamp",
+                 "local-timestamp-millis": "timestamp_ntz", "local-timestamp-micros": "timestamp_ntz"}
+UNION_AS_JSON = "string"  # a union of several non-null types: its value's JSON text
+NOT_A_RECORD = "decoded"  # the one field of a payload that is not a record (a string key, an array)
+
+
+class UnsupportedSchema(ValueError):
+    """A schema that cannot be stored as columns; the message names the construct."""
+
+
+def struct(fields: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "struct", "fields": fields}
+
+
+def field(name: str, data_type: Any, nullable: bool) -> dict[str, Any]:
+    return {"name": name, "type": data_type, "nullable": nullable, "metadata": {}}
+
+
+def avro_to_spark(schema: Any, named: dict[str, Any] | None = None) -> tuple[Any, bool]:
+    """(Spark type JSON, nullable) of an Avro schema (parsed JSON). `named`: the named types seen so far (a
+    record, enum or fixed may be referred to by name after its definition)."""
+    named = {} if named is None else named
+    if isinstance(schema, str):
+        if schema in _AVRO_PRIMITIVES:
+            return _AVRO_PRIMITIVES[schema], schema == "null"
+        short = schema.rsplit(".", 1)[-1]
+        found = [n for n in named if n == schema or n.rsplit(".", 1)[-1] == short]
+        if not found:
+            raise UnsupportedSchema(f"Avro type {schema!r} is not defined before its use")
+        if named[found[0]] is None:
+            raise UnsupportedSchema(f"Avro record {found[0]!r} is recursive; columns cannot hold a recursive type")
+        return named[found[0]], False
+    if isinstance(schema, list):
+        types = [t for t in schema if t != "null"]
+        nullable = len(types) < len(schema)
+        if not types:
+            return "null", True
+        if len(types) == 1:
+            return avro_to_spark(types[0], named)[0], nullable
+        converted = [avro_to_spark(t, named)[0] for t in types]
+        if set(converted) <= {"integer", "long"}:
+            return "long", nullable
+        if set(converted) <= {"float", "double"}:
+            return "double", nullable
+        return UNION_AS_JSON, True
+    kind = schema.get("type")
+    logical = schema.get("logicalType")
+    if kind in ("bytes", "fixed") and logical == "decimal":
+        out: Any = f"decimal({schema['precision']},{schema.get('scale', 0)})"
+    elif logical in _AVRO_LOGICAL and kind in ("int", "long"):
+        out = _AVRO_LOGICAL[logical]
+    elif kind == "record" or kind == "error":
+        name = _full_name(schema)
+        named[name] = None  # being defined: a field referring to it is recursive
+        fields = [field(f["name"], *avro_to_spark(f["type"], named)) for f in schema["fields"]]
+        out = struct(fields)
+        named[name] = out
+    elif kind == "enum":
+        named[_full_name(schema)] = "string"
+        out = "string"
+    elif kind == "fixed":
+        named[_full_name(schema)] = "binary"
+        out = "binary"
+    elif kind == "array":
+        t, nullable = avro_to_spark(schema["items"], named)
+        out = {"type": "array", "elementType": t, "containsNull": nullable}
+    elif kind == "map":
+        t, nullable = avro_to_spark(schema["values"], named)
+        out = {"type": "map", "keyType": "string", "valueType": t, "valueContainsNull": nullable}
+    else:  # {"type": "long"}, {"type": {...}}: the type itself
+        return avro_to_spark(kind, named)
+    return out, False
+
+
+def _full_name(schema: dict[str, Any]) -> str:
+    name = schema["name"]
+    ns = schema.get("namespace")
+    return f"{ns}.{name}" if ns and "." not in name else name
+
+
+def avro_columns(schema_text: str) -> dict[str, Any]:
+    """The Spark struct an Avro schema's values decode into: a record's fields, or one field `decoded` holding a
+    value that is not a record."""
+    t, nullable = avro_to_spark(json.loads(schema_text))
+    if isinstance(t, dict) and t.get("type") == "struct":
+        return t
+    return struct([field(NOT_A_RECORD, t, nullable)])
+
+
+_JSON_TYPES = {"integer": "long", "number": "double", "string": "string", "boolean": "boolean"}
+
+
+def json_schema_to_spark(schema: Any, root: Any = None) -> tuple[Any, bool]:
+    """(Spark type JSON, nullable) of a JSON Schema: objects with `properties` are structs, arrays with `items`
+    arrays, integer long, number double; a type list with "null" is nullable; `$ref`s within the schema
+    (`#/definitions/...`, `#/$defs/...`) are followed; anything else (oneOf, an object without properties, several
+    types) is stored as its JSON text."""
+    root = schema if root is None else root
+    if schema is True or schema == {}:
+        return "string", True
+    if not isinstance(schema, dict):
+        return "string", True
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return json_schema_to_spark(target, root)
+    kind = schema.get("type")
+    nullable = True
+    if isinstance(kind, list):
+        types = [t for t in kind if t != "null"]
+        kind = types[0] if len(types) == 1 else None
+    if kind == "object" and isinstance(schema.get("properties"), dict):
+        # every field nullable: a JSON value may be null or absent whatever `required` says
+        fields = [field(name, json_schema_to_spark(sub, root)[0], True) for name, sub in schema["properties"].items()]
+        return struct(fields), nullable
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        t, _ = json_schema_to_spark(schema["items"], root)
+        return {"type": "array", "elementType": t, "containsNull": True}, nullable
+    if kind in _JSON_TYPES:
+        return _JSON_TYPES[kind], nullable
+    return "string", True
+
+
+def json_schema_columns(schema_text: str) -> dict[str, Any]:
+    t, nullable = json_schema_to_spark(json.loads(schema_text))
+    if isinstance(t, dict) and t.get("type") == "struct":
+        return t
+    return struct([field(NOT_A_RECORD, t, nullable)])
+
+
+class IncompatibleFields(ValueError):
+    """Two schemas give one field different types: `path` names the field."""
+
+    def __init__(self, path: str, a: Any, b: Any) -> None:
+        super().__init__(f"field {path!r} is {_show(a)} in one schema and {_show(b)} in the other")
+        self.path = path
+
+
+def _show(t: Any) -> str:
+    return t if isinstance(t, str) else t.get("type", "?")
+
+
+def merge_types(a: Any, b: Any, path: str = "") -> Any:
+    """The union of two Spark types' fields (structs merged by field name, in first-seen order; arrays and maps by
+    their element types); IncompatibleFields where a field's type differs."""
+    if a == b:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict) and a.get("type") == b.get("type"):
+        kind = a["type"]
+        if kind == "struct":
+            by_name = {f["name"]: dict(f) for f in a["fields"]}
+            for f in b["fields"]:
+                sub = f"{path}.{f['name']}" if path else f["name"]
+                if f["name"] in by_name:
+                    mine = by_name[f["name"]]
+                    mine["type"] = merge_types(mine["type"], f["type"], sub)
+                    mine["nullable"] = mine["nullable"] or f["nullable"]
+                else:
+                    by_name[f["name"]] = {**f, "nullable": True}  # absent from older values
+            fields = [by_name[f["name"]] for f in a["fields"]]
+            fields += [by_name[f["name"]] for f in b["fields"] if f["name"] not in {x["name"] for x in a["fields"]}]
+            return struct(fields)
+        if kind == "array":
+            return {**a, "elementType": merge_types(a["elementType"], b["elementType"], path + "[]"),
+                    "containsNull": a["containsNull"] or b["containsNull"]}
+        if kind == "map":
+            return {**a, "valueType": merge_types(a["valueType"], b["valueType"], path + "{}"),
+                    "valueContainsNull": a["valueContainsNull"] or b["valueContainsNull"]}
+    if isinstance(a, str) and isinstance(b, str) and {a, b} <= {"integer", "long"}:
+        return "long"
+    raise IncompatibleFields(path or "(the value)", a, b)

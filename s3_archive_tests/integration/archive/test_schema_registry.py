@@ -1,0 +1,321 @@
+"""Schema Registry payloads (Confluent-framed Avro, Protobuf, JSON Schema) archived as typed columns, against a real
+registry (Apicurio) and broker: producers use confluent-kafka's serializers, readers are pyarrow and the registry's
+own API."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from s3_archive.archive.driver.coordinator import archive_window, archive_windows
+from s3_archive.io.registry_client import RegistryConnection
+from s3_archive.keys.objects import DEAD_LETTER
+from s3_archive.model.errors import SchemaRegistryUnavailable, UndecodableValue
+from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log
+from s3_archive_tests.kafka_helpers import create_topic, produce
+
+V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": "string"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "long"}},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+    {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": [
+        {"name": "city", "type": "string"}]}], "default": None},
+]}
+# v2 adds a field with a default; v3 removes `name`
+V2 = {**V1, "fields": [*V1["fields"], {"name": "email", "type": ["null", "string"], "default": None}]}
+V3 = {**V2, "fields": [f for f in V2["fields"] if f["name"] != "name"]}
+
+
+def _registry_client(url: str) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": url, "timeout": 10})
+
+
+def _order(i: int, **extra) -> dict:
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    return {"id": i, "name": f"n{i}", "amount": Decimal(f"{i}.25"),
+            "at": datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC), "tags": [f"t{i}"], "attrs": {"a": i},
+            "status": "PAID" if i % 2 else "NEW", "ship": {"city": "Oslo"} if i % 2 else None, **extra}
+
+
+def _avro(sr: SchemaRegistryClient, topic: str, schema: dict, values: list[dict]) -> list[bytes]:
+    ser = AvroSerializer(sr, json.dumps(schema), conf={"auto.register.schemas": True})
+    return [ser(v, SerializationContext(topic, MessageField.VALUE)) for v in values]
+
+
+def _table(s3, bucket: str, key: str):
+    return pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+
+
+@pytest.fixture(scope="module")
+def registry(schema_registry) -> RegistryConnection:
+    return RegistryConnection(schema_registry.url, timeout_s=10)
+
+
+def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry, registry, kafka, s3, services,
+                                                                 spark, unique):
+    topic = create_topic(kafka, f"sr-avro-{unique}")
+    sr = _registry_client(schema_registry.url)
+    first = _avro(sr, topic, V1, [_order(1), _order(2)]) + _avro(sr, topic, V2, [_order(3, email="c@x")])
+    produce(kafka, topic, [(0, f"k{i}".encode(), v, []) for i, v in enumerate(first)] + [(0, b"gone", None, [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+
+    w1 = OffsetWindow(0, 0, 4)
+    m1 = archive_window(spark, kafka, s3, cfg, topic, w1, log, registry=registry).manifest
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    # read as v2, the newest version when the window was archived: v1's records get email's default
+    assert t.column("id").to_pylist() == [1, 2, 3, None]  # the tombstone decodes to nulls
+    assert t.column("name").to_pylist() == ["n1", "n2", "n3", None]
+    assert t.column("email").to_pylist() == [None, None, "c@x", None]
+    assert [str(a) for a in t.column("amount").to_pylist()[:3]] == ["1.25", "2.25", "3.25"]
+    assert t.column("at").to_pylist()[0].isoformat() == "2026-01-01T00:00:01+00:00"
+    assert t.column("tags").to_pylist()[:2] == [["t1"], ["t2"]]
+    assert dict(t.column("attrs").to_pylist()[0]) == {"a": 1}
+    assert t.column("status").to_pylist()[:2] == ["PAID", "NEW"]
+    assert t.column("ship").to_pylist()[:2] == [{"city": "Oslo"}, None]
+    assert t.column("value").to_pylist()[:3] == first  # the raw framed bytes stay: restore is byte-exact
+    assert m1.manifest_version == 2 and m1.value_decoding == "avro"
+    ids = {s.id for s in m1.schemas}
+    v1_id, v2_id = sr.get_version(f"{topic}-value", 1).schema_id, sr.get_version(f"{topic}-value", 2).schema_id
+    assert ids == {v1_id, v2_id} and [s.id for s in m1.schemas if s.reader] == [v2_id]
+    for s in m1.schemas:  # each kept in the bucket by its content hash
+        kept = json.loads(s3.get_object(Bucket=cfg.bucket, Key=s.key)["Body"].read())
+        assert kept["schemaType"] == "AVRO" and json.loads(kept["schema"])["name"] == "Order"
+    assert {f["name"] for f in json.loads(m1.spark_schema)["fields"]} >= {"key", "value", "id", "email", "ship"}
+
+    # v3 removes `name`: the next window is read as v3
+    later = _avro(sr, topic, V3, [{k: v for k, v in _order(5).items() if k != "name"}])
+    produce(kafka, topic, [(0, b"k5", later[0], [])])
+    m2 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 4, 5), log, registry=registry).manifest
+    fields = [f["name"] for f in json.loads(m2.spark_schema)["fields"]]
+    assert "name" not in fields and "email" in fields
+    assert [s.id for s in m2.schemas if s.reader] == [sr.get_version(f"{topic}-value", 3).schema_id]
+
+
+def test_bad_records_follow_on_error(schema_registry, registry, kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"sr-bad-{unique}")
+    sr = _registry_client(schema_registry.url)
+    good = _avro(sr, topic, V1, [_order(1)])[0]
+    unknown = b"\x00" + (987654).to_bytes(4, "big") + good[5:]
+    values = [good, b"plain text", unknown, good[:7]]
+    produce(kafka, topic, [(0, None, v, [("h", b"1")]) for v in values])
+    window = OffsetWindow(0, 0, len(values))
+
+    fail = archive_config(services.bucket, topic, f"sr/{unique}/fail/", value_decoding={"type": "avro"})
+    with pytest.raises(UndecodableValue) as e:
+        archive_window(spark, kafka, s3, fail, topic, window, log, registry=registry)
+    assert f"topic {topic!r} partition 0: 3 record(s)" in str(e.value)
+    assert "first at offset 1: value: not Confluent-framed (first byte 0x70" in str(e.value)
+    assert final_objects(s3, fail, topic) == {}  # nothing committed
+
+    dlq = archive_config(services.bucket, topic, f"sr/{unique}/dlq/",
+                         value_decoding={"type": "avro", "on_error": "dead_letter"})
+    m = archive_window(spark, kafka, s3, dlq, topic, window, log, registry=registry).manifest
+    assert m.record_count == 4 and m.undecodable_records == 3
+    [key] = final_objects(s3, dlq, topic)
+    assert _table(s3, dlq.bucket, key).column("id").to_pylist() == [1]
+    [dead] = [o.key for o in m.dead_letter_objects]
+    assert dead.startswith(f"{dlq.prefix}{DEAD_LETTER}/{topic}/")
+    d = _table(s3, dlq.bucket, dead)
+    assert d.column("offset").to_pylist() == [1, 2, 3]
+    assert d.column("value").to_pylist() == values[1:]  # raw, byte for byte
+    reasons = d.column("reason").to_pylist()
+    assert "not Confluent-framed" in reasons[0]
+    assert reasons[1] == "value: unknown schema id 987654 (the Schema Registry has no such schema)"
+    assert "does not decode with schema id" in reasons[2]
+
+
+def test_keys_and_json_schema_values(schema_registry, registry, kafka, s3, services, spark, unique):
+    topic = create_topic(kafka, f"sr-json-{unique}")
+    sr = _registry_client(schema_registry.url)
+    key_ser = AvroSerializer(sr, json.dumps({"type": "record", "name": "K", "fields": [
+        {"name": "tenant", "type": "string"}, {"name": "n", "type": "int"}]}))
+    schema = {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"},
+                                               "dims": {"type": "object", "properties": {"w": {"type": "number"}}}}}
+    value_ser = JSONSerializer(json.dumps(schema), sr)
+    recs = []
+    for i in range(3):
+        k = key_ser({"tenant": f"t{i}", "n": i}, SerializationContext(topic, MessageField.KEY))
+        v = value_ser({"sku": f"s{i}", "qty": i, "dims": {"w": 1.5 * i}}, SerializationContext(topic, MessageField.VALUE))
+        recs.append((0, k, v, []))
+    produce(kafka, topic, recs)
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "json_schema"},
+                         key_decoding={"type": "avro"})
+    m = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 3), log, registry=registry).manifest
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    assert t.column("key_tenant").to_pylist() == ["t0", "t1", "t2"] and t.column("key_n").to_pylist() == [0, 1, 2]
+    assert t.column("sku").to_pylist() == ["s0", "s1", "s2"] and t.column("qty").to_pylist() == [0, 1, 2]
+    assert t.column("dims").to_pylist()[2] == {"w": 3.0}
+    assert {s.part for s in m.schemas} == {"key", "value"}
+
+
+def test_registry_unreachable_fails_the_run_naming_it_and_the_rerun_completes(schema_registry, registry, kafka, s3,
+                                                                              services, spark, unique):
+    topic = create_topic(kafka, f"sr-down-{unique}")
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(_registry_client(schema_registry.url), topic, V1,
+                                                           [_order(1)])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+    down = RegistryConnection("http://127.0.0.1:9", username="u", password="secret-pw", timeout_s=1, attempts=2)
+    window = OffsetWindow(0, 0, 1)
+    [r] = archive_windows(spark, kafka, s3, cfg, topic, [window], log, registry=down).values()
+    assert isinstance(r, SchemaRegistryUnavailable)
+    assert "the Schema Registry at http://127.0.0.1:9 as user 'u'" in str(r) and "secret-pw" not in str(r)
+    assert final_objects(s3, cfg, topic) == {}  # nothing written, nothing committed
+    again = archive_window(spark, kafka, s3, cfg, topic, window, log, registry=registry)
+    assert again.outcome == "committed" and again.manifest.record_count == 1
+
+
+def test_schema_from_registry_api_registered_directly(schema_registry, registry, kafka, s3, services, spark, unique):
+    """A subject registered through the registry's API (not by a serializer) is read the same way."""
+    topic = create_topic(kafka, f"sr-api-{unique}")
+    sr = _registry_client(schema_registry.url)
+    sid = sr.register_schema(f"{topic}-value", Schema(json.dumps("string"), "AVRO"))
+    produce(kafka, topic, [(0, None, b"\x00" + sid.to_bytes(4, "big") + b"\x06abc", [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log, registry=registry)
+    [key] = final_objects(s3, cfg, topic)
+    assert _table(s3, cfg.bucket, key).column("decoded").to_pylist() == ["abc"]
+
+
+ORDER_PROTO = """syntax = "proto3";
+package shop.v1;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+message Order {
+  int64 id = 1;
+  repeated string tags = 2;
+  Address ship = 3;
+  oneof payment { string card = 4; string iban = 5; }
+  google.protobuf.Timestamp at = 6;
+  map<string, int32> counts = 7;
+  Status status = 8;
+  google.protobuf.StringValue note = 9;
+  enum Status { NEW = 0; PAID = 1; }
+  message Address { string city = 1; }
+}
+"""
+
+
+def _order_class(tmp_path):
+    """The Order message class, compiled from ORDER_PROTO with grpcio-tools' protoc (as a producer's build does)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import grpc_tools
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    (tmp_path / "order.proto").write_text(ORDER_PROTO)
+    include = Path(grpc_tools.__file__).parent / "_proto"
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp_path}", f"-I{include}", "--include_imports",
+                    f"--descriptor_set_out={tmp_path / 'set.pb'}", "order.proto"], check=True)
+    pool = descriptor_pool.DescriptorPool()
+    for f in descriptor_pb2.FileDescriptorSet.FromString((tmp_path / "set.pb").read_bytes()).file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.v1.Order"))
+
+
+def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, s3, services, spark, unique,
+                                              tmp_path):
+    from datetime import UTC, datetime
+
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    topic = create_topic(kafka, f"sr-proto-{unique}")
+    Order = _order_class(tmp_path)  # noqa: N806
+    ser = ProtobufSerializer(Order, _registry_client(schema_registry.url), {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    a = Order(id=1, tags=["x", "y"], card="4111", counts={"a": 2}, status=1)
+    a.ship.city = "Oslo"
+    a.at.FromDatetime(datetime(2026, 5, 1, 8, 30, tzinfo=UTC))
+    a.note.value = "fragile"
+    b = Order(id=2, iban="NO93")
+    produce(kafka, topic, [(0, None, ser(a, ctx), []), (0, None, ser(b, ctx), [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "protobuf"})
+    m = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 2), log, registry=registry).manifest
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key)
+    assert t.column("id").to_pylist() == [1, 2]
+    assert t.column("tags").to_pylist() == [["x", "y"], []]
+    assert t.column("ship").to_pylist() == [{"city": "Oslo"}, None]  # a message field not set is null
+    assert t.column("card").to_pylist() == ["4111", None] and t.column("iban").to_pylist() == [None, "NO93"]
+    assert t.column("at").to_pylist()[0] == datetime(2026, 5, 1, 8, 30, tzinfo=UTC)
+    assert t.column("at").to_pylist()[1] is None
+    assert [dict(x) for x in t.column("counts").to_pylist()] == [{"a": 2}, {}]
+    assert t.column("status").to_pylist() == ["PAID", "NEW"]
+    assert t.column("note").to_pylist() == ["fragile", None]
+    assert [s.schema_type for s in m.schemas] == ["PROTOBUF"]
+
+
+def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, services, spark, unique):
+    from s3_archive.restore.request import RestoreRequest
+    from s3_archive.restore.run import restore_windows
+    from s3_archive_tests.integration.restore.test_restore import consume_all
+
+    topic = create_topic(kafka, f"sr-layout-{unique}")
+    sr = _registry_client(schema_registry.url)
+    schema = {"type": "record", "name": "Sale", "fields": [
+        {"name": "id", "type": "long"}, {"name": "shop", "type": {"type": "record", "name": "Shop", "fields": [
+            {"name": "region", "type": ["null", "string"], "default": None}]}}]}
+    regions = ["eu", "us", "eu", None, "us", "eu"]
+    values = _avro(sr, topic, schema, [{"id": i, "shop": {"region": r}} for i, r in enumerate(regions)])
+    produced = produce(kafka, topic, [(0, None, v, []) for v in values])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"},
+                         max_records_per_object=2,
+                         layout={"template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+"
+                                             "{{part}}", "partition_by": [{"kind": "value", "field": "shop.region",
+                                                                           "name": "region"}]})
+    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 6), log, registry=registry)
+    by_dir: dict[str, list[int]] = {}
+    for key in sorted(final_objects(s3, cfg, topic)):
+        by_dir.setdefault(key.split("/")[-2], []).extend(_table(s3, cfg.bucket, key).column("id").to_pylist())
+    assert by_dir == {"region=eu": [0, 2, 5], "region=us": [1, 4], "region=(null)": [3]}
+    # rotation counts each bucket's records in offset order: eu's three records make two objects
+    assert sum(1 for k in final_objects(s3, cfg, topic) if "/region=eu/" in k) == 2
+    target = create_topic(kafka, f"sr-layout-back-{unique}")
+    list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, target), [OffsetWindow(0, 0, 6)],
+                         log, interleaved=True))
+    assert [g.value for g in consume_all(kafka, target)[0]] == [r.value for r in produced]
+
+
+def test_avro_evolution_in_iceberg(schema_registry, registry, kafka, s3, services, spark, unique):
+    """v1 then v2 (a field added with a default): the table gains the column (Iceberg schema evolution); read back
+    by pyiceberg, an independent reader."""
+    from s3_archive.io.iceberg_catalog import S3Endpoint
+    from s3_archive_tests.credentials import TEST_AWS
+    from s3_archive_tests.integration.archive.test_iceberg import _table as iceberg_table
+
+    endpoint = S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
+    topic = create_topic(kafka, f"sr-ice-{unique}")
+    sr = _registry_client(schema_registry.url)
+    small1 = {"type": "record", "name": "M", "fields": [{"name": "id", "type": "long"}]}
+    small2 = {**small1, "fields": [*small1["fields"], {"name": "tag", "type": ["null", "string"], "default": None}]}
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small1, [{"id": 1}, {"id": 2}])])
+    cfg = archive_config(services.bucket, topic, f"srice-{unique}/", format="iceberg",
+                         value_decoding={"type": "avro", "on_error": "dead_letter"})
+    w1 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 2), log, registry=registry,
+                        endpoint=endpoint).manifest
+    assert w1.manifest_version == 2 and [s.reader for s in w1.schemas] == [True]
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small2, [{"id": 3, "tag": "new"}])]
+            + [(0, None, b"not framed", [])])
+    w2 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 2, 4), log, registry=registry,
+                        endpoint=endpoint).manifest
+    assert w2.record_count == 2 and w2.undecodable_records == 1 and len(w2.dead_letter_objects) == 1
+    rows = sorted(iceberg_table(services, cfg, topic).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["offset"], r["id"], r.get("tag")) for r in rows] == [(0, 1, None), (1, 2, None), (2, 3, "new")]
