@@ -200,7 +200,10 @@ def render(sink: str, translations: list[Translation], source: str, connector: s
     if foreign:
         lines.append("foreign_sources:")
         lines += _comment("The connector's objects, read back by restore (docs/restore-foreign.md): each run of "
-                          "kafka_restore_foreign/<name> restores them, then the archive's windows.", "  ")
+                          "kafka_restore_foreign/<name> restores them, then the archive's windows. value_encoding "
+                          "and key_encoding (json objects) follow value.converter and key.converter: base64 for the "
+                          "ByteArrayConverter, also when the config sets none (then the worker's default applies: "
+                          "check it), none (text) for the others.", "  ")
         dumped = yaml.safe_dump(foreign, sort_keys=False, default_flow_style=None, width=WIDTH - 4,
                                 allow_unicode=True)
         lines += ["  " + line for line in dumped.rstrip("\n").split("\n")]
