@@ -67,7 +67,7 @@ def refresh_topics_command(config: Path, forget: list[str]) -> int:
     return 0
 
 
-def import_connect_command(file: Path, out: Path | None, name: str | None) -> int:
+def import_connect_command(file: Path, out: Path | None, name: str | None, take_over: bool = False) -> int:
     """`s3-archive import-connect FILE`: the archive YAML for a Kafka Connect S3 sink config."""
     from s3_archive.config.connect_import.convert import import_connect
 
@@ -75,7 +75,8 @@ def import_connect_command(file: Path, out: Path | None, name: str | None) -> in
         text = sys.stdin.read() if str(file) == "-" else file.read_text()
     except OSError as e:
         raise UnsupportedConnectConfig(f"cannot read {file}: {e.strerror}") from None
-    yaml_text = import_connect(text, name=name, source="stdin" if str(file) == "-" else file.name)
+    yaml_text = import_connect(text, name=name, source="stdin" if str(file) == "-" else file.name,
+                               take_over_group=take_over)
     if out is None:
         sys.stdout.write(yaml_text)
     else:
@@ -137,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                                              "file, or KCQL; '-' reads stdin")
     imp.add_argument("--out", type=Path, help="write the YAML here instead of stdout")
     imp.add_argument("--name", help="the archive's name (default: from the connector's name)")
+    imp.add_argument("--take-over", action="store_true",
+                     help="continue where the connector stopped: start at its consumer group's offsets, and read "
+                          "its objects back as a foreign source of the archive (docs/import-connect.md, "
+                          "\"Taking over\")")
     args = parser.parse_args(argv)
 
     from s3_archive.local import stack
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(iam_policy(load_settings(path), region=args.region, account_id=args.account_id),
                              indent=2))
         elif args.command == "import-connect":
-            return import_connect_command(args.file, args.out, args.name)
+            return import_connect_command(args.file, args.out, args.name, args.take_over)
         elif args.command == "demo":
             from s3_archive.local import demo as demo_mod
 

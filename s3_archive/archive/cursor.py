@@ -2,7 +2,7 @@
 tell, and a summary of the keys it has read so that a tick reads only the keys added since.
 
     {"cron_tick": 1767261600.0,          # schedule_cron: the latest cron tick whose rests were cut (epoch s, UTC)
-     "starts": {"<topic>": {"0": 12}},   # start_position latest: where each partition with no window yet starts
+     "starts": {"<topic>": {"0": 12}},   # start_position latest, consumer_group: a windowless partition's start
      "tails": {"<topic>": {"after": "<instance position>", "next": {"0": 5000}, "first": {"0": 0}}},
      "open": {"<topic>": {"seen": 812, "keys": ["<window key>", ...]}},
      "failures": 9120,                   # the last run failure read (event storage id)

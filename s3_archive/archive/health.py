@@ -358,3 +358,62 @@ def freshness(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, view: Window
     except UnknownTopic as e:
         return Verdict([str(e)], "")
     return freshness_verdict(cfg, topic, uncommitted, young, end)
+
+
+# Past this many offsets between the sink's last object and the first window, the boundary is checked by offsets
+# instead of by counting Kafka's records (a read of the whole range).
+COUNT_LIMIT = 1_000_000
+
+
+def take_over_boundary(kafka: KafkaResource, topic: str, sink: str, view: WindowsView,
+                       last_objects: dict[int, tuple[str, int, int] | str], sink_past: list[str]) -> Verdict:
+    """(7) Where the archive took over from a sink (`foreign_sources[].archive`): per Kafka partition, the sink's
+    last object (key, first offset, records: `last_objects`) must end where the archive's first window starts.
+    Kafka still holding the offsets in between, its committed records from the object's first offset up to the
+    first window are counted: as many as the object holds means no gap and no overlap (transaction markers and
+    compaction leave offsets without records, so offsets alone cannot tell); more is a gap (records in neither),
+    fewer an overlap (records in both; a restore still produces each once). `sink_past`: sink objects named past the
+    boundary (more overlap). A partition without a window yet, or without a sink object, is reported, not a
+    problem."""
+    firsts: dict[int, int] = {}
+    for w in view.live_and_retired:
+        firsts[w.partition] = min(w.start, firsts.get(w.partition, w.start))
+    try:
+        log_start = kafka.offsets(topic, "earliest")
+    except UnknownTopic as e:
+        return Verdict([str(e)], "")
+    rows: dict[str, dict[str, Any]] = {}
+    gaps: list[str] = []
+    overlaps = [f"topic {topic!r}: {key} is named at or past where the archive starts: its records are in both "
+                "places" for key in sink_past]
+    for p in sorted(set(firsts) | set(last_objects)):
+        start, tail = firsts.get(p), last_objects.get(p)
+        row: dict[str, Any] = {"archive_starts_at": start}
+        rows[str(p)] = row
+        if isinstance(tail, str):
+            row["sink"] = tail
+            continue
+        if tail is not None:
+            key, first, n = tail
+            row |= {"sink_last_object": key, "sink_last_object_first_offset": first, "sink_last_object_records": n}
+        if start is None or tail is None:
+            row["state"] = "no window yet" if start is None else "no sink object"
+            continue
+        if log_start.get(p, 0) <= first <= start and start - first <= COUNT_LIMIT:
+            in_kafka = kafka.count_records(topic, p, first, start)
+            row["kafka_records_from_sink_last_object_to_archive"] = in_kafka
+            missing, how = in_kafka - n, "records"
+        else:  # Kafka deleted the range (or it is too long to count): offsets, as the sink stored or numbered them
+            missing, how = start - (first + n), "offsets"
+        row["state"] = "contiguous" if missing == 0 else "gap" if missing > 0 else "overlap"
+        where = f"topic {topic!r} partition {p}: the sink's last object {key} (from offset {first}, {n} records)"
+        if missing > 0:
+            gaps.append(f"{where} and the first window (from offset {start}): {missing} {how} in neither")
+        elif missing < 0:
+            overlaps.append(f"{where} and the first window (from offset {start}): {-missing} {how} in both; a "
+                            "restore produces each once")
+    problems = gaps + overlaps
+    done = sum(1 for r in rows.values() if r.get("state") == "contiguous")
+    return Verdict(problems, f"{done} partitions of {topic!r} continue from sink {sink!r} with no gap and no "
+                             "overlap", {"sink": sink, "partitions": rows, "gaps": len(gaps),
+                                         "overlaps": len(overlaps)}, warn=not gaps)

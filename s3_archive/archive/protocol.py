@@ -74,6 +74,8 @@ class FormatPlan:
     avro_schema: str = ""  # the Avro writer schema (JSON), for avro
     dictionary: tuple[str, ...] = ()  # Parquet columns dictionary-encoded (not key/value: all distinct)
     row_group_bytes: int = 32 << 20  # Parquet: Arrow bytes buffered per row group
+    level: int | None = None  # the codec's compression level (None: its default)
+    header: bytes = b""  # csv with a header row: the first line of every object
 
 
 _CONNECTION_SETTINGS = ("bootstrap.servers", "security.protocol", "sasl.", "ssl.")
@@ -125,6 +127,7 @@ class WriteJob:
     skip_bad: bool = False  # undecodable records are counted and dropped (value_decoding.on_error skip)
     on_missing: str = "bucket"  # layout.on_missing: a record lacking a layout value: bucket | fail | skip | dead_letter
     missing_segments: tuple[int, ...] = ()  # where in `_bucket`'s `/`-separated values a `(null)` is a lacking one
+    skip_tombstones: bool = False  # a `_tomb` column marks records with a null value: counted, not written
     payload: tuple[str, ...] = ()  # the stored columns of each Arrow batch
     payload_columns: tuple[str, ...] = ()  # the sent ones' names in the batches when not theirs (spark_job.py)
     derived: tuple[tuple[str, str], ...] = ()  # stored columns not sent, with their source (DERIVED)
@@ -187,6 +190,7 @@ class RecordStats:
     unplaceable: int = 0  # records the layout cannot place (layout.on_missing other than bucket)
     first_unplaceable_offset: int | None = None
     skipped: int = 0  # records dropped by an error policy `skip` (counted in `records`, not written)
+    tombstones_skipped: int = 0  # sink_output.skip_tombstones: records with a null value, not written
     absent: list[list[int]] = field(default_factory=list)
     absent_truncated: bool = False
     committed_elsewhere: bool = False  # a task found the window committed by another attempt
@@ -200,6 +204,7 @@ class RecordStats:
         self.min_timestamp_ms = _min(self.min_timestamp_ms, other.min_timestamp_ms)
         self.max_timestamp_ms = _max(self.max_timestamp_ms, other.max_timestamp_ms)
         self.undecodable += other.undecodable
+        self.tombstones_skipped += other.tombstones_skipped
         mine, theirs = self.first_undecodable_offset, other.first_undecodable_offset
         if theirs is not None and (mine is None or theirs < mine):
             self.first_undecodable_reason = other.first_undecodable_reason

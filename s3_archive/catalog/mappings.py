@@ -45,6 +45,11 @@ _JSONL = {
     "headers": ("array<struct<key:string,value:string>>",
                 "record headers in order, duplicates and null values kept; values base64"),
 }
+# sink_output.value: the value as JSON (jsonl; the JSON SerDe gives a string column the JSON text of an object) or
+# as its raw text last in a csv line.
+_JSON_VALUE = {"value": ("string", "record value as JSON (sink_output.value json): the value when it parsed as JSON, "
+                                   "else its text; null for a tombstone")}
+_CSV_RAW_VALUE = ("string", "record value as raw text (sink_output.value text); a null value is an empty field")
 # avro: Spark writes the timestamp as Avro `timestamp-micros`. Hive's AvroSerDe and Athena (Trino) map only
 # `timestamp-millis` to `timestamp`; a `timestamp-micros` long is a `bigint` for them, so the table says bigint.
 _AVRO = {
@@ -103,10 +108,12 @@ MAPPINGS: dict[str, FormatMapping] = {
     "avro": FormatMapping(AVRO_SERDE, AVRO_INPUT, AVRO_OUTPUT, "avro", lambda cfg: _envelope(_AVRO),
                           writer_schema_parameter="avro.schema.literal"),
     # A malformed line is an error to see, not a row to drop silently.
-    "jsonl": FormatMapping(JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT, "json", lambda cfg: _envelope(_JSONL),
+    "jsonl": FormatMapping(JSON_SERDE, TEXT_INPUT, TEXT_OUTPUT, "json",
+                           lambda cfg: _envelope(_JSONL | (_JSON_VALUE if cfg.sink_output.value == "json" else {})),
                            lambda cfg: {"ignore.malformed.json": "false"}, whole_file_compression=True),
     "csv": FormatMapping(CSV_SERDE, TEXT_INPUT, TEXT_OUTPUT, "csv",
-                         lambda cfg: _columns((f, *CSV_COLUMNS[f]) for f in cfg.csv_fields),
+                         lambda cfg: _columns((f, *(_CSV_RAW_VALUE if f == "value" and cfg.sink_output.value == "text"
+                                                    else CSV_COLUMNS[f])) for f in cfg.csv_fields),
                          lambda cfg: dict(CSV_SERDE_PARAMETERS), whole_file_compression=True),
     # One line per record: the whole line is the one column (LazySimpleSerDe's field delimiter \x01 would cut a
     # value containing that byte; Hive reads the text `\N` as NULL).

@@ -190,6 +190,8 @@ def build_table_input(cfg: ArchiveConfig, topic: str, options: CatalogOptions, p
               "s3_archive.topic": topic, "s3_archive.format": cfg.format, "s3_archive.compression": cfg.codec}
     if cfg.decodes_fields:
         params["s3_archive.evolve"] = "true"  # decoded fields come and go between windows: never drop a column
+    if cfg.sink_output.csv_header:
+        params["skip.header.line.count"] = "1"  # each object's first line names the columns
     layout = cfg.layout
     if options.partitions == "projection" and layout is not None and not projectable(layout):
         raise ValueError(projection_refused(cfg.name, layout))

@@ -12,12 +12,13 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
+from s3_archive.config.payload import Envelope, KeyDecoding, SinkOutput, ValueDecoding
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout, RecordTime
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.keys.template import InvalidTemplate
 from s3_archive.model.base import StrictModel
-from s3_archive.model.formats import FORMATS, REGISTRY_TYPES, envelope_columns, parse_ddl_fields
+from s3_archive.model.formats import CODEC_LEVELS, FORMATS, parse_ddl_fields
 from s3_archive.model.windows import OffsetWindow
 
 REGISTRY_FORMATS = ("parquet", "avro", "iceberg")  # formats that store decoded registry payloads
@@ -47,77 +48,12 @@ class Retries(StrictModel):
                                                             "of a run that failed after its retries")
 
 
-class Envelope(StrictModel):
-    """Which parts of each record an archive stores (Lenses `store.envelope.fields.*`, Aiven `format.output.fields`).
+class GroupStart(StrictModel):
+    """Start where a consumer group stopped: a Kafka Connect sink's own group (`connect-<connector name>`), so the
+    sink's objects and the archive's windows hold every record once (docs/import-connect.md, "Taking over")."""
 
-    metadata = topic, partition, offset, timestamp, timestamp_type. Restore needs all four parts."""
-
-    key: bool = True
-    value: bool = True
-    headers: bool = True
-    metadata: bool = True
-
-    def columns(self) -> list[str]:
-        return envelope_columns(key=self.key, value=self.value, headers=self.headers, metadata=self.metadata)
-
-    @property
-    def complete(self) -> bool:
-        return self.key and self.value and self.headers and self.metadata
-
-
-class ValueDecoding(StrictModel):
-    """How the record value is stored: raw bytes (lossless), UTF-8 text, JSON whose top-level fields become columns,
-    or a Schema Registry payload (Confluent-framed Avro, Protobuf or JSON Schema) whose fields become typed columns
-    (next to the raw `value`, unless `envelope.value` is off)."""
-
-    type: Literal["bytes", "utf8", "json", "avro", "protobuf", "json_schema"] = "bytes"
-    json_schema: str | None = Field(
-        default=None, description="json only: the fields as a Spark DDL string, e.g. 'id BIGINT, name STRING'; "
-                                  "None: inferred per window from the window's values")
-    column_prefix: str = Field(default="", description="json and the registry types: prepended to each decoded "
-                                                       "field's column name")
-    subject: str | None = Field(
-        default=None, description="registry types: the subject whose newest version is the window's reader schema; "
-                                  "None: '<topic>-value' (TopicNameStrategy)")
-    on_error: Literal["fail", "dead_letter", "skip"] = Field(
-        default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object; for "
-                                    "the registry types not framed, an unknown schema id, or not decodable with "
-                                    "its schema): fail the window naming topic, partition, offset and the reason, "
-                                    "write the raw record under <prefix>_dead_letter/ (committed with the window, "
-                                    "never dropped; also to dead_letter_topic when set), or skip it (counted in the "
-                                    "manifest)")
-
-    @model_validator(mode="after")
-    def _json_only(self) -> ValueDecoding:
-        if self.type != "json" and self.json_schema is not None:
-            raise ValueError(f"json_schema applies to type 'json' only, not {self.type!r}")
-        if self.type not in ("json", *REGISTRY_TYPES) and self.column_prefix:
-            raise ValueError(f"column_prefix applies to types json, {', '.join(REGISTRY_TYPES)}, not {self.type!r}")
-        if self.type not in REGISTRY_TYPES and self.subject is not None:
-            raise ValueError(f"subject applies to types {', '.join(REGISTRY_TYPES)}, not {self.type!r}")
-        if self.json_schema is not None:
-            parse_ddl_fields(self.json_schema)  # raises ValueError naming the problem
-        return self
-
-    @property
-    def registry(self) -> bool:
-        """Decoded with schemas from a Schema Registry."""
-        return self.type in REGISTRY_TYPES
-
-
-class KeyDecoding(StrictModel):
-    """How the record key is decoded besides its raw bytes: not at all (`bytes`), or a Schema Registry payload
-    whose fields become typed columns named `column_prefix` + field (a key that is not a record: one column,
-    `column_prefix` without its trailing `_`)."""
-
-    type: Literal["bytes", "avro", "protobuf", "json_schema"] = "bytes"
-    column_prefix: str = Field(default="key_", description="prepended to each decoded key field's column name")
-    subject: str | None = Field(default=None, description="the subject whose newest version is the window's "
-                                                          "reader schema; None: '<topic>-key'")
-
-    @property
-    def registry(self) -> bool:
-        return self.type in REGISTRY_TYPES
+    consumer_group: str = Field(min_length=1, max_length=249, description="the group whose committed offsets "
+                                                                          "the first windows start at")
 
 
 class ArchiveConfig(StrictModel):
@@ -130,6 +66,11 @@ class ArchiveConfig(StrictModel):
     prefix: str = ""
     format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes", "iceberg"] = "parquet"
     compression: str | None = Field(default=None, description="None: the format's default codec")
+    compression_level: int | None = Field(
+        default=None, description="gzip 1-9, zstd 1-22, brotli 0-11 (parquet), deflate 1-9 (avro); None: the "
+                                  "codec's default (gzip 6)")
+    sink_output: SinkOutput = Field(default=SinkOutput(), description="objects shaped as a Kafka Connect sink "
+                                                                      "writes them (lossy; docs/formats.md)")
     csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
         default=["key", "value", "offset", "timestamp", "headers"], min_length=1,
         description="csv only: the columns, in order (Aiven's format.output.fields)")
@@ -170,9 +111,10 @@ class ArchiveConfig(StrictModel):
     retention_warn_fraction: float = Field(
         default=0.8, gt=0, le=1, description="retention_headroom warns when the oldest unarchived record is older "
                                              "than this fraction of the topic's retention.ms")
-    start_position: Literal["earliest", "latest"] | int = Field(
+    start_position: Literal["earliest", "latest"] | int | GroupStart = Field(
         default="earliest", description="where a partition with no window starts: its log start, its end when "
-                                        "first seen, or the first offset at/after an epoch-ms timestamp (-1: latest)")
+                                        "first seen, the first offset at/after an epoch-ms timestamp (-1: latest), "
+                                        "or {consumer_group: <group>}: the group's committed offset")
     restore_targets: list[RestoreTarget] = Field(
         default_factory=list, description="restores declared here: one restore asset per target and topic, "
                                           "launchable over selected windows with no run config")
@@ -215,7 +157,7 @@ class ArchiveConfig(StrictModel):
 
     @field_validator("start_position")
     @classmethod
-    def _start(cls, v: str | int) -> str | int:
+    def _start(cls, v: str | int | GroupStart) -> str | int | GroupStart:
         if isinstance(v, int) and v < -1:
             raise ValueError(f"must be 'earliest', 'latest', an epoch-ms timestamp >= 0, or -1 (latest), got {v}")
         return v
@@ -276,6 +218,7 @@ class ArchiveConfig(StrictModel):
         if self.compression is not None and self.compression not in spec.codecs:
             raise ValueError(f"compression {self.compression!r} is not supported for format {self.format!r}; "
                              f"supported: {', '.join(spec.codecs)}")
+        self._check_sink_output()
         if "envelope" in self.model_fields_set and not spec.envelope:
             raise ValueError(f"envelope applies to formats {', '.join(f for f, s in FORMATS.items() if s.envelope)}; "
                              f"format {self.format!r} stores {spec.stores}")
@@ -361,11 +304,37 @@ class ArchiveConfig(StrictModel):
     def dead_letter_topic_for(self, topic: str) -> str | None:
         return None if self.dead_letter_topic is None else self.dead_letter_topic.replace("{topic}", topic)
 
+    def _check_sink_output(self) -> None:
+        if self.compression_level is not None:
+            levels = CODEC_LEVELS.get(self.codec)
+            if levels is None or self.format == "iceberg":
+                raise ValueError(f"compression_level: codec {self.codec!r} of format {self.format!r} takes no level; "
+                                 f"codecs with a level: {', '.join(CODEC_LEVELS)} (iceberg: none)")
+            if not levels[0] <= self.compression_level <= levels[1]:
+                raise ValueError(f"compression_level: {self.codec} takes {levels[0]}-{levels[1]}, got "
+                                 f"{self.compression_level}")
+        out = self.sink_output
+        if out.value == "json" and self.format not in ("jsonl", "json"):
+            raise ValueError(f"sink_output.value: json applies to formats jsonl and json, not {self.format!r}")
+        if out.value == "json" and not self.envelope.value:
+            raise ValueError("sink_output.value: json writes the value, but envelope.value is off")
+        if out.value == "text" and self.format != "csv":
+            raise ValueError(f"sink_output.value: text applies to format csv, not {self.format!r}")
+        if out.value == "text" and self.csv_fields[-1] != "value":
+            raise ValueError(f"sink_output.value: text needs value as the last of csv_fields (a raw value may hold "
+                             f"commas), got {self.csv_fields}")
+        if out.csv_header and self.format != "csv":
+            raise ValueError(f"sink_output.csv_header applies to format csv, not {self.format!r}")
+        if out.skip_tombstones and self.format == "iceberg":
+            raise ValueError("sink_output.skip_tombstones does not apply to format 'iceberg' (the table keeps every "
+                             "row)")
+
     def _check_restore_targets(self) -> None:
         if self.restore_targets and not self.restorable:
             raise ValueError(f"restore_targets: archive {self.name!r} is not restorable (format {self.format!r}, "
-                             "envelope, value_decoding); restore needs a lossless format (parquet, avro, jsonl, "
-                             "json), the whole envelope and value_decoding bytes or json")
+                             "envelope, value_decoding, sink_output); restore needs a lossless format (parquet, "
+                             "avro, jsonl, json), the whole envelope, value_decoding bytes or json, and no lossy "
+                             "sink_output (value base64, skip_tombstones false)")
         names: set[str] = set()
         for i, t in enumerate(self.restore_targets):
             if t.name in names:
@@ -422,7 +391,7 @@ class ArchiveConfig(StrictModel):
     def restorable(self) -> bool:
         """The archive keeps key, value, headers and coordinates byte for byte, so restore can replay it."""
         return (FORMATS[self.format].lossless and self.envelope.complete
-                and self.value_decoding.type != "utf8")
+                and self.value_decoding.type != "utf8" and not self.sink_output.lossy)
 
     @property
     def decodes_fields(self) -> bool:

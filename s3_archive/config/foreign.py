@@ -1,20 +1,25 @@
-"""`foreign_sources:`: archives written by Kafka Connect S3 sinks (Aiven, Confluent) that restore can replay."""
+"""`foreign_sources:`: archives written by Kafka Connect S3 sinks (Aiven, Confluent, Lenses) that restore can
+replay."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from s3_archive.keys.foreign_keys import DEFAULT_AIVEN_TEMPLATE, aiven_template
 from s3_archive.keys.template import InvalidTemplate, KeyTemplate
 
-LAYOUTS = ("aiven", "confluent")
+LAYOUTS = ("aiven", "confluent", "lenses")
 AIVEN_FORMATS = ("csv", "jsonl", "json", "avro", "parquet", "bytes")
 CONFLUENT_FORMATS = ("avro", "json", "parquet", "bytes")
+LENSES_FORMATS = ("avro", "parquet", "json", "csv", "text", "bytes")
 FIELDS = ("key", "value", "offset", "timestamp", "headers")
 COMPRESSIONS = {"none": "", "gzip": ".gz", "snappy": ".snappy", "zstd": ".zst"}
+# Keys only some layouts take: the layouts each applies to.
+_ONLY = {"template": ("aiven",), "fields": ("aiven",), "partitioner": ("confluent",),
+         "key_encoding": ("confluent", "lenses"), "csv_header": ("lenses",), "key_suffix": ("lenses",)}
 
 
 class ForeignSource(BaseModel):
@@ -23,22 +28,34 @@ class ForeignSource(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(description="asset name: kafka_restore_foreign/<name>")
-    layout: Literal["aiven", "confluent"]
+    layout: Literal["aiven", "confluent", "lenses"]
     bucket: str
     prefix: str | None = Field(default=None, description="aiven: aws.s3.prefix (default ''); confluent: "
-                                                         "topics.dir + '/' (default 'topics/')")
+                                                         "topics.dir + '/' (default 'topics/'); lenses: the "
+                                                         "KCQL's INSERT INTO bucket:prefix (default '')")
     topic: str = Field(description="the Kafka topic the sink archived (names the restore ledger)")
     template: str | None = Field(default=None, description="aiven: file.name.template")
-    format: Literal["csv", "jsonl", "json", "avro", "parquet", "bytes"] = Field(
+    format: Literal["csv", "jsonl", "json", "avro", "parquet", "bytes", "text"] = Field(
         default="csv", description="aiven: format.output.type (bytes: raw values); confluent: avro, json, parquet, "
-                                   "bytes")
+                                   "bytes; lenses: STOREAS (default json)")
     fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(
         default=["value"], min_length=1, description="aiven: format.output.fields, in order")
     value_encoding: Literal["base64", "none"] = Field(
-        default="base64", description="aiven: format.output.fields.value.encoding")
-    envelope: bool = Field(default=True, description="aiven: format.output.envelope")
+        default="base64", description="how a JSON string holds a value: base64 of its bytes (aiven: "
+                                      "format.output.fields.value.encoding; confluent json and lenses: the "
+                                      "ByteArrayConverter) or the text itself (StringConverter)")
+    key_encoding: Literal["base64", "none"] = Field(
+        default="base64", description="confluent, lenses: the same for keys (key.converter)")
+    envelope: bool | None = Field(default=None, description="aiven: format.output.envelope (default true); "
+                                                            "lenses: store.envelope (default false)")
+    partitioner: Literal["default", "time", "field"] = Field(
+        default="default", description="confluent: partitioner.class (Default; TimeBased, Hourly, Daily; Field)")
+    csv_header: bool = Field(default=False, description="lenses: STOREAS CSV_WITHHEADERS (each object starts with "
+                                                        "a header row)")
+    key_suffix: str = Field(default="", description="lenses: the key.suffix property")
     compression: Literal["none", "gzip", "snappy", "zstd"] = Field(
-        default="none", description="aiven: file.compression.type; confluent json/bytes: gzip = s3.compression.type")
+        default="none", description="aiven: file.compression.type; confluent json/bytes: gzip = "
+                                    "s3.compression.type; lenses json: gzip = connect.s3.compression.codec")
     line_separator: str | None = Field(
         default=None, description="bytes: separator between raw values (confluent: format.bytearray.separator, "
                                   "default newline); aiven: none, an object is one value")
@@ -47,9 +64,21 @@ class ForeignSource(BaseModel):
                                     "metadata) and the run goes on; none: it fails the run")
     follow_target_topic: str | None = Field(
         default=None, description="a sensor restores the objects the sink adds into this existing topic")
+    archive: str | None = Field(
+        default=None, description="the archive that took over from this sink (start_position consumer_group): "
+                                  "its restore continues with the archive's windows, its objects under the "
+                                  "archive's prefix are left to it, and the archive's checks report the boundary")
     # Cold storage: what the restore does with GLACIER / DEEP_ARCHIVE objects.
     cold_restore_days: int = Field(default=7, ge=1, description="RestoreObject Days")
     cold_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lenses_default_format(cls, data: Any) -> Any:
+        # STOREAS is optional in KCQL; the sink then writes JSON.
+        if isinstance(data, dict) and data.get("layout") == "lenses" and "format" not in data:
+            return {**data, "format": "json"}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -74,21 +103,50 @@ class ForeignSource(BaseModel):
                              "append every record again")
         if len(set(self.fields)) != len(self.fields):
             raise ValueError(f"fields lists a field twice: {self.fields}")
+        for key, layouts in _ONLY.items():
+            if key in self.model_fields_set and self.layout not in layouts:
+                raise ValueError(f"{key} applies to layout{'s' if len(layouts) > 1 else ''} "
+                                 f"{' and '.join(repr(x) for x in layouts)} only")
         if self.layout == "confluent":
-            if "format" not in self.model_fields_set:
-                raise ValueError(f"layout 'confluent' needs format: one of {', '.join(CONFLUENT_FORMATS)} (the "
-                                 "sink's format.class)")
-            if self.format not in CONFLUENT_FORMATS:
-                raise ValueError(f"format {self.format!r} is not a Confluent S3 sink format; allowed: "
-                                 f"{', '.join(CONFLUENT_FORMATS)}")
-            for key in ("template", "fields", "value_encoding", "envelope"):
-                if key in self.model_fields_set:
-                    raise ValueError(f"{key} applies to layout 'aiven' only")
-            if self.compression not in ("none", "gzip") or (self.compression == "gzip"
-                                                             and self.format not in ("json", "bytes")):
-                raise ValueError(f"compression {self.compression!r}: the Confluent sink compresses only json and "
-                                 "bytes objects, with gzip (avro and parquet compress inside the file)")
-            return self
+            self._check_confluent()
+        elif self.layout == "lenses":
+            self._check_lenses()
+        else:
+            self._check_aiven()
+        return self
+
+    def _check_confluent(self) -> None:
+        if "format" not in self.model_fields_set:
+            raise ValueError(f"layout 'confluent' needs format: one of {', '.join(CONFLUENT_FORMATS)} (the "
+                             "sink's format.class)")
+        if self.format not in CONFLUENT_FORMATS:
+            raise ValueError(f"format {self.format!r} is not a Confluent S3 sink format; allowed: "
+                             f"{', '.join(CONFLUENT_FORMATS)}")
+        if self.envelope is not None:
+            raise ValueError("envelope applies to layouts 'aiven' and 'lenses' only")
+        if self.compression not in ("none", "gzip") or (self.compression == "gzip"
+                                                         and self.format not in ("json", "bytes")):
+            raise ValueError(f"compression {self.compression!r}: the Confluent sink compresses only json and "
+                             "bytes objects, with gzip (avro and parquet compress inside the file)")
+
+    def _check_lenses(self) -> None:
+        if self.format not in LENSES_FORMATS:
+            raise ValueError(f"format {self.format!r} is not a Lenses S3 sink format (STOREAS); allowed: "
+                             f"{', '.join(LENSES_FORMATS)}")
+        if self.envelope and self.format not in ("avro", "parquet", "json"):
+            raise ValueError(f"envelope: the Lenses sink stores its envelope in avro, parquet and json only, not "
+                             f"{self.format!r}")
+        if self.compression not in ("none", "gzip") or (self.compression == "gzip" and self.format != "json"):
+            raise ValueError(f"compression {self.compression!r}: the Lenses sink compresses only json objects as "
+                             "a whole, with gzip (avro and parquet compress inside the file)")
+        if "csv_header" in self.model_fields_set and self.format != "csv":
+            raise ValueError("csv_header applies to format 'csv' only")
+        if self.line_separator is not None:
+            raise ValueError("line_separator: the Lenses sink writes BYTES as one object per record")
+        if "/" in self.key_suffix:
+            raise ValueError(f"key_suffix must not contain '/', got {self.key_suffix!r}")
+
+    def _check_aiven(self) -> None:
         try:
             t = aiven_template(self.template or DEFAULT_AIVEN_TEMPLATE)
         except InvalidTemplate as e:
@@ -99,9 +157,11 @@ class ForeignSource(BaseModel):
         if "key" in t.slots:
             raise ValueError(f"template {t.text!r}: {{{{key}}}} groups records by key, keeping only the latest of "
                              "each; such objects are not a log and cannot be restored in order")
+        if self.format == "text":
+            raise ValueError(f"format 'text' is not an Aiven S3 sink format; allowed: {', '.join(AIVEN_FORMATS)}")
         if self.format == "bytes" and "fields" in self.model_fields_set and self.fields != ["value"]:
             raise ValueError("format 'bytes' carries only the value; fields must be [value]")
-        if not self.envelope and len(self.fields) != 1:
+        if not self.stores_envelope and len(self.fields) != 1:
             raise ValueError("envelope: false needs exactly one field (the sink writes the value unwrapped)")
         if "value" not in self.fields:
             raise ValueError(f"fields {self.fields} have no value: nothing to restore")
@@ -110,7 +170,13 @@ class ForeignSource(BaseModel):
                              "commas)")
         if self.format in ("avro", "parquet") and self.compression != "none":
             raise ValueError(f"format {self.format!r} compresses inside the file; compression must be none")
-        return self
+
+    @property
+    def stores_envelope(self) -> bool:
+        """Whether objects hold each record's envelope (key, headers, offset, timestamp) or the value alone."""
+        if self.envelope is not None:
+            return self.envelope
+        return self.layout == "aiven"
 
     @property
     def key_prefix(self) -> str:
@@ -129,4 +195,6 @@ class ForeignSource(BaseModel):
 
     @property
     def has_timestamps(self) -> bool:
-        return self.layout == "aiven" and "timestamp" in self.fields and self.envelope
+        if self.layout == "lenses":
+            return self.stores_envelope
+        return self.layout == "aiven" and "timestamp" in self.fields and self.stores_envelope

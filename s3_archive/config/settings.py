@@ -44,12 +44,31 @@ class Settings(StrictModel):
                                      f"({self.archives[topics[t]].name!r}); a topic belongs to one archive")
                 topics[t] = i
         seen: dict[str, int] = {}
+        taken: dict[tuple[str, str], int] = {}
         for i, f in enumerate(self.foreign_sources):
             if f.name in seen:
                 raise ValueError(f"foreign_sources[{i}].name: {f.name!r} is already the name of "
                                  f"foreign_sources[{seen[f.name]}]; names must be unique")
             seen[f.name] = i
+            if f.archive is None:
+                continue
+            a = next((a for a in self.archives if a.name == f.archive), None)
+            if a is None:
+                raise ValueError(f"foreign_sources[{i}].archive: no archive is named {f.archive!r} (archives: "
+                                 f"{', '.join(x.name for x in self.archives)})")
+            if f.topic not in a.topics and not (a.topic_pattern and re.fullmatch(a.topic_pattern, f.topic)):
+                raise ValueError(f"foreign_sources[{i}].archive: topic {f.topic!r} is not a topic of archive "
+                                 f"{a.name!r} (topics: {a.topics}" + (f", topic_pattern {a.topic_pattern!r}"
+                                                                      if a.topic_pattern else "") + ")")
+            if (a.name, f.topic) in taken:
+                raise ValueError(f"foreign_sources[{i}].archive: foreign_sources[{taken[(a.name, f.topic)]}] "
+                                 f"already precedes archive {a.name!r} for topic {f.topic!r}; one sink per topic")
+            taken[(a.name, f.topic)] = i
         return self
+
+    def predecessor(self, archive: str, topic: str) -> ForeignSource | None:
+        """The sink the archive took over `topic` from (a foreign source with `archive`), if any."""
+        return next((f for f in self.foreign_sources if f.archive == archive and f.topic == topic), None)
 
     def archive_for(self, topic: str) -> ArchiveConfig:
         for a in self.archives:

@@ -345,6 +345,48 @@ class KafkaResource(dg.ConfigurableResource):
         if failed:
             raise KafkaUnavailable(f"{self.who} refused the offsets of consumer group {group!r}: {'; '.join(failed)}")
 
+    def group_members(self, group: str) -> int:
+        """How many members the consumer group has now (a running consumer, e.g. a connector's task, is one); 0 for
+        a group Kafka does not know."""
+        admin = self.admin()
+        try:
+            desc = admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group].result(
+                timeout=self.timeout_s + 5)
+        except KafkaException as e:
+            err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+            if err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return 0
+            raise self.unavailable(e, admin, f"describing consumer group {group!r}") from e
+        except TimeoutError as e:
+            raise self.unavailable(e, admin, f"describing consumer group {group!r}") from e
+        return len(desc.members)
+
+    def count_records(self, topic: str, partition: int, start: int, end: int, timeout_s: float = 30.0) -> int:
+        """How many committed records (read_committed: no transaction markers, no aborted records) the partition
+        holds at offsets [start, end). The range must still be in the log."""
+        if end <= start:
+            return 0
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self.client_config(**{
+            "group.id": f"s3-archive-count-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", "enable.partition.eof": True}))
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            count, deadline = 0, time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for msg in consumer.consume(10_000, timeout=1.0):
+                    if msg.error() is None and msg.offset() < end:
+                        count += 1
+                pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if pos >= end or pos >= self.list_offsets(topic, {partition: OffsetSpec.latest()},
+                                                          read_committed=True)[partition]:
+                    return count
+            raise KafkaUnavailable(f"counting the records of {topic!r} partition {partition} at offsets [{start}, "
+                                   f"{end}) took longer than {timeout_s:.0f}s on {self.who}")
+        finally:
+            consumer.close()
+
     def producer(self, **extra: Any):
         from confluent_kafka import Producer
 

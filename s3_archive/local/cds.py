@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from s3_archive.archive.driver.coordinator import archive_window
-from s3_archive.config.archive import ArchiveConfig, ValueDecoding
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.payload import ValueDecoding
 from s3_archive.io import paths
 from s3_archive.io.jvm import cds_archive, classpath_files, classpath_list, stale_archives
 from s3_archive.io.kafka import KafkaResource

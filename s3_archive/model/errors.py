@@ -95,6 +95,10 @@ class TopicStateUnreadable(UserError, RuntimeError):
     """The topic state file (the topics each topic_pattern knows) cannot be read or is not one."""
 
 
+class TakeOverRefused(UserError, RuntimeError):
+    """An archive cannot take over from a consumer group yet (the group still has members, or no offsets)."""
+
+
 class UnsupportedConnectConfig(UserError, ValueError):
     """A Kafka Connect S3 sink config `s3-archive import-connect` cannot turn into an archive: the message names
     the option, its value (never a secret's) and what is allowed."""

@@ -89,6 +89,10 @@ _TEXT_SUFFIX = {"gzip": ".gz", "bzip2": ".bz2", "zstd": ".zst"}
 PUBLISH_CODECS = frozenset({"zstd"})
 
 
+# Codecs that take a level (`compression_level`), with the levels their libraries accept.
+CODEC_LEVELS: dict[str, tuple[int, int]] = {"gzip": (1, 9), "zstd": (1, 22), "brotli": (0, 11), "deflate": (1, 9)}
+
+
 @dataclass(frozen=True)
 class FormatSpec:
     name: str
@@ -125,7 +129,7 @@ class FormatSpec:
 
 
 FORMATS: dict[str, FormatSpec] = {
-    "parquet": FormatSpec("parquet", "parquet", ".parquet", ("snappy", "zstd", "gzip", "lz4_raw", "none"),
+    "parquet": FormatSpec("parquet", "parquet", ".parquet", ("snappy", "zstd", "gzip", "lz4_raw", "brotli", "none"),
                           "snappy", {}),
     "avro": FormatSpec("avro", "avro", ".avro", ("snappy", "deflate", "zstd", "bzip2", "xz", "none"), "snappy", {},
                        {"zstd": "zstandard", "none": "uncompressed"}),

@@ -35,7 +35,7 @@ OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, m
 
 # Fields absent from manifests written before the output options; None means absent and is not written back.
 _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
-                 "iceberg_snapshot_id", "schemas", "unplaceable_records", "skipped_records")
+                 "iceberg_snapshot_id", "schemas", "unplaceable_records", "skipped_records", "tombstones_skipped")
 
 
 class ManifestObject(StrictModel):
@@ -90,6 +90,7 @@ class Manifest(StrictModel):
     # policy `skip` dropped (not in the objects, not in record_count; their offsets are not absent either)
     unplaceable_records: int | None = None
     skipped_records: int | None = None
+    tombstones_skipped: int | None = None  # sink_output.skip_tombstones: records with a null value, not written
     restorable: bool | None = None  # None: written before the flag existed (restore judges by `format`)
     record_count: int = Field(ge=0)
     bytes_read: int = Field(ge=0)  # key + value + header bytes read from Kafka

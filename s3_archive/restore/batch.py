@@ -158,4 +158,7 @@ class WindowSource:
     # The window's end is not known (the last object of a foreign partition): records at or past `window.end`
     # never come, and the ledger records the window as done up to its last record read, not up to `window.end`.
     open_end: bool = False
+    # The window's start is not known either (a Lenses partition's first object): the ledger records the window
+    # as done from its first record read.
+    open_start: bool = False
     objects: int = 0  # objects the window is read from (the plan's count)

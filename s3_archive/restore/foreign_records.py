@@ -103,6 +103,48 @@ def _headers(v: Any) -> list[tuple[str, bytes | None]]:
     return out
 
 
+def _text_value(v: Any, encoding: str) -> bytes | None:
+    """A key or value a converter wrote into JSON: a string is base64 of the bytes (ByteArrayConverter) or the text
+    itself (StringConverter); anything else is a structure (JsonConverter etc.), kept as compact JSON."""
+    if isinstance(v, str):
+        return _b64(v) if encoding == "base64" else v.encode()
+    return _bytes(v)
+
+
+def _json_line(line: bytes, encoding: str) -> bytes | None:
+    """One JSON value per line (Confluent's JsonFormat): a string or null is decoded, a structure kept as written."""
+    s = line.strip()
+    if s == b"null":
+        return None
+    if s.startswith(b'"'):
+        return _text_value(json.loads(s), encoding)
+    return line.rstrip(b"\r")
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """Records that each end with a newline (the last one may not)."""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return parts
+
+
+def csv_records(data: bytes) -> Iterator[bytes]:
+    """The rows of a csv object as written (without their newline); a quoted field may hold newlines, and a quote
+    inside one is doubled, so a row ends at a newline after an even number of quotes."""
+    row: list[bytes] = []
+    quotes = 0
+    for line in _lines(data):
+        row.append(line)
+        quotes += line.count(b'"')
+        if quotes % 2 == 0:
+            yield b"\n".join(row).rstrip(b"\r")
+            row, quotes = [], 0
+    if row:
+        rest = b"\n".join(row)
+        raise InvalidForeignObject(f"a quoted csv field is not closed: {rest[:200]!r}")
+
+
 class Decoder:
     """Decodes one foreign object's bytes. Fields absent from the format are None / -1 / []."""
 
@@ -123,6 +165,12 @@ class Decoder:
                     parts.pop()
                 for v in parts:
                     yield None, None, v, [], -1
+            elif s.layout == "lenses" and fmt in ("csv", "text"):
+                rows = csv_records(data) if fmt == "csv" else iter(_lines(data))
+                if fmt == "csv" and s.csv_header:
+                    next(rows, None)
+                for line in rows:  # the row as the sink wrote it, as Lenses' own source connector reads it
+                    yield None, None, line, [], -1
             elif fmt == "csv":
                 yield from self._csv(data)
             elif fmt in ("jsonl", "json"):
@@ -140,18 +188,36 @@ class Decoder:
                         yield self._row(r)
         except InvalidForeignObject:
             raise
-        except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
-            raise InvalidForeignObject(f"{what} is not a {s.layout} {fmt} object with fields {list(self.fields)}: "
-                                       f"{type(e).__name__}: {e}") from None
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as e:
+            raise InvalidForeignObject(f"{what} is not a {s.layout} {fmt} object"
+                                       + (f" with fields {list(self.fields)}" if s.layout == "aiven" else "")
+                                       + f": {type(e).__name__}: {e}") from None
 
     def _row(self, r: Any) -> Decoded:
-        """An avro/parquet row: the envelope's fields, or (confluent, envelope false) the value itself."""
-        if self.source.layout == "confluent" or not self.source.envelope:
-            if isinstance(r, dict) and len(r) == 1 and self.source.layout == "aiven":
-                r = next(iter(r.values()))
+        """An avro/parquet row: the envelope's fields, or the value itself."""
+        s = self.source
+        if s.layout == "confluent" or not s.stores_envelope:
+            if isinstance(r, dict) and len(r) == 1 and (s.layout == "aiven" or s.format == "parquet"):
+                r = next(iter(r.values()))  # Parquet rows are records: a primitive value is a one-field row
             return None, None, _bytes(r), [], -1
+        if s.layout == "lenses":
+            return self._lenses_envelope(r, typed=True)
         return (r.get("offset"), _bytes(r.get("key")), self._value(r.get("value")), _headers(r.get("headers")),
                 _ts_ms(r.get("timestamp")))
+
+    def _lenses_envelope(self, r: dict, typed: bool) -> Decoded:
+        """{key, value, headers: {name: value}, metadata: {offset, partition, timestamp, topic}}; a part the sink
+        did not store (store.envelope.fields.*) is absent. Header values are the header converter's text."""
+        s = self.source
+        meta = r.get("metadata") or {}
+        key, value = r.get("key"), r.get("value")
+        if not typed:
+            key, value = _text_value(key, s.key_encoding), _text_value(value, s.value_encoding)
+        h = r.get("headers") or {}
+        headers = [(k, v.encode() if isinstance(v, str) else _bytes(v))
+                   for k, v in (h.items() if isinstance(h, dict) else h)]  # a Parquet map: (name, value) pairs
+        return (meta.get("offset"), _bytes(key), _bytes(value), headers,
+                _ts_ms(meta["timestamp"]) if meta.get("timestamp") is not None else -1)
 
     def _value(self, v: Any) -> bytes | None:
         if isinstance(v, str) and self.source.value_encoding == "base64" and self.source.format in ("jsonl", "json"):
@@ -181,19 +247,24 @@ class Decoder:
             yield off, key, value, headers, ts
 
     def _json(self, data: bytes, fmt: str) -> Iterator[Decoded]:
-        if self.source.layout == "confluent":
-            # One JSON value per line; the line is the value as the sink's converter wrote it.
+        s = self.source
+        if s.layout == "confluent":
+            # One JSON value per line, as the sink's converter gave it.
             for line in data.split(b"\n"):
                 if line.strip():
-                    yield None, None, line.rstrip(b"\r"), [], -1
+                    yield None, None, _json_line(line, s.value_encoding), [], -1
             return
         rows: Iterable[Any]
-        if fmt == "json":
+        if fmt == "json" and s.layout == "aiven":
             rows = json.loads(data)
         else:
             rows = (json.loads(line) for line in data.split(b"\n") if line.strip())
         for r in rows:
-            if not self.source.envelope:
+            if s.layout == "lenses":
+                yield (self._lenses_envelope(r, typed=False) if s.stores_envelope
+                       else (None, None, _text_value(r, s.value_encoding), [], -1))
+                continue
+            if not s.stores_envelope:
                 yield None, None, self._value(r), [], -1
                 continue
             h = r.get("headers")
@@ -204,34 +275,95 @@ class Decoder:
                    headers, _ts_ms(r.get("timestamp")))
 
 
-def with_keys(values: Iterator[Decoded], keys: Iterator[Decoded] | None, what: str) -> Iterator[Decoded]:
-    """Confluent: pair each value with the key at the same position of the `.keys` sibling."""
-    if keys is None:
+# --------------------------------------------------------------------------------------------------------------
+# Confluent's sidecar objects (store.kafka.keys / store.kafka.headers), each in its own format
+
+
+def sidecar_rows(data: bytes, fmt: str, separator: bytes | None) -> Iterator[Any]:
+    """The rows of a `.keys.<ext>` / `.headers.<ext>` object: avro datums, parquet rows (a record wrapping the key
+    or the headers: Parquet has no top-level primitive), one JSON value per line, or separated raw keys."""
+    if fmt == "avro":
+        import fastavro
+
+        yield from fastavro.reader(io.BytesIO(data))
+    elif fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(io.BytesIO(data)).iter_batches(batch_size=2048):
+            for r in batch.to_pylist():
+                yield next(iter(r.values())) if len(r) == 1 else r
+    elif fmt == "json":
+        for line in data.split(b"\n"):
+            if line.strip():
+                yield json.loads(line)
+    else:
+        parts = data.split(separator or b"\n")
+        if parts and parts[-1] == b"":
+            parts.pop()
+        yield from parts
+
+
+def sidecar_keys(rows: Iterator[Any], fmt: str, encoding: str) -> Iterator[bytes | None]:
+    for r in rows:
+        yield _text_value(r, encoding) if fmt == "json" else _bytes(r)
+
+
+def sidecar_headers(rows: Iterator[Any]) -> Iterator[list[tuple[str, bytes | None]]]:
+    """Each record's headers as the sink writes them: a list of {key, value} in order (duplicates kept), the value
+    as the header's text (`Values.convertToString`)."""
+    for r in rows:
+        if isinstance(r, dict) and "headers" in r:
+            r = r["headers"]
+        yield [(h["key"], None if h.get("value") is None else str(h["value"]).encode()) for h in r or ()]
+
+
+def with_sidecars(values: Iterator[Decoded], keys: Iterator[bytes | None] | None,
+                  headers: Iterator[list[tuple[str, bytes | None]]] | None, what: str) -> Iterator[Decoded]:
+    """Confluent: pair each value with the key and the headers at the same position of the sidecar objects."""
+    if keys is None and headers is None:
         yield from values
         return
-    sentinel = object()
-    while True:
-        v, k = next(values, sentinel), next(keys, sentinel)
-        if v is sentinel and k is sentinel:
-            return
-        if v is sentinel or k is sentinel:
-            raise InvalidForeignObject(f"{what}: the values object and its .keys sibling hold different numbers of "
-                                       "records")
-        off, _, value, headers, ts = v  # type: ignore[misc]
-        yield off, k[2], value, headers, ts  # type: ignore[index]
+    sentinel: Any = object()
+    for v in values:
+        k = next(keys, sentinel) if keys is not None else None
+        h = next(headers, sentinel) if headers is not None else []
+        if k is sentinel or h is sentinel:
+            raise InvalidForeignObject(f"{what}: its .keys/.headers sibling holds fewer records than the values "
+                                       "object")
+        off, key, value, hs, ts = v
+        yield off, key if keys is None else k, value, hs if headers is None else h, ts
+    for rest, name in ((keys, "keys"), (headers, "headers")):
+        if rest is not None and next(rest, sentinel) is not sentinel:
+            raise InvalidForeignObject(f"{what}: its .{name} sibling holds more records than the values object")
 
 
-def numbered(decoded: Iterable[Decoded], window: OffsetWindow, what: str,
-             record: Callable[..., Any]) -> Iterator[Any]:
-    """Records with offsets: the stored one (Aiven `offset` field), else start offset + position. Offsets must
-    increase and start at the window's start or later."""
+def numbered(decoded: Iterable[Decoded], window: OffsetWindow, what: str, record: Callable[..., Any], *,
+             from_end: bool = False, strict: bool = False, spread: bool = False) -> Iterator[Any]:
+    """Records with offsets: the stored one (Aiven `offset`, Lenses `metadata.offset`), else derived from the
+    position: start offset + position, or (`from_end`: Lenses names an object by its last record) the window's end
+    - the records after it. Offsets must increase inside [window.start, window.end); a record at or past the end is
+    an error when `strict` (the end is the name's own, or the next object of the partition is in another directory),
+    else left to the next object. `spread`: the partition's objects are in several directories (the error says
+    they interleave)."""
+    rows = list(decoded) if from_end else decoded
+    base = window.end - len(rows) if from_end else window.start  # type: ignore[arg-type]
     last = window.start - 1
     p = window.partition
-    for i, (off, key, value, headers, ts) in enumerate(decoded):
-        o = window.start + i if off is None else off
+    why = (" The partition's objects are spread over several directories (a time or field partitioner) and their "
+           "records interleave: they cannot be put in offset order from names and positions." if spread else "")
+    for i, (off, key, value, headers, ts) in enumerate(rows):
+        o = base + i if off is None else off
         if o <= last:
-            raise InvalidForeignObject(f"{what}: record {i} has offset {o}, not above {last} (the object's start "
-                                       f"offset {window.start} or the record before); the object does not fit "
-                                       "its name")
+            raise InvalidForeignObject(
+                f"{what}: holds {len(rows)} records, more than the offsets [{window.start}, {window.end}) its name "
+                "and the partition's previous object leave for it; the objects overlap." + why
+                if off is None else
+                f"{what}: record {i} has offset {o}, not above {last} (the record before it, or below offset "
+                f"{window.start} where the object starts by its name and the partition's objects); the object does "
+                "not fit its name." + why)
+        if strict and o >= window.end:
+            raise InvalidForeignObject(
+                f"{what}: record {i} has offset {o}, at or past {window.end}, where the partition's next object "
+                "starts (or, for a name giving the last offset, past it); the objects overlap." + why)
         last = o
         yield record(p, o, key, value, headers, ts)

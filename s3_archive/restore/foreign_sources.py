@@ -2,9 +2,13 @@
 ones restored (S3 RestoreObject), and feed the windows to `restore_sources`, the same exactly-once restore as ours.
 
 A window is one object: (partition, start offset from the name, up to the next object's start offset). The last
-object of a partition has an open end: the restore records it as done up to its last record. A record keeps the
-offset its object stores (Aiven's `offset` field), else gets its object's start offset + its position, so the
-same object always gives the same offsets and the ledger makes a re-run restore each record exactly once.
+object of a partition has an open end: the restore records it as done up to its last record. Lenses names an object
+by its last offset instead: its window runs from the partition's previous object's last offset + 1 to its own + 1,
+and the partition's first object has an open start. A record keeps the offset its object stores (Aiven's `offset`
+field, Lenses' `metadata.offset`), else gets its object's start offset + its position (Lenses: its end - the
+records after it), so the same object always gives the same offsets and the ledger makes a re-run restore each
+record exactly once. A partitioner may spread one Kafka partition over several directories; their objects must
+not overlap (checked while reading: `numbered`), else their records cannot be put in offset order.
 """
 
 from __future__ import annotations
@@ -17,17 +21,33 @@ from typing import Any
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
-from s3_archive.keys.foreign_keys import NameOutOfRange, aiven_parse, confluent_parse
-from s3_archive.keys.template import KeyTemplate
+from s3_archive.keys.foreign_keys import ForeignName, NameOutOfRange, aiven_parse, confluent_parse, lenses_parse
 from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 from s3_archive.restore import cold
 from s3_archive.restore.batch import WindowSource, batches_of
 from s3_archive.restore.cold import ColdOptions, ColdReport, ListedObject
-from s3_archive.restore.foreign_records import Decoder, decompress, numbered, with_keys
+from s3_archive.restore.foreign_records import (
+    Decoder,
+    decompress,
+    numbered,
+    sidecar_headers,
+    sidecar_keys,
+    sidecar_rows,
+    with_sidecars,
+)
 from s3_archive.restore.readers import PARQUET_BATCH
 from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, no_fault
 from s3_archive.restore.run import restore_sources
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """Confluent's `.keys.<ext>` / `.headers.<ext>` object beside a values object, in its own format."""
+
+    obj: ListedObject
+    fmt: str
+    gzipped: bool
 
 
 @dataclass(frozen=True)
@@ -36,12 +56,18 @@ class ForeignWindow:
 
     window: OffsetWindow
     obj: ListedObject
-    open_end: bool  # the partition's last object: its end is its last record + 1
-    keys_obj: ListedObject | None = None  # confluent: the .keys.<ext> sibling
+    open_end: bool  # the partition's last object (names give first offsets): its end is its last record + 1
+    keys: Sidecar | None = None
+    headers: Sidecar | None = None
+    # Lenses names an object by its last offset: the partition's first object starts at its first record (the
+    # window's start, 0, is a placeholder), and records are numbered back from the end.
+    open_start: bool = False
+    strict: bool = False  # a record at or past the end is an error, not the next object's (see `numbered`)
+    spread: bool = False  # the partition's objects are in several directories
 
     @property
     def objects(self) -> list[ListedObject]:
-        return [self.obj] + ([self.keys_obj] if self.keys_obj else [])
+        return [self.obj] + [c.obj for c in (self.keys, self.headers) if c is not None]
 
 
 @dataclass
@@ -56,6 +82,7 @@ class Plan:
 
 
 OUT_OF_RANGE = "out of range: "
+TAKEN_OVER = "the archive's: "
 # How many ignored keys (with their reasons) the log and the run's metadata list.
 SHOWN_IGNORED = 20
 
@@ -71,64 +98,89 @@ def _out_of_range(partition: int, start: int) -> str | None:
     return None
 
 
-def _coordinates(source: ForeignSource, tmpl: KeyTemplate | None, rest: str) -> tuple[tuple[int, int], str] | str:
-    """((partition, start offset), 'values'|'keys'|'headers') of an object name after the prefix, or why it is
-    not one of the source's objects; NameOutOfRange from the parsers. `tmpl`: the aiven source's template."""
-    if tmpl is not None:
+def parse_name(source: ForeignSource, rest: str) -> ForeignName | str:
+    """What an object name (after the prefix) says, or why it is not one of the source's objects."""
+    if source.layout == "aiven":
         suffix = COMPRESSIONS[source.compression]
         if not rest.endswith(suffix):
             return f"does not end in {suffix!r} (compression {source.compression})"
+        tmpl = source.key_template
         got = aiven_parse(tmpl, rest[:len(rest) - len(suffix)] if suffix else rest)
         if got is None or got.get("topic", source.topic) != source.topic:
             return f"not a name the template {tmpl.text!r} gives topic {source.topic!r}"
-        return (got["partition"], got["start_offset"]), "values"
-    parsed = confluent_parse(source.topic, source.format, source.compression == "gzip", rest)
-    if parsed is None:
-        return f"not a Confluent {source.format} object name of topic {source.topic!r}"
-    return parsed[:2], parsed[2]
+        return ForeignName(got["partition"], got["start_offset"], rest.rpartition("/")[0])
+    gz = source.compression == "gzip"
+    if source.layout == "confluent":
+        name = confluent_parse(source.topic, source.format, gz, rest, source.partitioner != "default")
+        what = f"a Confluent {source.format} object name ({source.partitioner} partitioner)"
+    else:
+        name = lenses_parse(source.topic, source.format, gz, rest, source.key_suffix)
+        what = f"a Lenses {source.format} object name"
+    return name if name is not None else f"not {what} of topic {source.topic!r}"
 
 
-def plan(source: ForeignSource, listing: Iterable[ListedObject]) -> Plan:
-    """The source's objects as windows in (partition, start offset) order. Two objects claiming the same
-    (partition, start offset) are refused: which one holds the records cannot be guessed."""
+def plan(source: ForeignSource, listing: Iterable[ListedObject], boundary: dict[int, int] | None = None) -> Plan:
+    """The source's objects as windows in (partition, offset) order. Two objects claiming the same
+    (partition, offset) are refused: which one holds the records cannot be guessed. `boundary`: per Kafka
+    partition, where the archive that took over from the sink starts (`ForeignSource.archive`): objects named at or
+    past it are the archive's own (under a shared prefix) and left out, and the partition's last object ends there."""
+    boundary = boundary or {}
     prefix = source.key_prefix
-    found: dict[tuple[int, int], ListedObject] = {}
-    keys_files: dict[tuple[int, int], ListedObject] = {}
+    found: dict[tuple[int, int], tuple[ListedObject, ForeignName]] = {}
+    sidecars: dict[tuple[str, str, int, int], Sidecar] = {}
     ignored: dict[str, str] = {}
-    tmpl = source.key_template if source.layout == "aiven" else None
     for o in listing:
         if not o.key.startswith(prefix):
             ignored[o.key] = f"outside the prefix {prefix!r}"
             continue
         try:
-            named = _coordinates(source, tmpl, o.key[len(prefix):])
+            name = parse_name(source, o.key[len(prefix):])
         except NameOutOfRange as e:
-            named = f"{OUT_OF_RANGE}{e}"
-        if isinstance(named, str):
-            ignored[o.key] = named
+            name = f"{OUT_OF_RANGE}{e}"
+        if isinstance(name, str):
+            ignored[o.key] = name
             continue
-        coords, kind = named
-        if kind == "headers":
-            ignored[o.key] = "a headers file (not read)"
-            continue
+        coords = (name.partition, name.offset)
         why = _out_of_range(*coords)
         if why is not None:
             ignored[o.key] = why
             continue
-        target = keys_files if kind == "keys" else found
-        if coords in target:
+        if coords[1] >= boundary.get(coords[0], MAX_OFFSET):
+            ignored[o.key] = (f"{TAKEN_OVER}partition {coords[0]} offset {coords[1]} is at or past "
+                              f"{boundary[coords[0]]}, where archive {source.archive!r} took over")
+            continue
+        if name.kind != "values":
+            sidecars[(name.kind, name.directory, *coords)] = Sidecar(o, name.fmt or "", name.gzipped)
+            continue
+        if coords in found:
             raise InvalidForeignObject(
-                f"s3://{source.bucket}/{target[coords].key} and s3://{source.bucket}/{o.key} both claim partition "
-                f"{coords[0]} start offset {coords[1]}; remove the one that is not the sink's")
-        target[coords] = o
+                f"s3://{source.bucket}/{found[coords][0].key} and s3://{source.bucket}/{o.key} both claim partition "
+                f"{coords[0]} {'last' if source.layout == 'lenses' else 'start'} offset {coords[1]}; remove the one "
+                "that is not the sink's")
+        found[coords] = (o, name)
     windows: list[ForeignWindow] = []
-    ordered = sorted(found)
-    for i, (p, start) in enumerate(ordered):
-        nxt = ordered[i + 1] if i + 1 < len(ordered) and ordered[i + 1][0] == p else None
-        end = nxt[1] if nxt else MAX_OFFSET
-        windows.append(ForeignWindow(OffsetWindow(p, start, end), found[(p, start)], nxt is None,
-                                     keys_files.get((p, start))))
-    ignored |= {o.key: "a keys file without its values object" for c, o in keys_files.items() if c not in found}
+    used: set[tuple[str, str, int, int]] = set()
+    by_partition: dict[int, list[tuple[int, ListedObject, ForeignName]]] = {}
+    for (p, off), (o, name) in sorted(found.items()):
+        by_partition.setdefault(p, []).append((off, o, name))
+    for p, objs in by_partition.items():
+        spread = len({name.directory for _, _, name in objs}) > 1
+        for i, (off, o, name) in enumerate(objs):
+            nxt = objs[i + 1] if i + 1 < len(objs) else None
+            cars = {kind: sidecars.get((kind, name.directory, p, off)) for kind in ("keys", "headers")}
+            used |= {(kind, name.directory, p, off) for kind, c in cars.items() if c is not None}
+            if source.layout == "lenses":
+                start = objs[i - 1][0] + 1 if i else 0
+                windows.append(ForeignWindow(OffsetWindow(p, start, off + 1), o, False, open_start=i == 0,
+                                             strict=True, spread=spread))
+            else:
+                end = nxt[0] if nxt else boundary.get(p, MAX_OFFSET)
+                windows.append(ForeignWindow(OffsetWindow(p, off, end), o, end == MAX_OFFSET,
+                                             cars["keys"], cars["headers"],
+                                             strict=nxt is not None and nxt[2].directory != name.directory,
+                                             spread=spread))
+    ignored |= {c.obj.key: f"a {kind} file without its values object" for (kind, *rest), c in sidecars.items()
+                if (kind, *rest) not in used}
     return Plan(windows, ignored)
 
 
@@ -166,33 +218,49 @@ def window_source(s3: S3Client, source: ForeignSource, fw: ForeignWindow,
     decoder = Decoder(source)
     what = f"s3://{source.bucket}/{fw.obj.key}"
 
-    def decoded(values_data: bytes, keys_data: bytes | None) -> Iterator[ArchivedRecord]:
-        values = decoder.decode(decompress(values_data, source.compression), what)
-        keys = None
-        if keys_data is not None:
-            keys = decoder.decode(decompress(keys_data, source.compression),
-                                  f"s3://{source.bucket}/{fw.keys_obj.key}")  # type: ignore[union-attr]
-        return numbered(with_keys(values, keys, what), fw.window, what, ArchivedRecord)
+    def sidecar(c: Sidecar) -> Iterator[Any]:
+        return sidecar_rows(decompress(_get(s3, source.bucket, c.obj), "gzip" if c.gzipped else "none"), c.fmt,
+                            source.separator)
+
+    def decoded() -> Iterator[ArchivedRecord]:
+        values = decoder.decode(decompress(_get(s3, source.bucket, fw.obj), source.compression), what)
+        keys = sidecar_keys(sidecar(fw.keys), fw.keys.fmt, source.key_encoding) if fw.keys else None
+        headers = sidecar_headers(sidecar(fw.headers)) if fw.headers else None
+        return numbered(with_sidecars(values, keys, headers, what), fw.window, what, ArchivedRecord,
+                        from_end=source.layout == "lenses", strict=fw.strict, spread=fw.spread)
 
     def records() -> Iterator[ArchivedRecord]:
         # One object in memory at a time (sink objects are flush-sized).
-        values_data = _get(s3, source.bucket, fw.obj)
-        keys_data = _get(s3, source.bucket, fw.keys_obj) if fw.keys_obj is not None else None
         if skipped is None:
-            yield from decoded(values_data, keys_data)
+            yield from decoded()
             return
         try:
-            got = list(decoded(values_data, keys_data))
+            got = list(decoded())
         except UNREADABLE as e:
             skipped[fw.obj.key] = f"{type(e).__name__}: {e}"
             return
         yield from got
 
-    return WindowSource(fw.window, lambda: batches_of(records(), PARQUET_BATCH), open_end=fw.open_end, objects=1)
+    return WindowSource(fw.window, lambda: batches_of(records(), PARQUET_BATCH), open_end=fw.open_end,
+                        open_start=fw.open_start, objects=len(fw.objects))
 
 
-def discover(s3: S3Client, source: ForeignSource) -> Plan:
-    return plan(source, list_source(s3, source))
+def discover(s3: S3Client, source: ForeignSource, boundary: dict[int, int] | None = None) -> Plan:
+    return plan(source, list_source(s3, source), boundary)
+
+
+def last_objects(s3: S3Client, source: ForeignSource, p: Plan) -> dict[int, tuple[str, int, int] | str]:
+    """Per Kafka partition, the sink's last object read (one GET each): its key, its first record's offset and its
+    record count; or why it cannot be read now (cold storage, empty)."""
+    last = {fw.window.partition: fw for fw in p.windows}
+    out: dict[int, tuple[str, int, int] | str] = {}
+    for part, fw in sorted(last.items()):
+        if any(o.storage_class in cold.COLD_CLASSES for o in fw.objects):
+            out[part] = f"s3://{source.bucket}/{fw.obj.key} is in {fw.obj.storage_class}: not read"
+            continue
+        offsets = [o for batch in window_source(s3, source, fw).batches() for o in batch.offsets]
+        out[part] = (fw.obj.key, offsets[0], len(offsets)) if offsets else f"s3://{source.bucket}/{fw.obj.key} is empty"
+    return out
 
 
 def shown_ignored(p: Plan) -> dict[str, str]:
@@ -227,8 +295,9 @@ def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, r
         raise InvalidRestore(f"request is for topic {request.source_topic!r}, source {source.name!r} holds "
                              f"{source.topic!r}")
     if request.filters.has_time and not source.has_timestamps:
-        raise InvalidRestore(f"source {source.name!r} ({source.layout}, {source.format}, fields "
-                             f"{list(source.fields) if source.layout == 'aiven' else ['value']}) stores no record "
+        stored = (f"fields {list(source.fields)}" if source.layout == "aiven"
+                  else "values only" if not source.stores_envelope or source.layout == "confluent" else "")
+        raise InvalidRestore(f"source {source.name!r} ({source.layout}, {source.format}, {stored}) stores no record "
                              "timestamps: a time filter cannot be applied. Use from_offset/to_offset")
     p = planned if planned is not None else discover(s3, source)
     if not p.windows:

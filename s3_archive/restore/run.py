@@ -340,7 +340,8 @@ class RestoreRun:
         tp = self.route(sp, None)
         counts = rep.partitions
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
-        self.seg_start, last = lo, -1
+        # An open start is known at the first record (self.seg_start is where the ledger's next range begins).
+        self.seg_start, last = (hi if src.open_start else lo), -1
         archived = restored = skipped = filtered = nbytes = replaced = 0
         # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
         with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
@@ -348,6 +349,8 @@ class RestoreRun:
                 n = len(batch)
                 if not n:
                     continue
+                if src.open_start and not archived:
+                    self.seg_start = max(lo, min(hi, batch.offsets[0]))
                 archived += n
                 last = batch.offsets[-1]
                 batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)

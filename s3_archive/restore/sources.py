@@ -11,12 +11,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from s3_archive.io.s3 import S3Client, read_manifest
-from s3_archive.keys.objects import manifest_key
+from s3_archive.io.s3 import S3Client, list_objects, list_prefixes, read_manifest
+from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore, WindowNotArchived
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 from s3_archive.model.manifest import Manifest, ManifestObject
-from s3_archive.model.windows import OffsetWindow
+from s3_archive.model.windows import InvalidWindow, OffsetWindow
 from s3_archive.restore.batch import Records, batches_of, increasing
 from s3_archive.restore.readers import (
     PARQUET_BATCH,
@@ -56,6 +56,25 @@ def read_manifests(s3: S3Client, bucket: str, prefix: str, topic: str,
     if missing:
         raise WindowNotArchived("; ".join(missing) + ". Materialize the archive asset for these windows first")
     return out
+
+
+def archived_windows(s3: S3Client, bucket: str, prefix: str, topic: str, first_only: bool = False,
+                     ) -> list[OffsetWindow]:
+    """The topic's windows that have a manifest (committed), in (partition, start) order: all of them (one listing
+    of the manifests), or `first_only` each Kafka partition's first (one LIST per partition)."""
+    base = manifest_prefix(prefix, topic)
+    if first_only:
+        keys = [o["Key"] for sub in list_prefixes(s3, bucket, base)
+                for o in s3.list_objects_v2(Bucket=bucket, Prefix=sub, MaxKeys=1).get("Contents", [])]
+    else:
+        keys = [o["Key"] for o in list_objects(s3, bucket, base)]
+    out = []
+    for key in keys:
+        try:
+            out.append(OffsetWindow.parse(key.rsplit("/", 1)[-1].removesuffix(".json")))
+        except InvalidWindow:  # not a manifest of ours
+            continue
+    return sorted(out)
 
 
 def parallel_map(fn: Callable[[Any], Any], items: list[Any], threads: int = 8) -> list[Any]:

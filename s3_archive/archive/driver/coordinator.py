@@ -85,6 +85,7 @@ class WindowResult:
             "undecodable_records": m.undecodable_records or 0,
             "unplaceable_records": m.unplaceable_records or 0,
             "skipped_records": m.skipped_records or 0,
+            "tombstones_skipped": m.tombstones_skipped or 0,
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
             "lag_seconds": round(lag, 3),
@@ -420,6 +421,7 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         undecodable_records=stats.undecodable,
         unplaceable_records=stats.unplaceable or None,
         skipped_records=stats.skipped or None,
+        tombstones_skipped=stats.tombstones_skipped if out.skip_tombstones else None,
         restorable=cfg.restorable,
         record_count=stats.records - stats.skipped,
         bytes_read=stats.bytes_read,
@@ -439,6 +441,9 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         committed_at=datetime.now(UTC).isoformat(),
         objects=[],
     )
+    if stats.tombstones_skipped:
+        log.info(f"window {window.key} of {topic!r}: {stats.tombstones_skipped} tombstone(s) not written "
+                 "(sink_output.skip_tombstones)")
     if stats.undecodable or stats.unplaceable:
         what = ", ".join(f"{n} record(s) {why} (first at offset {first})" for n, why, first in (
             (stats.undecodable, "with an undecodable value", stats.first_undecodable_offset),

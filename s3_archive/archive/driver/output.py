@@ -34,14 +34,20 @@ class Output:
     key_prefix: str = "key_"
     key_subject: str | None = None
     read_path: str = "spark"  # librdkafka: each task reads its range (task_read_job.py); spark: Spark's source
+    # Sink-compatible output (ArchiveConfig.sink_output) and the codec's level
+    value_as: str = "base64"  # base64 | json (jsonl, json) | text (csv)
+    csv_header: bool = False
+    skip_tombstones: bool = False
+    codec_level: int | None = None
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
-        d, k = cfg.value_decoding, cfg.key_decoding
+        d, k, so = cfg.value_decoding, cfg.key_decoding, cfg.sink_output
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
                    cfg.layout, cfg.object_suffix, d.subject, k.type, k.column_prefix, k.subject,
-                   read_path=cfg.read_path)
+                   read_path=cfg.read_path, value_as=so.value, csv_header=so.csv_header,
+                   skip_tombstones=so.skip_tombstones, codec_level=cfg.compression_level)
 
     def registry_parts(self, topic: str) -> list[tuple[str, str, str, str]]:
         """(part, type, subject, column prefix) of each part decoded with Schema Registry schemas."""

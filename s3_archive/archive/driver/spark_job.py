@@ -174,6 +174,14 @@ def stored_columns(df: DataFrame, out: Output, json_ddl: str | None) -> list[Col
 _JSON_OPTIONS = {"ignoreNullFields": "false", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 
 
+def json_value(value: Column) -> Column:
+    """A value as JSON text: itself when it parses as JSON (re-serialized compactly), else a JSON string of its text
+    (sink_output.value json, as the sinks write a converted value). Null stays null."""
+    text = value.cast("string")
+    as_string = F.regexp_extract(F.to_json(F.struct(text.alias("v"))), r'^\{"v":(.*)\}$', 1)
+    return F.when(value.isNotNull(), F.coalesce(F.to_json(F.try_parse_json(text)), as_string))
+
+
 def _payload(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[list[Column], DataFrame]:
     """The columns a task stores (see executor/task.py) and a frame whose schema is what the manifest records."""
     name = out.fmt.name
@@ -184,9 +192,23 @@ def _payload(df: DataFrame, out: Output, json_ddl: str | None) -> tuple[list[Col
                   "timestamp": F.unix_millis("timestamp"), "headers": F.concat_ws(";", pairs)}
         cols = [fields[f].alias(f) for f in out.csv_fields]
         opts = {"nullValue": "", "emptyValue": '""', "escape": '"'}
+        if out.value_as == "text":  # Aiven's value.encoding none: the raw value last, unquoted (null: empty)
+            raw = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))
+            before = cols[:-1]
+            line = raw if not before else F.concat(F.to_csv(F.struct(*before), opts).cast("binary"),
+                                                   F.lit(b",").cast("binary"), raw)
+            return [line.alias("_line")], df.select(*before, F.col("value").cast("string").alias("value"))
         return [F.to_csv(F.struct(*cols), opts).cast("binary").alias("_line")], df.select(*cols)
     stored = stored_columns(df, out, json_ddl)
     described = df.select(*stored)
+    if name in ("jsonl", "json") and out.value_as == "json" and "value" in out.columns:
+        # The record's JSON with the value first, as JSON (to_json would write the binary value as base64).
+        i = out.columns.index("value")
+        rest = F.to_json(F.struct(*stored[:i], *stored[i + 1:]), _JSON_OPTIONS)
+        value = F.coalesce(json_value(F.col("value")), F.lit("null"))
+        tail = F.when(rest == F.lit("{}"), F.lit("}")).otherwise(F.concat(F.lit(","), rest.substr(F.lit(2),
+                                                                                                  F.length(rest))))
+        return [F.concat(F.lit('{"value":'), value, tail).cast("binary").alias("_line")], described
     if name in ("jsonl", "json"):
         return [F.to_json(F.struct(*stored), _JSON_OPTIONS).cast("binary").alias("_line")], described
     if name == "text":
@@ -235,6 +257,8 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
                                            for i in missing])
                     if missing and out.layout is not None and out.layout.on_missing == "dead_letter" else None)
         internal.append(F.when(~good if unplaced is None else ~good | unplaced, F.struct(*envelope)).alias("_raw"))
+    if out.skip_tombstones:
+        internal.append(F.col("value").isNull().alias("_tomb"))
     sent = [(c, n) for c, n in zip(payload, names, strict=True) if n not in derived]
     # mapInArrow takes each column of the frame by name (`frame[name]`), which a payload name can break (a
     # backtick, a dot): then the frame's payload columns are _p0, _p1, ... and the write task names them back.
@@ -262,10 +286,12 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
     fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
                      spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
-                     dictionary=_DICTIONARY)
+                     dictionary=_DICTIONARY, level=out.codec_level,
+                     header=",".join(out.csv_fields).encode() if out.csv_header else b"")
     job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
                    layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
-                   decoding=decoding != "bytes" or decode is not None, dead_letter=dead_letter, payload=names,
+                   decoding=decoding != "bytes" or decode is not None, dead_letter=dead_letter,
+                   skip_tombstones=out.skip_tombstones, payload=names,
                    payload_columns=plain, derived=tuple(derived.items()), ts_stored=ts_stored,
                    dead_letter_schema=dead_letter_schema, decode=decode,
                    skip_bad=(decoding != "bytes" or decode is not None) and out.on_error == "skip",

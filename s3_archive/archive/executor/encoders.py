@@ -7,8 +7,9 @@
   (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run writes the
   same bytes).
 - jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
-  that reads Kafka; here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`) and
-  compressed as a stream (gzip, bzip2, zstd: one stream / frame per object).
+  that reads Kafka; here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`; csv
+  may start each object with a header row) and compressed as a stream (gzip, bzip2, zstd: one stream / frame per
+  object, at the configured level).
 
 Every encoder writes into a file-like sink (archive/executor/upload.py's ObjectUpload) and never holds more than a row
 group (parquet) or one Arrow batch (the others).
@@ -59,6 +60,7 @@ class ParquetEncoder:
             schema = table.schema.with_metadata({SPARK_ROW_METADATA: self.fmt.spark_schema})
             self._writer = pq.ParquetWriter(
                 self.sink, schema, compression=_PARQUET_CODECS.get(self.fmt.codec, self.fmt.codec),
+                compression_level=self.fmt.level,
                 use_dictionary=[c for c in self.fmt.dictionary if c in schema.names] or False,
                 write_statistics=True, store_schema=False)
         self._writer.write_table(table.replace_schema_metadata(self._writer.schema.metadata),
@@ -89,7 +91,8 @@ class AvroEncoder:
 
         self._schema = json.loads(fmt.avro_schema)
         self._writer = Writer(sink, parse_schema(self._schema), codec=_AVRO_CODECS.get(fmt.codec, fmt.codec),
-                              sync_interval=_SYNC_INTERVAL, sync_marker=hashlib.md5(key.encode()).digest())
+                              sync_interval=_SYNC_INTERVAL, sync_marker=hashlib.md5(key.encode()).digest(),
+                              compression_level=fmt.level)
         self._blocks = BlockWriter(self._writer, _SYNC_INTERVAL) if supported(self._schema) else None
 
     def write(self, table: pa.Table) -> None:
@@ -110,16 +113,17 @@ class AvroEncoder:
 class _Compressor:
     """A streaming codec of the text formats: one gzip member / bzip2 stream / zstd frame per object."""
 
-    def __init__(self, codec: str, sink: Any) -> None:
+    def __init__(self, codec: str, sink: Any, level: int | None = None) -> None:
         self.sink = sink
         if codec == "gzip":
-            self._c: Any = zlib.compressobj(6, zlib.DEFLATED, 31)  # Hadoop's GzipCodec level; 31: gzip header
+            # Hadoop's GzipCodec level unless one is given; 31: a gzip header
+            self._c: Any = zlib.compressobj(6 if level is None else level, zlib.DEFLATED, 31)
         elif codec == "bzip2":
             self._c = bz2.BZ2Compressor(9)
         elif codec == "zstd":
             from backports import zstd
 
-            self._c = zstd.ZstdCompressor()
+            self._c = zstd.ZstdCompressor(level)
         elif codec == "none":
             self._c = None
         else:
@@ -148,8 +152,10 @@ class LinesEncoder:
 
     def __init__(self, fmt: FormatPlan, sink: Any) -> None:
         self.array = fmt.name == "json"
-        self._out = _Compressor(fmt.codec, sink)
+        self._out = _Compressor(fmt.codec, sink, fmt.level)
         self._started = False
+        if fmt.header:  # csv with a header row: every object starts with it
+            self._out.write(fmt.header + b"\n")
 
     def write(self, table: pa.Table) -> None:
         lines = table.column("_line").combine_chunks()

@@ -5,7 +5,8 @@ the slice's statistics (protocol.RecordStats). `write_task` is what `DataFrame.m
 
 Columns of each batch: `_partition`, `_offset`, `_ts` (epoch ms; not sent when `timestamp` is stored),
 `_rec_bytes` (key + value + header bytes), `_good` (the value decodes; with value decoding), `_bucket` (with a
-layout), `_raw` (the raw envelope of an undecodable record, with dead letters), and the stored columns
+layout), `_raw` (the raw envelope of an undecodable record, with dead letters), `_tomb` (the value is null; with
+sink_output.skip_tombstones: counted, not written), and the stored columns
 (`WriteJob.payload`: the envelope and decoded fields, or `_line` for the text formats, or `value` for bytes) but
 the ones the task makes itself (`WriteJob.derived`: topic, partition, offset in parquet and avro). With Schema
 Registry decoding (`WriteJob.decode`) the batches carry the raw `key` and `value` (with dead letters, every envelope
@@ -243,6 +244,16 @@ class _SliceWriter:
             offsets = good.column("_offset").to_numpy()
             if good.num_rows == 0:
                 return
+        if self.job.skip_tombstones:
+            # After the offsets are counted: a skipped tombstone is a record read, not an absent offset.
+            tomb = good.column("_tomb")
+            skipped = int(pc.sum(tomb).as_py() or 0)
+            if skipped:
+                self.stats.tombstones_skipped += skipped
+                good = good.filter(pc.invert(tomb))
+                offsets = good.column("_offset").to_numpy()
+                if good.num_rows == 0:
+                    return
         try:
             if self.job.fmt.name == "bytes":
                 self._write_records(good, offsets, pool)

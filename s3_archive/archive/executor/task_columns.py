@@ -7,8 +7,8 @@ no Python object per record.
 Each column's Spark equivalent: `_partition`, `_offset` the envelope's; `_ts` unix_millis(timestamp) (floor);
 `_rec_bytes` spark_job.py::record_bytes; `_good` the value is null or valid UTF-8 (Spark's is_valid_utf8, the
 Unicode standard's rule, as Arrow's and Python's); `_bucket` the slice's one bucket (keys/buckets.py::record_bucket
-of its partition); `_raw` the envelope of an undecodable record; the stored columns the envelope's (the value as a
-string with utf8), `_line` the value or empty bytes (text).
+of its partition); `_raw` the envelope of an undecodable record; `_tomb` the value is null; the stored columns the
+envelope's (the value as a string with utf8), `_line` the value or empty bytes (text).
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ def task_batch(job: WriteJob, env: pa.RecordBatch) -> pa.RecordBatch:
     if "_raw" in schema.names:
         raw_type = schema.field("_raw").type
         cols["_raw"] = pa.StructArray.from_arrays(env.columns, fields=list(raw_type), mask=good)
+    if "_tomb" in schema.names:  # sink_output.skip_tombstones
+        cols["_tomb"] = pc.is_null(value)
     if "_line" in schema.names:
         cols["_line"] = pc.fill_null(value, b"")
     for name in env.schema.names:

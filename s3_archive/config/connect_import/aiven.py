@@ -7,6 +7,8 @@ the sink's own source connector read them. Deprecated underscore names (`aws_s3_
 
 from __future__ import annotations
 
+import re
+
 from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest, topic_list
 from s3_archive.keys.foreign_keys import DEFAULT_AIVEN_TEMPLATE, aiven_template
 from s3_archive.keys.template import InvalidTemplate
@@ -25,9 +27,9 @@ def translate(props: Props) -> list[Translation]:
         raise refuse("aws.s3.bucket.name", None, "the bucket is required")
     t.archive["bucket"] = bucket
     prefix = props.get("aws.s3.prefix", "aws_s3_prefix", "file.name.prefix", default="")
+    dated = ""
     if "{{" in prefix:
-        raise refuse("aws.s3.prefix", prefix, "a fixed prefix (the window's keys must not depend on the date "
-                     "they are written: {{utc_date}} / {{local_date}} are not supported)")
+        prefix, dated = _dated_prefix(t, props, prefix)
     if prefix:
         t.archive["prefix"] = prefix
         if not prefix.endswith("/"):
@@ -58,9 +60,13 @@ def translate(props: Props) -> list[Translation]:
         t.archive["format"] = fmt
     if fmt == "csv" and envelope:
         t.archive["csv_fields"] = fields
-        if encoding == "none":
-            t.note("csv_fields", "format.output.fields.value.encoding", "none", "approximate: csv values are "
-                   "always base64 here")
+        if encoding == "none" and fields[-1] == "value":
+            t.archive["sink_output"] = {"value": "text"}
+            t.note("sink_output", "format.output.fields.value.encoding", "none", "the raw value, last in each line "
+                   "(lossy: a value holding a newline breaks its line; not restorable)")
+        elif encoding == "none":
+            t.note("csv_fields", "format.output.fields.value.encoding", "none", "approximate: values stay base64: "
+                   "a raw value is written only as the last field (it may hold commas)")
     elif t.archive["format"] != "text":
         env = {"key": "key" in fields, "value": "value" in fields, "headers": "headers" in fields,
                "metadata": "offset" in fields or "timestamp" in fields}
@@ -69,9 +75,13 @@ def translate(props: Props) -> list[Translation]:
         t.note("envelope", "format.output.fields", ",".join(fields),
                "the parts kept; metadata is topic, partition, offset, timestamp and timestamp_type together; "
                "field order is the archive's" + ("" if all(env.values()) else ". Restore needs all four parts"))
-        if encoding == "none":
+        if encoding == "none" and fmt in ("jsonl", "json"):
+            t.archive["sink_output"] = {"value": "json"}
+            t.note("sink_output", "format.output.fields.value.encoding", "none", "the value as JSON when it parses, "
+                   "else as a string of its text (lossy: not restorable)")
+        elif encoding == "none":
             t.note("envelope", "format.output.fields.value.encoding", "none", "approximate: the value is stored "
-                   "as bytes (base64 in json/jsonl), losslessly; value_decoding: {type: utf8} would store text")
+                   "as bytes, losslessly; value_decoding: {type: utf8} would store text")
     # Compression: text formats compress the object (suffix .gz / .zst); avro and parquet inside the file.
     if fmt == "avro" and codec == "gzip":
         t.archive["compression"] = "deflate"
@@ -85,13 +95,44 @@ def translate(props: Props) -> list[Translation]:
     if "file.compression.type" not in props.used:
         t.note("compression", "file.compression.type", "(unset)", "the sink's default, gzip")
 
-    _layout(t, props, fmt)
+    _layout(t, props, fmt, dated)
     _flush(t, props)
+    if dated:
+        t.sink = f"aws.s3.prefix {dated!r} changes with the date the sink wrote each object"
+    else:
+        t.sink = {"layout": "aiven", "bucket": bucket, "prefix": prefix, "template": t.archive["layout"]["template"],
+                  "format": fmt, "fields": fields, "value_encoding": encoding, "envelope": envelope,
+                  "compression": "none" if fmt in ("avro", "parquet") else codec}
     settle_rest(props, t)
     return [t]
 
 
-def _layout(t: Translation, props: Props, fmt: str) -> None:
+_DATES = {"utc_date": "UTC", "local_date": None}
+_DATE = "{{timestamp:unit=yyyy}}-{{timestamp:unit=MM}}-{{timestamp:unit=dd}}"
+
+
+def _dated_prefix(t: Translation, props: Props, prefix: str) -> tuple[str, str]:
+    """An aws.s3.prefix with {{utc_date}} / {{local_date}}: the fixed directories before the first placeholder
+    stay the prefix; the rest goes in front of the key template, each date as the record's date (yyyy-MM-dd)."""
+    names = set(re.findall(r"\{\{\s*([a-z_]+)\s*\}\}", prefix))
+    if bad := sorted(names - set(_DATES)):
+        raise refuse("aws.s3.prefix", prefix, f"placeholders {{{{utc_date}}}} and {{{{local_date}}}} only, not "
+                     f"{', '.join(bad)}")
+    if len(names) > 1:
+        raise refuse("aws.s3.prefix", prefix, "one of {{utc_date}} and {{local_date}}, not both (a key has one "
+                     "timezone)")
+    fixed, _, dated = prefix[:prefix.index("{{")].rpartition("/")
+    dated = dated + prefix[prefix.index("{{"):]
+    if names == {"local_date"} and not props.has("file.name.timestamp.timezone"):
+        t.note("layout", "aws.s3.prefix", prefix, "{{local_date}} is the worker's local date: give layout.timezone "
+               "the Connect workers' zone (UTC here)")
+    t.note("layout", "aws.s3.prefix", prefix, "the date directory is each record's date (its Kafka timestamp) "
+           "where the sink writes the date the object was written: a window's records of two days go to two "
+           "objects")
+    return (fixed + "/" if fixed else ""), re.sub(r"\{\{\s*(utc|local)_date\s*\}\}", _DATE, dated)
+
+
+def _layout(t: Translation, props: Props, fmt: str, dated: str = "") -> None:
     template = props.get("file.name.template") or DEFAULT_AIVEN_TEMPLATE
     try:
         parsed = aiven_template(template)
@@ -102,7 +143,7 @@ def _layout(t: Translation, props: Props, fmt: str) -> None:
         raise refuse("file.name.template", template, "a template with {{topic}}, {{partition}} and "
                      "{{start_offset}} and without {{key}} (each window's objects need their own names; a key "
                      "grouping keeps only the last record per key, not a log)")
-    layout: dict = {"template": template, "partition_by": [], "padding": {"type": "none"}, "extension": ""}
+    layout: dict = {"template": dated + template, "partition_by": [], "padding": {"type": "none"}, "extension": ""}
     if tz := props.get("file.name.timestamp.timezone"):
         layout["timezone"] = tz
     if "timestamp" in slots:

@@ -8,15 +8,23 @@ sink's is its file's first record: the same unless a partitioner splits a window
 
 from __future__ import annotations
 
-from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest, topic_list
+from s3_archive.config.connect_import.notes import (
+    Props,
+    Translation,
+    archive_name,
+    converter_encoding,
+    refuse,
+    settle_rest,
+    topic_list,
+)
 
 _FORMAT = "io.confluent.connect.s3.format."
 _FORMATS = {"parquet.ParquetFormat": "parquet", "avro.AvroFormat": "avro", "json.JsonFormat": "json",
             "bytearray.ByteArrayFormat": "bytes"}
 _PARTITIONER = "io.confluent.connect.storage.partitioner."
 _PARQUET_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "none": "none", "uncompressed": "none",
-                   "lz4": "lz4_raw"}
-_PARQUET_EXT = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "none": "", "lz4_raw": ".lz4"}
+                   "lz4": "lz4_raw", "brotli": "brotli"}
+_PARQUET_EXT = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "none": "", "lz4_raw": ".lz4", "brotli": ".br"}
 _AVRO_CODECS = {"null": "none", "deflate": "deflate", "snappy": "snappy", "bzip2": "bzip2", "xz": "xz",
                 "zstandard": "zstd"}
 # Calendar units of path.format and the bucket each one is (partition.duration.ms equal to it adds nothing).
@@ -36,8 +44,41 @@ def translate(props: Props) -> list[Translation]:
     extension = _format(t, props)
     _layout(t, props, extension)
     _flush(t, props)
+    _nulls(t, props)
+    t.sink = _sink(props, bucket, topics_dir)
     settle_rest(props, t)
     return [t]
+
+
+def _nulls(t: Translation, props: Props) -> None:
+    """behavior.on.null.values: ignore skips tombstones (counted); fail (the default) and write keep them."""
+    behavior = (props.get("behavior.on.null.values") or "fail").lower()
+    if behavior == "ignore":
+        t.archive["sink_output"] = {"skip_tombstones": True}
+        t.note("sink_output", "behavior.on.null.values", behavior, "tombstones are not written, only counted "
+               "(tombstones_skipped; not restorable)")
+    elif behavior not in ("fail", "write"):
+        raise refuse("behavior.on.null.values", behavior, "allowed: fail, ignore, write")
+    elif "behavior.on.null.values" in props.used:
+        t.note("format", "behavior.on.null.values", behavior, "a tombstone is archived like any record (the sink "
+               + ("fails on one)" if behavior == "fail" else "writes it)"))
+
+
+def _sink(props: Props, bucket: str, topics_dir: str) -> dict | str:
+    """The sink's objects as a Confluent foreign source."""
+    fmt = _FORMATS[(props.data.get("format.class") or "").removeprefix(_FORMAT)]
+    if props.data.get("file.delim", "+") != "+":
+        return f"file.delim {props.data['file.delim']!r}: the Confluent reader reads '+'"
+    cls = (props.data.get("partitioner.class") or "DefaultPartitioner").removeprefix(_PARTITIONER)
+    partitioner = "default" if cls == "DefaultPartitioner" else "field" if cls == "FieldPartitioner" else "time"
+    src: dict = {"layout": "confluent", "bucket": bucket, "prefix": topics_dir + "/" if topics_dir else "",
+                 "format": fmt, "partitioner": partitioner}
+    if fmt in ("json", "bytes") and (props.data.get("s3.compression.type") or "none").lower() == "gzip":
+        src["compression"] = "gzip"
+    if fmt == "json":
+        src |= {"value_encoding": converter_encoding(props, "value.converter"),
+                "key_encoding": converter_encoding(props, "key.converter")}
+    return src
 
 
 def _format(t: Translation, props: Props) -> str:
@@ -74,6 +115,11 @@ def _format(t: Translation, props: Props) -> str:
         raise refuse("s3.compression.type", gz, "allowed: none, gzip")
     if gz == "gzip":
         t.archive["compression"] = "gzip"
+        level = props.int("s3.compression.level", -1, minimum=-1)
+        if level is not None and level >= 0:
+            if not 1 <= level <= 9:
+                raise refuse("s3.compression.level", level, "-1 (the default, 6) or 1-9")
+            t.archive["compression_level"] = level
     if short == "json":
         t.note("format", "format.class", cls, "approximate: each record's value, one per line (format text), as "
                "the bytes Kafka holds: the sink re-serializes it with value.converter, which gives the same line "

@@ -16,13 +16,14 @@ import yaml
 
 from s3_archive.config.connect_import import aiven, confluent, kcql
 from s3_archive.config.connect_import.converters import converters
-from s3_archive.config.connect_import.notes import Props, Translation, refuse
+from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse
 from s3_archive.config.settings import parse_settings
 from s3_archive.model.errors import InvalidConfig, UnsupportedConnectConfig
 
 SINKS = {"aiven": "Aiven S3 sink", "confluent": "Confluent S3 sink", "lenses": "Lenses S3 sink (KCQL)"}
-_KEY_ORDER = ("name", "topics", "topic_pattern", "bucket", "prefix", "format", "compression", "csv_fields",
-              "envelope", "value_decoding", "key_decoding", "flush", "schedule_cron", "layout")
+_KEY_ORDER = ("name", "topics", "topic_pattern", "bucket", "prefix", "format", "compression", "compression_level",
+              "csv_fields", "envelope", "value_decoding", "key_decoding", "sink_output", "flush", "schedule_cron",
+              "start_position", "layout")
 _LAYOUT_ORDER = ("template", "partition_by", "padding", "timezone", "extension")
 WIDTH = 118
 
@@ -102,11 +103,39 @@ def translate(options: dict[str, Any], name: str | None = None) -> tuple[str, li
     return sink, translations
 
 
-def import_connect(text: str, name: str | None = None, source: str = "the connector config") -> str:
-    """The archive YAML for a sink config's text; UnsupportedConnectConfig names what cannot be honoured."""
+def take_over(options: dict[str, Any], translations: list[Translation]) -> list[dict[str, Any]]:
+    """`--take-over`: each archive starts where the connector's consumer group stopped, and the connector's objects
+    of each topic become a foreign source that precedes the archive (docs/import-connect.md, "Taking over")."""
+    group = options.get("consumer.override.group.id")
+    if group is None:
+        if not options.get("name"):
+            raise refuse("name", None, "--take-over needs the connector's name: its consumer group is "
+                         "connect-<name> (or give consumer.override.group.id)")
+        group = f"connect-{options['name']}"
+    sources = []
+    for t in translations:
+        if isinstance(t.sink, str):
+            raise refuse("--take-over", t.archive["name"], f"the connector's objects cannot be read back: {t.sink}")
+        if "topics" not in t.archive:
+            raise refuse("topics.regex", options.get("topics.regex"), "--take-over needs the topics listed "
+                         "(topics): each topic's objects become a foreign source of its own")
+        t.archive["start_position"] = {"consumer_group": str(group)}
+        t.note("start_position", "", "", f"take-over: the first windows start where the connector's consumer group "
+               f"{group!r} stopped; stop the connector first (docs/import-connect.md, \"Taking over\")")
+        for topic in t.archive["topics"]:
+            sources.append({"name": archive_name(f"{t.archive['name']}_{topic}_sink"), **t.sink, "topic": topic,
+                            "archive": t.archive["name"]})
+    return sources
+
+
+def import_connect(text: str, name: str | None = None, source: str = "the connector config",
+                   take_over_group: bool = False) -> str:
+    """The archive YAML for a sink config's text; UnsupportedConnectConfig names what cannot be honoured.
+    `take_over_group`: `--take-over` (`take_over`)."""
     options = parse_input(text)
     sink, translations = translate(options, name)
-    out = render(sink, translations, source, options.get("name"))
+    foreign = take_over(options, translations) if take_over_group else []
+    out = render(sink, translations, source, options.get("name"), foreign)
     try:
         parse_settings(yaml.safe_load(out))
     except InvalidConfig as e:
@@ -128,7 +157,8 @@ def _value_lines(key: str, value: Any, indent: str) -> list[str]:
     return [f"{indent}{key}:"] + [f"{indent}  {line}" for line in dumped.split("\n")]
 
 
-def render(sink: str, translations: list[Translation], source: str, connector: str | None) -> str:
+def render(sink: str, translations: list[Translation], source: str, connector: str | None,
+           foreign: list[dict[str, Any]] | None = None) -> str:
     lines = [f"# Imported by `s3-archive import-connect` from {source}"
              + (f" (connector {connector!r}, {SINKS[sink]})." if connector else f" ({SINKS[sink]}).")]
     lines += _comment("Comments name each sink option that maps approximately or to nothing. Review them, then "
@@ -167,4 +197,14 @@ def render(sink: str, translations: list[Translation], source: str, connector: s
         if t.unmapped:
             lines.append("    # Options that map to nothing:")
             lines += [c for text in t.unmapped for c in _comment(text, "    ")]
+    if foreign:
+        lines.append("foreign_sources:")
+        lines += _comment("The connector's objects, read back by restore (docs/restore-foreign.md): each run of "
+                          "kafka_restore_foreign/<name> restores them, then the archive's windows. value_encoding "
+                          "and key_encoding (json objects) follow value.converter and key.converter: base64 for the "
+                          "ByteArrayConverter, also when the config sets none (then the worker's default applies: "
+                          "check it), none (text) for the others.", "  ")
+        dumped = yaml.safe_dump(foreign, sort_keys=False, default_flow_style=None, width=WIDTH - 4,
+                                allow_unicode=True)
+        lines += ["  " + line for line in dumped.rstrip("\n").split("\n")]
     return "\n".join(lines) + "\n"

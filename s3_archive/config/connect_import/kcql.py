@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import re
 
-from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest
+from s3_archive.config.connect_import.notes import (
+    Props,
+    Translation,
+    archive_name,
+    converter_encoding,
+    refuse,
+    settle_rest,
+)
 
 _TOKEN = re.compile(r"\s+|(`[^`]*`)|('(?:[^']|'')*')|([(),=;])|([^\s(),=;`']+)")
 _FORMATS = {"avro": "avro", "parquet": "parquet", "json": "jsonl", "csv": "csv", "csv_withheaders": "csv",
             "text": "text", "bytes": "bytes"}
 _CODECS = {"uncompressed": "none", "snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4": "lz4_raw",
-           "bzip2": "bzip2", "deflate": "deflate", "xz": "xz"}
+           "bzip2": "bzip2", "deflate": "deflate", "xz": "xz", "brotli": "brotli"}
 _PADDING = {"leftpad": "left", "rightpad": "right", "noop": "none"}
 _KNOWN = ("padding.type", "padding.char", "padding.length.partition", "padding.length.offset",
           "partition.include.keys", "store.envelope", "store.envelope.fields.key", "store.envelope.fields.value",
@@ -160,9 +167,30 @@ def _statement(stmt: list[tuple[str, bool]], props: Props, several: bool) -> Tra
     _format(t, props, fmt, kprops)
     _layout(t, kprops, partition_by, fmt)
     _flush(t, kprops)
+    t.sink = _sink(props, kprops, bucket, prefix, fmt)
     for k in sorted(set(kprops) - set(_KNOWN)):
         t.nothing(f"PROPERTIES '{k}'", kprops[k], "not a property s3-archive knows; ignored")
     return t
+
+
+def _sink(props: Props, kp: dict[str, str], bucket: str, prefix: str, fmt: str) -> dict | str:
+    """The sink's objects as a Lenses foreign source."""
+    if _PADDING.get(kp.get("padding.type", "LeftPad").lower()) == "right" or kp.get("padding.char", "0") != "0":
+        return "padding other than LeftPad with '0': the Lenses reader reads left-padded numbers"
+    src: dict = {"layout": "lenses", "bucket": bucket, "prefix": prefix.strip("/"),
+                 "format": "csv" if fmt == "csv_withheaders" else fmt}
+    if fmt == "csv_withheaders":
+        src["csv_header"] = True
+    if fmt in ("avro", "parquet", "json") and kp.get("store.envelope", "false").lower() == "true":
+        src["envelope"] = True
+    if fmt == "json":
+        if (props.data.get("connect.s3.compression.codec") or "").lower() == "gzip":
+            src["compression"] = "gzip"
+        src |= {"value_encoding": converter_encoding(props, "value.converter"),
+                "key_encoding": converter_encoding(props, "key.converter")}
+    if kp.get("key.suffix"):
+        src["key_suffix"] = kp["key.suffix"]
+    return src
 
 
 def _properties(r: _Reader) -> dict[str, str]:
@@ -184,8 +212,10 @@ def _format(t: Translation, props: Props, fmt: str, kp: dict[str, str]) -> None:
     t.archive["format"] = _FORMATS[fmt]
     if fmt in ("csv", "csv_withheaders"):
         t.archive["csv_fields"] = ["value"]
-        t.note("csv_fields", "STOREAS", fmt.upper(), "approximate: the sink writes the value's fields as columns"
-               + (" with a header line" if fmt == "csv_withheaders" else "") + "; here the value, base64")
+        t.note("csv_fields", "STOREAS", fmt.upper(), "approximate: the sink writes the value's fields as columns; "
+               "here the value, base64")
+        if fmt == "csv_withheaders":
+            t.archive["sink_output"] = {"csv_header": True}
     elif fmt == "json":
         t.note("format", "STOREAS", "JSON", "jsonl: one JSON object per line, named .json as the sink names them")
     elif fmt == "bytes":
@@ -209,6 +239,13 @@ def _format(t: Translation, props: Props, fmt: str, kp: dict[str, str]) -> None:
             t.archive["compression"] = c
         if codec.lower() == "lz4":
             t.note("compression", "connect.s3.compression.codec", codec, "approximate: Parquet's LZ4_RAW codec")
+        level = props.int("connect.s3.compression.level", minimum=0)
+        if level is not None:
+            t.archive["compression_level"] = level
+    if props.bool("connect.s3.skip.null.values", False):
+        t.archive["sink_output"] = {"skip_tombstones": True}
+        t.note("sink_output", "connect.s3.skip.null.values", "true", "tombstones are not written, only counted "
+               "(tombstones_skipped; not restorable)")
 
 
 def _layout(t: Translation, kp: dict[str, str], partition_by: list[tuple[str, bool]] | None, fmt: str) -> None:

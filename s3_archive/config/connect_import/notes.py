@@ -31,7 +31,6 @@ _CONNECT_FRAMEWORK = {
     "s3.part.size": "maps to nothing: objects over 256 MiB are uploaded in parts of the SDK's size",
     "aws.s3.part.size.bytes": "maps to nothing: objects over 256 MiB are uploaded in parts of the SDK's size",
     "locale": "maps to nothing: time paths use numbers only",
-    "behavior.on.null.values": "maps to nothing: a tombstone is archived like any record",
     "s3.credentials.provider.class": "maps to nothing: without static keys the runs use AWS's default credential "
                                      "chain (env, profile, IRSA, instance role)",
     "aws.credentials.provider": "maps to nothing: without static keys the runs use AWS's default credential chain",
@@ -104,6 +103,9 @@ class Translation:
     notes: dict[str, list[str]] = field(default_factory=dict)  # YAML key -> comments above it
     unmapped: list[str] = field(default_factory=list)  # options that map to nothing
     env: dict[str, tuple[str, str]] = field(default_factory=dict)  # variable -> (value or placeholder, option)
+    # The sink's own objects as a foreign source (docs/restore-foreign.md), less name and topic; or why they cannot
+    # be read (`--take-over` needs them).
+    sink: dict[str, Any] | str = "the sink's objects are not described"
 
     def note(self, key: str, option: str, value: object, text: str) -> None:
         shown = "(secret)" if is_secret(option) else value
@@ -151,6 +153,13 @@ class Props:
         if v.strip().lower() not in ("true", "false"):
             raise refuse(name, v, "true or false")
         return v.strip().lower() == "true"
+
+
+def converter_encoding(props: Props, option: str) -> str:
+    """How the sink's JSON holds a key or value its converter gave: base64 strings for the ByteArrayConverter,
+    text otherwise. Read without marking the option used: it still maps to nothing in the archive."""
+    conv = props.data.get(option, "org.apache.kafka.connect.converters.ByteArrayConverter")
+    return "base64" if conv.endswith("ByteArrayConverter") else "none"
 
 
 def _text(v: Any) -> str:

@@ -18,7 +18,7 @@ def build_archive_automation(settings: Settings) -> dg.Definitions:
     for cfg in settings.archives:
         sensors.append(build_offsets_sensor(cfg))
         for topic in cfg.topics:
-            checks += build_archive_checks(cfg, topic)
+            checks += build_archive_checks(cfg, topic, settings.predecessor(cfg.name, topic))
         job, schedule = build_checks_schedule(cfg)
         jobs.append(job)
         schedules.append(schedule)

@@ -1,6 +1,7 @@
 """Asset checks on each archive asset: windows tile the offsets, committed objects are intact, Kafka has not
-deleted anything before it was archived (or is about to), committed windows keep their manifests, and no record
-waits too long to be committed. The verdicts are archive/health.py's; this is their Dagster side.
+deleted anything before it was archived (or is about to), committed windows keep their manifests, no record
+waits too long to be committed, and, where the archive took over from a Kafka Connect sink, the sink's objects and
+the windows meet with no gap or overlap. The verdicts are archive/health.py's; this is their Dagster side.
 
 They scan every window of the topic, so the sensor's window runs leave them out; the daily schedule
 (schedules.py) runs them, and they can be run from the UI at any time. The checks of a topic are one step
@@ -22,12 +23,14 @@ import dagster as dg
 from s3_archive.archive import health
 from s3_archive.archive.health import Verdict, WindowsView
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.foreign import ForeignSource
 from s3_archive.defs.archive.instance import TopicView
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UnknownTopic
+from s3_archive.restore.foreign_sources import TAKEN_OVER, discover, last_objects
 
 CONTIGUOUS = "windows_contiguous"
 OBJECTS = "objects_match_manifests"
@@ -35,6 +38,7 @@ RETENTION = "nothing_lost_to_retention"
 HEADROOM = "retention_headroom"
 MANIFESTS = "manifests_present"
 FRESH = "archive_fresh"
+TAKE_OVER = "take_over_boundary"
 
 
 def check_result(v: Verdict) -> dg.AssetCheckResult:
@@ -81,8 +85,26 @@ def log_start(kafka: KafkaResource, topic: str) -> dict[int, int]:
         return {}
 
 
-def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksDefinition]:
-    """The topic's checks as one multi-asset check (one step; any subset of them can run)."""
+def take_over_verdict(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, sink: ForeignSource,
+                      view: WindowsView) -> Verdict:
+    """The boundary between the sink the archive took over from and its first windows (health.take_over_boundary):
+    the sink's objects planned as a restore plans them (the archive's own objects under a shared prefix left out),
+    each partition's last one read."""
+    boundary: dict[int, int] = {}
+    for w in view.live_and_retired:
+        boundary[w.partition] = min(w.start, boundary.get(w.partition, w.start))
+    planned = discover(s3, sink, boundary)
+    shared = sink.bucket == cfg.bucket and (sink.key_prefix.startswith(cfg.prefix)
+                                            or cfg.prefix.startswith(sink.key_prefix))
+    past = [] if shared else [f"s3://{sink.bucket}/{k}" for k, why in planned.ignored.items()
+                              if why.startswith(TAKEN_OVER)]
+    return health.take_over_boundary(kafka, topic, sink.name, view, last_objects(s3, sink, planned), past)
+
+
+def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | None = None,
+                         ) -> list[dg.AssetChecksDefinition]:
+    """The topic's checks as one multi-asset check (one step; any subset of them can run); `sink`: the foreign
+    source the archive took over the topic from (adds the boundary check)."""
     key = archive_asset_key(topic)
     specs = {
         CONTIGUOUS: "Per Kafka partition, the windows (partition keys, and the retired range) neither overlap nor "
@@ -100,6 +122,9 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksD
                   if cfg.freshness_bound_seconds is not None else "flush.interval_seconds x freshness_factor")
                + " is in no committed window (also reported by the offsets sensor).",
     }
+    if sink is not None:
+        specs[TAKE_OVER] = (f"Per Kafka partition, the last object of sink {sink.name!r} ends where the first window "
+                            "starts: Kafka's records in between counted, no gap (ERROR) and no overlap (WARN).")
 
     @dg.multi_asset_check(specs=[dg.AssetCheckSpec(n, asset=key, description=d) for n, d in specs.items()],
                           name=check_step_name(topic), can_subset=True,
@@ -116,6 +141,7 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str) -> list[dg.AssetChecksD
             HEADROOM: lambda: health.headroom(kafka, cfg, topic, view),
             MANIFESTS: lambda: health.manifests_present(s3.get_client(), cfg, topic, view, log_start(kafka, topic)),
             FRESH: lambda: health.freshness(kafka, cfg, topic, view),
+            TAKE_OVER: lambda: take_over_verdict(kafka, s3.get_client(), cfg, topic, sink, view),  # type: ignore[arg-type]
         }
         for name in specs:
             if name in selected:

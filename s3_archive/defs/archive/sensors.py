@@ -154,6 +154,9 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     for topic in scan.missing:
         # The other topics of the archive still get their windows; this one waits until it exists.
         context.log.warning(f"topic {topic!r} does not exist on {kafka.bootstrap_servers}; no window cut")
+    for topic, why in scan.refused.items():
+        # This topic waits until the consumer group it takes over from is stopped (or named right).
+        context.log.warning(f"topic {topic!r}: {why}")
     states: list[PartitionState] = []
     for topic, ts in scan.topics.items():
         for msg in ts.behind:

@@ -5,20 +5,27 @@ starts (listing the prefix) instead of being Dagster partitions; the restore led
 a re-run restores only what earlier runs did not (and a crashed run's leftovers exactly once).
 """
 
+import itertools
 from collections.abc import Iterator
 
 import dagster as dg
 
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.settings import Settings
 from s3_archive.defs.metadata import typed
 from s3_archive.defs.restore.config import ForeignRestoreConfig
+from s3_archive.defs.restore.window_restore import splits_windows
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
+from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdReport
 from s3_archive.restore.foreign_sources import SHOWN_IGNORED, discover, restore_foreign, shown_ignored
+from s3_archive.restore.request import WindowReport
+from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import archived_windows
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 
@@ -27,9 +34,14 @@ def foreign_asset_key(name: str) -> dg.AssetKey:
     return dg.AssetKey([FOREIGN_PREFIX, name])
 
 
-
-def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
+def build_foreign_restore_asset(source: ForeignSource, successor: ArchiveConfig | None = None,
+                                ) -> dg.AssetsDefinition:
+    """`successor`: the archive that took over from the sink (`source.archive`); a run restores the sink's objects,
+    then the archive's committed windows of the topic, in one order and under one ledger."""
     where = f"s3://{source.bucket}/{source.key_prefix}"
+    then = (f" Then the windows archive {successor.name!r} wrote since it took over from the sink "
+            f"(s3://{successor.bucket}/{successor.prefix}), so one run restores the topic's whole history."
+            if successor is not None else "")
 
     @dg.asset(
         key=foreign_asset_key(source.name),
@@ -37,10 +49,11 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
         kinds={"kafka", "s3"},
         output_required=False,
         metadata={"source_topic": source.topic, "bucket": source.bucket, "prefix": source.key_prefix,
-                  "layout": source.layout, "format": source.format},
+                  "layout": source.layout, "format": source.format,
+                  **({"successor_archive": successor.name} if successor is not None else {})},
         description=f"Records of `{source.topic}` archived by the {source.layout} S3 sink under {where}, produced "
                     "into a Kafka topic chosen at launch, exactly once (transactions + a restore ledger); each run "
-                    "restores what earlier runs did not.",
+                    f"restores what earlier runs did not.{then}",
     )
     def _restore(context: dg.AssetExecutionContext, config: ForeignRestoreConfig, kafka: KafkaResource,
                  s3: S3Resource) -> Iterator[dg.AssetObservation | dg.MaterializeResult]:
@@ -54,12 +67,23 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                                       "timestamps_replaced": 0}
             per_partition: dict[int, list[int]] = {}
             cold = ColdReport()
-            planned = discover(client, source)
+            ours: list[OffsetWindow] = []
+            if successor is not None:
+                check_bucket(client, successor.bucket, successor.prefix)
+                ours = archived_windows(client, successor.bucket, successor.prefix, source.topic)
+            boundary = {p: min(w.start for w in ours if w.partition == p) for p in {w.partition for w in ours}}
+            planned = discover(client, source, boundary)
             skipped: dict[str, str] = {}
-            for rep in restore_foreign(kafka, client, source, request, context.log, config.wait_for_cold_seconds,
-                                       cold_restore_days=config.cold_restore_days,
-                                       cold_restore_tier=config.cold_restore_tier, planned=planned,
-                                       skipped=skipped if source.error_tolerance == "skip" else None):
+            reports: Iterator[WindowReport | ColdReport] = restore_foreign(
+                kafka, client, source, request, context.log, config.wait_for_cold_seconds,
+                cold_restore_days=config.cold_restore_days, cold_restore_tier=config.cold_restore_tier,
+                planned=planned, skipped=skipped if source.error_tolerance == "skip" else None)
+            if successor is not None and ours:
+                # The same ledger (it is the topic's): each offset once, the sink's part of a partition first.
+                reports = itertools.chain(reports, restore_windows(
+                    kafka, client, successor.bucket, successor.prefix, request, ours, context.log,
+                    cold=config.cold(), interleaved=splits_windows(successor)))
+            for rep in reports:
                 if isinstance(rep, ColdReport):
                     cold = rep
                     continue
@@ -74,6 +98,7 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
                     t = per_partition.setdefault(p, [0, 0])
                     t[0], t[1] = t[0] + c.records, t[1] + c.bytes
             meta = {"target_topic": request.target_topic, "dry_run": request.dry_run, **totals,
+                    **({"archive_windows": len(ours)} if successor is not None else {}),
                     "cold_objects": cold.cold, "cold_restores_requested": cold.requested,
                     # Objects under the prefix not restored, and why (out-of-range names listed first).
                     "ignored_objects": len(planned.ignored),
@@ -97,4 +122,5 @@ def build_foreign_restore_asset(source: ForeignSource) -> dg.AssetsDefinition:
 
 
 def build_foreign_restore_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    return [build_foreign_restore_asset(s) for s in settings.foreign_sources]
+    archives = {a.name: a for a in settings.archives}
+    return [build_foreign_restore_asset(s, archives.get(s.archive or "")) for s in settings.foreign_sources]

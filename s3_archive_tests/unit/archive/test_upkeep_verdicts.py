@@ -97,7 +97,7 @@ def test_the_dead_letter_ledger_merges_windows_published_in_any_order():
 
 def test_a_dead_letter_says_why_it_is_one():
     from s3_archive.archive.driver.dead_letter_topic import reason
-    from s3_archive.config.archive import ValueDecoding
+    from s3_archive.config.payload import ValueDecoding
 
     c = cfg(value_decoding=ValueDecoding(type="json", on_error="dead_letter"))
     assert reason(c, b"\xff") == "value_decoding json: the value is not UTF-8"

@@ -228,8 +228,9 @@ def test_aiven_refuses_what_it_cannot_honour():
         "cannot import file.name.template='{{key}}': a template with {{topic}}, {{partition}} and {{start_offset}}")
     assert refused({**base, "format.output.type": "orc"}) == \
         "cannot import format.output.type='orc': allowed: csv, json, jsonl, avro, parquet"
-    assert refused({**base, "aws.s3.prefix": "x/{{utc_date}}/"}).startswith(
-        "cannot import aws.s3.prefix='x/{{utc_date}}/': a fixed prefix")
+    assert refused({**base, "aws.s3.prefix": "x/{{timestamp}}/"}) == (
+        "cannot import aws.s3.prefix='x/{{timestamp}}/': placeholders {{utc_date}} and {{local_date}} only, not "
+        "timestamp")
     assert one({**base, "format.output.type": "avro"}).codec == "deflate"  # the sink's default gzip, in Avro
     assert refused({**base, "format.output.type": "jsonl", "file.compression.type": "snappy"}) == \
         "cannot import file.compression.type='snappy': for format jsonl: allowed none, gzip, zstd"
@@ -340,3 +341,94 @@ def test_sasl_and_other_secrets_are_never_copied():
     assert "some.plugin.password: not copied (a secret)" in text
     msg = refused({**cfg, "flush.size": "many"})
     assert msg == "cannot import flush.size='many': an integer >= 1 is needed"
+
+
+# --- --take-over --------------------------------------------------------------------------------------------------
+
+def settings_of(cfg: dict | str, **kw):
+    return parse_settings(yaml.safe_load(import_connect(cfg if isinstance(cfg, str) else json.dumps(cfg),
+                                                        take_over_group=True, **kw)))
+
+
+def test_take_over_starts_at_the_connectors_group_and_reads_its_objects_back():
+    s = settings_of(CONFLUENT_COMPLETE)
+    [a] = s.archives
+    assert a.start_position.consumer_group == "connect-events-to-s3"
+    assert [(f.name, f.topic, f.archive, f.layout, f.format, f.partitioner, f.key_prefix) for f in s.foreign_sources] \
+        == [("events_to_s3_events_sink", "events", "events_to_s3", "confluent", "parquet", "time", "topics/"),
+            ("events_to_s3_transactions_sink", "transactions", "events_to_s3", "confluent", "parquet", "time",
+             "topics/")]
+    # the sink's names are read back by the foreign source
+    name = "topics/events/year=2024/month=01/day=15/hour=10/events+0+0000000000.snappy.parquet"
+    assert foreign_windows(s.foreign_sources[0], [name])[0].start == 0
+
+
+def test_take_over_maps_each_sinks_objects():
+    aiven = settings_of(AIVEN_GUIDE).foreign_sources[0]
+    assert (aiven.layout, aiven.prefix, aiven.format, aiven.fields, aiven.compression) == (
+        "aiven", "example-s3-sink/", "csv", ["value", "key", "timestamp"], "gzip")
+    lenses = settings_of("name=lsink\nconnect.s3.kcql=INSERT INTO b1b:backup SELECT * FROM car_speed STOREAS `JSON` "
+                         "PROPERTIES('store.envelope'=true)\n"
+                         "value.converter=org.apache.kafka.connect.json.JsonConverter\n"
+                         "connect.s3.compression.codec=GZIP\n").foreign_sources[0]
+    assert (lenses.layout, lenses.key_prefix, lenses.format, lenses.stores_envelope, lenses.compression,
+            lenses.value_encoding, lenses.key_encoding) == ("lenses", "backup/", "json", True, "gzip", "none",
+                                                            "base64")
+    csv = settings_of("name=c\nconnect.s3.kcql=INSERT INTO b1b SELECT * FROM t STOREAS `CSV_WITHHEADERS`\n")
+    assert (csv.foreign_sources[0].format, csv.foreign_sources[0].csv_header) == ("csv", True)
+    group = settings_of({**CONFLUENT_COMPLETE["config"], "name": "x", "consumer.override.group.id": "my-group"})
+    assert group.archives[0].start_position.consumer_group == "my-group"
+
+
+def test_take_over_refuses_what_it_cannot_continue():
+    def refused_take_over(cfg: dict | str) -> str:
+        with pytest.raises(UnsupportedConnectConfig) as e:
+            import_connect(cfg if isinstance(cfg, str) else json.dumps(cfg), take_over_group=True)
+        return str(e.value)
+
+    assert refused_take_over({k: v for k, v in CONFLUENT_COMPLETE["config"].items()}) == (
+        "cannot import name=None: --take-over needs the connector's name: its consumer group is connect-<name> (or "
+        "give consumer.override.group.id)")
+    regex = {**CONFLUENT_COMPLETE["config"], "name": "n", "topics.regex": "ev.*"}
+    del regex["topics"]
+    assert "--take-over needs the topics listed" in refused_take_over(regex)
+
+
+# --- sink-compatible output ---------------------------------------------------------------------------------------
+
+AIVEN = {"connector.class": "io.aiven.kafka.connect.s3.AivenKafkaConnectS3SinkConnector", "topics": "orders",
+         "aws.s3.bucket.name": "bkt"}
+
+
+def test_aiven_value_encoding_none_and_dated_prefixes():
+    a = one({**AIVEN, "format.output.type": "jsonl", "format.output.fields": "key,value,offset",
+             "format.output.fields.value.encoding": "none", "aws.s3.prefix": "raw/{{utc_date}}/"})
+    assert (a.sink_output.value, a.prefix, a.restorable) == ("json", "raw/", False)
+    # the date directory is the record's date (UTC), in front of the sink's template
+    assert key(a, "orders", timestamp_us=1_705_363_199_000_000) == "raw/2024-01-15/orders-3-1000.gz"
+    c = one({**AIVEN, "format.output.fields": "offset,value", "format.output.fields.value.encoding": "none",
+             "aws.s3.prefix": "p-{{local_date}}", "file.name.timestamp.timezone": "Europe/Berlin"})
+    assert (c.sink_output.value, c.prefix, c.layout.timezone) == ("text", "", "Europe/Berlin")
+    assert key(c, "orders", timestamp_us=1_705_363_199_000_000) == "p-2024-01-16orders-3-1000.gz"
+    # value.encoding none with value not last: values stay base64 (a raw one could hold commas)
+    text = import_connect(json.dumps({**AIVEN, "format.output.fields": "value,offset",
+                                      "format.output.fields.value.encoding": "none"}))
+    assert "values stay base64" in text and "sink_output" not in text.split("archives:")[1].split("#")[0]
+
+
+def test_confluent_and_lenses_tombstones_levels_and_brotli():
+    conf = {**CONFLUENT_COMPLETE["config"], "behavior.on.null.values": "ignore", "parquet.codec": "brotli"}
+    a = one(conf)
+    assert (a.sink_output.skip_tombstones, a.compression, a.layout.extension) == (True, "brotli", ".br.parquet")
+    j = one({"connector.class": "io.confluent.connect.s3.S3SinkConnector", "topics": "t", "s3.bucket.name": "bkt",
+             "flush.size": "10", "format.class": "io.confluent.connect.s3.format.json.JsonFormat",
+             "s3.compression.type": "gzip", "s3.compression.level": "9"})
+    assert (j.compression, j.compression_level) == ("gzip", 9)
+    assert refused({**conf, "behavior.on.null.values": "drop"}) == (
+        "cannot import behavior.on.null.values='drop': allowed: fail, ignore, write")
+    lenses = one("name=l\nconnect.s3.kcql=INSERT INTO b1b:p SELECT * FROM t STOREAS `PARQUET`\n"
+                 "connect.s3.compression.codec=BROTLI\nconnect.s3.compression.level=9\n"
+                 "connect.s3.skip.null.values=true\n")
+    assert (lenses.compression, lenses.compression_level, lenses.sink_output.skip_tombstones) == ("brotli", 9, True)
+    csv_headers = one("INSERT INTO b1b:p SELECT * FROM t STOREAS `CSV_WITHHEADERS`")
+    assert csv_headers.sink_output.csv_header and csv_headers.restorable is False

@@ -140,3 +140,34 @@ def test_retries_freshness_and_consumer_group_are_checked():
     assert cfg(consumer_group_offsets=False).group_id is None
     assert "freshness_factor" in err(freshness_factor=0.5) and "sensor_interval_seconds" in err(
         sensor_interval_seconds=1)
+
+
+# --- sink-compatible output --------------------------------------------------------------------------------------
+
+def test_sink_output_is_lossy_but_a_header_row_or_a_level_is_not():
+    assert not cfg(format="jsonl", sink_output={"value": "json"}).restorable
+    assert not cfg(sink_output={"skip_tombstones": True}).restorable
+    assert cfg(compression="brotli", compression_level=11).restorable
+    assert cfg(format="jsonl", compression="gzip", compression_level=1).restorable
+    o = Output.of(cfg(format="csv", csv_fields=["key", "value"], compression="zstd", compression_level=22,
+                      sink_output={"value": "text", "csv_header": True, "skip_tombstones": True}))
+    assert (o.value_as, o.csv_header, o.skip_tombstones, o.codec_level) == ("text", True, True, 22)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"format": "parquet", "sink_output": {"value": "json"}}, "sink_output.value: json applies to formats jsonl "
+                                                              "and json, not 'parquet'"),
+    ({"format": "jsonl", "sink_output": {"value": "text"}}, "sink_output.value: text applies to format csv"),
+    ({"format": "jsonl", "envelope": {"value": False}, "sink_output": {"value": "json"}}, "envelope.value is off"),
+    ({"format": "csv", "csv_fields": ["value", "key"], "sink_output": {"value": "text"}},
+     "needs value as the last of csv_fields"),
+    ({"format": "jsonl", "sink_output": {"csv_header": True}}, "sink_output.csv_header applies to format csv"),
+    ({"format": "iceberg", "sink_output": {"skip_tombstones": True}}, "does not apply to format 'iceberg'"),
+    ({"compression": "snappy", "compression_level": 3}, "codec 'snappy' of format 'parquet' takes no level"),
+    ({"format": "jsonl", "compression": "gzip", "compression_level": 10}, "gzip takes 1-9, got 10"),
+    ({"compression": "brotli", "compression_level": 12}, "brotli takes 0-11, got 12"),
+    ({"format": "jsonl", "compression_level": 3}, "codec 'none' of format 'jsonl' takes no level"),
+    ({"sink_output": {"value": "hex"}}, "sink_output.value"),
+])
+def test_sink_output_options_are_checked(kw, message):
+    assert message in err(**kw)

@@ -16,6 +16,7 @@ from s3_archive.keys.foreign_keys import (
     aiven_render,
     aiven_template,
     confluent_parse,
+    lenses_parse,
 )
 from s3_archive.keys.template import InvalidTemplate, Placeholder, parse_template
 from s3_archive_tests.unit.keys.test_template import all_parses
@@ -151,9 +152,13 @@ def test_the_parsers_refuse_numbers_beyond_kafkas_ranges_themselves(name, messag
     confluent = f"t/partition={partition}/t+{partition}+{start}.avro"
     with pytest.raises(NameOutOfRange, match=re.escape(message)):
         confluent_parse("t", "avro", False, confluent)
+    with pytest.raises(NameOutOfRange, match=re.escape(message)):
+        lenses_parse("t", "avro", False, f"t/{partition}/{start}.avro")
     # The largest numbers Kafka has still parse: which of them a restore can use is the planner's business.
     assert aiven_parse(aiven_template("{{topic}}-{{partition}}-{{start_offset}}"),
                        "t-2147483647-9223372036854775807") == {
         "topic": "t", "partition": 2147483647, "start_offset": 9223372036854775807}
-    assert confluent_parse("t", "avro", False, "t/partition=2147483647/t+2147483647+9223372036854775807.avro") == (
-        2147483647, 9223372036854775807, "values")
+    got = confluent_parse("t", "avro", False, "t/partition=2147483647/t+2147483647+9223372036854775807.avro")
+    assert (got.partition, got.offset, got.kind) == (2147483647, 9223372036854775807, "values")
+    got = lenses_parse("t", "avro", False, "t/2147483647/9223372036854775807.avro")
+    assert (got.partition, got.offset) == (2147483647, 9223372036854775807)

@@ -80,7 +80,7 @@ def test_plan_refuses_two_objects_for_one_start_offset():
         plan(s, [ListedObject("orders-0-5-01", 1), ListedObject("orders-0-5-02", 1)])
 
 
-def test_confluent_plan_pairs_keys_files_and_skips_headers_files():
+def test_confluent_plan_pairs_keys_and_headers_files():
     s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="avro")
     base = "topics/orders/partition=2/orders+2+"
     listing = [ListedObject(base + k, 1) for k in [
@@ -88,9 +88,11 @@ def test_confluent_plan_pairs_keys_files_and_skips_headers_files():
         "0000000020.json"]] + [ListedObject("topics/orders/partition=3/orders+2+0000000000.avro", 1),
                                ListedObject("topics/orders/year=2024/orders+0+0000000000.avro", 1)]
     p = plan(s, listing)
-    assert [(fw.window.start, fw.window.end, fw.keys_obj is not None) for fw in p.windows] == [
-        (0, 10, True), (10, MAX_OFFSET, False)]
-    assert len(p.ignored) == 4
+    assert [(fw.window.start, fw.window.end, fw.keys is not None, fw.headers is not None) for fw in p.windows] == [
+        (0, 10, True, True), (10, MAX_OFFSET, False, False)]
+    # a .json values object (the source is avro), a partition directory that is not the name's, another
+    # partitioner's directory
+    assert len(p.ignored) == 3
 
 
 @pytest.mark.parametrize("source, prefix, names", [
@@ -255,8 +257,8 @@ def test_garbage_is_reported_with_the_object():
 def test_confluent_json_and_bytes_values():
     fw = plan(ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json"),
               [ListedObject("topics/orders/partition=0/orders+0+0000000010.json", 1)]).windows[0]
-    s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json")
+    s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="json", value_encoding="none")
     got = list(numbered(Decoder(s).decode(b'{"a": 1}\n"x"\n', "o"), fw.window, "o", ArchivedRecord))
-    assert [(r.offset, r.value, r.timestamp_ms) for r in got] == [(10, b'{"a": 1}', -1), (11, b'"x"', -1)]
+    assert [(r.offset, r.value, r.timestamp_ms) for r in got] == [(10, b'{"a": 1}', -1), (11, b"x", -1)]
     s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="bytes", line_separator="|")
     assert [v for _, _, v, _, _ in Decoder(s).decode(b"a|b||c|", "o")] == [b"a", b"b", b"", b"c"]

@@ -27,6 +27,7 @@ def test_metadata_is_read_from_the_manifest(name):
         "absent_offsets": d["absent_offset_count"], "lost_offsets": sum(b - a for a, b in d["lost_offsets"]),
         "undecodable_records": d.get("undecodable_records", 0), "seconds": 2.0,
         "unplaceable_records": d.get("unplaceable_records", 0), "skipped_records": d.get("skipped_records", 0),
+        "tombstones_skipped": d.get("tombstones_skipped", 0),
         "records_per_second": round(d["record_count"] / 2.0, 1), "manifest": "s3://b/k.json",
         "bytes": d["bytes_written"], "lag_seconds": round(
             datetime.fromisoformat(d["committed_at"]).timestamp() - d["max_timestamp_ms"] / 1000, 3)}

@@ -253,3 +253,30 @@ def test_records_the_layout_cannot_place_are_skipped_counted_or_fail_the_slice(p
         assert stats["first_unplaceable_offset"] == 0
     else:
         assert stats["unplaceable"] == 2 and not [r for r in rows if r["kind"] == "object"]
+
+
+def test_skipped_tombstones_are_counted_not_written_and_not_absent():
+    w = OffsetWindow(0, 10, 16)
+    batches = _batches(list(range(10, 16)), [1] * 6, [2, 4])
+    tombs = [False, True, True, False, False, True]
+    batches = [b.append_column("_tomb", pa.array(tombs[b.column("_offset")[0].as_py() - 10:][:b.num_rows]))
+               for b in batches]
+    rows = _run(_job(w, skip_tombstones=True), batches)
+    [stats] = [r for r in rows if r["kind"] == "slice"]
+    assert (stats["records"], stats["tombstones_skipped"], stats["absent"]) == (6, 3, "[]")
+    [(key, data)] = FakeUpload.store.items()
+    assert [json.loads(line)["o"] for line in data.splitlines()] == [10, 13, 14]
+    assert window_stats([Slice(w, 10, 16)], rows).tombstones_skipped == 3
+
+
+def test_csv_header_row_and_gzip_level_per_object():
+    import gzip
+
+    w = OffsetWindow(0, 0, 5)
+    job = replace(_job(w, "csv", max_records=2, layout=None),
+                  fmt=FormatPlan("csv", "gzip", ".csv.gz", header=b"offset,value", level=1))
+    _run(job, _batches(list(range(5)), [1] * 5, [3]))
+    assert len(FakeUpload.store) == 3
+    for data in FakeUpload.store.values():
+        assert data[8] == 4  # gzip header XFL 4: the fastest compression (level 1)
+        assert gzip.decompress(data).startswith(b"offset,value\n{")
