@@ -195,8 +195,10 @@ def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archiv
     earliest = kafka.offsets(topic, "earliest", parts)
     latest = kafka.offsets(topic, "latest", parts)
     out = Output.of(cfg)
-    per_window, min_slice = (_tasks_per_window(spark, out, len(todo)) if splittable(cfg.layout, out.rotates, cfg.format)
-                             else (1, 1))
+    from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
+
+    min_partitions = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
+    split = splittable(cfg.layout, out.rotates, cfg.format)
     pending: list[_Pending] = []
     for w in todo:
         try:
@@ -208,7 +210,7 @@ def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archiv
             if earliest[w.partition] > w.start:
                 lost.append(_loss(cfg, topic, w, min(earliest[w.partition], w.end), earliest[w.partition], log))
                 read_start = lost[0][1]
-            count = min(per_window, max(1, (w.end - read_start) // min_slice))
+            count = slice_count(out, min_partitions, w.end - read_start) if split else 1
             slices = slices_of(w, read_start, count) if read_start < w.end else []
             pending.append(_Pending(w, read_start, lost, slices))
         except Exception as e:
@@ -264,31 +266,22 @@ def _decode_plan(registry: RegistryConnection | None, out: Output, topic: str) -
     return decode_plan(registry, out, topic)
 
 
-# read_path librdkafka: a run of fewer windows than SLICES_PER_SLOT x the session's task slots splits each window
-# into slices of at least MIN_SLICE_RECORDS offsets, so that every slot reads (docs/performance.md, "Slices").
-SLICES_PER_SLOT = 2
-MIN_SLICE_RECORDS = 20_000
+# read_path librdkafka: a window is cut into one slice per SLICE_RECORDS offsets, at most MAX_SLICES, so that a run
+# of few windows still keeps every core reading (docs/performance.md, "Slices").
+SLICE_RECORDS = 40_000
+MAX_SLICES = 4
 
 
-def _tasks_per_window(spark: Any, out: Output, windows: int) -> tuple[int, int]:
-    """The tasks (and objects) a window may be split into, and the fewest offsets a slice has:
-    SparkResource.kafka_min_partitions when set; else with read_path librdkafka enough for the session's task
-    slots; else one."""
-    from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
-
-    value = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
-    if value:
-        return int(value), 1
+def slice_count(out: Output, min_partitions: str | None, offsets: int) -> int:
+    """The slices (tasks, objects) a splittable window of `offsets` offsets is cut into:
+    SparkResource.kafka_min_partitions when set; with read_path librdkafka one per SLICE_RECORDS, at most
+    MAX_SLICES; else one. A function of the window and the settings only, never of the run it is in: every attempt
+    of a window (a re-run, a concurrent run of other windows) cuts it alike and writes the same objects."""
+    if min_partitions:
+        return int(min_partitions)
     if out.read_path != "librdkafka":
-        return 1, 1
-    return max(1, -(-_task_slots(spark) * SLICES_PER_SLOT // max(1, windows))), MIN_SLICE_RECORDS
-
-
-def _task_slots(spark: Any) -> int:
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext: the server's setting, if the client may read it
-        return int(spark.conf.get("spark.default.parallelism", None) or 1)
+        return 1
+    return max(1, min(MAX_SLICES, offsets // SLICE_RECORDS))
 
 
 def _task_reads(kafka: KafkaResource) -> Any:
