@@ -37,11 +37,17 @@ def foreign_asset_key(name: str) -> dg.AssetKey:
 def build_foreign_restore_asset(source: ForeignSource, successor: ArchiveConfig | None = None,
                                 ) -> dg.AssetsDefinition:
     """`successor`: the archive that took over from the sink (`source.archive`); a run restores the sink's objects,
-    then the archive's committed windows of the topic, in one order and under one ledger."""
+    then the archive's committed windows of the topic, in one order and under one ledger. An archive that is not
+    restorable (a lossy format or sink_output) is not chained: the run restores the sink's objects only."""
     where = f"s3://{source.bucket}/{source.key_prefix}"
-    then = (f" Then the windows archive {successor.name!r} wrote since it took over from the sink "
-            f"(s3://{successor.bucket}/{successor.prefix}), so one run restores the topic's whole history."
-            if successor is not None else "")
+    if successor is not None and not successor.restorable:
+        then = (f" Archive {successor.name!r}, which took over from the sink, is not restorable (format "
+                f"{successor.format!r}, or a lossy sink_output), so a run restores the sink's objects only.")
+        successor = None
+    else:
+        then = (f" Then the windows archive {successor.name!r} wrote since it took over from the sink "
+                f"(s3://{successor.bucket}/{successor.prefix}), so one run restores the topic's whole history."
+                if successor is not None else "")
 
     @dg.asset(
         key=foreign_asset_key(source.name),
