@@ -381,8 +381,10 @@ def test_a_follow_target_mirrors_each_new_window_byte_exact_with_no_manual_step(
                 break
             assert time.monotonic() < deadline, f"the follow sensor did not restore {windows} within 240 s"
             time.sleep(3)
-        # Every record once, in order, byte for byte (key, value, timestamp).
+        # Every record once, in order, byte for byte: key, value, timestamp and headers (put_jsonl_window's one
+        # header `o`: the offset's digits).
         assert {p: [(g.key, g.value, g.timestamp_ms) for g in got.get(p, [])] for p in (0, 1)} == expected
+        assert all(g.headers == (("o", g.key[1:]),) for p in (0, 1) for g in got.get(p, []))
 
     sensors = graphql(url, """{ sensorsOrError(repositorySelector: {repositoryLocationName: "s3_archive",
         repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }""")
