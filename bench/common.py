@@ -51,6 +51,21 @@ def status_kb(pid: int | str, field: str) -> int:
     return 0
 
 
+def descendants(root: int) -> list[int]:
+    """The processes below `root` (its children, theirs, ...), from the PPid of every process in /proc."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            ppid = status_kb(d.name, "PPid")  # not a kB field, but a number in the same place
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
 class RssSampler:
     """Samples a process's resident set every `every_s` (VmHWM is the lifetime peak; the sampled max is this span's).
     `pid()` is asked at every sample: the process may start during the span."""

@@ -23,5 +23,6 @@ def peakmem_by_window_size(s: Setup, one_topic: str) -> tuple[int, dict[int, dic
         wl.empty_prefix(s.s3, BUCKET, f"fresh-{mult}x/")
         say(f"memory {mult}x: window of {base * mult:,} records ({base * mult * wl.record_bytes() / 1e6:.0f} MB)"
             f": JVM peak RSS {out['jvm_peak_mb']:.0f} MB (sampled max {out['jvm_rss_max_mb']:.0f} MB), Python "
-            f"driver peak {out['python_peak_mb']:.0f} MB, {out['seconds']:.1f}s")
+            f"driver peak {out['python_peak_mb']:.0f} MB, PySpark worker peak {out.get('workers_peak_mb', 0):.0f} MB, "
+            f"{out['seconds']:.1f}s")
     return base, memory

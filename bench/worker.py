@@ -22,7 +22,7 @@ import dagster as dg
 
 import s3_archive.archive.driver.coordinator as archive_mod
 import s3_archive.defs.archive.assets as assets_mod
-from bench.common import RESULT, RssSampler, process_start, status_kb
+from bench.common import RESULT, RssSampler, descendants, process_start, status_kb
 from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor
@@ -218,8 +218,9 @@ class Worker:
     def cmd_fresh(self, one_topic: str, prefix: str, topic: str, partition: int, records: int) -> dict[str, Any]:
         """In this fresh process: a one-record window with the Spark session starting inside the run (as in a
         deployed run: one process per run), a second one-record window with the session warm (the run overhead),
-        then one window of `records` records: the JVM's peak resident set (driver = executors in local mode) and
-        the Python driver's."""
+        then one window of `records` records: the JVM's peak resident set (driver = executors in local mode), the
+        Python driver's, and the largest of the PySpark workers' (the write tasks: with read_path librdkafka they
+        hold the records, not the JVM)."""
         cold = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 0, 1)])
         warm = self.materialize(self.config(one_topic, prefix), one_topic, [OffsetWindow(0, 1, 2)])
         assert cold["records"] == warm["records"] == 1, (cold, warm)
@@ -229,7 +230,9 @@ class Worker:
             out = self.materialize(self.config(topic, prefix), topic, [OffsetWindow(partition, 0, records)])
         return out | {"cold_s": cold["seconds"], "warm_s": warm["seconds"], "jvm_peak_before_mb": before,
                       "jvm_peak_mb": status_kb(pid, "VmHWM") / 1024 if pid else 0.0,
-                      "jvm_rss_max_mb": rss.max_kb / 1024, "python_peak_mb": status_kb("self", "VmHWM") / 1024}
+                      "jvm_rss_max_mb": rss.max_kb / 1024, "python_peak_mb": status_kb("self", "VmHWM") / 1024,
+                      "workers_peak_mb": max((status_kb(p, "VmHWM") for p in descendants(pid)), default=0) / 1024
+                      if pid else 0.0}
 
     def cmd_catchup(self, topic: str, prefix: str, window_records: int) -> dict[str, Any]:
         """100 windows behind: one tick of the offsets sensor cuts them and requests runs of windows_per_run

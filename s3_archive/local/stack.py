@@ -201,7 +201,8 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
         _save(root, state)
     if schema_registry and state.schema_registry_url is None:
-        registry = SchemaRegistryServer(root / "schema-registry", port=schema_registry_port, detached=True)
+        registry = SchemaRegistryServer(root / "schema-registry", port=schema_registry_port, detached=True,
+                                        persistent=True)
         registry.start()
         state.schema_registry_url, state.schema_registry_pid = registry.url, registry.proc.pid
         _save(root, state)

@@ -105,3 +105,33 @@ def test_the_demo_refuses_to_start_when_committed_windows_are_not_in_the_bucket(
 
     s3.put_object(Bucket=services.bucket, Key=manifest_key(prefix, topic, windows[1]), Body=b"{}")
     check_consistent(instance, s3, [cfg], Path("/x/dagster_home"))
+
+
+def test_the_local_stacks_schema_registry_keeps_its_schemas_across_a_restart(tmp_path):
+    """`local up --schema-registry` keeps the registry's schemas in a file, as the broker and the bucket keep theirs:
+    a schema registered before a restart has the same id after it; the tests' registries (in memory) do not."""
+    import urllib.request
+
+    from s3_archive.local.registry_server import SchemaRegistryServer
+
+    schema = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]})
+
+    def call(url: str, body: dict | None = None) -> object:
+        req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    server = SchemaRegistryServer(tmp_path / "schema-registry", persistent=True)
+    server.start()
+    try:
+        registered = call(f"{server.url}/subjects/orders-value/versions", {"schema": schema})["id"]
+    finally:
+        server.stop()
+    again = SchemaRegistryServer(tmp_path / "schema-registry", persistent=True)
+    again.start()
+    try:
+        assert call(f"{again.url}/subjects") == ["orders-value"]
+        assert call(f"{again.url}/subjects/orders-value/versions/latest")["id"] == registered
+    finally:
+        again.stop()
