@@ -65,8 +65,13 @@ def produce(kafka: KafkaResource, topic: str, records: list[tuple[int, bytes | N
         return report
 
     for i, (partition, key, value, headers) in enumerate(records):
-        producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
-                         on_delivery=done(headers), timestamp=timestamps[i] if timestamps else 0)
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
+                                 on_delivery=done(headers), timestamp=timestamps[i] if timestamps else 0)
+                break
+            except BufferError:  # the producer's queue is full (a broker still starting): let it drain
+                producer.poll(0.5)
         producer.poll(0)
     producer.flush(60)
     assert not errors, errors

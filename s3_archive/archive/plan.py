@@ -73,7 +73,13 @@ def window_size(flush: FlushPolicy, bytes_per_record: float | None) -> tuple[int
         return flush.count, "count"
     # At least 1 byte per record: empty records still cost something, and it keeps the division finite.
     bpr = max(1.0, DEFAULT_BYTES_PER_RECORD if bytes_per_record is None else bytes_per_record)
-    by_bytes = max(1, math.floor(flush.bytes / bpr))
+    by_bytes = math.floor(flush.bytes / bpr)
+    # The division rounds: the largest count whose estimate fits is one off when bpr x count is exactly the cap.
+    while (by_bytes + 1) * bpr <= flush.bytes:
+        by_bytes += 1
+    while by_bytes > 1 and by_bytes * bpr > flush.bytes:
+        by_bytes -= 1
+    by_bytes = max(1, by_bytes)
     return (flush.count, "count") if flush.count <= by_bytes else (by_bytes, "bytes")
 
 

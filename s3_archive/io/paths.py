@@ -13,7 +13,7 @@ from pathlib import Path
 
 from s3_archive.model.errors import MissingJars
 
-JAR_GROUPS = ("kafka-broker", "spark", "iceberg")
+JAR_GROUPS = ("kafka-broker", "kafka-tools", "spark", "iceberg")  # kafka-tools: Kafka's own command-line tools (tests)
 
 
 def home() -> Path:

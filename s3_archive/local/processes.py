@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -70,6 +71,18 @@ def tied_to_parent(cmd: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
 
 
+@functools.cache
+def _default_sigterm() -> list[str]:
+    """A prefix that runs a command with SIGTERM's default action: coreutils' `env --default-signal` (8.31+). A
+    signal a process ignores stays ignored in every program it executes, and some library in a long test session
+    can leave SIGTERM ignored: a server started from it would ignore `stop_pid` and the parent-death signal."""
+    env = shutil.which("env")
+    if env is None:
+        return []
+    ok = subprocess.run([env, "--default-signal=TERM", "true"], capture_output=True).returncode == 0
+    return [env, "--default-signal=TERM"] if ok else []
+
+
 def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None, detached: bool = False,
           ) -> subprocess.Popen:
     """Start a child in its own session (so stopping it also stops its children) with output to a log file.
@@ -77,6 +90,7 @@ def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None, detached
     session or benchmark killed before its teardown leaves no server behind. One started from another thread is
     not (the signal would come when that thread ends, e.g. a test's thread restarting a broker). `s3-archive
     local up` starts detached servers, which outlive it."""
+    cmd = [*_default_sigterm(), *cmd]
     if not detached and threading.current_thread() is threading.main_thread():
         cmd = tied_to_parent(cmd)
     log.parent.mkdir(parents=True, exist_ok=True)

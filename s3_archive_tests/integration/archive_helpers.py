@@ -12,6 +12,7 @@ from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.io.s3 import list_objects, read_manifest
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import STAGING, manifest_key
+from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.kafka_helpers import Rec, jsonl_records, parquet_records
@@ -78,5 +79,5 @@ def staging_objects(s3, cfg: ArchiveConfig, topic: str) -> list[str]:
     return [o["Key"] for o in list_objects(s3, cfg.bucket, f"{cfg.prefix}{STAGING}/{topic}/")]
 
 
-def manifest(s3, cfg: ArchiveConfig, topic: str, window: OffsetWindow) -> dict | None:
+def manifest(s3, cfg: ArchiveConfig, topic: str, window: OffsetWindow) -> Manifest | None:
     return read_manifest(s3, cfg.bucket, manifest_key(cfg.prefix, topic, window))

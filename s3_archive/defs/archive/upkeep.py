@@ -262,7 +262,8 @@ def sweep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clien
             cursor.sweep = topic
             break
         tail = cursor.tails.get(topic)
-        if tail is None or not tail.next:
+        if tail is None or not tail.next:  # no window yet: nothing to lose, and nothing to list
+            out.verdicts[topic] = health.manifests_verdict(cfg, topic, [], set(), 0)
             continue
         retired = read_retired(context.instance, topic)
         opens = open_windows(cursor, topic)

@@ -178,7 +178,7 @@ def secured(secure_services: SecureServices, tmp_path_factory) -> Iterator[Secur
         cfg = resolve_topic_patterns(load_settings(config), {"secured": [topic]}).archives[0]
         sensor = defs.get_repository_def().get_sensor_def(sensor_name(cfg))
         with dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs,
-                                     resources={"kafka": defs.resources["kafka"]}) as context:
+                                     resources={"kafka": defs.resources["kafka"], "s3": defs.resources["s3"]}) as context:
             data = sensor.evaluate_tick(context)
         windows = []
         for req in data.dynamic_partitions_requests:  # as the daemon does before it launches the runs
@@ -259,7 +259,7 @@ def test_a_wrong_password_is_one_clear_error_for_the_sensor_a_run_and_a_restore(
         defs = load_defs()
     sensor = defs.get_repository_def().get_sensor_def(sensor_name(s.cfg))
     with dg.build_sensor_context(instance_ref=s.instance.get_ref(), definitions=defs,
-                                 resources={"kafka": wrong}) as context, pytest.raises(Exception) as tick:
+                                 resources={"kafka": wrong, "s3": defs.resources["s3"]}) as context, pytest.raises(Exception) as tick:
         sensor.evaluate_tick(context)
     refused(error_text(tick.value), s.secure)
 

@@ -1,7 +1,7 @@
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from s3_archive.archive.plan import (
@@ -213,6 +213,7 @@ def test_planning_is_deterministic_whatever_the_order_of_partitions(data, limit,
 
 @PROPS
 @given(st.integers(1, 10**6), st.none() | st.integers(1, 10**8), st.none() | st.floats(0, 10**6))
+@example(15490, 17039, 1.1)  # 17039 / 1.1 rounds down to 15489.99…, yet 15490 x 1.1 fits the cap
 def test_window_size_respects_count_and_byte_caps_and_is_the_largest_that_does(count, cap, bpr):
     size, reason = window_size(FlushPolicy(count=count, bytes=cap), bpr)
     assert 1 <= size <= count

@@ -57,6 +57,8 @@ from s3_archive.local.processes import spawn
 log = Path(sys.argv[1])
 if sys.argv[2] == "blocked":  # as a library's thread code can leave the spawning thread
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+if sys.argv[2] == "ignored":  # as a process that ignores SIGTERM passes on to every program it executes
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
 tied, detached = spawn(sleeper, log), spawn(sleeper, log, detached=True)
 print(tied.pid, detached.pid, flush=True)
@@ -64,10 +66,11 @@ time.sleep(60)
 """
 
 
-@pytest.mark.parametrize("sigterm", ["unblocked", "blocked"])
+@pytest.mark.parametrize("sigterm", ["unblocked", "blocked", "ignored"])
 def test_a_spawned_child_dies_with_the_process_that_started_it_unless_detached(tmp_path, sigterm):
     # The process that spawns is killed as a timeout would kill a test session: no teardown runs. A SIGTERM blocked
-    # in the spawning thread must not reach the child (it would ignore the parent-death signal and `stop_pid`).
+    # in the spawning thread, or ignored by the spawning process, must not reach the child as such (it would ignore
+    # the parent-death signal and `stop_pid`).
     middle = subprocess.Popen([sys.executable, "-c", _MIDDLE, str(tmp_path / "log"), sigterm],
                               stdout=subprocess.PIPE, text=True)
     tied, detached = (int(p) for p in middle.stdout.readline().split())
