@@ -122,7 +122,7 @@ def time_offsets_ticks(kafka: KafkaResource, s3_endpoint: str, settings: Any, kn
             for req in result.dynamic_partitions_requests or []:  # as the daemon does
                 instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
             cut = sum(len(r.partition_keys) for r in result.dynamic_partitions_requests or [])
-            out[name.replace("_s", "_windows")] = cut
+            out[name.removesuffix("_s") + "_windows"] = cut
             say(f"offsets sensor tick ({name}): {out[name]:.2f}s, {cut} windows cut")
             cursor = result.cursor
     return out
@@ -179,17 +179,24 @@ def run(kafka: KafkaResource, s3_endpoint: str, topics: int = MANY_TOPICS) -> di
         home = Path(tmp)
         (home / "archives.yaml").write_text(yaml.safe_dump(config()))
         (home / "dagster_home").mkdir()
-        os.environ["S3_ARCHIVE_STATE_DIR"] = str(home / "state")
-        env = {**os.environ, "S3_ARCHIVE_CONFIG": str(home / "archives.yaml"),
-               "S3_ARCHIVE_STATE_DIR": str(home / "state"), "DAGSTER_HOME": str(home / "dagster_home"),
-               "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
-               "S3_ARCHIVE_S3_ENDPOINT_URL": s3_endpoint}
-        settings = parse_settings(config())
-        out |= time_discovery(kafka, settings)
-        known = read_known_topics(home / "state" / "topics.json")
-        out |= time_definitions(env)
-        out |= time_offsets_ticks(kafka, s3_endpoint, settings, known)
-        out |= time_catalog(env, home)
+        before = os.environ.get("S3_ARCHIVE_STATE_DIR")
+        os.environ["S3_ARCHIVE_STATE_DIR"] = str(home / "state")  # the discovery tick runs in this process
+        try:
+            env = {**os.environ, "S3_ARCHIVE_CONFIG": str(home / "archives.yaml"),
+                   "S3_ARCHIVE_STATE_DIR": str(home / "state"), "DAGSTER_HOME": str(home / "dagster_home"),
+                   "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+                   "S3_ARCHIVE_S3_ENDPOINT_URL": s3_endpoint}
+            settings = parse_settings(config())
+            out |= time_discovery(kafka, settings)
+            known = read_known_topics(home / "state" / "topics.json")
+            out |= time_definitions(env)
+            out |= time_offsets_ticks(kafka, s3_endpoint, settings, known)
+            out |= time_catalog(env, home)
+        finally:
+            if before is None:
+                os.environ.pop("S3_ARCHIVE_STATE_DIR", None)
+            else:
+                os.environ["S3_ARCHIVE_STATE_DIR"] = before
     return out
 
 

@@ -42,8 +42,8 @@ class Retries(StrictModel):
     retried."""
 
     max: int = Field(default=3, ge=0, le=10, description="retries of a failed run's step, in the same run")
-    backoff_seconds: float = Field(default=30, ge=0, le=3600, description="delay before the first retry; doubled "
-                                                                          "for each next one, +/- half at random")
+    backoff_seconds: float = Field(default=30, ge=0, le=3600, description="delay before the first retry; the n-th "
+                                                                          "after (2^n - 1) x this, +/- this at random")
     reruns: int = Field(default=2, ge=0, le=10, description="times the offsets sensor requests again the windows "
                                                             "of a run that failed after its retries")
 
@@ -68,7 +68,7 @@ class ArchiveConfig(StrictModel):
     compression: str | None = Field(default=None, description="None: the format's default codec")
     compression_level: int | None = Field(
         default=None, description="gzip 1-9, zstd 1-22, brotli 0-11 (parquet), deflate 1-9 (avro); None: the "
-                                  "codec's default (gzip 6)")
+                                  "library's default (text formats gzip 6, zstd 3; parquet pyarrow's)")
     sink_output: SinkOutput = Field(default=SinkOutput(), description="objects shaped as a Kafka Connect sink "
                                                                       "writes them (lossy; docs/formats.md)")
     csv_fields: list[Literal["key", "value", "offset", "timestamp", "headers"]] = Field(

@@ -48,8 +48,8 @@ def _where_to_look(cfg: ArchiveConfig, topic: str) -> str:
 
 
 def retry_policy(retries: Retries) -> dg.RetryPolicy | None:
-    """The step's retries: backoff_seconds, then twice that, and so on, each +/- half at random (so the runs of many
-    windows failed by one outage do not all come back at once)."""
+    """The step's retries: the n-th after (2^n - 1) x backoff_seconds, each +/- backoff_seconds at random (so the
+    runs of many windows failed by one outage do not all come back at once)."""
     if retries.max == 0:
         return None
     return dg.RetryPolicy(max_retries=retries.max, delay=retries.backoff_seconds, backoff=dg.Backoff.EXPONENTIAL,

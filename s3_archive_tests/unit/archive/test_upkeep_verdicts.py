@@ -43,7 +43,7 @@ def test_outages_and_throttling_are_retried(error):
 
 def test_a_failed_run_is_requested_again_after_the_steps_backoff_continued():
     r = Retries(max=3, backoff_seconds=30, reruns=2)
-    # The step waited 30, 60, 120 s; the run after it 240 s later, the next 480 s later.
+    # The step's retries waited 30, 90, 210 s (Dagster's exponential backoff); the sensor's reruns wait 240 s, 480 s.
     assert [rerun_delay(r, a) for a in (1, 2)] == [240, 480]
     assert rerun_delay(Retries(max=0, backoff_seconds=5), 1) == 5
     assert rerun_delay(Retries(max=10, backoff_seconds=3600), 10) == 86_400  # at most a day
