@@ -5,7 +5,9 @@ each with its key, value, headers and timestamp, plus context headers naming whe
 The ledger of what was published is the committed-offset metadata of the consumer group `<group>.dead-letters` on
 the archived topic's partition: the offset ranges of the windows published, written by the same transaction
 (`send_offsets_to_transaction`), so a window's dead letters and its ledger entry become visible together or not at
-all. A run that crashed in between, or a window run again, reads the ledger first and publishes nothing twice. One
+all. A run that crashed in between, or a window run again, reads the ledger first and publishes nothing twice. The
+ledger keeps the newest ranges that fit in LEDGER_BYTES (Kafka's `offset.metadata.max.bytes` is 4096 by default):
+a window older than those, run again, publishes its dead letters again. One
 `transactional.id` per archived partition: two runs publishing windows of one partition fence each other, and the
 one fenced reads the ledger again.
 
@@ -33,6 +35,7 @@ PARTITION_HEADER = "s3_archive.error.partition"
 OFFSET_HEADER = "s3_archive.error.offset"
 REASON_HEADER = "s3_archive.error.reason"
 ATTEMPTS = 5  # a fenced or failed transaction is tried again this many times, reading the ledger each time
+LEDGER_BYTES = 3_000  # the ledger's JSON, under the broker's offset.metadata.max.bytes (4096 by default)
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
@@ -51,10 +54,25 @@ def merged(ranges: list[list[int]], a: int, b: int) -> list[list[int]]:
     return out
 
 
-def reason(cfg: ArchiveConfig, value: bytes | None) -> str:
-    """Why a dead letter is one: its value does not decode as configured, or else the layout cannot place it."""
+def bounded(ranges: list[list[int]], log: Any, topic: str, partition: int) -> list[list[int]]:
+    """The newest of `ranges` whose JSON fits in LEDGER_BYTES."""
+    kept = list(ranges)
+    while len(kept) > 1 and len(json.dumps(kept)) > LEDGER_BYTES:
+        kept.pop(0)
+    if len(kept) < len(ranges):
+        log.warning(f"dead-letter ledger of {topic!r} partition {partition}: the {len(ranges) - len(kept)} oldest "
+                    f"ranges dropped to fit Kafka's offset metadata (from offset {kept[0][0]} on: a window before "
+                    "it, run again, publishes its dead letters again)")
+    return kept
+
+
+def reason(cfg: ArchiveConfig, value: bytes | None, stored: str | None = None) -> str:
+    """Why a dead letter is one: the reason the write task stored with it (Schema Registry decoding: the value's or
+    the key's), else its value does not decode as configured, else the layout cannot place it."""
+    if stored:
+        return stored
     decoding = cfg.value_decoding.type
-    if decoding != "bytes" and value is not None:
+    if decoding in ("utf8", "json") and value is not None:
         try:
             text = value.decode("utf-8")
         except UnicodeDecodeError:
@@ -69,7 +87,8 @@ def reason(cfg: ArchiveConfig, value: bytes | None) -> str:
 
 
 def dead_letter_records(s3: S3Client, cfg: ArchiveConfig, m: Manifest) -> list[tuple]:
-    """(offset, key, value, headers, timestamp ms) of the window's dead letters, in offset order."""
+    """(offset, key, value, headers, timestamp ms, stored reason or None) of the window's dead letters, in offset
+    order."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -81,7 +100,7 @@ def dead_letter_records(s3: S3Client, cfg: ArchiveConfig, m: Manifest) -> list[t
             ts = r.get("timestamp")
             ms = round(ts.timestamp() * 1000) if ts is not None else 0
             out.append((r["offset"], r.get("key"), r.get("value"),
-                        [(h["key"], h["value"]) for h in r.get("headers") or []], ms))
+                        [(h["key"], h["value"]) for h in r.get("headers") or []], ms, r.get("reason")))
     return sorted(out, key=lambda x: x[0])
 
 
@@ -110,11 +129,11 @@ def publish(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, 
             if any(a <= m.start_offset and m.end_offset <= b for a, b in ranges):
                 return 0
             producer.begin_transaction()
-            for offset, key, value, headers, ts in records:
+            for offset, key, value, headers, ts, why in records:
                 context = [(TOPIC_HEADER, topic.encode()), (PARTITION_HEADER, str(m.partition).encode()),
-                           (OFFSET_HEADER, str(offset).encode()), (REASON_HEADER, reason(cfg, value).encode())]
+                           (OFFSET_HEADER, str(offset).encode()), (REASON_HEADER, reason(cfg, value, why).encode())]
                 _produce(producer, target, key, value, [*headers, *context], ts)
-            ranges = merged(ranges, m.start_offset, m.end_offset)
+            ranges = bounded(merged(ranges, m.start_offset, m.end_offset), log, topic, m.partition)
             entry = TopicPartition(topic, m.partition, max(b for _, b in ranges), json.dumps(ranges))
             producer.send_offsets_to_transaction([entry], consumer.consumer_group_metadata(), kafka.timeout_s)
             producer.commit_transaction(kafka.timeout_s)

@@ -104,3 +104,20 @@ def test_a_dead_letter_says_why_it_is_one():
     assert reason(c, b"[1]") == "value_decoding json: the value is not a JSON object"
     assert reason(c, b"nope") == "value_decoding json: the value is not JSON"
     assert reason(c, b'{"a": 1}') == "layout: a partition_by value (or {{key}}) the record lacks"
+    # Schema Registry decoding: the reason the write task stored with the dead letter, the value's or the key's.
+    r = cfg(value_decoding=ValueDecoding(type="avro", on_error="dead_letter"))
+    assert reason(r, b"\x00\x00\x00\x00\x07x", "value: unknown schema id 7") == "value: unknown schema id 7"
+    assert reason(r, b"plain text") == "layout: a partition_by value (or {{key}}) the record lacks"
+
+
+def test_the_dead_letter_ledger_keeps_the_newest_ranges_that_fit_kafkas_offset_metadata():
+    import json
+    import logging
+
+    from s3_archive.archive.driver.dead_letter_topic import LEDGER_BYTES, bounded
+
+    ranges = [[i * 100, i * 100 + 10] for i in range(1000)]
+    kept = bounded(ranges, logging.getLogger("test"), "t", 0)
+    assert len(json.dumps(kept)) <= LEDGER_BYTES < len(json.dumps(kept + [[10**6, 10**6 + 10]]))
+    assert kept == ranges[-len(kept):]
+    assert bounded(ranges[:3], logging.getLogger("test"), "t", 0) == ranges[:3]
