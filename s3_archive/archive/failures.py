@@ -39,7 +39,8 @@ S3_REFUSALS = ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureD
                "InvalidBucketName", "AccountProblem")
 # Kafka's Java client (Spark's source) when the login or an ACL refuses us.
 KAFKA_REFUSALS = ("SaslAuthenticationException", "SslAuthenticationException", "TopicAuthorizationException",
-                  "ClusterAuthorizationException", "GroupAuthorizationException")
+                  "ClusterAuthorizationException", "GroupAuthorizationException",
+                  "KafkaRefused")  # the write tasks' own reads (executor/kafka_read.py): a refusal or a fatal error
 _IN_TEXT = re.compile(r"\((" + "|".join(S3_REFUSALS) + r")\)|\b(" + "|".join(KAFKA_REFUSALS) + r")\b")
 
 

@@ -59,8 +59,9 @@ def start_offsets(kafka: KafkaResource, cfg: ArchiveConfig, new: list[TopicParti
             parts = [p for t, p in new if t == topic]
             rest = [p for p in parts if p not in anchors]
             try:
-                anchors.update(take_over_offsets(kafka, pos.consumer_group, topic, rest, topic in taken_over)
-                               if rest else {})
+                # A topic with starts already taken (a partition added before its first window) is taken over.
+                anchors.update(take_over_offsets(kafka, pos.consumer_group, topic, rest,
+                                                 topic in taken_over or bool(anchors)) if rest else {})
             except TakeOverRefused as e:
                 if refused is None:
                     raise

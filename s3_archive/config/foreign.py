@@ -101,6 +101,10 @@ class ForeignSource(BaseModel):
         if self.follow_target_topic == self.topic:
             raise ValueError(f"follow_target_topic is the archived topic {self.topic!r} itself: following would "
                              "append every record again")
+        if self.follow_target_topic is not None and self.archive is not None:
+            raise ValueError(f"follow_target_topic with archive {self.archive!r}: the sink stopped when the archive "
+                             "took over, so there is nothing new to follow; follow the archive with a restore "
+                             "target's mode: follow")
         if len(set(self.fields)) != len(self.fields):
             raise ValueError(f"fields lists a field twice: {self.fields}")
         for key, layouts in _ONLY.items():

@@ -12,8 +12,6 @@ from urllib.parse import urlsplit
 import dagster as dg
 from pydantic import Field
 
-from s3_archive.model.errors import InvalidConfig
-
 WEBSERVER_ENV = "S3_ARCHIVE_DAGSTER_URL"
 RELOAD_TIMEOUT_S = 120  # a code location with a thousand topics loads in well under that
 
@@ -36,8 +34,10 @@ class WebserverResource(dg.ConfigurableResource):
         from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError, ReloadRepositoryLocationStatus
 
         parts = urlsplit(self.url)
+        # Named in messages without any user info a URL may carry (this client sends none).
+        where = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidConfig(f"${WEBSERVER_ENV} is {self.url!r}; expected http(s)://host[:port][/prefix]")
+            return Reloaded(False, f"${WEBSERVER_ENV} is not a webserver URL; expected http(s)://host[:port][/prefix]")
         try:
             client = DagsterGraphQLClient(parts.hostname, port_number=parts.port, use_https=parts.scheme == "https",
                                           path_prefix=parts.path.rstrip("/"), timeout=RELOAD_TIMEOUT_S)
@@ -45,10 +45,10 @@ class WebserverResource(dg.ConfigurableResource):
         except DagsterGraphQLClientError as e:
             # The client's own message repeats the whole query; its cause says what happened.
             reason = str(e.__cause__ or e).strip().splitlines()[0]
-            return Reloaded(False, f"the webserver at {self.url} did not reload code location {location!r}: {reason}")
+            return Reloaded(False, f"the webserver at {where} did not reload code location {location!r}: {reason}")
         except OSError as e:
-            return Reloaded(False, f"cannot reach the webserver at {self.url}: {e}")
+            return Reloaded(False, f"cannot reach the webserver at {where}: {e}")
         if info.status != ReloadRepositoryLocationStatus.SUCCESS:
-            return Reloaded(False, f"the webserver at {self.url} could not reload code location {location!r}: "
+            return Reloaded(False, f"the webserver at {where} could not reload code location {location!r}: "
                                    f"{info.failure_type}: {info.message}")
-        return Reloaded(True, f"code location {location!r} reloaded through {self.url}")
+        return Reloaded(True, f"code location {location!r} reloaded through {where}")

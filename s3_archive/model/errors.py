@@ -51,6 +51,11 @@ class InvalidForeignObject(UserError, ValueError):
     """An object of a foreign archive whose name or contents do not fit its configured layout."""
 
 
+class ForeignObjectsOverlap(InvalidForeignObject):
+    """Objects of one Kafka partition whose records overlap or interleave: no order to restore them in (never
+    skipped by `error_tolerance: skip`)."""
+
+
 class ColdObjectsPending(UserError, RuntimeError):
     """Objects in GLACIER / DEEP_ARCHIVE are not readable yet; their restore was requested."""
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
-from s3_archive.model.errors import InvalidForeignObject
+from s3_archive.model.errors import ForeignObjectsOverlap, InvalidForeignObject
 from s3_archive.model.windows import OffsetWindow
 
 
@@ -354,7 +354,7 @@ def numbered(decoded: Iterable[Decoded], window: OffsetWindow, what: str, record
     for i, (off, key, value, headers, ts) in enumerate(rows):
         o = base + i if off is None else off
         if o <= last:
-            raise InvalidForeignObject(
+            raise ForeignObjectsOverlap(
                 f"{what}: holds {len(rows)} records, more than the offsets [{window.start}, {window.end}) its name "
                 "and the partition's previous object leave for it; the objects overlap." + why
                 if off is None else
@@ -362,7 +362,7 @@ def numbered(decoded: Iterable[Decoded], window: OffsetWindow, what: str, record
                 f"{window.start} where the object starts by its name and the partition's objects); the object does "
                 "not fit its name." + why)
         if strict and o >= window.end:
-            raise InvalidForeignObject(
+            raise ForeignObjectsOverlap(
                 f"{what}: record {i} has offset {o}, at or past {window.end}, where the partition's next object "
                 "starts (or, for a name giving the last offset, past it); the objects overlap." + why)
         last = o

@@ -22,7 +22,7 @@ from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.foreign_keys import ForeignName, NameOutOfRange, aiven_parse, confluent_parse, lenses_parse
-from s3_archive.model.errors import InvalidForeignObject, InvalidRestore
+from s3_archive.model.errors import ForeignObjectsOverlap, InvalidForeignObject, InvalidRestore
 from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 from s3_archive.restore import cold
 from s3_archive.restore.batch import WindowSource, batches_of
@@ -207,8 +207,9 @@ def _get(s3: S3Client, bucket: str, o: ListedObject) -> bytes:
     return data
 
 
-# What `error_tolerance: skip` skips: an object whose bytes do not read as the source's layout and format.
-UNREADABLE = (InvalidForeignObject, ValueError, KeyError, TypeError, EOFError, OSError, zlib.error)
+# What `error_tolerance: skip` skips: an object whose bytes do not read as the source's layout and format (not an
+# object S3 cannot serve, nor objects that overlap: those fail the run, see records() below).
+UNREADABLE = (InvalidForeignObject, ValueError, KeyError, TypeError, EOFError, zlib.error)
 
 
 def window_source(s3: S3Client, source: ForeignSource, fw: ForeignWindow,
@@ -218,24 +219,30 @@ def window_source(s3: S3Client, source: ForeignSource, fw: ForeignWindow,
     decoder = Decoder(source)
     what = f"s3://{source.bucket}/{fw.obj.key}"
 
-    def sidecar(c: Sidecar) -> Iterator[Any]:
-        return sidecar_rows(decompress(_get(s3, source.bucket, c.obj), "gzip" if c.gzipped else "none"), c.fmt,
-                            source.separator)
+    def sidecar(c: Sidecar, data: bytes) -> Iterator[Any]:
+        return sidecar_rows(decompress(data, "gzip" if c.gzipped else "none"), c.fmt, source.separator)
 
-    def decoded() -> Iterator[ArchivedRecord]:
-        values = decoder.decode(decompress(_get(s3, source.bucket, fw.obj), source.compression), what)
-        keys = sidecar_keys(sidecar(fw.keys), fw.keys.fmt, source.key_encoding) if fw.keys else None
-        headers = sidecar_headers(sidecar(fw.headers)) if fw.headers else None
+    def decoded(values_data: bytes, keys_data: bytes | None, headers_data: bytes | None) -> Iterator[ArchivedRecord]:
+        values = decoder.decode(decompress(values_data, source.compression), what)
+        keys = sidecar_keys(sidecar(fw.keys, keys_data), fw.keys.fmt, source.key_encoding) \
+            if fw.keys and keys_data is not None else None
+        headers = sidecar_headers(sidecar(fw.headers, headers_data)) if fw.headers and headers_data is not None \
+            else None
         return numbered(with_sidecars(values, keys, headers, what), fw.window, what, ArchivedRecord,
                         from_end=source.layout == "lenses", strict=fw.strict, spread=fw.spread)
 
     def records() -> Iterator[ArchivedRecord]:
-        # One object in memory at a time (sink objects are flush-sized).
+        # One object in memory at a time (sink objects are flush-sized). Its bytes are read first, outside the
+        # tolerance: an object S3 cannot serve (a timeout, a refusal, changed while read) fails the run.
+        data = [_get(s3, source.bucket, fw.obj),
+                *[_get(s3, source.bucket, c.obj) if c else None for c in (fw.keys, fw.headers)]]
         if skipped is None:
-            yield from decoded()
+            yield from decoded(*data)
             return
         try:
-            got = list(decoded())
+            got = list(decoded(*data))
+        except ForeignObjectsOverlap:
+            raise
         except UNREADABLE as e:
             skipped[fw.obj.key] = f"{type(e).__name__}: {e}"
             return

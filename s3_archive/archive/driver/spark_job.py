@@ -256,6 +256,8 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
         unplaced = (reduce(Column.__or__, [F.split(bucket_column(out.layout), "/").getItem(i) == NULL
                                            for i in missing])
                     if missing and out.layout is not None and out.layout.on_missing == "dead_letter" else None)
+        if unplaced is not None and out.skip_tombstones:  # a skipped tombstone is counted, not a dead letter
+            unplaced = unplaced & F.col("value").isNotNull()
         internal.append(F.when(~good if unplaced is None else ~good | unplaced, F.struct(*envelope)).alias("_raw"))
     if out.skip_tombstones:
         internal.append(F.col("value").isNull().alias("_tomb"))

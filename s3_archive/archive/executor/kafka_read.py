@@ -138,10 +138,12 @@ def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, en
                         break
                     # Deleted by retention: what is left is read; the driver sees the log start moved
                     consumer.assign([TopicPartition(topic, partition, max(low, position))])
-                    progress = time.monotonic()
+                    if low > position:  # else the log ends below the position (truncated): the stall deadline ends it
+                        progress = time.monotonic()
                 elif err.fatal() or code in _refused():
+                    # KafkaRefused in its text: the driver gets it inside Spark's error, and no retry is tried
                     raise KafkaUnavailable(f"reading offsets [{position}, {end}) of {where} from Kafka at "
-                                           f"{conn.servers} failed: {err.str()}")
+                                           f"{conn.servers} failed (KafkaRefused): {err.str()}")
                 else:  # a lost connection, a moved leader: librdkafka retries; the stall deadline bounds it
                     last_error = err.str()
             if len(pending) > before:

@@ -286,6 +286,8 @@ class _SliceWriter:
             missing |= pc.fill_null(pc.equal(pc.list_element(values, i), NULL), False).to_numpy(zero_copy_only=False)
         if self.job.decoding:
             missing &= b.column("_good").to_numpy(zero_copy_only=False)
+        if self.job.skip_tombstones:  # a tombstone skipped lacks every value field: not the layout's to place
+            missing &= ~b.column("_tomb").to_numpy(zero_copy_only=False)
         n = int(missing.sum())
         if not n:
             return None

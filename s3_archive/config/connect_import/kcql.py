@@ -215,7 +215,7 @@ def _format(t: Translation, props: Props, fmt: str, kp: dict[str, str]) -> None:
         t.note("csv_fields", "STOREAS", fmt.upper(), "approximate: the sink writes the value's fields as columns; "
                "here the value, base64")
         if fmt == "csv_withheaders":
-            t.archive["sink_output"] = {"csv_header": True}
+            t.archive.setdefault("sink_output", {})["csv_header"] = True
     elif fmt == "json":
         t.note("format", "STOREAS", "JSON", "jsonl: one JSON object per line, named .json as the sink names them")
     elif fmt == "bytes":
@@ -243,7 +243,7 @@ def _format(t: Translation, props: Props, fmt: str, kp: dict[str, str]) -> None:
         if level is not None:
             t.archive["compression_level"] = level
     if props.bool("connect.s3.skip.null.values", False):
-        t.archive["sink_output"] = {"skip_tombstones": True}
+        t.archive.setdefault("sink_output", {})["skip_tombstones"] = True
         t.note("sink_output", "connect.s3.skip.null.values", "true", "tombstones are not written, only counted "
                "(tombstones_skipped; not restorable)")
 

@@ -262,3 +262,29 @@ def test_confluent_json_and_bytes_values():
     assert [(r.offset, r.value, r.timestamp_ms) for r in got] == [(10, b'{"a": 1}', -1), (11, b"x", -1)]
     s = ForeignSource(name="c", layout="confluent", bucket="b", topic="orders", format="bytes", line_separator="|")
     assert [v for _, _, v, _, _ in Decoder(s).decode(b"a|b||c|", "o")] == [b"a", b"b", b"", b"c"]
+
+
+def test_error_tolerance_skips_what_does_not_read_never_what_s3_cannot_serve():
+    from botocore.exceptions import ReadTimeoutError
+
+    from s3_archive.restore.foreign_sources import window_source
+
+    s = src(prefix="sink/", error_tolerance="skip")
+    (fw,) = plan(s, [ListedObject("sink/orders-0-0", 9)]).windows
+
+    class S3:
+        def __init__(self, body: bytes | None) -> None:
+            self.body = body
+
+        def get_object(self, Bucket: str, Key: str) -> dict:  # noqa: N803 (boto3's names)
+            if self.body is None:
+                raise ReadTimeoutError(endpoint_url="http://s3")
+            return {"Body": io.BytesIO(self.body)}
+
+    skipped: dict[str, str] = {}
+    assert [b for b in window_source(S3(b"not json\n"), s, fw, skipped).batches()] == []
+    assert list(skipped) == ["sink/orders-0-0"]  # an object that does not read: skipped, listed
+    skipped.clear()
+    with pytest.raises(ReadTimeoutError):  # S3 timed out: the run fails, the object is not marked restored
+        list(window_source(S3(None), s, fw, skipped).batches())
+    assert skipped == {}
