@@ -351,6 +351,11 @@ def freshness(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, view: Window
         end = kafka.list_offsets(topic, {p: OffsetSpec.latest() for p in log_start}, read_committed=True)
         progress = archive_progress(view.live_and_retired, view.committed(), log_start, end)
         uncommitted = {p.partition: max(p.first_unarchived, p.log_start) for p in progress}
+        if cfg.start_position != "earliest":
+            # A partition with no window yet starts where start_position says (the sensor remembers it), not at
+            # the log start: the records before it are not the archive's (e.g. a sink's, taken over).
+            windowed = {w.partition for w in view.live_and_retired}
+            uncommitted = {p: u for p, u in uncommitted.items() if p in windowed}
         pending = {p: u for p, u in uncommitted.items() if u < end[p]}
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         young = {} if bound is None or not pending else kafka.list_offsets(

@@ -146,6 +146,9 @@ def no_table_reason(cfg: ArchiveConfig) -> str | None:
         return f"format {cfg.format!r} has no Glue table mapping; catalogued formats: {', '.join(MAPPINGS)}"
     if cfg.layout is not None and (why := layout_reason(cfg.layout)) is not None:
         return f"layout: {why}"
+    if cfg.format == "csv" and cfg.sink_output.value == "text":
+        return ("csv with sink_output.value text: the raw value is written unquoted, so a value holding a comma or a "
+                "quote would be split by the CSV SerDe (keep value base64 for a table)")
     if cfg.format == "avro" and cfg.decodes_fields:
         return (f"avro with value_decoding {cfg.value_decoding.type} (or key_decoding): the avro.schema.literal "
                 "would have to follow every window's decoded fields (use parquet for a table of decoded fields)")

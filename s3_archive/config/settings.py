@@ -149,9 +149,12 @@ def resolve_topic_patterns(settings: Settings, topics: Sequence[str] | Mapping[s
     `topics`: the cluster's topics (one list for every archive, as a refresh sees them), or per archive name the
     topics that archive knows (the topic state, when definitions load). A topic listed explicitly anywhere stays
     with that archive; a topic matched by several patterns goes to the first archive; Kafka's internal topics
-    (`__consumer_offsets`, `__transaction_state`, ...) never match.
+    (`__consumer_offsets`, `__transaction_state`, ...) and any archive's dead-letter topics never match (an
+    archive would otherwise archive its own dead letters, and dead-letter them again).
     """
     taken = {t for a in settings.archives for t in a.topics}
+    dead = [re.compile(re.escape(a.dead_letter_topic).replace(re.escape("{topic}"), ".+"))
+            for a in settings.archives if a.dead_letter_topic is not None]
     archives = []
     for a in settings.archives:
         extra = []
@@ -159,7 +162,8 @@ def resolve_topic_patterns(settings: Settings, topics: Sequence[str] | Mapping[s
             pattern = re.compile(a.topic_pattern)
             candidates = topics.get(a.name, ()) if isinstance(topics, Mapping) else topics
             extra = sorted({t for t in candidates
-                            if not t.startswith("__") and t not in taken and pattern.fullmatch(t)})
+                            if not t.startswith("__") and t not in taken and pattern.fullmatch(t)
+                            and not any(d.fullmatch(t) for d in dead)})
             taken |= set(extra)
         archives.append(a.model_copy(update={"topics": [*a.topics, *extra]}))
     return settings.model_copy(update={"archives": archives})

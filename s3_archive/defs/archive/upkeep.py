@@ -178,11 +178,15 @@ def reruns(context: dg.SensorEvaluationContext, cfg: ArchiveConfig, cursor: Sens
         limit=FAILURES_PER_TICK, ascending=True)
     topics = set(cfg.topics)
     out = []
+    # The cursor stays before the oldest failure still waiting out its backoff; the failures after it are handled
+    # now, and again at later ticks until it is due (the same run key: Dagster launches a request once).
+    held = False
     for record in page.records:
         run = instance.get_run_by_id(record.event_log_entry.run_id)
         topic = None if run is None else run_topic(run, topics)
         if run is None or topic is None:
-            cursor.failures = record.storage_id
+            if not held:
+                cursor.failures = record.storage_id
             continue
         attempt = int(run.tags.get(RUN_ATTEMPT_TAG, "1"))
         if run.tags.get(GAVE_UP_TAG):
@@ -194,14 +198,16 @@ def reruns(context: dg.SensorEvaluationContext, cfg: ArchiveConfig, cursor: Sens
         else:
             due = record.event_log_entry.timestamp + rerun_delay(cfg.retries, attempt)
             if now < due:
-                break  # later failures wait too: the cursor stays before this one
+                held = True
+                continue
             keys = run_windows(instance, run, topic)
             waiting = set(keys) & set(cursor.open.get(topic, Open()).keys)
             if waiting:
                 context.log.info(f"run {run.run_id} of {topic!r} failed (run {attempt} of its windows); "
                                  f"requesting its {len(keys)} windows again ({len(waiting)} not committed)")
                 out.append(rerun_request(run, topic, attempt + 1))
-        cursor.failures = record.storage_id
+        if not held:
+            cursor.failures = record.storage_id
     return out
 
 

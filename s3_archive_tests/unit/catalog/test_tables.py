@@ -245,6 +245,11 @@ def test_avro_json_decoding_gets_no_table_with_a_reason():
     assert no_table_reason(cfg("parquet", value_decoding={"type": "json"})) is None
 
 
+def test_csv_with_raw_values_gets_no_table_with_a_reason():
+    assert "unquoted" in no_table_reason(cfg("csv", csv_fields=["offset", "value"], sink_output={"value": "text"}))
+    assert no_table_reason(cfg("csv", csv_fields=["offset", "value"], sink_output={"csv_header": True})) is None
+
+
 def test_decoded_columns_from_window_schemas():
     s1 = json.dumps({"type": "struct", "fields": [
         {"name": "key", "type": "binary", "nullable": True, "metadata": {}},

@@ -209,6 +209,17 @@ def test_topic_patterns_resolve_against_the_cluster_topics():
     assert [a.topics for a in resolve_topic_patterns(settings, []).archives] == [["orders.eu"], []]
 
 
+def test_a_pattern_never_matches_a_dead_letter_topic():
+    settings = parse_settings({"archives": [
+        {**BASE, "name": "a", "topics": [], "topic_pattern": r"orders.*", "dead_letter_topic": "{topic}.dlq",
+         "value_decoding": {"type": "utf8", "on_error": "dead_letter"}},
+        {**BASE, "name": "b", "topics": [], "topic_pattern": r".*", "dead_letter_topic": "all-dead",
+         "value_decoding": {"type": "utf8", "on_error": "dead_letter"}},
+    ]})
+    resolved = resolve_topic_patterns(settings, ["orders", "orders.dlq", "orders.dlq.dlq", "all-dead", "clicks"])
+    assert [a.topics for a in resolved.archives] == [["orders"], ["clicks"]]
+
+
 def test_no_archives():
     for data in ({"archives": []}, {}):
         msg = error_of(data)
