@@ -12,7 +12,15 @@ from bench import workload as wl
 from bench.common import Setup, say
 from bench.config import BUCKET, CATCHUP_WINDOWS, SENSOR_TICK_WINDOWS, SENSOR_TICKS
 from bench.stats import Summary
-from bench.under_test import ArchiveConfig, KafkaResource, OffsetWindow, build_offsets_sensor, window_partitions
+from bench.under_test import (
+    LOCAL_AWS,
+    ArchiveConfig,
+    KafkaResource,
+    OffsetWindow,
+    S3Resource,
+    build_offsets_sensor,
+    window_partitions,
+)
 
 
 def catchup_topic(kafka: KafkaResource, window_records: int, windows: int = CATCHUP_WINDOWS) -> str:
@@ -39,10 +47,10 @@ def time_catchup(s: Setup, window_records: int) -> dict[str, Any]:
     return out
 
 
-def time_sensor_tick(kafka: KafkaResource, windows_total: int = SENSOR_TICK_WINDOWS, ticks: int = SENSOR_TICKS,
-                     ) -> dict[str, Any]:
+def time_sensor_tick(kafka: KafkaResource, s3_endpoint: str, windows_total: int = SENSOR_TICK_WINDOWS,
+                     ticks: int = SENSOR_TICKS) -> dict[str, Any]:
     """Tick time of the offsets sensor with `windows_total` existing windows (dynamic partitions) of a 4-partition
-    topic, in a temporary (sqlite) Dagster instance."""
+    topic, in a temporary (sqlite) Dagster instance, upkeep included (its S3 listings go to `s3_endpoint`)."""
     import dagster as dg
 
     topic = "ticks"
@@ -64,9 +72,12 @@ def time_sensor_tick(kafka: KafkaResource, windows_total: int = SENSOR_TICK_WIND
             instance.add_dynamic_partitions(window_partitions(topic).name, keys[i:i + 10_000])
         out["add_partitions_s"] = time.monotonic() - t
         sensor = build_offsets_sensor(cfg)
+        s3 = S3Resource(endpoint_url=s3_endpoint, region_name=LOCAL_AWS["AWS_REGION"],
+                        aws_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], path_style=True)
         secs, skip = [], None
         for _ in range(ticks):
-            with dg.build_sensor_context(instance=instance, resources={"kafka": kafka}) as ctx:
+            with dg.build_sensor_context(instance=instance, resources={"kafka": kafka, "s3": s3}) as ctx:
                 t = time.monotonic()
                 result = sensor(ctx)
                 secs.append(time.monotonic() - t)

@@ -244,7 +244,8 @@ class Worker:
         cfg = self.config(topic, prefix, flush=FlushPolicy(count=window_records))
         instance = dg.DagsterInstance.ephemeral()
         t0 = time.monotonic()
-        with dg.build_sensor_context(instance=instance, resources={"kafka": self.kafka}) as ctx:
+        with dg.build_sensor_context(instance=instance, resources={"kafka": self.kafka,
+                                                                   "s3": self.resources()["s3"]}) as ctx:
             result = build_offsets_sensor(cfg)(ctx)
         for req in result.dynamic_partitions_requests or []:
             instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
