@@ -9,7 +9,6 @@ records are compared byte for byte with the archived topic. Screenshots of each 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from s3_archive.local.processes import free_port
 from s3_archive.local.stack import down, local_s3_client, read_state
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.browser import Browser, artifacts_dir, chromium, starting_with, with_text
+from s3_archive_tests.e2e.test_dagster_dev import graphql
 from s3_archive_tests.integration.restore.test_restore import consume_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,15 +40,6 @@ class Demo:
     url: str
     root: Path  # the demo's local dir ($S3_ARCHIVE_LOCAL_DIR)
     logs: list[Path]
-
-
-def graphql(url: str, query: str, variables: dict | None = None) -> dict:
-    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}})
-                                 .encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        body = json.loads(r.read())
-    assert "errors" not in body, body
-    return body["data"]
 
 
 def start_demo(root: Path, port: int, log: Path) -> subprocess.Popen:
