@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import fastavro
 from botocore.exceptions import ClientError
@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from s3_archive.io.s3 import S3Client, error_code, list_objects, read_manifest
 from s3_archive.keys.objects import manifest_prefix
 from s3_archive.model.errors import InvalidManifest
+from s3_archive.model.logger import Logger
 
 
 class WriterSchemaUnreadable(ValueError):
@@ -41,7 +42,7 @@ def header_schema(stream: BinaryIO) -> str:
         raise ValueError("its header has no avro.schema") from None
 
 
-def newest_writer_schema(s3: S3Client, bucket: str, prefix: str, topic: str, log: Any) -> WriterSchema | None:
+def newest_writer_schema(s3: S3Client, bucket: str, prefix: str, topic: str, log: Logger) -> WriterSchema | None:
     """The writer schema of the first object of the most recently committed window that has objects (one LIST of
     the manifests, a GET of manifests newest first until one has objects, and the start of one object); None while
     no window with records is archived. A manifest that does not parse is a logged warning naming it; the next

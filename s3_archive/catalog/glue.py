@@ -24,12 +24,13 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.io.s3 import S3Client, error_code, list_objects, list_prefixes, read_manifest
 from s3_archive.keys.objects import manifest_prefix
 from s3_archive.model.errors import InvalidManifest
+from s3_archive.model.logger import Logger
 
 _PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
 BATCH = 100  # BatchCreatePartition's limit per call
 
 
-def latest_schemas(s3: S3Client, bucket: str, prefix: str, topic: str, log: Any) -> dict[str, str]:
+def latest_schemas(s3: S3Client, bucket: str, prefix: str, topic: str, log: Logger) -> dict[str, str]:
     """Manifest key -> `schema` of the newest committed window of each Kafka partition (one GET per partition). A
     manifest that does not parse is a logged warning naming it: its partition's schema is left out."""
     newest: dict[str, str] = {}

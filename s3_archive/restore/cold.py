@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from botocore.exceptions import ClientError
 from tenacity import Retrying, retry_if_result, stop_after_delay
 
 from s3_archive.io.s3 import S3Client, error_code
 from s3_archive.model.errors import ColdObjectsPending
+from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import ManifestObject
 from s3_archive.restore.sources import parallel_map
 
@@ -74,7 +75,7 @@ def head_storage_classes(s3: S3Client, bucket: str, objects: Iterable[ManifestOb
     return parallel_map(head, list(objects))
 
 
-def prepare_cold(s3: S3Client, bucket: str, objects: list[ListedObject], opts: ColdOptions, what: str, log: Any,
+def prepare_cold(s3: S3Client, bucket: str, objects: list[ListedObject], opts: ColdOptions, what: str, log: Logger,
                  ) -> ColdReport:
     """Before anything is produced: request a restore of every cold object of `objects` not yet requested, then
     fail with the count of objects still being restored (`opts.wait_seconds` 0), or poll until they are

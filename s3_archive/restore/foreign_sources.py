@@ -23,6 +23,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.foreign_keys import ForeignName, NameOutOfRange, aiven_parse, confluent_parse, lenses_parse
 from s3_archive.model.errors import ForeignObjectsOverlap, InvalidForeignObject, InvalidRestore
+from s3_archive.model.logger import Logger
 from s3_archive.model.windows import MAX_OFFSET, MAX_PARTITION, OffsetWindow
 from s3_archive.restore import cold
 from s3_archive.restore.batch import WindowSource, batches_of
@@ -189,7 +190,7 @@ def list_source(s3: S3Client, source: ForeignSource) -> list[ListedObject]:
             for o in list_objects(s3, source.bucket, source.key_prefix)]
 
 
-def prepare_cold(s3: S3Client, source: ForeignSource, windows: list[ForeignWindow], wait_seconds: float, log: Any,
+def prepare_cold(s3: S3Client, source: ForeignSource, windows: list[ForeignWindow], wait_seconds: float, log: Logger,
                  poll_seconds: float = 10.0, days: int | None = None, tier: str | None = None) -> ColdReport:
     """`cold.prepare_cold` for the objects of `windows` (storage classes from the listing); `days` and `tier`
     override the source's `cold_restore_days` / `cold_restore_tier`."""
@@ -276,7 +277,7 @@ def shown_ignored(p: Plan) -> dict[str, str]:
     return dict(ranked[:SHOWN_IGNORED])
 
 
-def log_ignored(source: ForeignSource, p: Plan, log: Any) -> None:
+def log_ignored(source: ForeignSource, p: Plan, log: Logger) -> None:
     bad = p.out_of_range()
     for key, why in list(bad.items())[:SHOWN_IGNORED]:
         log.warning(f"{source.name}: ignoring s3://{source.bucket}/{key}: {why}")
@@ -288,7 +289,7 @@ def log_ignored(source: ForeignSource, p: Plan, log: Any) -> None:
                  f"topic {source.topic!r} in this layout, e.g. {others[:3]}")
 
 
-def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, request: RestoreRequest, log: Any,
+def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, request: RestoreRequest, log: Logger,
                     wait_for_cold_seconds: float = 0.0, fault: Fault = no_fault,
                     cold_poll_seconds: float = 10.0, cold_restore_days: int | None = None,
                     cold_restore_tier: str | None = None, planned: Plan | None = None,

@@ -21,13 +21,13 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from confluent_kafka import KafkaException
 
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
 from s3_archive.model.errors import RestoreFailed
+from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
@@ -56,7 +56,7 @@ LedgerSeen = Callable[[dict[int, RangeSet]], None]
 
 
 def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str, request: RestoreRequest,
-                    windows: Iterable[OffsetWindow], log: Any, fault: Fault = no_fault,
+                    windows: Iterable[OffsetWindow], log: Logger, fault: Fault = no_fault,
                     cold: ColdOptions | None = ColdOptions(), interleaved: bool = False,
                     on_ledger: LedgerSeen | None = None,
                     schemas: SchemaRewrite | None = None) -> Iterator[WindowReport]:
@@ -103,7 +103,7 @@ def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str
         prefetch.close()
 
 
-def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Any,
+def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Logger,
                     fault: Fault = no_fault, on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
     """The restore itself, for windows from any archive: one transactional producer, the ledger, windows in
     (partition, start) order."""
@@ -153,7 +153,7 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
     run.ledger_store.close()
 
 
-def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, log: Any) -> list[WindowSource]:
+def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, log: Logger) -> list[WindowSource]:
     """Sources whose oldest record is only known once read (a sink's objects) are watched as they are read: the
     first batch older than the target's retention gets the warning our archives get before the run (once)."""
     if retention_ms < 0 or all(s.min_timestamp_ms is not None for s in srcs):
@@ -228,7 +228,7 @@ class RestoreRun:
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
         self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
 
-    def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Any) -> Iterator[WindowReport]:
+    def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Logger) -> Iterator[WindowReport]:
         """Restore `srcs` in order, riding out an unreachable cluster: when a transactional call does not return
         in time (or the producer's queue stays full), the windows not reported yet are restored again by a new
         producer from the ledger (`reopen`), for up to `broker_outage_seconds` after the cluster was found
@@ -253,7 +253,7 @@ class RestoreRun:
                     first, since = e, time.monotonic()
                 self.reopen(kafka, first, since, log)
 
-    def reopen(self, kafka: KafkaResource, first: CoordinatorUnreachable, since: float, log: Any) -> None:
+    def reopen(self, kafka: KafkaResource, first: CoordinatorUnreachable, since: float, log: Logger) -> None:
         """A new producer of the same transactional.id, whose init_transactions aborts the open transaction (or
         completes one whose commit reached the coordinator) and fences the old producer (which a stuck call may
         still hold); then the ledger as committed. Tried until the cluster answers, for at most
@@ -280,7 +280,7 @@ class RestoreRun:
         raise RestoreFailed(f"{first}; the target cluster stayed unreachable for {bound:g}s more "
                             "(broker_outage_seconds), so the run gave up") from None
 
-    def close(self, log: Any) -> None:
+    def close(self, log: Logger) -> None:
         """After a failure: abort the open transaction (if any), close the ledger's consumer."""
         try:
             if self.producer is not None:

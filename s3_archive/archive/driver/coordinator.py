@@ -48,6 +48,7 @@ from s3_archive.model.errors import (
     WindowNotAvailable,
 )
 from s3_archive.model.formats import FORMATS
+from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import MANIFEST_VERSION, REGISTRY_VERSION, Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
@@ -97,7 +98,7 @@ def _iso(ms: int | None) -> str | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def _loss(cfg: ArchiveConfig, topic: str, window: OffsetWindow, lost_to: int, earliest: int, log: Any) -> list[int]:
+def _loss(cfg: ArchiveConfig, topic: str, window: OffsetWindow, lost_to: int, earliest: int, log: Logger) -> list[int]:
     msg = (f"topic {topic!r} partition {window.partition}: offsets [{window.start}, {lost_to}) of window "
            f"{window.key} are no longer in Kafka (deleted by retention); earliest available offset is {earliest}")
     if cfg.on_data_loss == "fail":
@@ -148,7 +149,7 @@ def _each(fn: Callable[[OffsetWindow], Any], windows: list[OffsetWindow]) -> dic
 
 
 def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                    windows: list[OffsetWindow], log: Any, fault: Fault = no_fault,
+                    windows: list[OffsetWindow], log: Logger, fault: Fault = no_fault,
                     conn: S3Connection | None = None, write_fault: str | None = None,
                     job_options: dict[str, Any] | None = None,
                     endpoint: S3Endpoint | None = None,
@@ -177,7 +178,7 @@ def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archive
 
 
 def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                     windows: list[OffsetWindow], log: Any, fault: Fault, conn: S3Connection | None,
+                     windows: list[OffsetWindow], log: Logger, fault: Fault, conn: S3Connection | None,
                      write_fault: str | None, job_options: dict[str, Any] | None,
                      endpoint: S3Endpoint | None,
                      registry: RegistryConnection | None) -> dict[OffsetWindow, WindowOutcome]:
@@ -343,7 +344,7 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
 
 
 def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_out: JobOutput, earliest_after: int,
-                attempt: str, uploads: list[dict], log: Any, fault: Fault, t0: float, decode: Any = None,
+                attempt: str, uploads: list[dict], log: Logger, fault: Fault, t0: float, decode: Any = None,
                 ) -> WindowResult:
     window, out = p.window, Output.of(cfg)
     where = cfg.location(topic, window)
@@ -458,7 +459,7 @@ def _result(r: CommitResult, t0: float) -> WindowResult:
 
 
 def archive_window(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                   window: OffsetWindow, log: Any, fault: Fault = no_fault, **kw: Any) -> WindowResult:
+                   window: OffsetWindow, log: Logger, fault: Fault = no_fault, **kw: Any) -> WindowResult:
     """Archive one window (archive_windows for a run of one); raises what failed it."""
     r = archive_windows(spark, kafka, s3, cfg, topic, [window], log, fault, **kw)[window]
     if isinstance(r, BaseException):

@@ -27,6 +27,7 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
 from s3_archive.model.errors import KafkaUnavailable
+from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import Manifest
 
 # Context headers of each dead letter (Kafka Connect's errors.deadletterqueue.context.headers, ours).
@@ -54,7 +55,7 @@ def merged(ranges: list[list[int]], a: int, b: int) -> list[list[int]]:
     return out
 
 
-def bounded(ranges: list[list[int]], log: Any, topic: str, partition: int) -> list[list[int]]:
+def bounded(ranges: list[list[int]], log: Logger, topic: str, partition: int) -> list[list[int]]:
     """The newest of `ranges` whose JSON fits in LEDGER_BYTES."""
     kept = list(ranges)
     while len(kept) > 1 and len(json.dumps(kept)) > LEDGER_BYTES:
@@ -104,7 +105,7 @@ def dead_letter_records(s3: S3Client, cfg: ArchiveConfig, m: Manifest) -> list[t
     return sorted(out, key=lambda x: x[0])
 
 
-def publish(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, m: Manifest, log: Any) -> int:
+def publish(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, m: Manifest, log: Logger) -> int:
     """Produce the committed window `m`'s dead letters to the archive's dead_letter_topic, unless the ledger says
     they were; how many were produced. Raises KafkaUnavailable when it cannot (the window stays committed; a run
     of it again publishes them)."""

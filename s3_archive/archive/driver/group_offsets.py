@@ -12,8 +12,6 @@ Windows end at most at the last stable offset, so the group's offsets never poin
 
 from __future__ import annotations
 
-from typing import Any
-
 from botocore.exceptions import BotoCoreError, ClientError
 
 from s3_archive.config.archive import ArchiveConfig
@@ -21,6 +19,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.objects import manifests_from, partition_manifest_prefix
 from s3_archive.model.errors import KafkaUnavailable
+from s3_archive.model.logger import Logger
 from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
 
@@ -48,7 +47,7 @@ def committed_end(s3: S3Client, cfg: ArchiveConfig, topic: str, partition: int, 
 
 
 def advance_group_offsets(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                          partitions: list[int], log: Any) -> dict[int, int]:
+                          partitions: list[int], log: Logger) -> dict[int, int]:
     """Move the archive's consumer group offsets of `partitions` (those with a window committed by this run) to
     where their committed windows reach; the offsets written. Never raises: a warning says what failed."""
     group = cfg.group_id

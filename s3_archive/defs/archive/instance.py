@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
 
 import dagster as dg
 
@@ -24,6 +23,7 @@ from s3_archive.archive.retirement import Retired, choose, extend, verdict
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.io.s3 import S3Client
+from s3_archive.model.logger import Logger
 from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
 RETIRED_RANGES = "retired_ranges"  # metadata key: {"<kafka partition>": [first offset, retired until]}
@@ -200,7 +200,7 @@ def _retired_key(retired: Retired, key: str) -> bool:
 
 
 def retire_topic(instance: dg.DagsterInstance, s3: S3Client, cfg: ArchiveConfig, topic: str, now: datetime,
-                 log: Any) -> Retirement:
+                 log: Logger) -> Retirement:
     """Retire the topic's windows committed before now - retire_after_days whose objects are intact
     (archive/retirement.py decides which), then delete the runs that materialized only retired windows: Dagster
     reads an asset's materializations whole whenever its partition set changes, so the event log must stay the

@@ -38,6 +38,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
+from s3_archive.model.logger import Logger
 
 CATALOG_PREFIX = "kafka_catalog"
 
@@ -78,7 +79,7 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
                                    for c in cols])
 
 
-def _writer_schema(log: Any, s3: S3Client, cfg: ArchiveConfig, topic: str, qualified: str) -> WriterSchema | None:
+def _writer_schema(log: Logger, s3: S3Client, cfg: ArchiveConfig, topic: str, qualified: str) -> WriterSchema | None:
     """The avro table's writer schema, read from the newest archived object; None (said in the run log) before a
     window with records is archived."""
     try:

@@ -24,7 +24,11 @@ from s3_archive.model.errors import TakeOverRefused
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests import sink_writers as sink
 from s3_archive_tests.integration.archive_helpers import materialize, resources
-from s3_archive_tests.integration.defs.test_sensors import _sensor_s3, apply, tick  # noqa: F401 (the fixture its ticks need)
+from s3_archive_tests.integration.defs.test_sensors import (  # noqa: F401 (the fixture its ticks need)
+    _sensor_s3,
+    apply,
+    tick,
+)
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
