@@ -7,7 +7,7 @@ tell, and a summary of the keys it has read so that a tick reads only the keys a
      "open": {"<topic>": {"seen": 812, "keys": ["<window key>", ...]}},
      "failures": 9120,                   # the last run failure read (event storage id)
      "verdicts": {"<topic>": {"archive_fresh": "ok"}},   # what the check results the sensor reported last said
-     "sweep": "<topic>"}                 # where the manifest sweep goes on (upkeep.py)
+     "sweep": "<topic>"}                 # where the manifest sweep goes on (sweep.py)
 
 `tails` is only a summary of the keys: per Kafka partition the end of its last window (`next`), as of the
 instance's position `after` (insertion order of the topic's dynamic partition keys). A tick reads the keys added
@@ -16,8 +16,8 @@ only known from the keys (and the retirement record, defs/archive/instance.py): 
 all keys, and a stale one (a tick evaluated again) reads from an older position and sees every key added since, so
 neither can make a tick cut a window that overlaps one that exists.
 
-`open` is the sensor's upkeep (defs/archive/upkeep.py): per topic the windows not yet seen committed, and the last
-materialization read (`seen`, an event storage id). Every window key the tick reads or cuts becomes open; a
+`open` is the sensor's upkeep (defs/archive/upkeep.py, sweep.py): per topic the windows not yet seen committed, and
+the last materialization read (`seen`, an event storage id). Every window key the tick reads or cuts becomes open; a
 materialization of it closes it. So everything between a partition's `first` window start and `next` that is not
 open is committed — what the freshness check, the lost-manifest sweep and the re-requests of failed runs start
 from. A lost cursor rebuilds it from every key and their materialization status once.
@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from croniter import croniter
+
+from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
 
 @dataclass
@@ -97,6 +99,19 @@ class SensorCursor:
         return json.dumps({"cron_tick": self.cron_tick, "starts": starts, "tails": tails, "open": open_,
                            "failures": self.failures, "verdicts": self.verdicts, "sweep": self.sweep},
                           sort_keys=True)
+
+
+def open_windows(cursor: SensorCursor, topic: str) -> dict[int, list[OffsetWindow]]:
+    """The topic's open windows (cut, not seen committed) per Kafka partition, in offset order; a key that is not a
+    window is left out."""
+    out: dict[int, list[OffsetWindow]] = {}
+    for k in cursor.open.get(topic, Open()).keys:
+        try:
+            w = OffsetWindow.parse(k)
+        except InvalidWindow:
+            continue
+        out.setdefault(w.partition, []).append(w)
+    return {p: sorted(ws) for p, ws in out.items()}
 
 
 def last_cron_tick(cron: str, now: float) -> float:

@@ -23,6 +23,7 @@ from confluent_kafka.admin import OffsetSpec
 from s3_archive.archive.plan import archive_progress, retention_headroom
 from s3_archive.archive.retirement import Retired
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.lifecycle import expiry_due
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects, read_manifest, verify_manifest
@@ -365,6 +366,22 @@ def freshness(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, view: Window
     return freshness_verdict(cfg, topic, uncommitted, young, end)
 
 
+def log_start(kafka: KafkaResource, topic: str) -> dict[int, int]:
+    """Kafka's log start offset per partition; none for a topic Kafka does not have."""
+    try:
+        return kafka.offsets(topic, "earliest")
+    except UnknownTopic:
+        return {}
+
+
+def archive_starts(view: WindowsView) -> dict[int, int]:
+    """Per Kafka partition, where the archive's first window (live or retired) starts."""
+    firsts: dict[int, int] = {}
+    for w in view.live_and_retired:
+        firsts[w.partition] = min(w.start, firsts.get(w.partition, w.start))
+    return firsts
+
+
 # Past this many offsets between the sink's last object and the first window, the boundary is checked by offsets
 # instead of by counting Kafka's records (a read of the whole range).
 COUNT_LIMIT = 1_000_000
@@ -380,9 +397,7 @@ def take_over_boundary(kafka: KafkaResource, topic: str, sink: str, view: Window
     fewer an overlap (records in both; a restore still produces each once). `sink_past`: sink objects named past the
     boundary (more overlap). A partition without a window yet, or without a sink object, is reported, not a
     problem."""
-    firsts: dict[int, int] = {}
-    for w in view.live_and_retired:
-        firsts[w.partition] = min(w.start, firsts.get(w.partition, w.start))
+    firsts = archive_starts(view)
     try:
         log_start = kafka.offsets(topic, "earliest")
     except UnknownTopic as e:
@@ -422,3 +437,15 @@ def take_over_boundary(kafka: KafkaResource, topic: str, sink: str, view: Window
     return Verdict(problems, f"{done} partitions of {topic!r} continue from sink {sink!r} with no gap and no "
                              "overlap", {"sink": sink, "partitions": rows, "gaps": len(gaps),
                                          "overlaps": len(overlaps)}, warn=not gaps)
+
+
+def take_over_verdict(kafka: KafkaResource, cfg: ArchiveConfig, topic: str, sink: ForeignSource, view: WindowsView,
+                      last_objects: dict[int, tuple[str, int, int] | str], taken_over: list[str]) -> Verdict:
+    """(7) for the check step, from the sink's objects planned as a restore plans them with the boundary at
+    `archive_starts` (restore/foreign_sources.py): each partition's last object read (`last_objects`), and the keys
+    left out as named at or past the boundary (`taken_over`). Under a prefix the archive shares with the sink, those
+    are the archive's own objects, not the sink's past the boundary."""
+    shared = sink.bucket == cfg.bucket and (sink.key_prefix.startswith(cfg.prefix)
+                                            or cfg.prefix.startswith(sink.key_prefix))
+    past = [] if shared else [f"s3://{sink.bucket}/{k}" for k in taken_over]
+    return take_over_boundary(kafka, topic, sink.name, view, last_objects, past)

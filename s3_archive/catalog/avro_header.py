@@ -12,6 +12,8 @@ from typing import BinaryIO
 import fastavro
 from botocore.exceptions import ClientError
 
+from s3_archive.catalog.tables import table_columns
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.s3 import S3Client, error_code, list_objects, read_manifest
 from s3_archive.keys.objects import manifest_prefix
 from s3_archive.model.errors import InvalidManifest
@@ -70,3 +72,23 @@ def newest_writer_schema(s3: S3Client, bucket: str, prefix: str, topic: str, log
         finally:
             body.close()  # only the header was read
     return None
+
+
+def table_writer_schema(s3: S3Client, cfg: ArchiveConfig, topic: str, qualified: str, log: Logger,
+                        ) -> WriterSchema | None:
+    """The avro table `qualified`'s writer schema, read from the newest archived object; None (said in the run log)
+    before a window with records is archived. WriterSchemaUnreadable names the table."""
+    try:
+        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic, log)
+    except WriterSchemaUnreadable as e:
+        raise WriterSchemaUnreadable(f"table {qualified} takes its avro.schema.literal from an archived object: "
+                                     f"{e}") from None
+    if writer is None:
+        return None
+    log.info(f"avro.schema.literal of {qualified}: the header of s3://{cfg.bucket}/{writer.object_key}")
+    expected = [c["Name"] for c in table_columns(cfg)]
+    if writer.field_names() != expected:  # the config changed since the newest window was archived
+        log.warning(f"s3://{cfg.bucket}/{writer.object_key} has the fields {writer.field_names()}, the config "
+                    f"declares the columns {expected}; the literal follows once a window is archived with this "
+                    "config")
+    return writer

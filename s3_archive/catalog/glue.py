@@ -21,9 +21,9 @@ from s3_archive.catalog.table_partitions import (
 from s3_archive.catalog.tables import merge_columns, table_changes, update_input
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.io.s3 import S3Client, error_code, list_objects, list_prefixes, read_manifest
+from s3_archive.io.s3 import S3Client, error_code, error_message, list_objects, list_prefixes, read_manifest
 from s3_archive.keys.objects import manifest_prefix
-from s3_archive.model.errors import InvalidManifest
+from s3_archive.model.errors import AwsRequestFailed, InvalidManifest
 from s3_archive.model.logger import Logger
 
 _PART_DIR = re.compile(rf"{PARTITION_KEY}=(\d+)/$")
@@ -197,3 +197,13 @@ def sync_catalog(glue: Any, s3: S3Client, cfg: ArchiveConfig, topic: str, option
         added, existing = register_partitions(glue, options.database, table_input,
                                               partition_dirs(s3, cfg.bucket, cfg.prefix, topic))
     return CatalogSync(options.database, table_input["Name"], created, action, changes, added, existing, skipped)
+
+
+def sync_table(glue: Any, s3: S3Client, cfg: ArchiveConfig, topic: str, options: CatalogOptions,
+               table_input: dict[str, Any]) -> CatalogSync:
+    """`sync_catalog`, an error Glue or S3 answered raised as AwsRequestFailed naming the request and the table."""
+    try:
+        return sync_catalog(glue, s3, cfg, topic, options, table_input)
+    except ClientError as e:
+        raise AwsRequestFailed(f"{e.operation_name} for table {options.database}.{table_input['Name']} failed: "
+                               f"{error_code(e)}: {error_message(e)}") from None

@@ -9,11 +9,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from s3_archive.catalog.mappings import mapping
+from s3_archive.catalog.mappings import mapping, no_table_reason
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys, projectable, projection_refused
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.config.settings import config_error
+from s3_archive.config.settings import KeyPaths, Settings, config_error
 from s3_archive.model.columns import PART_FIELD, SOURCE_FIELD, column_names
 from s3_archive.model.formats import ENVELOPE_COLUMNS, FORMATS
 
@@ -59,6 +59,28 @@ def check_table_names(tables: Iterable[tuple[str, str, str, str]]) -> None:
                    if same else "set another catalog.table_prefix or catalog.database in one of the two archives")
             raise config_error(f"{path}: topic {topic!r} maps to the Glue table {database}.{table}, as does topic "
                                f"{other!r} ({other_path}); {fix}")
+
+
+def catalog_tables(settings: Settings, options: Mapping[str, CatalogOptions] | None, paths: KeyPaths,
+                   ) -> list[tuple[ArchiveConfig, str, CatalogOptions]]:
+    """(archive, topic, its catalog options) of every topic with a table; a config the catalog cannot honour is
+    refused naming its key path."""
+    chosen = []
+    for a in settings.archives:
+        if no_table_reason(a) is not None:
+            continue
+        try:
+            o = options_for(a, options)
+        except ValueError as e:  # projection asked for a layout it cannot describe
+            raise config_error(f"{paths.archives[a.name]}.catalog.partitions: {e}") from None
+        for t in a.topics:
+            try:
+                table_name(t, o)
+            except ValueError as e:
+                raise config_error(f"{paths.topic(a.name, t)}: {e} (catalog.table_prefix + topic)") from None
+            chosen.append((a, t, o))
+    check_table_names((o.database, table_name(t, o), t, paths.topic(a.name, t)) for a, t, o in chosen)
+    return chosen
 
 
 def location(cfg: ArchiveConfig, topic: str) -> str:

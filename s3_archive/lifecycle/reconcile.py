@@ -10,8 +10,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from s3_archive.io.s3 import S3Client, error_code
+from s3_archive.io.s3 import S3Client, error_code, error_message
 from s3_archive.lifecycle.rules import LifecyclePlan, plan_lifecycle
+from s3_archive.model.errors import AwsRequestFailed
 
 
 def read_lifecycle(s3: S3Client, bucket: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -63,3 +64,12 @@ def reconcile_lifecycle(s3: S3Client, bucket: str, desired: Sequence[dict[str, A
                            f"{attempts} writes; another writer keeps replacing the configuration")
     assert first is not None
     return LifecycleResult(first, written, attempts)
+
+
+def reconcile_bucket(s3: S3Client, bucket: str, desired: Sequence[dict[str, Any]], owner: str) -> LifecycleResult:
+    """`reconcile_lifecycle`, an error S3 answered raised as AwsRequestFailed naming the request and the bucket."""
+    try:
+        return reconcile_lifecycle(s3, bucket, desired, owner)
+    except ClientError as e:
+        raise AwsRequestFailed(f"{e.operation_name} on bucket {bucket!r} failed: {error_code(e)}: "
+                               f"{error_message(e)}") from None

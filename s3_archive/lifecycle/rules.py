@@ -1,4 +1,5 @@
-"""S3 lifecycle rules of an archive, and their reconciliation with the bucket's lifecycle configuration.
+"""S3 lifecycle rules of an archive, their reconciliation with the bucket's lifecycle configuration, and the checks
+of the config they follow (no archive's rule covers another archive's objects; a table format takes no expiry).
 
 Rules are per topic, never one rule over the whole archive prefix:
 
@@ -28,7 +29,9 @@ from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
+from s3_archive.config.settings import KeyPaths, Settings, config_error
 from s3_archive.keys.objects import STAGING, manifest_prefix
+from s3_archive.model.formats import FORMATS
 
 MAX_RULES = 1000  # per bucket, S3's limit
 MAX_ID = 255
@@ -136,3 +139,53 @@ def plan_lifecycle(current: Sequence[dict[str, Any]], desired: Sequence[dict[str
         raise ValueError(f"the bucket would have {len(rules)} lifecycle rules ({len(foreign)} not ours + "
                          f"{len(desired)} of this archive); S3 allows at most {MAX_RULES}")
     return LifecyclePlan(rules, added, changed, removed, unchanged, foreign_ids)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """One lifecycle rule an archive can have: the prefix it acts on, and on what, in words."""
+
+    archive: ArchiveConfig
+    prefix: str
+    what: str
+    staging: bool
+
+
+def _scopes(a: ArchiveConfig) -> list[_Scope]:
+    # Every rule the archive can have (an expiration gives each kind), per topic so each says whose objects it covers.
+    every = LifecyclePolicy(expiration_days=1)
+    out = {r["ID"]: _Scope(a, r["Filter"]["Prefix"], "the staging objects", True)
+           for r in build_rules(a.name, a.prefix, [], every)}
+    for t in a.topics:
+        for r in build_rules(a.name, a.prefix, [t], every):
+            kind = "manifests" if r["ID"].startswith(owner_prefix(a.name) + "manifests") else "data"
+            out.setdefault(r["ID"], _Scope(a, r["Filter"]["Prefix"], f"the {kind} of topic {t!r}", False))
+    return list(out.values())
+
+
+def check_disjoint(settings: Settings, paths: KeyPaths | None = None) -> None:
+    """A rule of one archive must not cover another archive's objects (same bucket, one prefix inside the other):
+    InvalidConfig naming both archives' key paths (`paths`: of the config as loaded; default: of `settings`)."""
+    paths = paths or KeyPaths.of(settings)
+    scopes = [s for a in settings.archives for s in _scopes(a)]
+    for s in scopes:
+        for o in scopes:
+            a, b = s.archive, o.archive
+            # Archives with one prefix share its staging directory: both rules only expire crashed attempts.
+            if a.bucket != b.bucket or a.name == b.name or not o.prefix.startswith(s.prefix) or (
+                    s.staging and o.staging and s.prefix == o.prefix):
+                continue
+            raise config_error(
+                f"{paths.archives[b.name]}.prefix: {b.prefix!r} (archive {b.name!r}) overlaps "
+                f"{paths.archives[a.name]}.prefix {a.prefix!r} (archive {a.name!r}) in bucket {a.bucket}: the "
+                f"lifecycle rule of {a.name!r} over s3://{a.bucket}/{s.prefix} ({s.what}) would act on "
+                f"s3://{b.bucket}/{o.prefix} ({o.what} of {b.name!r}); give the archives prefixes that do not "
+                "contain each other")
+
+
+def check_table_policy(cfg: ArchiveConfig, policy: LifecyclePolicy) -> None:
+    """An archive of a table format (Iceberg) takes no expiration and no transitions: ValueError naming it."""
+    if FORMATS[cfg.format].table and (policy.expiration_days is not None or policy.transitions):
+        raise ValueError(f"lifecycle policy of archive {cfg.name!r} (format {cfg.format!r}): expiration_days and "
+                         "transitions do not apply; S3 must not expire or archive files under an Iceberg "
+                         "table (the Iceberg maintenance asset expires snapshots)")

@@ -26,7 +26,7 @@ from s3_archive.config.settings import load_settings, resolve_topic_patterns
 from s3_archive.definitions import DEMO_CONFIG, build_defs
 from s3_archive.defs.archive.discovery import describe
 from s3_archive.defs.archive.instance import materialized_windows, read_windows
-from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.partitions import RANGE_END, RANGE_START, archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import evaluate, sensor_name
 from s3_archive.defs.resources import kafka_resource
 from s3_archive.io.kafka import KafkaResource
@@ -146,8 +146,7 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
                 t = time.monotonic()
                 result = dg.materialize(
                     [defs.get_assets_def(archive_asset_key(topic))], instance=instance, resources=defs.resources,
-                    tags={"dagster/asset_partition_range_start": new[0],
-                          "dagster/asset_partition_range_end": new[-1]}, raise_on_error=False)
+                    tags={RANGE_START: new[0], RANGE_END: new[-1]}, raise_on_error=False)
                 print(f"demo: archived {len(new)} windows of {topic} in one run "
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
     print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack; the next `make demo` "

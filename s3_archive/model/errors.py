@@ -117,3 +117,8 @@ class SchemaRegistryUnavailable(UserError, RuntimeError):
 class IncompatibleSchema(UserError, ValueError):
     """A window's writer schemas cannot be read as one schema (a field's type changed); the message names the
     topic, the offsets, both schema ids and the field."""
+
+
+class AwsRequestFailed(UserError, RuntimeError):
+    """S3 or Glue answered a request with an error; the message names the request, what it was for, and the error
+    code S3 or Glue gave."""

@@ -81,6 +81,10 @@ class Plan:
     def out_of_range(self) -> dict[str, str]:
         return {k: why for k, why in self.ignored.items() if why.startswith(OUT_OF_RANGE)}
 
+    def taken_over(self) -> list[str]:
+        """The keys left out as the archive's: named at or past where the archive that took over starts."""
+        return [k for k, why in self.ignored.items() if why.startswith(TAKEN_OVER)]
+
 
 OUT_OF_RANGE = "out of range: "
 TAKEN_OVER = "the archive's: "
@@ -255,6 +259,15 @@ def window_source(s3: S3Client, source: ForeignSource, fw: ForeignWindow,
 
 def discover(s3: S3Client, source: ForeignSource, boundary: dict[int, int] | None = None) -> Plan:
     return plan(source, list_source(s3, source), boundary)
+
+
+def planned_objects(s3: S3Client, source: ForeignSource) -> list[tuple[str, int, float]]:
+    """One listing of the source's prefix: the objects a restore would read, as (key, size, last modified in epoch
+    seconds), in key order."""
+    listed = list(list_objects(s3, source.bucket, source.key_prefix))
+    modified = {o["Key"]: o["LastModified"].timestamp() for o in listed}
+    p = plan(source, [ListedObject(o["Key"], o["Size"], o.get("StorageClass", "STANDARD")) for o in listed])
+    return [(k, size, modified[k]) for k, size in sorted((o.key, o.size) for fw in p.windows for o in fw.objects)]
 
 
 def last_objects(s3: S3Client, source: ForeignSource, p: Plan) -> dict[int, tuple[str, int, int] | str]:

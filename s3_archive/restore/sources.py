@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.s3 import S3Client, list_objects, list_prefixes, read_manifest
 from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.model.errors import ArchiveIntegrityError, InvalidRestore, WindowNotArchived
@@ -56,6 +57,11 @@ def read_manifests(s3: S3Client, bucket: str, prefix: str, topic: str,
     if missing:
         raise WindowNotArchived("; ".join(missing) + ". Materialize the archive asset for these windows first")
     return out
+
+
+def splits_windows(cfg: ArchiveConfig) -> bool:
+    """Whether the archive's layout splits a window's records into buckets (objects whose offsets interleave)."""
+    return cfg.layout is not None and bool(cfg.layout.partition_by or cfg.layout.template_slots)
 
 
 def archived_windows(s3: S3Client, bucket: str, prefix: str, topic: str, first_only: bool = False,

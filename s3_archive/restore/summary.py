@@ -20,6 +20,8 @@ class RunSummary:
     skipped: int = 0
     filtered: int = 0
     bytes: int = 0
+    transactions: int = 0
+    timestamps_replaced: int = 0
     partitions: dict[int, list[int]] = field(default_factory=dict)  # target partition -> [records, bytes]
     ledger: dict[int, RangeSet] = field(default_factory=dict)  # as the run found it, per source partition
     sources: set[int] = field(default_factory=set)  # source partitions of the windows
@@ -36,6 +38,8 @@ class RunSummary:
         self.skipped += rep.skipped
         self.filtered += rep.filtered
         self.bytes += rep.bytes
+        self.transactions += rep.transactions
+        self.timestamps_replaced += rep.timestamps_replaced
         for p, c in rep.partitions.items():
             t = self.partitions.setdefault(p, [0, 0])
             t[0], t[1] = t[0] + c.records, t[1] + c.bytes

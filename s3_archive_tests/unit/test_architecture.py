@@ -1,7 +1,7 @@
 """The package's shape, checked: folders import only downwards, no import cycles, the pure folders import no I/O
 library, the stages import no Dagster, the write's executor side imports no Spark or Dagster (nor the driver's
 side), module names are unique, `__init__` files only describe their folder, no private Dagster API, no module
-grows past ~500 lines (docs/architecture.md)."""
+grows past ~500 lines, defs/ reaches Kafka and S3 only through the stages (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -162,6 +162,51 @@ def test_no_module_over_the_size_limit():
     long = {str(p.relative_to(PACKAGE.parent)): n for p in modules().values()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by role (over {MAX_LINES} lines): {long}"
+
+
+# defs/ wires Dagster to the stages (STYLE.md): Kafka and S3 are reached through a stage's entry point, never by a
+# client library, an io/ helper that lists, reads or asks for offsets, or a request sent from defs/ itself.
+DEFS_NO_LIBRARY = ("confluent_kafka", "boto3", "botocore")
+DEFS_NO_IO = {"s3_archive.io.s3": ("list_objects", "list_prefixes", "delete_keys", "read_manifest", "verify_manifest",
+                                   "error_code", "error_message")}
+KAFKA_REQUESTS = ("offsets", "list_offsets", "list_offsets_many", "group_offsets", "set_group_offsets",
+                  "count_records", "first_record_timestamps", "retention_ms")  # KafkaResource's
+S3_REQUESTS = ("list_objects_v2", "get_paginator", "get_object", "head_object", "put_object", "delete_object",
+               "delete_objects", "copy_object", "restore_object", "get_bucket_lifecycle_configuration")
+
+
+def defs_modules() -> dict[str, Path]:
+    return {m: p for m, p in modules().items() if folder(m) == "defs"}
+
+
+def defined_names(path: Path) -> set[str]:
+    """The functions and methods a module defines."""
+    return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+
+
+def test_defs_imports_no_kafka_or_s3_client_library():
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{line}: {imp}" for p in defs_modules().values()
+           for imp, line in imports(p) if imp.split(".")[0] in DEFS_NO_LIBRARY]
+    assert not bad, "defs/ reaches Kafka and S3 only through the stages' functions:\n" + "\n".join(bad)
+
+
+def test_defs_imports_no_io_helper_that_lists_reads_or_asks_for_offsets():
+    mods = modules()
+    for module, names in DEFS_NO_IO.items():
+        assert set(names) <= defined_names(mods[module]), f"{module} no longer defines all of {names}"
+    banned = {f"{module}.{n}" for module, names in DEFS_NO_IO.items() for n in names}
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{line}: {imp}" for p in defs_modules().values()
+           for imp, line in imports(p) if imp in banned]
+    assert not bad, "defs/ lists and reads S3 only through the stages' functions:\n" + "\n".join(bad)
+
+
+def test_defs_sends_no_kafka_offset_or_s3_object_request_itself():
+    assert set(KAFKA_REQUESTS) <= defined_names(modules()["s3_archive.io.kafka"])
+    bad = [f"{p.relative_to(PACKAGE.parent)}:{n.lineno}: .{n.func.attr}(...)" for p in defs_modules().values()
+           for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Call)
+           and isinstance(n.func, ast.Attribute) and n.func.attr in KAFKA_REQUESTS + S3_REQUESTS]
+    assert not bad, "defs/ asks Kafka for offsets and S3 for objects only through the stages' functions:\n" + \
+        "\n".join(bad)
 
 
 # Heavy libraries a run imports when it uses them, never when the definitions load (docs/architecture.md).

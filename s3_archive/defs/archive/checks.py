@@ -29,8 +29,7 @@ from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.model.errors import UnknownTopic
-from s3_archive.restore.foreign_sources import TAKEN_OVER, discover, last_objects
+from s3_archive.restore.foreign_sources import discover, last_objects
 
 CONTIGUOUS = "windows_contiguous"
 OBJECTS = "objects_match_manifests"
@@ -78,27 +77,14 @@ def check_step_name(topic: str) -> str:
     return f"kafka_archive_checks_{re.sub(r'[^A-Za-z0-9_]', '_', topic)}_{zlib.crc32(topic.encode()):08x}"
 
 
-def log_start(kafka: KafkaResource, topic: str) -> dict[int, int]:
-    try:
-        return kafka.offsets(topic, "earliest")
-    except UnknownTopic:
-        return {}
-
-
 def take_over_verdict(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, sink: ForeignSource,
                       view: WindowsView) -> Verdict:
-    """The boundary between the sink the archive took over from and its first windows (health.take_over_boundary):
-    the sink's objects planned as a restore plans them (the archive's own objects under a shared prefix left out),
-    each partition's last one read."""
-    boundary: dict[int, int] = {}
-    for w in view.live_and_retired:
-        boundary[w.partition] = min(w.start, boundary.get(w.partition, w.start))
-    planned = discover(s3, sink, boundary)
-    shared = sink.bucket == cfg.bucket and (sink.key_prefix.startswith(cfg.prefix)
-                                            or cfg.prefix.startswith(sink.key_prefix))
-    past = [] if shared else [f"s3://{sink.bucket}/{k}" for k, why in planned.ignored.items()
-                              if why.startswith(TAKEN_OVER)]
-    return health.take_over_boundary(kafka, topic, sink.name, view, last_objects(s3, sink, planned), past)
+    """The boundary between the sink the archive took over from and its first windows (health.take_over_verdict),
+    the sink's objects planned as a restore plans them: the archive and restore stages never import each other, so
+    they meet here."""
+    planned = discover(s3, sink, health.archive_starts(view))
+    return health.take_over_verdict(kafka, cfg, topic, sink, view, last_objects(s3, sink, planned),
+                                    planned.taken_over())
 
 
 def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | None = None,
@@ -139,7 +125,8 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | N
             OBJECTS: lambda: health.objects(s3.get_client(), cfg, topic, view),
             RETENTION: lambda: health.retention(kafka, topic, view),
             HEADROOM: lambda: health.headroom(kafka, cfg, topic, view),
-            MANIFESTS: lambda: health.manifests_present(s3.get_client(), cfg, topic, view, log_start(kafka, topic)),
+            MANIFESTS: lambda: health.manifests_present(s3.get_client(), cfg, topic, view,
+                                                    health.log_start(kafka, topic)),
             FRESH: lambda: health.freshness(kafka, cfg, topic, view),
             TAKE_OVER: lambda: take_over_verdict(kafka, s3.get_client(), cfg, topic, sink, view),  # type: ignore[arg-type]
         }

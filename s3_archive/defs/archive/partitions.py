@@ -15,6 +15,10 @@ CUT_TAG = "s3_archive/cut"
 RUN_ATTEMPT_TAG = "s3_archive/run_attempt"  # 2, 3, ...: the sensor requested the windows of a failed run again
 RERUN_OF_TAG = "s3_archive/rerun_of"  # the failed run whose windows this run archives again
 GAVE_UP_TAG = "s3_archive/not_retried"  # the run failed on an error no retry can fix
+# Dagster's own tags: a run of one partition, or of a range of a dynamic partition set (in insertion order).
+PARTITION_TAG = "dagster/partition"
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
 
 
 def archive_asset_key(topic: str) -> dg.AssetKey:

@@ -24,7 +24,14 @@ from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_recor
 from s3_archive.archive.scan import scan_topics
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.instance import read_keys, read_retired
-from s3_archive.defs.archive.partitions import CUT_TAG, TOPIC_TAG, archive_asset_key, window_partitions
+from s3_archive.defs.archive.partitions import (
+    CUT_TAG,
+    RANGE_END,
+    RANGE_START,
+    TOPIC_TAG,
+    archive_asset_key,
+    window_partitions,
+)
 from s3_archive.defs.archive.upkeep import open_cut, track, upkeep
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
@@ -81,10 +88,6 @@ def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float |
         if "bytes_read" in m and "records" in m:
             samples.append((int(m["bytes_read"].value), int(m["records"].value)))
     return estimate_bytes_per_record(samples)
-
-
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
 
 
 def run_requests(topic: str, cuts: list[Cut], windows_per_run: int) -> list[dg.RunRequest]:

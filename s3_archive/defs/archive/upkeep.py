@@ -1,6 +1,7 @@
 """The offsets sensor's upkeep beside cutting windows (docs/sensors.md, "Upkeep"): which windows are still open (not
-seen committed), the windows of failed runs requested again, committed windows whose manifests are gone, and whether
-records wait too long; the verdicts of the checks `manifests_present` and `archive_fresh` reported from the tick.
+seen committed), the windows of failed runs requested again, committed windows whose manifests are gone archived
+again, and the verdicts of the checks `manifests_present` and `archive_fresh` reported from the tick. The sweeps that
+find lost manifests and records waiting too long are archive/sweep.py's; this is their Dagster side.
 
 What it remembers is in the sensor's cursor (archive/cursor.py): per topic the open windows and the last
 materialization read. A partition's committed offsets are then everything from its first window to the end of its
@@ -13,23 +14,23 @@ window's status. A lost cursor rebuilds the open windows from every key once.
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import dagster as dg
-from botocore.exceptions import BotoCoreError, ClientError
-from confluent_kafka.admin import OffsetSpec
 
-from s3_archive.archive import health
 from s3_archive.archive.cursor import Open, SensorCursor
 from s3_archive.archive.failures import rerun_delay
 from s3_archive.archive.health import Verdict
 from s3_archive.archive.plan import PartitionState
+from s3_archive.archive.sweep import sweep_freshness, sweep_manifests
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.config.lifecycle import expiry_due
 from s3_archive.defs.archive.checks import FRESH, MANIFESTS, check_result
-from s3_archive.defs.archive.instance import materialization_times, materialized_windows, read_retired, read_windows
+from s3_archive.defs.archive.instance import TopicView, materialized_windows, read_windows
 from s3_archive.defs.archive.partitions import (
+    CUT_TAG,
     GAVE_UP_TAG,
+    PARTITION_TAG,
+    RANGE_END,
+    RANGE_START,
     RERUN_OF_TAG,
     RUN_ATTEMPT_TAG,
     TOPIC_TAG,
@@ -37,15 +38,10 @@ from s3_archive.defs.archive.partitions import (
     window_partitions,
 )
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.s3 import S3Client, list_objects
-from s3_archive.keys.objects import manifests_from, partition_manifest_prefix
-from s3_archive.model.windows import InvalidWindow, OffsetWindow
+from s3_archive.io.s3 import S3Client
+from s3_archive.model.windows import OffsetWindow
 
-SWEEP_LISTINGS = 40  # S3 listing pages the manifest sweep reads per tick at most (1,000 manifests each)
 FAILURES_PER_TICK = 200  # run failures read per tick at most
-PARTITION_TAG = "dagster/partition"
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
 
 
 @dataclass
@@ -123,17 +119,6 @@ def close(instance: dg.DagsterInstance, cursor: SensorCursor, topics: list[str])
             page_cursor = page.cursor
         o.keys = [k for k in o.keys if k not in done]
         o.lost = [k for k in o.lost if k not in done]
-
-
-def open_windows(cursor: SensorCursor, topic: str) -> dict[int, list[OffsetWindow]]:
-    out: dict[int, list[OffsetWindow]] = {}
-    for k in cursor.open.get(topic, Open()).keys:
-        try:
-            w = OffsetWindow.parse(k)
-        except InvalidWindow:
-            continue
-        out.setdefault(w.partition, []).append(w)
-    return {p: sorted(ws) for p, ws in out.items()}
 
 
 # --- failed runs -------------------------------------------------------------------------------------------------
@@ -219,118 +204,6 @@ def rerun_request(run: dg.DagsterRun, topic: str, attempt: int) -> dg.RunRequest
                          asset_selection=[archive_asset_key(topic)], asset_check_keys=[], tags=tags)
 
 
-# --- freshness ---------------------------------------------------------------------------------------------------
-
-def freshness(kafka: KafkaResource, cfg: ArchiveConfig, cursor: SensorCursor, states: list[PartitionState],
-              now: float) -> dict[str, Verdict]:
-    """Per topic, the archive_fresh verdict from the tick's scan (next window start, last stable offset), the open
-    windows, and one batched `ListOffsets` by timestamp."""
-    by_topic: dict[str, list[PartitionState]] = {}
-    for s in states:
-        by_topic.setdefault(s.topic, []).append(s)
-    uncommitted: dict[str, dict[int, int]] = {}
-    for topic, ss in by_topic.items():
-        opens = open_windows(cursor, topic)
-        uncommitted[topic] = {s.partition: min([w.start for w in opens.get(s.partition, [])] + [s.next_offset])
-                              for s in ss}
-    end = {(s.topic, s.partition): s.end_offset for s in states}
-    bound = cfg.freshness_bound_seconds
-    pending = {(t, p): u for t, us in uncommitted.items() for p, u in us.items() if u < end[(t, p)]}
-    young = {} if bound is None or not pending else kafka.list_offsets_many(
-        {tp: OffsetSpec.for_timestamp(int((now - bound) * 1000)) for tp in pending}, read_committed=True)
-    return {t: health.freshness_verdict(cfg, t, us, {p: o for (tt, p), o in young.items() if tt == t},
-                                        {p: e for (tt, p), e in end.items() if tt == t})
-            for t, us in uncommitted.items()}
-
-
-# --- manifests ---------------------------------------------------------------------------------------------------
-
-@dataclass
-class Swept:
-    verdicts: dict[str, Verdict]
-    rearchive: dict[str, list[OffsetWindow]]
-
-
-def sweep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig,
-          cursor: SensorCursor, now: float, budget: int = SWEEP_LISTINGS) -> Swept:
-    """Compare each partition's committed live windows (from its retired range, or first window, to its last
-    window; open ones left out) with the manifests listed in S3, topic after topic, going on where the last tick
-    stopped when the listings reach `budget`. A small archive is swept whole at every tick."""
-    topics = sorted(cfg.topics)
-    if cursor.sweep in topics:
-        i = topics.index(cursor.sweep)
-        topics = topics[i:] + topics[:i]
-    out = Swept({}, {})
-    listings = 0
-    cursor.sweep = None
-    for topic in topics:
-        if listings >= budget:
-            cursor.sweep = topic
-            break
-        tail = cursor.tails.get(topic)
-        if tail is None or not tail.next:  # no window yet: nothing to lose, and nothing to list
-            out.verdicts[topic] = health.manifests_verdict(cfg, topic, [], set(), 0)
-            continue
-        retired = read_retired(context.instance, topic)
-        opens = open_windows(cursor, topic)
-        gaps: dict[int, list[tuple[int, int]]] = {}
-        checked = 0
-        present: set[tuple[int, int, int]] = set()
-        for p, nxt in sorted(tail.next.items()):
-            start = retired.ranges[p].end if p in retired.ranges else tail.first.get(p)
-            if start is None or start >= nxt:
-                continue
-            listed, n = [], 0
-            for o in list_objects(s3, cfg.bucket, partition_manifest_prefix(cfg.prefix, topic, p),
-                                  manifests_from(cfg.prefix, topic, p, start)):
-                n += 1
-                try:
-                    w = OffsetWindow.parse(o["Key"].rsplit("/", 1)[-1].removesuffix(".json"))
-                except InvalidWindow:
-                    continue
-                if w.start >= nxt:
-                    break
-                listed.append((w.start, w.end))
-                present.add((p, w.start, w.end))
-            listings += 1 + n // 1000
-            checked += len(listed)
-            if missing := health.missing_ranges(start, nxt, opens.get(p, []), listed):
-                gaps[p] = missing
-        lost = lost_windows(context.instance, cfg, topic, gaps, now) if gaps else []
-        again = rearchivable(kafka, topic, lost)
-        # Lost earlier and being archived again (open meanwhile): still reported until their manifest is back.
-        pending = [w for w in map(OffsetWindow.parse, cursor.open.get(topic, Open()).lost)
-                   if (w.partition, w.start, w.end) not in present]
-        out.verdicts[topic] = health.manifests_verdict(cfg, topic, lost + pending, set(again) | set(pending),
-                                                       checked)
-        if again:
-            out.rearchive[topic] = again
-    return out
-
-
-def lost_windows(instance: dg.DagsterInstance, cfg: ArchiveConfig, topic: str,
-                 gaps: dict[int, list[tuple[int, int]]], now: float) -> list[OffsetWindow]:
-    """The live windows inside the gaps (every key of the topic is read: this happens when manifests are gone),
-    but those S3 may have expired under the lifecycle's expiration_days."""
-    windows, _ = read_windows(instance, topic)
-    inside = [w for w in windows
-              if any(a <= w.start and w.end <= b for a, b in gaps.get(w.partition, []))]
-    days = cfg.lifecycle_policy.expiration_days
-    if not days or not inside:
-        return inside
-    when = materialization_times(instance, topic, [w.key for w in inside])
-    at = datetime.fromtimestamp(now, UTC)
-    return [w for w in inside if not expiry_due(when.get(w.key), days, at)]
-
-
-def rearchivable(kafka: KafkaResource, topic: str, lost: list[OffsetWindow]) -> list[OffsetWindow]:
-    """The lost windows whose records Kafka still holds (its log start is at or before their start)."""
-    if not lost:
-        return []
-    log_start = kafka.offsets(topic, "earliest", sorted({w.partition for w in lost}))
-    return [w for w in lost if log_start.get(w.partition, w.start + 1) <= w.start]
-
-
 def rearchive_requests(cursor: SensorCursor, topic: str, windows: list[OffsetWindow]) -> list[dg.RunRequest]:
     """One run per lost window (they are few, and not contiguous in the partitions' insertion order); the run key
     holds the last materialization read, so a re-evaluated tick launches nothing twice and a later loss of the same
@@ -341,7 +214,7 @@ def rearchive_requests(cursor: SensorCursor, topic: str, windows: list[OffsetWin
     o.lost = sorted(set(o.lost) | {w.key for w in windows})
     return [dg.RunRequest(run_key=f"{topic}/{w.key}#rearchive@{seen}", partition_key=w.key,
                           asset_selection=[archive_asset_key(topic)], asset_check_keys=[],
-                          tags={TOPIC_TAG: topic, "s3_archive/cut": "rearchive"}) for w in windows]
+                          tags={TOPIC_TAG: topic, CUT_TAG: "rearchive"}) for w in windows]
 
 
 # --- reporting ---------------------------------------------------------------------------------------------------
@@ -365,16 +238,14 @@ def upkeep(context: dg.SensorEvaluationContext, kafka: KafkaResource, s3: S3Clie
     out = Requests()
     close(context.instance, cursor, cfg.topics)
     out.runs += reruns(context, cfg, cursor, now)
-    for topic, v in freshness(kafka, cfg, cursor, states, now).items():
+    for topic, v in sweep_freshness(kafka, cfg, cursor, states, now).items():
         said = "ok" if v.passed else "stale " + ",".join(sorted(v.metadata["stale_by_partition"]))
         if (e := report(cursor, topic, FRESH, v, said)) is not None:
             out.events.append(e)
-    try:
-        swept = sweep(context, kafka, s3, cfg, cursor, now)
-    except (ClientError, BotoCoreError) as e:
+    swept = sweep_manifests({t: TopicView(context.instance, t) for t in cfg.topics}, kafka, s3, cfg, cursor, now)
+    if swept.unreadable is not None:
         # S3 down must not stop the cutting: the sweep goes on where it was at a later tick.
-        context.log.warning(f"the manifest sweep could not read S3 ({e}); it goes on at a later tick")
-        swept = Swept({}, {})
+        context.log.warning(f"the manifest sweep could not read S3 ({swept.unreadable}); it goes on at a later tick")
     for topic, v in swept.verdicts.items():
         said = "ok" if v.passed else f"lost {len(v.problems)}: {v.problems[0][:200]}"
         if (e := report(cursor, topic, MANIFESTS, v, said)) is not None:

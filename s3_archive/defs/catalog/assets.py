@@ -14,31 +14,27 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-from botocore.exceptions import ClientError
 
-from s3_archive.catalog.avro_header import WriterSchema, WriterSchemaUnreadable, newest_writer_schema
-from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_catalog
+from s3_archive.catalog.avro_header import WriterSchemaUnreadable, table_writer_schema
+from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_table
 from s3_archive.catalog.mappings import mapping, no_table_reason
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys
 from s3_archive.catalog.tables import (
     athena_ddl,
     build_table_input,
-    check_table_names,
+    catalog_tables,
     decoded_columns,
     location,
-    options_for,
     table_columns,
     table_name,
 )
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.config.settings import KeyPaths, Settings, config_error
+from s3_archive.config.settings import KeyPaths, Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.s3 import S3Client, error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.model.errors import KafkaUnavailable, UnknownTopic
-from s3_archive.model.logger import Logger
+from s3_archive.model.errors import AwsRequestFailed, KafkaUnavailable, UnknownTopic
 
 CATALOG_PREFIX = "kafka_catalog"
 
@@ -79,24 +75,6 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
                                    for c in cols])
 
 
-def _writer_schema(log: Logger, s3: S3Client, cfg: ArchiveConfig, topic: str, qualified: str) -> WriterSchema | None:
-    """The avro table's writer schema, read from the newest archived object; None (said in the run log) before a
-    window with records is archived."""
-    try:
-        writer = newest_writer_schema(s3, cfg.bucket, cfg.prefix, topic, log)
-    except WriterSchemaUnreadable as e:
-        raise dg.Failure(f"table {qualified} takes its avro.schema.literal from an archived object: {e}") from None
-    if writer is None:
-        return None
-    log.info(f"avro.schema.literal of {qualified}: the header of s3://{cfg.bucket}/{writer.object_key}")
-    expected = [c["Name"] for c in table_columns(cfg)]
-    if writer.field_names() != expected:  # the config changed since the newest window was archived
-        log.warning(f"s3://{cfg.bucket}/{writer.object_key} has the fields {writer.field_names()}, the config "
-                    f"declares the columns {expected}; the literal follows once a window is archived with this "
-                    "config")
-    return writer
-
-
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
     table = table_name(topic, options)
     qualified = f"{options.database}.{table}"
@@ -129,7 +107,10 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                                     f"fields of that window are not added to {qualified}")
         writer = None
         if mapping(cfg).writer_schema_parameter is not None:  # avro: the literal is an archived object's header
-            writer = _writer_schema(context.log, s3.get_client(), cfg, topic, qualified)
+            try:
+                writer = table_writer_schema(s3.get_client(), cfg, topic, qualified, context.log)
+            except WriterSchemaUnreadable as e:
+                raise dg.Failure(str(e)) from None
             if writer is None:
                 reason = (f"no window of {topic!r} with records is archived yet; table {qualified} is created by the "
                           "first catalog run after one is (its avro.schema.literal is the writer schema in an "
@@ -140,11 +121,8 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns,
                                         writer.literal if writer else None)
         try:
-            result = sync_catalog(s3.glue_client(), s3.get_client(), cfg, topic, options, table_input)
-        except ClientError as e:
-            raise dg.Failure(f"{e.operation_name} for table {qualified} failed: {error_code(e)}: "
-                             f"{error_message(e)}") from None
-        except TableConflict as e:
+            result = sync_table(s3.glue_client(), s3.get_client(), cfg, topic, options, table_input)
+        except (AwsRequestFailed, TableConflict) as e:
             raise dg.Failure(str(e)) from None
         for d in result.skipped_directories:
             context.log.warning(f"{location(cfg, topic)}{d.directory + '/' if d.directory else ''} (e.g. object "
@@ -174,28 +152,6 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
     return _catalog
 
 
-def _tables(settings: Settings, options: Mapping[str, CatalogOptions] | None, paths: KeyPaths,
-            ) -> list[tuple[ArchiveConfig, str, CatalogOptions]]:
-    """(archive, topic, its catalog options) of every topic with a table; a config the catalog cannot honour is
-    refused naming its key path."""
-    chosen = []
-    for a in settings.archives:
-        if no_table_reason(a) is not None:
-            continue
-        try:
-            o = options_for(a, options)
-        except ValueError as e:  # projection asked for a layout it cannot describe
-            raise config_error(f"{paths.archives[a.name]}.catalog.partitions: {e}") from None
-        for t in a.topics:
-            try:
-                table_name(t, o)
-            except ValueError as e:
-                raise config_error(f"{paths.topic(a.name, t)}: {e} (catalog.table_prefix + topic)") from None
-            chosen.append((a, t, o))
-    check_table_names((o.database, table_name(t, o), t, paths.topic(a.name, t)) for a, t, o in chosen)
-    return chosen
-
-
 def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOptions] | None = None,
                          paths: KeyPaths | None = None) -> list[dg.AssetsDefinition]:
     unknown = sorted(set(options or {}) - {a.name for a in settings.archives})
@@ -206,7 +162,8 @@ def build_catalog_assets(settings: Settings, options: Mapping[str, CatalogOption
         reason = no_table_reason(a)
         if reason is not None and a.topics:
             log.warning(f"archive {a.name!r} gets no Glue table: {reason}")
-    return [build_catalog_asset(a, t, o) for a, t, o in _tables(settings, options, paths or KeyPaths.of(settings))]
+    return [build_catalog_asset(a, t, o) for a, t, o in catalog_tables(settings, options,
+                                                                         paths or KeyPaths.of(settings))]
 
 
 def build_catalog_defs(settings: Settings, options: Mapping[str, CatalogOptions] | None = None,

@@ -9,21 +9,18 @@ on demand. Rules of other owners in the bucket are never changed (s3_archive/lif
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
-from botocore.exceptions import ClientError
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy
-from s3_archive.config.settings import KeyPaths, Settings, config_error
+from s3_archive.config.settings import KeyPaths, Settings
 from s3_archive.defs.lifecycle.maintenance import build_iceberg_maintenance_assets
-from s3_archive.io.s3 import error_code, error_message
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.lifecycle.reconcile import reconcile_lifecycle
-from s3_archive.lifecycle.rules import build_rules, owner_prefix, policy_for
-from s3_archive.model.formats import FORMATS
+from s3_archive.lifecycle.reconcile import reconcile_bucket
+from s3_archive.lifecycle.rules import build_rules, check_disjoint, check_table_policy, owner_prefix, policy_for
+from s3_archive.model.errors import AwsRequestFailed
 
 LIFECYCLE_PREFIX = "s3_lifecycle"
 LIFECYCLE_CRON = "0 5 * * *"  # daily: puts back rules someone removed by hand
@@ -43,48 +40,6 @@ def lifecycle_asset_key(archive: str) -> dg.AssetKey:
 
 def desired_rules(cfg: ArchiveConfig, policy: LifecyclePolicy) -> list[dict[str, Any]]:
     return build_rules(cfg.name, cfg.prefix, cfg.topics, policy)
-
-
-@dataclass(frozen=True)
-class _Scope:
-    """One lifecycle rule an archive can have: the prefix it acts on, and on what, in words."""
-
-    archive: ArchiveConfig
-    prefix: str
-    what: str
-    staging: bool
-
-
-def _scopes(a: ArchiveConfig) -> list[_Scope]:
-    # Every rule the archive can have (an expiration gives each kind), per topic so each says whose objects it covers.
-    every = LifecyclePolicy(expiration_days=1)
-    out = {r["ID"]: _Scope(a, r["Filter"]["Prefix"], "the staging objects", True)
-           for r in build_rules(a.name, a.prefix, [], every)}
-    for t in a.topics:
-        for r in build_rules(a.name, a.prefix, [t], every):
-            kind = "manifests" if r["ID"].startswith(owner_prefix(a.name) + "manifests") else "data"
-            out.setdefault(r["ID"], _Scope(a, r["Filter"]["Prefix"], f"the {kind} of topic {t!r}", False))
-    return list(out.values())
-
-
-def check_disjoint(settings: Settings, paths: KeyPaths | None = None) -> None:
-    """A rule of one archive must not cover another archive's objects (same bucket, one prefix inside the other):
-    InvalidConfig naming both archives' key paths (`paths`: of the config as loaded; default: of `settings`)."""
-    paths = paths or KeyPaths.of(settings)
-    scopes = [s for a in settings.archives for s in _scopes(a)]
-    for s in scopes:
-        for o in scopes:
-            a, b = s.archive, o.archive
-            # Archives with one prefix share its staging directory: both rules only expire crashed attempts.
-            if a.bucket != b.bucket or a.name == b.name or not o.prefix.startswith(s.prefix) or (
-                    s.staging and o.staging and s.prefix == o.prefix):
-                continue
-            raise config_error(
-                f"{paths.archives[b.name]}.prefix: {b.prefix!r} (archive {b.name!r}) overlaps "
-                f"{paths.archives[a.name]}.prefix {a.prefix!r} (archive {a.name!r}) in bucket {a.bucket}: the "
-                f"lifecycle rule of {a.name!r} over s3://{a.bucket}/{s.prefix} ({s.what}) would act on "
-                f"s3://{b.bucket}/{o.prefix} ({o.what} of {b.name!r}); give the archives prefixes that do not "
-                "contain each other")
 
 
 def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.AssetsDefinition:
@@ -109,10 +64,9 @@ def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.Ass
         for w in warnings:
             context.log.warning(f"archive {cfg.name!r} lifecycle: {w}")
         try:
-            result = reconcile_lifecycle(s3.get_client(), cfg.bucket, rules, owner)
-        except ClientError as e:
-            raise dg.Failure(f"{e.operation_name} on bucket {cfg.bucket!r} failed: {error_code(e)}: "
-                             f"{error_message(e)}") from None
+            result = reconcile_bucket(s3.get_client(), cfg.bucket, rules, owner)
+        except AwsRequestFailed as e:
+            raise dg.Failure(str(e)) from None
         plan = result.plan
         context.log.info(f"bucket {cfg.bucket}: " + ("wrote lifecycle configuration" if result.written
                                                      else "lifecycle rules already as declared")
@@ -139,11 +93,7 @@ def build_lifecycle_assets(settings: Settings, policies: Mapping[str, LifecycleP
                          f"{[a.name for a in settings.archives]}")
     check_disjoint(settings, paths)
     for a in settings.archives:
-        p = policy_for(a, policies)
-        if FORMATS[a.format].table and (p.expiration_days is not None or p.transitions):
-            raise ValueError(f"lifecycle policy of archive {a.name!r} (format {a.format!r}): expiration_days and "
-                             "transitions do not apply; S3 must not expire or archive files under an Iceberg "
-                             "table (the Iceberg maintenance asset expires snapshots)")
+        check_table_policy(a, policy_for(a, policies))
     return [build_lifecycle_asset(a, policy_for(a, policies)) for a in settings.archives]
 
 

@@ -3,6 +3,7 @@
 import dagster as dg
 from pydantic import Field
 
+from s3_archive.config.foreign import ForeignSource
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import (
@@ -71,3 +72,11 @@ class RestoreConfig(dg.Config):
 
 class ForeignRestoreConfig(RestoreConfig):
     """RestoreConfig (with its cold-storage keys; cold_restore_days/tier default to the source's settings)."""
+
+    def sink_cold(self, source: ForeignSource) -> ColdOptions:
+        """The cold-storage options for the sink's objects: cold_restore_days/tier, else the source's settings."""
+        try:
+            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or source.cold_restore_days,
+                               self.cold_restore_tier or source.cold_restore_tier)
+        except ValueError as e:
+            raise InvalidRestore(str(e)) from None

@@ -20,7 +20,7 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.defs.archive.instance import materialization_times, materialized_windows, read_windows
-from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.defs.archive.partitions import RANGE_END, RANGE_START, window_partitions
 from s3_archive.defs.restore.foreign_assets import foreign_asset_key
 from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.io.s3_resource import S3Resource
@@ -29,7 +29,6 @@ from s3_archive.restore.follow import plan_follow
 MINIMUM_INTERVAL_SECONDS = 30
 RETRY_AFTER_SECONDS = 300
 FOLLOW_TAG = "s3_archive/follow"  # <target>/<topic> on every follow run
-RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
               dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
@@ -127,16 +126,13 @@ def evaluate_foreign_follow(context: dg.SensorEvaluationContext, source: Foreign
     """One listing of the source's prefix: when the objects the restore would read changed since the last run was
     requested (or that run failed RETRY_AFTER_SECONDS ago), request the source's run into `follow_target_topic`;
     the ledger makes it restore only what is new."""
-    from s3_archive.io.s3 import list_objects
-    from s3_archive.restore.cold import ListedObject
-    from s3_archive.restore.foreign_sources import plan
+    from s3_archive.restore.foreign_sources import planned_objects
 
     instance, now, tag = context.instance, time.time(), f"foreign/{source.name}"
     state = json.loads(context.cursor) if context.cursor else {"seen": "", "until": 0.0, "runs": 0, "new": -1}
-    listed = list(list_objects(s3.get_client(), source.bucket, source.key_prefix))
-    modified = {o["Key"]: o["LastModified"].timestamp() for o in listed}
-    p = plan(source, [ListedObject(o["Key"], o["Size"], o.get("StorageClass", "STANDARD")) for o in listed])
-    objects = sorted((o.key, o.size) for fw in p.windows for o in fw.objects)
+    listed = planned_objects(s3.get_client(), source)
+    modified = {k: t for k, _, t in listed}
+    objects = [(k, size) for k, size, _ in listed]
     seen = hashlib.sha256(json.dumps(objects).encode()).hexdigest()
     new = [modified[k] for k, _ in objects if modified[k] > state["until"]]
     events = []

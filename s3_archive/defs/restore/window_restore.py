@@ -19,6 +19,7 @@ from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.schema_ids import SchemaRewrite
+from s3_archive.restore.sources import splits_windows
 from s3_archive.restore.summary import RunSummary
 
 
@@ -46,11 +47,6 @@ def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadat
             + f"; this asset's runs and plans: {ui_page(key, 'events', 'Events')}\n"
             + archive_links(cfg, topic, "docs/restore.md"),
         )
-
-
-def splits_windows(cfg: ArchiveConfig) -> bool:
-    """Whether the archive's layout splits a window's records into buckets (objects whose offsets interleave)."""
-    return cfg.layout is not None and bool(cfg.layout.partition_by or cfg.layout.template_slots)
 
 
 def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic: str, request: RestoreRequest,

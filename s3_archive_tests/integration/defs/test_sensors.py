@@ -30,12 +30,10 @@ from s3_archive.defs.archive.checks import (
     objects_result,
     retention_result,
 )
-from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
+from s3_archive.defs.archive.partitions import RANGE_END, RANGE_START, archive_asset_key, window_partitions
 from s3_archive.defs.archive.schedules import build_checks_schedule, checks_job_name, retire_job_name
 from s3_archive.defs.archive.sensors import (
     CUT_TAG,
-    RANGE_END,
-    RANGE_START,
     build_offsets_sensor,
     sensor_name,
 )

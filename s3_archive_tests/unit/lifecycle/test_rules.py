@@ -9,9 +9,9 @@ from pydantic import ValidationError
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.lifecycle import LifecyclePolicy, Transition, expiry_due
 from s3_archive.config.settings import Settings
-from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, check_disjoint, lifecycle_asset_key
+from s3_archive.defs.lifecycle.assets import build_lifecycle_defs, lifecycle_asset_key
 from s3_archive.io.s3_resource import S3Resource
-from s3_archive.lifecycle.rules import build_rules, owner_prefix, plan_lifecycle, policy_for, rule_id
+from s3_archive.lifecycle.rules import build_rules, check_disjoint, owner_prefix, plan_lifecycle, policy_for, rule_id
 from s3_archive.model.errors import InvalidConfig
 
 

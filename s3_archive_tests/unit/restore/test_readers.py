@@ -147,7 +147,7 @@ def test_check_restorable_names_every_bad_window():
 def test_only_restorable_archives_get_a_restore_asset():
     from s3_archive.config.settings import parse_settings
     from s3_archive.defs.restore.assets import build_restore_assets
-    from s3_archive.defs.restore.window_restore import splits_windows
+    from s3_archive.restore.sources import splits_windows
 
     base = {"bucket": "bkt"}
     settings_ = parse_settings({"archives": [
