@@ -7,6 +7,7 @@
                         one window to read (WindowSource, from our archives or a sink's)
     foreign_sources.py  archives of the Kafka Connect S3 sinks: listing → windows → records
     foreign_records.py  their object contents (csv, json, avro, parquet, bytes; gzip, snappy, zstd)
+    foreign_run.py      a sink's run: its objects, then the archive that took over from it, summed up
     cold.py             objects in GLACIER / DEEP_ARCHIVE: RestoreObject, then fail or wait
     routing.py          which target partition a record goes to (same, murmur2, map)
     ledger.py           which source offsets are already restored (pure range sets and their encoding)
