@@ -61,10 +61,11 @@ class RestoreConfig(dg.Config):
             broker_outage_seconds=self.broker_outage_seconds,
         )
 
-    def cold(self) -> ColdOptions:
+    def cold(self, days: int = 7, tier: str = "Standard") -> ColdOptions:
+        """The cold-storage options; `days` and `tier` where the launch gives none (a foreign source's own)."""
         try:
-            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or 7,
-                               self.cold_restore_tier or "Standard")
+            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or days,
+                               self.cold_restore_tier or tier)
         except ValueError as e:
             raise InvalidRestore(str(e)) from None
 

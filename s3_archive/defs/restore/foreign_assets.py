@@ -23,9 +23,9 @@ from s3_archive.model.errors import UserError
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdReport
 from s3_archive.restore.foreign_sources import SHOWN_IGNORED, discover, restore_foreign, shown_ignored
-from s3_archive.restore.request import WindowReport
+from s3_archive.restore.request import RestoreContext, WindowReport
 from s3_archive.restore.run import restore_windows
-from s3_archive.restore.sources import archived_windows
+from s3_archive.restore.sources import ArchiveSource, archived_windows
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 
@@ -65,7 +65,7 @@ def build_foreign_restore_asset(source: ForeignSource, successor: ArchiveConfig 
                  s3: S3Resource) -> Iterator[dg.AssetObservation | dg.MaterializeResult]:
         try:
             request = config.request(source.topic)
-            config.cold()  # checks the tier and days
+            cold_options = config.cold(source.cold_restore_days, source.cold_restore_tier)  # checks tier and days
             client = s3.get_client()
             check_bucket(client, source.bucket, source.key_prefix)
             totals: dict[str, int] = {"windows": 0, "records_restored": 0, "records_skipped_already_present": 0,
@@ -79,16 +79,14 @@ def build_foreign_restore_asset(source: ForeignSource, successor: ArchiveConfig 
                 ours = archived_windows(client, successor.bucket, successor.prefix, source.topic)
             boundary = {p: min(w.start for w in ours if w.partition == p) for p in {w.partition for w in ours}}
             planned = discover(client, source, boundary)
-            skipped: dict[str, str] = {}
-            reports: Iterator[WindowReport | ColdReport] = restore_foreign(
-                kafka, client, source, request, context.log, config.wait_for_cold_seconds,
-                cold_restore_days=config.cold_restore_days, cold_restore_tier=config.cold_restore_tier,
-                planned=planned, skipped=skipped if source.error_tolerance == "skip" else None)
+            skipped = planned.skipped
+            run = RestoreContext(kafka, client, context.log)
+            reports: Iterator[WindowReport | ColdReport] = restore_foreign(run, source, request, cold_options, planned)
             if successor is not None and ours:
                 # The same ledger (it is the topic's): each offset once, the sink's part of a partition first.
                 reports = itertools.chain(reports, restore_windows(
-                    kafka, client, successor.bucket, successor.prefix, request, ours, context.log,
-                    cold=config.cold(), interleaved=splits_windows(successor)))
+                    run, ArchiveSource(successor.bucket, successor.prefix, splits_windows(successor)), request, ours,
+                    config.cold()))
             for rep in reports:
                 if isinstance(rep, ColdReport):
                     cold = rep
