@@ -26,7 +26,14 @@ from bench.common import Setup, SparkWorker, moto_requests, say
 from bench.config import BUCKET, TOPIC
 from bench.peers.rounds import Peers
 from bench.stats import Measure, slower_of
-from bench.under_test import KafkaResource, OffsetWindow, RestoreRequest, restore_windows
+from bench.under_test import (
+    ArchiveSource,
+    KafkaResource,
+    OffsetWindow,
+    RestoreContext,
+    RestoreRequest,
+    restore_windows,
+)
 
 RESTORE_SOURCE = "archive-r0/"  # round 1's archive, restored in every round
 
@@ -154,8 +161,8 @@ def time_restore(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, source
     """Restore `windows` of the archive under `prefix` into `target_topic` (an existing, empty topic) with
     `restore_windows`; seconds until the last transaction is committed."""
     t = time.monotonic()
-    reports = list(restore_windows(kafka, s3, bucket, prefix, RestoreRequest(source_topic, target_topic), windows,
-                                   logging.getLogger("bench.restore")))
+    reports = list(restore_windows(RestoreContext(kafka, s3, logging.getLogger("bench.restore")),
+                                   ArchiveSource(bucket, prefix), RestoreRequest(source_topic, target_topic), windows))
     dt = time.monotonic() - t
     return {"seconds": dt, "records": sum(r.restored for r in reports), "bytes": sum(r.bytes for r in reports),
             "transactions": sum(r.transactions for r in reports)}

@@ -7,7 +7,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
@@ -85,10 +87,19 @@ def import_connect_command(file: Path, out: Path | None, name: str | None, take_
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="s3-archive", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    local = sub.add_parser("local", help="the embedded Kafka broker + moto S3/Glue/Athena server")
+# --kafka-security, of `local up` and of `demo`
+_KAFKA_SECURITY = {
+    "choices": ["plaintext", "sasl_ssl"], "default": None,
+    "help": "up: the broker's listener: plaintext, or sasl_ssl (SCRAM-SHA-512 user 's3-archive', TLS with a local "
+            "CA; the variables are in stack.env). Default: as the local data was made, else plaintext"}
+_CONFIG_HELP = "archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)"
+
+
+def _config_path(args: argparse.Namespace) -> Path:
+    return args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
+
+
+def _local_arguments(local: argparse.ArgumentParser) -> None:
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("--fresh", action="store_true", help="up: wipe the local data first")
     local.add_argument("--purge", action="store_true",
@@ -96,11 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                             "instance and topic state); the next `up` or `make demo` starts from nothing")
     local.add_argument("--kafka-port", type=int, default=0, help="up: broker port (default: a free one)")
     local.add_argument("--s3-port", type=int, default=0, help="up: moto port (default: a free one)")
-    security = {"choices": ["plaintext", "sasl_ssl"], "default": None,
-                "help": "up: the broker's listener: plaintext, or sasl_ssl (SCRAM-SHA-512 user 's3-archive', TLS "
-                        "with a local CA; the variables are in stack.env). Default: as the local data was made, "
-                        "else plaintext"}
-    local.add_argument("--kafka-security", **security)
+    local.add_argument("--kafka-security", **_KAFKA_SECURITY)
     local.add_argument("--postgres", action="store_true",
                        help="up: also PostgreSQL for a Dagster instance of the deployed shape "
                             "(deploy/dagster.postgres.yaml)")
@@ -118,22 +125,65 @@ def main(argv: list[str] | None = None) -> int:
                        help="up: the Schema Registry's port (default: a free one)")
     local.add_argument("--spark-master-port", type=int, default=0,
                        help="up: Spark master port (default: a free one)")
-    demo = sub.add_parser("demo", help="local stack + demo topics + archived windows + dagster dev")
+
+
+def local_command(args: argparse.Namespace) -> int:
+    """`s3-archive local up | down | status`."""
+    from s3_archive.local import stack
+
+    if args.action == "up":
+        stack.up(options=stack.StackOptions(
+            fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port, kafka_security=args.kafka_security,
+            postgres=args.postgres, spark_connect=args.spark_connect, spark_connect_port=args.spark_connect_port,
+            spark_cluster=args.spark_cluster, spark_master_port=args.spark_master_port,
+            schema_registry=args.schema_registry, schema_registry_port=args.schema_registry_port))
+        print(stack.status())
+        print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
+    elif args.action == "down":
+        stopped = stack.down(purge=args.purge)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        if args.purge:
+            print(f"removed {local_stack_dir()}")
+    else:
+        print(stack.status())
+    return 0
+
+
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--port", type=int, default=3000)
-    demo.add_argument("--kafka-security", **security)
-    refresh = sub.add_parser(
-        "refresh-topics", help="add the Kafka topics each topic_pattern now matches to the topic state (read "
-                               "when definitions load), with the runs' Kafka settings ($S3_ARCHIVE_KAFKA_*)")
-    refresh.add_argument("--config", type=Path, help="archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)")
+    demo.add_argument("--kafka-security", **_KAFKA_SECURITY)
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from s3_archive.local import demo
+
+    return demo.run(port=args.port, kafka_security=args.kafka_security)
+
+
+def _refresh_arguments(refresh: argparse.ArgumentParser) -> None:
+    refresh.add_argument("--config", type=Path, help=_CONFIG_HELP)
     refresh.add_argument("--forget", metavar="TOPIC", action="append", default=[],
                          help="instead of refreshing, remove TOPIC from the known topics (repeatable; no Kafka "
                               "connection). A topic that still exists and matches comes back at the next refresh")
-    iam = sub.add_parser("iam-policy", help="print the least-privilege IAM policy for the configured archives")
-    iam.add_argument("--config", type=Path, help="archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)")
+
+
+def _iam_arguments(iam: argparse.ArgumentParser) -> None:
+    iam.add_argument("--config", type=Path, help=_CONFIG_HELP)
     iam.add_argument("--region", default="*")
     iam.add_argument("--account-id", default="*")
-    imp = sub.add_parser("import-connect", help="turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, "
-                                                "Lenses KCQL) into an archive YAML block (docs/import-connect.md)")
+
+
+def iam_policy_command(args: argparse.Namespace) -> int:
+    """`s3-archive iam-policy`: the least-privilege IAM policy of the configured archives, as JSON."""
+    from s3_archive.config.settings import load_settings
+    from s3_archive.iam import iam_policy
+
+    print(json.dumps(iam_policy(load_settings(_config_path(args)), region=args.region, account_id=args.account_id),
+                     indent=2))
+    return 0
+
+
+def _import_arguments(imp: argparse.ArgumentParser) -> None:
     imp.add_argument("file", type=Path, help="the connector's config: JSON (bare or the REST shape), a properties "
                                              "file, or KCQL; '-' reads stdin")
     imp.add_argument("--out", type=Path, help="write the YAML here instead of stdout")
@@ -142,49 +192,49 @@ def main(argv: list[str] | None = None) -> int:
                      help="continue where the connector stopped: start at its consumer group's offsets, and read "
                           "its objects back as a foreign source of the archive (docs/import-connect.md, "
                           "\"Taking over\")")
-    args = parser.parse_args(argv)
 
-    from s3_archive.local import stack
 
+class Command(NamedTuple):
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# Every subcommand: its help, its arguments, what it runs.
+COMMANDS: dict[str, Command] = {
+    "local": Command("the embedded Kafka broker + moto S3/Glue/Athena server", _local_arguments, local_command),
+    "demo": Command("local stack + demo topics + archived windows + dagster dev", _demo_arguments, demo_command),
+    "refresh-topics": Command(
+        "add the Kafka topics each topic_pattern now matches to the topic state (read when definitions load), "
+        "with the runs' Kafka settings ($S3_ARCHIVE_KAFKA_*)", _refresh_arguments,
+        lambda args: refresh_topics_command(_config_path(args), args.forget)),
+    "iam-policy": Command("print the least-privilege IAM policy for the configured archives", _iam_arguments,
+                          iam_policy_command),
+    "import-connect": Command(
+        "turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, Lenses KCQL) into an archive YAML block "
+        "(docs/import-connect.md)", _import_arguments,
+        lambda args: import_connect_command(args.file, args.out, args.name, args.take_over)),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="s3-archive", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        command.arguments(sub.add_parser(name, help=command.help))
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
-        if args.command == "local" and args.action == "up":
-            stack.up(fresh=args.fresh, kafka_port=args.kafka_port, s3_port=args.s3_port,
-                     kafka_security=args.kafka_security, postgres=args.postgres,
-                     spark_connect=args.spark_connect, spark_cluster=args.spark_cluster,
-                     spark_connect_port=args.spark_connect_port, spark_master_port=args.spark_master_port,
-                     schema_registry=args.schema_registry, schema_registry_port=args.schema_registry_port)
-            print(stack.status())
-            print(f"environment for the project: source {local_stack_dir() / 'stack.env'}")
-        elif args.command == "local" and args.action == "down":
-            stopped = stack.down(purge=args.purge)
-            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-            if args.purge:
-                print(f"removed {local_stack_dir()}")
-        elif args.command == "local":
-            print(stack.status())
-        elif args.command == "refresh-topics":
-            path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
-            return refresh_topics_command(path, args.forget)
-        elif args.command == "iam-policy":
-            from s3_archive.config.settings import load_settings
-            from s3_archive.iam import iam_policy
-
-            path = args.config or Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
-            print(json.dumps(iam_policy(load_settings(path), region=args.region, account_id=args.account_id),
-                             indent=2))
-        elif args.command == "import-connect":
-            return import_connect_command(args.file, args.out, args.name, args.take_over)
-        elif args.command == "demo":
-            from s3_archive.local import demo as demo_mod
-
-            return demo_mod.run(port=args.port, kafka_security=args.kafka_security)
+        return COMMANDS[args.command].run(args)
     except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable, UnsupportedConnectConfig) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KafkaUnavailable as e:  # only refresh-topics reaches Kafka
         print(f"error: {e}; the known topics are unchanged", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

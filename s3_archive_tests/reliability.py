@@ -23,8 +23,9 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import manifest_key
 from s3_archive.local.fault_proxy import FaultProxy, mixed
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
@@ -101,7 +102,8 @@ def fault_round(spark: Any, kafka: KafkaResource, direct_s3: Any, proxy: FaultPr
     while not restored_ok and restore_runs <= RERUNS and not todo:
         restore_runs += 1
         try:
-            list(restore_windows(kafka, s3, bucket, cfg.prefix, RestoreRequest(topic, target), windows, log))
+            list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(bucket, cfg.prefix),
+                                 RestoreRequest(topic, target), windows))
             restored_ok = True
         except Exception as e:  # a re-run resumes from the ledger
             errors.append(f"restore {type(e).__name__}: {str(e)[:200]}")

@@ -106,7 +106,7 @@ RESTORE_HINT = ("To restore: open kafka_restore_target/replay/demo.orders, click
 def run(port: int = 3000, kafka_security: str | None = None) -> int:
     root = local_stack_dir()
     print(f"demo: starting the local stack in {root} …", flush=True)
-    state = stack.up(root, kafka_security=kafka_security)
+    state = stack.up(root, stack.StackOptions(kafka_security=kafka_security))
     try:
         return _run(root, state, port)
     finally:

@@ -157,12 +157,30 @@ def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: b
             shutil.rmtree(root, ignore_errors=True)
 
 
-def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = False,
-       kafka_port: int = 0, s3_port: int = 0, kafka_security: str | None = None, postgres: bool = False,
-       spark_connect: bool = False, spark_cluster: bool = False, spark_connect_port: int = 0,
-       spark_master_port: int = 0, schema_registry: bool = False, schema_registry_port: int = 0) -> StackState:
-    """Start the stack, or what it lacks of what is asked if it runs already, and record it. `kafka_security`:
-    plaintext or sasl_ssl; None: as the local data was made, else plaintext."""
+@dataclass(frozen=True)
+class StackOptions:
+    """What `up` starts (the flags of `s3-archive local up`): the broker and moto always, on their ports (0: a free
+    one) with `bucket`; `fresh`: the local data wiped first; `kafka_security`: plaintext or sasl_ssl, None: as the
+    local data was made, else plaintext; and on request PostgreSQL, a Spark cluster, a Spark Connect server and a
+    Schema Registry."""
+
+    bucket: str = DEFAULT_BUCKET
+    fresh: bool = False
+    kafka_port: int = 0
+    s3_port: int = 0
+    kafka_security: str | None = None
+    postgres: bool = False
+    spark_connect: bool = False
+    spark_connect_port: int = 0
+    spark_cluster: bool = False
+    spark_master_port: int = 0
+    schema_registry: bool = False
+    schema_registry_port: int = 0
+
+
+def up(root: Path | None = None, options: StackOptions = StackOptions()) -> StackState:
+    """Start the stack, or what it lacks of what is asked if it runs already, and record it."""
+    kafka_security = options.kafka_security
     if kafka_security is not None and kafka_security not in SECURITY:
         raise StackError(f"--kafka-security {kafka_security!r} is not supported; allowed: {', '.join(SECURITY)}")
     root = root or local_stack_dir()
@@ -174,50 +192,30 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         raise StackError(f"the local stack runs with Kafka security {state.kafka_security}; run `s3-archive "
                          f"local down` first, then `up --kafka-security {kafka_security}`")
     if state is None:
-        if fresh:
-            _remove(root)
-        root.mkdir(parents=True, exist_ok=True)
-        (root / TAG_FILE).touch()
-        security = kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
-        password = _kafka_password(root) if security == "sasl_ssl" else None
-        # `up` returns and the stack stays: every server is detached from this process.
-        broker = KafkaBroker(root / "kafka", port=kafka_port, security=security,
-                             users={KAFKA_USER: password} if password else {}, detached=True)
-        moto = MotoServer(root / "moto", port=s3_port, detached=True, recording=moto_recording(root))
-        broker.start()
-        try:
-            moto.start()
-            create_bucket(moto.endpoint_url, bucket)
-        except BaseException:
-            broker.stop()
-            moto.stop()
-            raise
-        state = StackState(broker.bootstrap_servers, moto.endpoint_url, bucket, broker.proc.pid, moto.proc.pid,
-                           security, password, str(broker.ca_file) if broker.secured else None)
-        _save(root, state)
-    if postgres and state.postgres_pid is None:
+        state = _start(root, options)
+    if options.postgres and state.postgres_pid is None:
         pg = PostgresServer(root / "postgres", detached=True)
         pg.start()
         state.postgres_pid, state.postgres_port = pg.proc.pid, pg.port
         _save(root, state)
-    if schema_registry and state.schema_registry_url is None:
-        registry = SchemaRegistryServer(root / "schema-registry", port=schema_registry_port, detached=True,
+    if options.schema_registry and state.schema_registry_url is None:
+        registry = SchemaRegistryServer(root / "schema-registry", port=options.schema_registry_port, detached=True,
                                         persistent=True)
         registry.start()
         state.schema_registry_url, state.schema_registry_pid = registry.url, registry.proc.pid
         _save(root, state)
-    if spark_cluster and state.spark_master_url is None:
+    if options.spark_cluster and state.spark_master_url is None:
         # The worker's environment holds the S3 keys of its executors' default chain (Iceberg's S3 client), as a
         # deployed worker's role does.
-        cluster = SparkCluster(root / "spark-cluster", port=spark_master_port, detached=True,
+        cluster = SparkCluster(root / "spark-cluster", port=options.spark_master_port, detached=True,
                                env={k: LOCAL_AWS[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
         cluster.start()
         state.spark_master_url, state.spark_jars_dir = cluster.master_url, cluster.worker_jars_dirs
         state.spark_master_pid, state.spark_worker_pid = cluster.master_proc.pid, cluster.worker_proc.pid
         _save(root, state)
-    if spark_connect and state.spark_connect_url is None:
+    if options.spark_connect and state.spark_connect_url is None:
         # On the cluster when there is one (executors in their own JVMs), else in local mode.
-        server = SparkConnectServer(root / "spark-connect", port=spark_connect_port, detached=True,
+        server = SparkConnectServer(root / "spark-connect", port=options.spark_connect_port, detached=True,
                                     master=state.spark_master_url or "local[*]",
                                     worker_jars_dir=state.spark_jars_dir, s3_endpoint_url=state.s3_endpoint_url,
                                     s3_region=LOCAL_AWS["AWS_REGION"], s3_path_style=True,
@@ -225,6 +223,32 @@ def up(root: Path | None = None, bucket: str = DEFAULT_BUCKET, fresh: bool = Fal
         server.start()
         state.spark_connect_url, state.spark_connect_pid = server.url, server.proc.pid
         _save(root, state)
+    return state
+
+
+def _start(root: Path, options: StackOptions) -> StackState:
+    """The broker and moto (with the bucket) of a stack that does not run, recorded."""
+    if options.fresh:
+        _remove(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / TAG_FILE).touch()
+    security = options.kafka_security or KafkaBroker.formatted_security(root / "kafka") or "plaintext"
+    password = _kafka_password(root) if security == "sasl_ssl" else None
+    # `up` returns and the stack stays: every server is detached from this process.
+    broker = KafkaBroker(root / "kafka", port=options.kafka_port, security=security,
+                         users={KAFKA_USER: password} if password else {}, detached=True)
+    moto = MotoServer(root / "moto", port=options.s3_port, detached=True, recording=moto_recording(root))
+    broker.start()
+    try:
+        moto.start()
+        create_bucket(moto.endpoint_url, options.bucket)
+    except BaseException:
+        broker.stop()
+        moto.stop()
+        raise
+    state = StackState(broker.bootstrap_servers, moto.endpoint_url, options.bucket, broker.proc.pid, moto.proc.pid,
+                       security, password, str(broker.ca_file) if broker.secured else None)
+    _save(root, state)
     return state
 
 
@@ -308,4 +332,5 @@ def status(root: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["StackError", "StackState", "up", "down", "status", "read_state", "create_bucket", "LOCAL_AWS"]
+__all__ = ["StackError", "StackOptions", "StackState", "up", "down", "status", "read_state", "create_bucket",
+           "LOCAL_AWS"]

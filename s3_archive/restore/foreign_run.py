@@ -12,15 +12,13 @@ from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.foreign import ForeignSource
-from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.s3 import S3Client, check_bucket
-from s3_archive.model.logger import Logger
+from s3_archive.io.s3 import check_bucket
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions, ColdReport
 from s3_archive.restore.foreign_sources import SHOWN_IGNORED, Plan, discover, restore_foreign, shown_ignored
-from s3_archive.restore.request import RestoreRequest, WindowReport
+from s3_archive.restore.request import RestoreContext, RestoreRequest, WindowReport
 from s3_archive.restore.run import restore_windows
-from s3_archive.restore.sources import archived_windows, splits_windows
+from s3_archive.restore.sources import ArchiveSource, archived_windows, splits_windows
 from s3_archive.restore.summary import RunSummary
 
 
@@ -33,7 +31,6 @@ class ForeignRun:
     summary: RunSummary
     planned: Plan
     cold: ColdReport = field(default_factory=ColdReport)
-    skipped: dict[str, str] = field(default_factory=dict)
     archive_windows: int | None = None
 
     def metadata(self) -> dict[str, Any]:
@@ -49,8 +46,8 @@ class ForeignRun:
                 "ignored_objects": len(self.planned.ignored),
                 "ignored": shown_ignored(self.planned),
                 # error_tolerance: skip: objects whose records could not be read, and why (the first 20).
-                "skipped_objects": len(self.skipped),
-                "skipped": dict(list(self.skipped.items())[:SHOWN_IGNORED]),
+                "skipped_objects": len(self.planned.skipped),
+                "skipped": dict(list(self.planned.skipped.items())[:SHOWN_IGNORED]),
                 "per_target_partition": {str(p): {"records": r, "bytes": b}
                                          for p, (r, b) in sorted(s.partitions.items())}}
 
@@ -65,28 +62,23 @@ def first_starts(windows: list[OffsetWindow]) -> dict[int, int]:
     return {p: min(w.start for w in windows if w.partition == p) for p in {w.partition for w in windows}}
 
 
-def restore_foreign_run(kafka: KafkaResource, s3: S3Client, source: ForeignSource, successor: ArchiveConfig | None,
-                        request: RestoreRequest, log: Logger, cold: ColdOptions, sink_cold: ColdOptions,
-                        ) -> ForeignRun:
+def restore_foreign_run(ctx: RestoreContext, source: ForeignSource, successor: ArchiveConfig | None,
+                        request: RestoreRequest, cold: ColdOptions, sink_cold: ColdOptions) -> ForeignRun:
     """Restore `source`'s objects, then, with `successor` (the restorable archive that took over from the sink), its
     committed windows of the topic: the sink's objects named at or past where the archive starts are the archive's
     own and left out, and the same ledger (it is the topic's) restores each offset once, the sink's part of a
     partition first. `cold`: for the archive's objects; `sink_cold`: for the sink's."""
-    check_bucket(s3, source.bucket, source.key_prefix)
+    check_bucket(ctx.s3, source.bucket, source.key_prefix)
     ours: list[OffsetWindow] = []
     if successor is not None:
-        check_bucket(s3, successor.bucket, successor.prefix)
-        ours = archived_windows(s3, successor.bucket, successor.prefix, source.topic)
-    run = ForeignRun(RunSummary(request), discover(s3, source, first_starts(ours)),
+        check_bucket(ctx.s3, successor.bucket, successor.prefix)
+        ours = archived_windows(ctx.s3, successor.bucket, successor.prefix, source.topic)
+    run = ForeignRun(RunSummary(request), discover(ctx.s3, source, first_starts(ours)),
                      archive_windows=None if successor is None else len(ours))
-    reports: Iterator[WindowReport | ColdReport] = restore_foreign(
-        kafka, s3, source, request, log, sink_cold.wait_seconds, cold_poll_seconds=sink_cold.poll_seconds,
-        cold_restore_days=sink_cold.days, cold_restore_tier=sink_cold.tier, planned=run.planned,
-        skipped=run.skipped if source.error_tolerance == "skip" else None)
+    reports: Iterator[WindowReport | ColdReport] = restore_foreign(ctx, source, request, sink_cold, run.planned)
     if successor is not None and ours:
         reports = itertools.chain(reports, restore_windows(
-            kafka, s3, successor.bucket, successor.prefix, request, ours, log, cold=cold,
-            interleaved=splits_windows(successor)))
+            ctx, ArchiveSource(successor.bucket, successor.prefix, splits_windows(successor)), request, ours, cold))
     for rep in reports:
         if isinstance(rep, ColdReport):
             run.cold = rep

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from s3_archive.config.foreign import COMPRESSIONS, ForeignSource
-from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.foreign_keys import ForeignName, NameOutOfRange, aiven_parse, confluent_parse, lenses_parse
 from s3_archive.model.errors import ForeignObjectsOverlap, InvalidForeignObject, InvalidRestore
@@ -38,7 +37,14 @@ from s3_archive.restore.foreign_records import (
     with_sidecars,
 )
 from s3_archive.restore.readers import PARQUET_BATCH
-from s3_archive.restore.request import ArchivedRecord, Fault, RestoreRequest, WindowReport, no_fault
+from s3_archive.restore.request import (
+    NO_HOOKS,
+    ArchivedRecord,
+    RestoreContext,
+    RestoreHooks,
+    RestoreRequest,
+    WindowReport,
+)
 from s3_archive.restore.run import restore_sources
 
 
@@ -77,6 +83,8 @@ class Plan:
     # Listed keys that are not restored, each with why: other topics, other files, stray objects, and names that fit
     # the layout but carry a partition or offset no Kafka record can have.
     ignored: dict[str, str]
+    # With `error_tolerance: skip`, the objects a restore of the plan skipped as unreadable, and why (key -> error).
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def out_of_range(self) -> dict[str, str]:
         return {k: why for k, why in self.ignored.items() if why.startswith(OUT_OF_RANGE)}
@@ -194,12 +202,15 @@ def list_source(s3: S3Client, source: ForeignSource) -> list[ListedObject]:
             for o in list_objects(s3, source.bucket, source.key_prefix)]
 
 
-def prepare_cold(s3: S3Client, source: ForeignSource, windows: list[ForeignWindow], wait_seconds: float, log: Logger,
-                 poll_seconds: float = 10.0, days: int | None = None, tier: str | None = None) -> ColdReport:
-    """`cold.prepare_cold` for the objects of `windows` (storage classes from the listing); `days` and `tier`
-    override the source's `cold_restore_days` / `cold_restore_tier`."""
-    opts = ColdOptions(wait_seconds, days or source.cold_restore_days, tier or source.cold_restore_tier,
-                       poll_seconds)
+def source_cold(source: ForeignSource) -> ColdOptions:
+    """A run's cold-storage options when it asks for nothing else: the source's `cold_restore_days` and
+    `cold_restore_tier`; no waiting."""
+    return ColdOptions(days=source.cold_restore_days, tier=source.cold_restore_tier)
+
+
+def prepare_cold(s3: S3Client, source: ForeignSource, windows: list[ForeignWindow], opts: ColdOptions,
+                 log: Logger) -> ColdReport:
+    """`cold.prepare_cold` for the objects of `windows` (storage classes from the listing)."""
     return cold.prepare_cold(s3, source.bucket, [o for fw in windows for o in fw.objects], opts,
                              f"{source.name!r} in s3://{source.bucket}/{source.key_prefix}", log)
 
@@ -302,16 +313,16 @@ def log_ignored(source: ForeignSource, p: Plan, log: Logger) -> None:
                  f"topic {source.topic!r} in this layout, e.g. {others[:3]}")
 
 
-def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, request: RestoreRequest, log: Logger,
-                    wait_for_cold_seconds: float = 0.0, fault: Fault = no_fault,
-                    cold_poll_seconds: float = 10.0, cold_restore_days: int | None = None,
-                    cold_restore_tier: str | None = None, planned: Plan | None = None,
-                    skipped: dict[str, str] | None = None) -> Iterator[WindowReport | ColdReport]:
+def restore_foreign(ctx: RestoreContext, source: ForeignSource, request: RestoreRequest,
+                    cold: ColdOptions | None = None, planned: Plan | None = None,
+                    hooks: RestoreHooks = NO_HOOKS) -> Iterator[WindowReport | ColdReport]:
     """Restore every object of `source` (those the offset filter can match), in (partition, offset) order.
-    Yields the cold-storage report first, then each window's report. `planned`: the source's `discover`ed plan
-    (else it is listed here); its ignored objects are logged, those with out-of-range names as warnings.
-    `skipped`: with the source's `error_tolerance: skip`, the objects skipped as unreadable are put there (key ->
-    error) and logged as warnings."""
+    Yields the cold-storage report first, then each window's report. `cold`: None is `source_cold(source)`.
+    `planned`: the source's `discover`ed plan (else it is listed here); its ignored objects are logged, those
+    with out-of-range names as warnings. With the source's `error_tolerance: skip`, the objects skipped as
+    unreadable are put in the plan's `skipped` (key -> error) and logged as warnings. (`ctx.schemas` is for our
+    archives: a sink's records are restored as they are.)"""
+    s3, log = ctx.s3, ctx.log
     if request.source_topic != source.topic:
         raise InvalidRestore(f"request is for topic {request.source_topic!r}, source {source.name!r} holds "
                              f"{source.topic!r}")
@@ -329,11 +340,10 @@ def restore_foreign(kafka: KafkaResource, s3: S3Client, source: ForeignSource, r
             f"{list(shown_ignored(p).items())[:3]}")
     log_ignored(source, p, log)
     wanted = [fw for fw in p.windows if request.filters.offset_scope(fw.window) is not None]
-    yield prepare_cold(s3, source, wanted, wait_for_cold_seconds, log, cold_poll_seconds, cold_restore_days,
-                       cold_restore_tier)
-    if source.error_tolerance == "skip" and skipped is None:
-        skipped = {}
+    yield prepare_cold(s3, source, wanted, cold if cold is not None else source_cold(source), log)
+    skipped = p.skipped if source.error_tolerance == "skip" else None
     before = set(skipped or {})
-    yield from restore_sources(kafka, request, [window_source(s3, source, fw, skipped) for fw in wanted], log, fault)
+    yield from restore_sources(ctx, request, [window_source(s3, source, fw, skipped) for fw in wanted],
+                               hooks=hooks)
     for key in [k for k in skipped or {} if k not in before]:
         log.warning(f"{source.name}: skipped s3://{source.bucket}/{key} (error_tolerance: skip): {skipped[key]}")

@@ -1,5 +1,5 @@
-"""What a restore is asked to do and what it reports: the request (target, mapping, filters), the record tuple
-every reader yields, and a window's report.
+"""What a restore is asked to do, what it runs with and what it reports: the request (target, mapping, filters),
+the run's context and test hooks, the record tuple every reader yields, and a window's report.
 """
 
 from __future__ import annotations
@@ -7,11 +7,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from s3_archive.model.errors import InvalidRestore
+from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.routing import PartitionMapping
+
+if TYPE_CHECKING:  # the clients' modules load with the run, not with the definitions that import this one
+    from s3_archive.io.kafka import KafkaResource
+    from s3_archive.io.s3 import S3Client
+    from s3_archive.restore.schema_ids import SchemaRewrite
 
 Fault = Callable[[str], None]
 
@@ -31,6 +37,29 @@ DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
 
 def no_fault(step: str) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class RestoreContext:
+    """What a restore run carries from its start to its last commit: the target cluster, the S3 client of the
+    archive, the log, and, for our archives only, the Schema Registry rewrite (restore/schema_ids.py; None:
+    byte-exact)."""
+
+    kafka: KafkaResource
+    s3: S3Client
+    log: Logger
+    schemas: SchemaRewrite | None = None
+
+
+@dataclass(frozen=True)
+class RestoreHooks:
+    """Tests' hooks into a run; production passes none. `fault(step)` may raise to crash the run after
+    `produced:<n>` (the n-th record of the run handed to the producer) or `committed:<n>` (the n-th transaction)."""
+
+    fault: Fault = no_fault
+
+
+NO_HOOKS = RestoreHooks()
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import KafkaException
 
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.s3 import S3Client
 from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import Manifest
@@ -35,18 +34,27 @@ from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_clas
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
 from s3_archive.restore.request import (
+    NO_HOOKS,
     PROVENANCE_OFFSET,
     PROVENANCE_PARTITION,
     PROVENANCE_TOPIC,
     TRANSACTION_SECONDS,
-    Fault,
     PartitionCount,
+    RestoreContext,
+    RestoreHooks,
     RestoreRequest,
     WindowReport,
     no_fault,
 )
-from s3_archive.restore.schema_ids import SchemaRewrite, rewritten
-from s3_archive.restore.sources import Prefetch, check_restorable, read_manifests, window_batches, window_objects
+from s3_archive.restore.schema_ids import rewritten
+from s3_archive.restore.sources import (
+    ArchiveSource,
+    Prefetch,
+    check_restorable,
+    read_manifests,
+    window_batches,
+    window_objects,
+)
 from s3_archive.restore.target_topic import retention_warning, target_checks, target_partition_count
 
 # Batches the reader may run ahead of the producer (0: read inline).
@@ -55,22 +63,19 @@ READ_AHEAD_BATCHES = 2
 LedgerSeen = Callable[[dict[int, RangeSet]], None]
 
 
-def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str, request: RestoreRequest,
-                    windows: Iterable[OffsetWindow], log: Logger, fault: Fault = no_fault,
-                    cold: ColdOptions | None = ColdOptions(), interleaved: bool = False,
-                    on_ledger: LedgerSeen | None = None,
-                    schemas: SchemaRewrite | None = None) -> Iterator[WindowReport]:
-    """Restore `windows` of `request.source_topic` into `request.target_topic`; yield each window's report once
-    its records are committed (dry run: once counted). Windows run in (partition, start) order so that records
-    of a source partition reach the target in offset order. `fault(step)` lets tests crash after
-    `produced:<n>` (n-th record of the run handed to the producer) or `committed:<n>` (n-th transaction).
+def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: RestoreRequest,
+                    windows: Iterable[OffsetWindow], cold: ColdOptions | None = ColdOptions(),
+                    on_ledger: LedgerSeen | None = None, hooks: RestoreHooks = NO_HOOKS) -> Iterator[WindowReport]:
+    """Restore `windows` of `request.source_topic` from `archive` into `request.target_topic`; yield each window's
+    report once its records are committed (dry run: once counted). Windows run in (partition, start) order so that
+    records of a source partition reach the target in offset order.
 
     Before producing: every window must be archived and restorable, and the objects to read must be readable
     (`cold`: objects in GLACIER / DEEP_ARCHIVE get a RestoreObject request, then the run fails with their count
-    or waits; None skips the check). `interleaved`: the archive's layout splits windows into buckets (see
-    `window_records`). `on_ledger(ranges)`: called once with the ledger as the run found it (the dry run's plan).
-    `schemas`: register the windows' Schema Registry schemas in the restore's registry and rewrite each record's
-    schema id (restore/schema_ids.py); None: byte-exact."""
+    or waits; None skips the check). `on_ledger(ranges)`: called once with the ledger as the run found it (the dry
+    run's plan). `ctx.schemas`: register the windows' Schema Registry schemas in the restore's registry and rewrite
+    each record's schema id (restore/schema_ids.py); None: byte-exact."""
+    s3, bucket, prefix = ctx.s3, archive.bucket, archive.prefix
     ws = sorted(set(windows))
     topic = request.source_topic
     manifests = read_manifests(s3, bucket, prefix, topic, ws)
@@ -81,32 +86,34 @@ def restore_windows(kafka: KafkaResource, s3: S3Client, bucket: str, prefix: str
     if cold is not None:
         objects = head_storage_classes(s3, bucket, [o for m in to_read for o in window_objects(m)])
         if any(o.storage_class in COLD_CLASSES for o in objects):
-            target_partition_count(kafka, request.target_topic)  # a wrong target fails before any RestoreObject
-            prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", log)
+            target_partition_count(ctx.kafka, request.target_topic)  # a wrong target fails before any RestoreObject
+            prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", ctx.log)
 
     prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
 
+    schemas = ctx.schemas
     ids = {w: schemas.id_map(s3, bucket, manifests[w], request.target_topic)
            for w in ws} if schemas is not None and not request.dry_run else {}
 
     def source(w: OffsetWindow, m: Manifest) -> WindowSource:
         def batches() -> Iterator[Records]:
-            read = window_batches(s3, bucket, w, m, interleaved, prefetch)
+            read = window_batches(s3, bucket, w, m, archive.interleaved, prefetch)
             return rewritten(read, ids[w]) if w in ids else read
 
         return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
                             objects=len(window_objects(m)))
 
     try:
-        yield from restore_sources(kafka, request, [source(w, manifests[w]) for w in ws], log, fault, on_ledger)
+        yield from restore_sources(ctx, request, [source(w, manifests[w]) for w in ws], on_ledger, hooks)
     finally:
         prefetch.close()
 
 
-def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iterable[WindowSource], log: Logger,
-                    fault: Fault = no_fault, on_ledger: LedgerSeen | None = None) -> Iterator[WindowReport]:
+def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Iterable[WindowSource],
+                    on_ledger: LedgerSeen | None = None, hooks: RestoreHooks = NO_HOOKS) -> Iterator[WindowReport]:
     """The restore itself, for windows from any archive: one transactional producer, the ledger, windows in
     (partition, start) order."""
+    kafka, log = ctx.kafka, ctx.log
     srcs = sorted(sources, key=lambda s: s.window)
     num_target = target_partition_count(kafka, request.target_topic)
     request.mapping.check({s.window.partition for s in srcs}, num_target, request.target_topic)
@@ -117,7 +124,7 @@ def restore_sources(kafka: KafkaResource, request: RestoreRequest, sources: Iter
         checks = pool.submit(target_checks, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
-        run = RestoreRun(kafka, request, num_target, fault)
+        run = RestoreRun(kafka, request, num_target, hooks)
         try:
             run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
             if on_ledger is not None:
@@ -207,8 +214,8 @@ class RestoreRun:
     window is of another source partition, and at the end of the run. A window's report is yielded once the
     transaction holding its last records is committed."""
 
-    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, fault: Fault) -> None:
-        self.request, self.fault = request, fault
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks) -> None:
+        self.request, self.fault = request, hooks.fault
         self.route = request.mapping.compiled(num_target)
         self.producer = None if request.dry_run else Producer(kafka, request)
         self.ledger_store = LedgerStore(kafka, request, num_target)
@@ -319,8 +326,8 @@ class RestoreRun:
     def window(self, src: WindowSource) -> list[WindowReport]:
         """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
         t0 = time.monotonic()
-        request, filters, producer, w = self.request, self.request.filters, self.producer, src.window
-        rep = WindowReport(w, request.dry_run, archived=src.record_count or 0, objects=src.objects,
+        filters, producer, w = self.request.filters, self.producer, src.window
+        rep = WindowReport(w, self.request.dry_run, archived=src.record_count or 0, objects=src.objects,
                            max_timestamp_ms=src.max_timestamp_ms)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
@@ -332,6 +339,29 @@ class RestoreRun:
         sp = w.partition
         if producer is not None and producer.in_txn and self.txn_sp != sp:
             ready += self._commit(self.waiting[-1])  # a transaction's ledger entry is one source partition's
+        last = self._records(src, scope, rep, ready)
+        if producer is not None:
+            # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
+            # open-ended window only up to its last record (later records may still be written by the sink).
+            seg_start, hi = self.seg_start, scope[1]
+            end = min(hi, last + 1) if src.open_end else hi
+            if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
+                self.txn_ranges.add(seg_start, max(end, seg_start))
+                rep.seconds = time.monotonic() - t0
+                self.waiting.append(rep)
+                return ready
+            if end > seg_start:
+                self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, end)
+        rep.seconds = time.monotonic() - t0
+        ready.append(rep)
+        return ready
+
+    def _records(self, src: WindowSource, scope: tuple[int, int], rep: WindowReport,
+                 ready: list[WindowReport]) -> int:
+        """Read the window's records, select those in `scope` the ledger does not hold and the filters keep, count
+        them into `rep` and hand them to the producer (the reports its commits complete go to `ready`). Returns the
+        last source offset read (-1: none)."""
+        request, filters, producer, sp = self.request, self.request.filters, self.producer, src.window.partition
         done = self.ledger.get(sp, RangeSet())
         lo, hi = scope
         check_done = done.overlaps(lo, hi)  # else no record of the window is in the ledger
@@ -378,28 +408,14 @@ class RestoreRun:
                 if request.provenance_headers:
                     batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
                                      for h, o in zip(batch.headers, batch.offsets)]
-                ready += self._produce(batch, tps, sp, rep)
+                ready.extend(self._produce(batch, tps, sp, rep))
         if not per_record and restored:
             counts[tp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
             filtered, skipped, restored, nbytes, replaced
         if src.record_count is None:
             rep.archived = archived
-        if producer is not None:
-            # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
-            # open-ended window only up to its last record (later records may still be written by the sink).
-            seg_start = self.seg_start
-            end = min(hi, last + 1) if src.open_end else hi
-            if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
-                self.txn_ranges.add(seg_start, max(end, seg_start))
-                rep.seconds = time.monotonic() - t0
-                self.waiting.append(rep)
-                return ready
-            if end > seg_start:
-                self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, end)
-        rep.seconds = time.monotonic() - t0
-        ready.append(rep)
-        return ready
+        return last
 
     def _produce(self, batch: Records, tps: int | list[int], sp: int, rep: WindowReport) -> list[WindowReport]:
         """Hand `batch` (restorable records of source partition `sp`) to the producer, target partition `tps`

@@ -9,6 +9,7 @@ import itertools
 import operator
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
@@ -37,6 +38,16 @@ _OFFSET = operator.itemgetter(1)  # a record's offset
 
 # Objects up to this size are downloaded with one GET (larger ones in ranged parts, in threads).
 ONE_GET_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ArchiveSource:
+    """Where a restore reads one of our archives: its bucket and prefix, and whether its layout splits a window
+    into buckets whose objects interleave (`window_batches`)."""
+
+    bucket: str
+    prefix: str
+    interleaved: bool = False
 
 
 def read_manifests(s3: S3Client, bucket: str, prefix: str, topic: str,

@@ -1,7 +1,8 @@
 """The package's shape, checked: folders import only downwards, no import cycles, the pure folders import no I/O
 library, the stages import no Dagster, the write's executor side imports no Spark or Dagster (nor the driver's
 side), module names are unique, `__init__` files only describe their folder, no private Dagster API, no module
-grows past ~500 lines, defs/ reaches Kafka and S3 only through the stages (docs/architecture.md)."""
+grows past ~500 lines, defs/ reaches Kafka and S3 only through the stages, no function takes more than 8
+parameters or runs past 80 lines (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -207,6 +208,43 @@ def test_defs_sends_no_kafka_offset_or_s3_object_request_itself():
            and isinstance(n.func, ast.Attribute) and n.func.attr in KAFKA_REQUESTS + S3_REQUESTS]
     assert not bad, "defs/ asks Kafka for offsets and S3 for objects only through the stages' functions:\n" + \
         "\n".join(bad)
+
+
+MAX_PARAMETERS = 8  # self/cls not counted; *args and **kwargs counted
+MAX_FUNCTION_LINES = 80  # from `def` to the last line, nested functions included
+
+
+def functions() -> dict[str, tuple[int, int]]:
+    """`file::qualified name` of every function and method in the package -> (parameters, lines)."""
+    out: dict[str, tuple[int, int]] = {}
+
+    def visit(node: ast.AST, path: str, scope: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                named = [x for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+                params = len(named) + (a.vararg is not None) + (a.kwarg is not None)
+                out[f"{path}::{'.'.join([*scope, child.name])}"] = (params, child.end_lineno - child.lineno + 1)
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, path, [*scope, child.name])
+            else:
+                visit(child, path, scope)
+
+    for p in modules().values():
+        visit(ast.parse(p.read_text()), str(p.relative_to(PACKAGE.parent)), [])
+    return out
+
+
+def test_no_function_takes_more_than_eight_parameters_or_runs_past_eighty_lines():
+    """What travels together is one value (a run's context, a location, an options value; test hooks apart), and a
+    long function is split into named steps (docs/architecture.md)."""
+    found = functions()
+    wide = [f"{name}: {params} parameters" for name, (params, _) in found.items()
+            if params > MAX_PARAMETERS]
+    long = [f"{name}: {lines} lines" for name, (_, lines) in found.items()
+            if lines > MAX_FUNCTION_LINES]
+    assert not wide + long, (f"over {MAX_PARAMETERS} parameters or {MAX_FUNCTION_LINES} lines:\n"
+                             + "\n".join(wide + long))
 
 
 # Heavy libraries a run imports when it uses them, never when the definitions load (docs/architecture.md).

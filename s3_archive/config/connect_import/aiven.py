@@ -8,6 +8,7 @@ the sink's own source connector read them. Deprecated underscore names (`aws_s3_
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from s3_archive.config.connect_import.notes import Props, Translation, archive_name, refuse, settle_rest, topic_list
 from s3_archive.keys.foreign_keys import DEFAULT_AIVEN_TEMPLATE, aiven_template
@@ -19,9 +20,38 @@ _TEXT_CODECS = {"none": "none", "gzip": "gzip", "zstd": "zstd"}
 _FILE_CODECS = {"none": "none", "gzip": "gzip", "zstd": "zstd", "snappy": "snappy"}
 
 
+class _Output(NamedTuple):
+    """How the sink writes each object: its format, the fields kept, the value's encoding, whether the fields are
+    wrapped in an envelope, and the compression."""
+
+    fmt: str
+    fields: list[str]
+    encoding: str
+    envelope: bool
+    codec: str
+
+
 def translate(props: Props) -> list[Translation]:
     t = Translation({"name": archive_name(props.get("name"))})
     topic_list(t, props)
+    bucket, prefix, dated = _where(t, props)
+    out = _output(props)
+    _format(t, out)
+    _compression(t, props, out.fmt, out.codec)
+    _layout(t, props, out.fmt, dated)
+    _flush(t, props)
+    if dated:
+        t.sink = f"aws.s3.prefix {dated!r} changes with the date the sink wrote each object"
+    else:
+        t.sink = {"layout": "aiven", "bucket": bucket, "prefix": prefix, "template": t.archive["layout"]["template"],
+                  "format": out.fmt, "fields": out.fields, "value_encoding": out.encoding, "envelope": out.envelope,
+                  "compression": "none" if out.fmt in ("avro", "parquet") else out.codec}
+    settle_rest(props, t)
+    return [t]
+
+
+def _where(t: Translation, props: Props) -> tuple[str, str, str]:
+    """The bucket, the prefix, and the dated part of a prefix with a date placeholder (else "")."""
     bucket = props.get("aws.s3.bucket.name", "aws_s3_bucket")
     if not bucket:
         raise refuse("aws.s3.bucket.name", None, "the bucket is required")
@@ -35,7 +65,10 @@ def translate(props: Props) -> list[Translation]:
         if not prefix.endswith("/"):
             t.note("prefix", "aws.s3.prefix", prefix, "approximate: s3-archive ends a prefix with '/', the sink "
                    f"uses it as is; objects are under {prefix}/ instead of {prefix}")
+    return bucket, prefix, dated
 
+
+def _output(props: Props) -> _Output:
     fmt = (props.get("format.output.type") or "csv").lower()
     if fmt not in _FORMATS:
         raise refuse("format.output.type", fmt, f"allowed: {', '.join(_FORMATS)}")
@@ -47,8 +80,13 @@ def translate(props: Props) -> list[Translation]:
     codec = (props.get("file.compression.type") or "gzip").lower()
     if codec not in _FILE_CODECS:
         raise refuse("file.compression.type", codec, f"allowed: {', '.join(_FILE_CODECS)}")
+    return _Output(fmt, fields, encoding, envelope, codec)
 
-    if not envelope and fmt in ("jsonl", "json", "csv"):
+
+def _format(t: Translation, out: _Output) -> None:
+    """The archive's format, and what of each record it keeps (csv_fields, envelope, sink_output)."""
+    fmt, fields, encoding = out.fmt, out.fields, out.encoding
+    if not out.envelope and fmt in ("jsonl", "json", "csv"):
         # One bare value per line: our text format (the value as UTF-8 text, one per line).
         if fields != ["value"]:
             raise refuse("format.output.envelope", "false", "the sink needs format.output.fields=value with it")
@@ -58,7 +96,7 @@ def translate(props: Props) -> list[Translation]:
                "offsets)")
     else:
         t.archive["format"] = fmt
-    if fmt == "csv" and envelope:
+    if fmt == "csv" and out.envelope:
         t.archive["csv_fields"] = fields
         if encoding == "none" and fields[-1] == "value":
             t.archive["sink_output"] = {"value": "text"}
@@ -82,7 +120,10 @@ def translate(props: Props) -> list[Translation]:
         elif encoding == "none":
             t.note("envelope", "format.output.fields.value.encoding", "none", "approximate: the value is stored "
                    "as bytes, losslessly; value_decoding: {type: utf8} would store text")
-    # Compression: text formats compress the object (suffix .gz / .zst); avro and parquet inside the file.
+
+
+def _compression(t: Translation, props: Props, fmt: str, codec: str) -> None:
+    """Text formats compress the object (suffix .gz / .zst); avro and parquet inside the file."""
     if fmt == "avro" and codec == "gzip":
         t.archive["compression"] = "deflate"
         t.note("compression", "file.compression.type", codec, "approximate: Avro's deflate codec (Avro has no gzip)")
@@ -94,17 +135,6 @@ def translate(props: Props) -> list[Translation]:
         t.archive["compression"] = codec
     if "file.compression.type" not in props.used:
         t.note("compression", "file.compression.type", "(unset)", "the sink's default, gzip")
-
-    _layout(t, props, fmt, dated)
-    _flush(t, props)
-    if dated:
-        t.sink = f"aws.s3.prefix {dated!r} changes with the date the sink wrote each object"
-    else:
-        t.sink = {"layout": "aiven", "bucket": bucket, "prefix": prefix, "template": t.archive["layout"]["template"],
-                  "format": fmt, "fields": fields, "value_encoding": encoding, "envelope": envelope,
-                  "compression": "none" if fmt in ("avro", "parquet") else codec}
-    settle_rest(props, t)
-    return [t]
 
 
 _DATES = {"utc_date": "UTC", "local_date": None}

@@ -62,21 +62,14 @@ class RestoreConfig(dg.Config):
             broker_outage_seconds=self.broker_outage_seconds,
         )
 
-    def cold(self) -> ColdOptions:
+    def cold(self, days: int = 7, tier: str = "Standard") -> ColdOptions:
+        """The cold-storage options; `days` and `tier` where the launch gives none (a foreign source's own)."""
         try:
-            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or 7,
-                               self.cold_restore_tier or "Standard")
+            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or days,
+                               self.cold_restore_tier or tier)
         except ValueError as e:
             raise InvalidRestore(str(e)) from None
 
 
 class ForeignRestoreConfig(RestoreConfig):
     """RestoreConfig (with its cold-storage keys; cold_restore_days/tier default to the source's settings)."""
-
-    def sink_cold(self, source: ForeignSource) -> ColdOptions:
-        """The cold-storage options for the sink's objects: cold_restore_days/tier, else the source's settings."""
-        try:
-            return ColdOptions(self.wait_for_cold_seconds, self.cold_restore_days or source.cold_restore_days,
-                               self.cold_restore_tier or source.cold_restore_tier)
-        except ValueError as e:
-            raise InvalidRestore(str(e)) from None

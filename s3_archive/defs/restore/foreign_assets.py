@@ -19,6 +19,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.restore.foreign_run import restore_foreign_run
+from s3_archive.restore.request import RestoreContext
 
 FOREIGN_PREFIX = "kafka_restore_foreign"
 
@@ -44,9 +45,9 @@ def foreign_restore_events(context: dg.AssetExecutionContext, config: ForeignRes
     """One run of the source's asset: its metadata as a materialization, or a dry run's as an observation."""
     try:
         request = config.request(source.topic)
-        cold = config.cold()  # checks the tier and days
-        run = restore_foreign_run(kafka, s3.get_client(), source, successor, request, context.log, cold,
-                                  config.sink_cold(source))
+        sink_cold = config.cold(source.cold_restore_days, source.cold_restore_tier)  # checks the tier and days
+        run = restore_foreign_run(RestoreContext(kafka, s3.get_client(), context.log), source, successor, request,
+                                  config.cold(), sink_cold)
         context.log.info(run.line())
         meta = typed(run.metadata())
         if request.dry_run:

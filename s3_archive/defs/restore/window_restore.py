@@ -16,10 +16,10 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.schema_ids import SchemaRewrite
-from s3_archive.restore.sources import splits_windows
+from s3_archive.restore.sources import ArchiveSource, splits_windows
 from s3_archive.restore.summary import RunSummary
 
 
@@ -59,9 +59,9 @@ def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic:
         client = s3.get_client()
         check_bucket(client, cfg.bucket, cfg.prefix)
         plan = RunSummary(request)
-        for rep in restore_windows(kafka, client, cfg.bucket, cfg.prefix, request, windows, context.log,
-                                   cold=cold, interleaved=splits_windows(cfg), on_ledger=plan.ledger_seen,
-                                   schemas=schemas):
+        for rep in restore_windows(RestoreContext(kafka, client, context.log, schemas),
+                                   ArchiveSource(cfg.bucket, cfg.prefix, splits_windows(cfg)), request, windows,
+                                   cold, plan.ledger_seen):
             plan.add(rep)
             meta = typed({"target_topic": request.target_topic, **rep.metadata()})
             context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "

@@ -16,8 +16,9 @@ from s3_archive.keys.objects import manifest_key
 from s3_archive.lifecycle.iceberg_maintenance import maintain_table
 from s3_archive.model.errors import UndecodableValue
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.conftest import BUCKET
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest
@@ -93,7 +94,8 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
 
     # Restore reads the windows back from the table's data files, byte-exact and in order
     target = create_topic(kafka, f"ice-target-{unique}", partitions=2)
-    reports = list(restore_windows(kafka, s3, BUCKET, cfg.prefix, RestoreRequest(topic, target), windows, log))
+    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(BUCKET, cfg.prefix),
+                                   RestoreRequest(topic, target), windows))
     assert sum(r.restored for r in reports) == len(sent)
     got = consume_all(kafka, target)
     for p in (0, 1):
@@ -219,6 +221,7 @@ def test_dead_letters_go_beside_the_table_and_restore_merges_them_in(spark, kafk
     assert _rows(table) == good and len(_window_snapshots(table)) == 1
 
     target = create_topic(kafka, f"ice-dlq-target-{unique}")
-    reports = list(restore_windows(kafka, s3, BUCKET, cfg.prefix, RestoreRequest(topic, target), windows, log))
+    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(BUCKET, cfg.prefix),
+                                   RestoreRequest(topic, target), windows))
     assert sum(r.restored for r in reports) == len(sent)
     assert [g.body for g in consume_all(kafka, target)[0]] == [body(r) for r in sent]

@@ -264,8 +264,9 @@ def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, 
 
 
 def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, services, spark, unique):
-    from s3_archive.restore.request import RestoreRequest
+    from s3_archive.restore.request import RestoreContext, RestoreRequest
     from s3_archive.restore.run import restore_windows
+    from s3_archive.restore.sources import ArchiveSource
     from s3_archive_tests.integration.restore.test_restore import consume_all
 
     topic = create_topic(kafka, f"sr-layout-{unique}")
@@ -289,8 +290,8 @@ def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, serv
     # rotation counts each bucket's records in offset order: eu's three records make two objects
     assert sum(1 for k in final_objects(s3, cfg, topic) if "/region=eu/" in k) == 2
     target = create_topic(kafka, f"sr-layout-back-{unique}")
-    list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, target), [OffsetWindow(0, 0, 6)],
-                         log, interleaved=True))
+    list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix, interleaved=True),
+                         RestoreRequest(topic, target), [OffsetWindow(0, 0, 6)]))
     assert [g.value for g in consume_all(kafka, target)[0]] == [r.value for r in produced]
 
 

@@ -18,7 +18,7 @@ from s3_archive.config.settings import parse_settings
 from s3_archive.io.s3 import list_objects
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.foreign_sources import restore_foreign
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
@@ -42,7 +42,7 @@ def archive_and_restore(kafka, s3, spark, cfg, topic, windows, source, unique):
     keys = sorted(o["Key"] for o in list_objects(s3, cfg.bucket, cfg.prefix)
                   if "/_manifests/" not in o["Key"] and not o["Key"].startswith(f"{cfg.prefix}_"))
     target = create_topic(kafka, f"restored-{unique}", partitions=2)
-    out = list(restore_foreign(kafka, s3, source, RestoreRequest(topic, target), log))
+    out = list(restore_foreign(RestoreContext(kafka, s3, log), source, RestoreRequest(topic, target)))
     assert out[0].cold == 0
     return keys, consume_all(kafka, target)
 

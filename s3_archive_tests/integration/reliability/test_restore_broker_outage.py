@@ -25,8 +25,15 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.producer import LedgerStore
-from s3_archive.restore.request import PROVENANCE_OFFSET, PROVENANCE_PARTITION, RestoreRequest
+from s3_archive.restore.request import (
+    PROVENANCE_OFFSET,
+    PROVENANCE_PARTITION,
+    RestoreContext,
+    RestoreHooks,
+    RestoreRequest,
+)
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
@@ -65,8 +72,8 @@ def archived(outage_broker, services, spark_resource) -> Archived:
 
 def restore(a: Archived, s3, target: str, fault=None) -> list:
     request = RestoreRequest(a.topic, target, provenance_headers=True, transaction_records=300)
-    return list(restore_windows(a.kafka, s3, a.cfg.bucket, a.cfg.prefix, request, a.windows, log,
-                                **({"fault": fault} if fault else {})))
+    return list(restore_windows(RestoreContext(a.kafka, s3, log), ArchiveSource(a.cfg.bucket, a.cfg.prefix), request,
+                                a.windows, **({"hooks": RestoreHooks(fault)} if fault else {})))
 
 
 def assert_exactly_once(a: Archived, target: str) -> None:
@@ -118,8 +125,9 @@ import boto3
 import s3_archive.restore.producer as rk
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreHooks, RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 
 a = json.loads(sys.argv[1])
 rk.TRANSACTION_CALL_TIMEOUT_S, rk.WATCHDOG_GRACE_S = a["timeout"], a["grace"]
@@ -133,8 +141,8 @@ def fault(step):
         print("frozen at", step, file=sys.stderr, flush=True)
 
 kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=a["client_timeout"])
-for _ in restore_windows(kafka, s3, a["bucket"], a["prefix"], request, [OffsetWindow.parse(k) for k in a["windows"]],
-                         logging.getLogger(), fault=fault):
+for _ in restore_windows(RestoreContext(kafka, s3, logging.getLogger()), ArchiveSource(a["bucket"], a["prefix"]),
+                         request, [OffsetWindow.parse(k) for k in a["windows"]], hooks=RestoreHooks(fault)):
     pass
 """
 

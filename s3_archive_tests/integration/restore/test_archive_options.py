@@ -19,8 +19,9 @@ from s3_archive.model.errors import ArchiveIntegrityError, ColdObjectsPending, I
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, resources
 from s3_archive_tests.integration.restore.test_restore import body, consume_all, materialize_restore, restore_metadata
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
@@ -53,7 +54,8 @@ def test_json_array_archive_with_dead_letters_restores_every_record_byte_for_byt
     assert m.undecodable_records > 3 and m.dead_letter_objects
     target = create_topic(kafka, f"rjson-target-{unique}")
 
-    [rep] = restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, target), [window], log)
+    [rep] = restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                            RestoreRequest(topic, target), [window])
 
     assert [(g.key, g.value, g.headers, g.timestamp_ms) for g in consume_all(kafka, target)[0]] == \
         [body(r) for r in produced]
@@ -79,7 +81,8 @@ def test_a_layout_that_splits_windows_and_dead_letters_restore_in_offset_order(k
     # Read one object after the other, the records go backwards: refused, nothing produced.
     wrong = create_topic(kafka, f"rsplit-wrong-{unique}")
     with pytest.raises(ArchiveIntegrityError, match="does not follow offset .* objects interleave"):
-        list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, wrong), [window], log))
+        list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                             RestoreRequest(topic, wrong), [window]))
     assert consume_all(kafka, wrong)[0] == []
 
     target = create_topic(kafka, f"rsplit-target-{unique}")
@@ -127,7 +130,8 @@ def test_an_object_over_the_multipart_threshold_restores(kafka, s3, services, un
     target = create_topic(kafka, f"rbig-target-{unique}", config={"max.message.bytes": str(2 << 20),
                                                                    "retention.ms": "-1"})
 
-    [rep] = restore_windows(kafka, s3, services.bucket, prefix, RestoreRequest(topic, target), [window], log)
+    [rep] = restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(services.bucket, prefix),
+                            RestoreRequest(topic, target), [window])
 
     assert [g.value for g in consume_all(kafka, target)[0]] == values and rep.restored == 9
 
@@ -143,7 +147,8 @@ def test_windows_archived_unrestorable_are_refused_before_producing(kafka, s3, s
 
     with pytest.raises(InvalidRestore, match=rf"1 of 2 selected windows of topic '{topic}' are not restorable: "
                                              rf"window {text.key}: its values were stored as UTF-8 text"):
-        list(restore_windows(kafka, s3, services.bucket, prefix, RestoreRequest(topic, target), [good, text], log))
+        list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(services.bucket, prefix),
+                             RestoreRequest(topic, target), [good, text]))
     assert consume_all(kafka, target)[0] == []
 
 
@@ -158,7 +163,8 @@ def test_cold_windows_are_requested_then_fail_with_a_count_or_wait(kafka, s3, se
     request = RestoreRequest(topic, target)
 
     def run(cold: ColdOptions) -> list:
-        return list(restore_windows(kafka, s3, services.bucket, prefix, request, windows, log, cold=cold))
+        return list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(services.bucket, prefix), request,
+                                    windows, cold=cold))
 
     try:
         # moto's key restores: a key's restore goes IN_PROGRESS at the first status read after it is requested

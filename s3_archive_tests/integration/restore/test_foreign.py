@@ -19,7 +19,7 @@ from s3_archive.defs.restore.config import ForeignRestoreConfig
 from s3_archive.defs.restore.foreign_assets import build_foreign_restore_asset
 from s3_archive.restore.cold import ColdReport
 from s3_archive.restore.foreign_sources import restore_foreign
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive_tests.integration.archive_helpers import resources
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic
@@ -73,7 +73,7 @@ def test_aiven_objects_restore_exactly_once_and_pick_up_new_objects(kafka, s3, s
     target = create_topic(kafka, f"faiven-{unique}", partitions=2, config={"retention.ms": "-1"})
     request = RestoreRequest("orders", target, provenance_headers=True)
 
-    cold, first = reports(restore_foreign(kafka, s3, source, request, log))
+    cold, first = reports(restore_foreign(RestoreContext(kafka, s3, log), source, request))
 
     assert cold.cold == 0 and sum(r.restored for r in first) == 7
     got = consume_all(kafka, target)
@@ -84,11 +84,11 @@ def test_aiven_objects_restore_exactly_once_and_pick_up_new_objects(kafka, s3, s
             == want
 
     # A re-run restores nothing; the sink then adds an object and the next run restores only that one.
-    _, again = reports(restore_foreign(kafka, s3, source, request, log))
+    _, again = reports(restore_foreign(RestoreContext(kafka, s3, log), source, request))
     assert sum(r.restored for r in again) == 0 and sum(r.skipped for r in again) == 7
     objects[(0, 6)] = [(6, b"new", b"v6", [], TS + 7)]
     put(0, 6)
-    _, third = reports(restore_foreign(kafka, s3, source, request, log))
+    _, third = reports(restore_foreign(RestoreContext(kafka, s3, log), source, request))
     assert sum(r.restored for r in third) == 1
     assert [g.value for g in consume_all(kafka, target)[0]][-2:] == ["значение".encode(), b"v6"]
 
@@ -109,8 +109,8 @@ def test_confluent_avro_values_with_keys_sibling_restore(kafka, s3, services, un
     target = create_topic(kafka, f"fconfluent-{unique}")
 
     before = time.time() * 1000
-    _, reps = reports(restore_foreign(kafka, s3, source, RestoreRequest("clicks", target, provenance_headers=True),
-                                      log))
+    _, reps = reports(restore_foreign(RestoreContext(kafka, s3, log), source,
+                                      RestoreRequest("clicks", target, provenance_headers=True)))
 
     got = consume_all(kafka, target)[0]
     assert [(g.key, g.value, g.header("s3archive.source.offset")) for g in got] == [
@@ -218,7 +218,7 @@ def test_a_sinks_records_older_than_the_targets_retention_are_warned_about(kafka
     week = 7 * 86_400_000
     target = create_topic(kafka, f"fold-{unique}", config={"retention.ms": str(week)})  # the broker's default
     with caplog.at_level(logging.WARNING, logger=log.name):
-        _, reps = reports(restore_foreign(kafka, s3, source, RestoreRequest("orders", target), log))
+        _, reps = reports(restore_foreign(RestoreContext(kafka, s3, log), source, RestoreRequest("orders", target)))
     assert sum(r.restored for r in reps) == 1  # and the broker deletes it soon: what the warning says
     [warning] = [m for m in caplog.messages if "retention.ms" in m]
     assert warning.startswith(f"target topic {target!r} has retention.ms={week}, but a record of window p00000-"), \

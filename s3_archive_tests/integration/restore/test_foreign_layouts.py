@@ -11,7 +11,7 @@ import pytest
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.model.errors import InvalidForeignObject
 from s3_archive.restore.foreign_sources import restore_foreign
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive_tests import sink_writers as sink
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic
@@ -21,8 +21,8 @@ TS = 1_700_000_000_000
 
 
 def restored(kafka, s3, source: ForeignSource, target: str) -> list:
-    reports = list(restore_foreign(kafka, s3, source, RestoreRequest(source.topic, target, provenance_headers=True),
-                                   log))
+    reports = list(restore_foreign(RestoreContext(kafka, s3, log), source,
+                                   RestoreRequest(source.topic, target, provenance_headers=True)))
     assert reports[0].cold == 0
     return reports[1:]
 

@@ -28,10 +28,13 @@ from s3_archive.restore.request import (
     PROVENANCE_PARTITION,
     PROVENANCE_TOPIC,
     Filters,
+    RestoreContext,
+    RestoreHooks,
     RestoreRequest,
 )
 from s3_archive.restore.routing import PartitionMapping, murmur2_partition
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
 from s3_archive_tests.manifests import hand_manifest
@@ -180,9 +183,9 @@ def shared(kafka, services, spark_resource) -> Shared:
 
 
 def _restore(kafka, s3, shared: Shared, request: RestoreRequest, windows=None, fault=None) -> list:
-    kw = {"fault": fault} if fault else {}
-    return list(restore_windows(kafka, s3, shared.cfg.bucket, shared.cfg.prefix, request,
-                                windows or shared.windows, log, **kw))
+    kw = {"hooks": RestoreHooks(fault)} if fault else {}
+    return list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(shared.cfg.bucket, shared.cfg.prefix),
+                                request, windows or shared.windows, **kw))
 
 
 # ---- fidelity -------------------------------------------------------------------------------------------------
@@ -244,7 +247,8 @@ def test_zstd_jsonl_objects_written_by_another_tool_restore(kafka, s3, services,
                              compression="zstd", record_count=3, absent_offsets=[[12, 13]], absent_offset_count=1)
     s3.put_object(Bucket=services.bucket, Key=manifest_key(prefix, topic, window), Body=manifest.dumps())
 
-    reports = list(restore_windows(kafka, s3, services.bucket, prefix, RestoreRequest(topic, target), [window], log))
+    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(services.bucket, prefix),
+                                   RestoreRequest(topic, target), [window]))
 
     assert [g.body for g in consume_all(kafka, target)[0]] == [
         (b"k", b"v", (("h", b"1"), ("h", None)), 1_700_000_000_001), (None, None, (), 1_700_000_000_002),
@@ -321,9 +325,10 @@ import json, logging, os, signal, sys
 import boto3
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreHooks, RestoreRequest
 from s3_archive.restore.routing import PartitionMapping
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 
 a = json.loads(sys.argv[1])
 s3 = boto3.client("s3", endpoint_url=a["endpoint"], **a["aws"])
@@ -334,8 +339,9 @@ def fault(step):
     if step == a["kill_at"]:
         os.kill(os.getpid(), signal.SIGKILL)  # no cleanup at all: the transaction stays open
 
-for _ in restore_windows(KafkaResource(bootstrap_servers=a["bootstrap"]), s3, a["bucket"], a["prefix"], request,
-                         [OffsetWindow.parse(k) for k in a["windows"]], logging.getLogger(), fault=fault):
+for _ in restore_windows(RestoreContext(KafkaResource(bootstrap_servers=a["bootstrap"]), s3, logging.getLogger()),
+                         ArchiveSource(a["bucket"], a["prefix"]), request, [OffsetWindow.parse(k) for k in a["windows"]],
+                         hooks=RestoreHooks(fault)):
     pass
 """
 
@@ -483,7 +489,8 @@ def test_wrong_restores_fail_clearly_before_producing(kafka, services, res, shar
 def test_a_second_run_of_the_same_restore_fences_the_first(kafka, s3, shared, unique):
     target = create_topic(kafka, f"rfence-{unique}", partitions=SHARED_PARTITIONS)
     request = RestoreRequest(shared.topic, target, transaction_records=500)
-    first_run = restore_windows(kafka, s3, shared.cfg.bucket, shared.cfg.prefix, request, shared.windows, log)
+    first_run = restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(shared.cfg.bucket, shared.cfg.prefix),
+                                request, shared.windows)
     first_window = next(first_run)  # committed; the first run now waits between windows
 
     second = _restore(kafka, s3, shared, request)  # its init_transactions fences the first run

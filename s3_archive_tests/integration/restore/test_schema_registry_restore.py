@@ -15,9 +15,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.registry_client import RegistryConnection
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.schema_ids import SchemaRewrite
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log
 from s3_archive_tests.integration.restore.test_restore import consume_all
 from s3_archive_tests.kafka_helpers import create_topic, produce
@@ -58,14 +59,15 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
 
     # byte-exact by default
     exact = create_topic(kafka, f"sr-dr-exact-{unique}")
-    list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, exact), [window], log))
+    list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                         RestoreRequest(topic, exact), [window]))
     assert [g.value for g in consume_all(kafka, exact)[0]] == [r.value for r in produced]
 
     # into the new cluster's registry: schemas registered there, ids rewritten
     dr = create_topic(kafka, f"sr-dr-new-{unique}")
     rewrite = SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "topic_name")
-    list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, dr), [window], log,
-                         schemas=rewrite))
+    list(restore_windows(RestoreContext(kafka, s3, log, schemas=rewrite), ArchiveSource(cfg.bucket, cfg.prefix),
+                         RestoreRequest(topic, dr), [window]))
     got = consume_all(kafka, dr)[0]
     assert [g.headers for g in got] == [r.headers for r in produced]
     new_value_id = target.get_latest_version(f"{dr}-value").schema_id
@@ -79,7 +81,8 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
 
     # RecordNameStrategy: the subject is the record's full name
     named = create_topic(kafka, f"sr-dr-named-{unique}")
-    list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, named), [window], log,
-                         schemas=SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "record_name")))
+    named_rewrite = SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "record_name")
+    list(restore_windows(RestoreContext(kafka, s3, log, schemas=named_rewrite), ArchiveSource(cfg.bucket, cfg.prefix),
+                         RestoreRequest(topic, named), [window]))
     assert {"crm.User", "crm.UserKey"} <= set(target.get_subjects())
     assert len(consume_all(kafka, named)[0]) == 5

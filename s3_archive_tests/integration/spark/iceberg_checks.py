@@ -8,8 +8,9 @@ from typing import Any
 
 from s3_archive.io.iceberg_catalog import TOPIC_PROPERTY, WINDOWS_PROPERTY, table_ident
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreRequest
+from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive.test_iceberg import RECORDS, _rows, _table, _window_snapshots
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest
@@ -58,7 +59,8 @@ def archive_and_check_iceberg(services: Any, kafka: Any, s3: Any, spark: dict[st
 
     # Restore reads the windows back from the table's data files, byte-exact and in order
     target = create_topic(kafka, f"{name}-restored", partitions=2)
-    reports = list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, target), WINDOWS, log))
+    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                                   RestoreRequest(topic, target), WINDOWS))
     assert sum(r.restored for r in reports) == len(sent)
     got = consume_all(kafka, target)
     for p in (0, 1):
