@@ -4,6 +4,7 @@
     scan.py        where each partition's next window starts and how far it may reach (Kafka's offsets)
     cursor.py      what the offsets sensor remembers between ticks (pure)
     protocol.py    what the driver sends each write task and what comes back (pure; both sides import it)
+    protobuf_schemas.py  a registry's Protobuf schemas compiled (both sides: the driver's columns, the tasks' decoder)
     driver/        on the Spark driver: the run, its one Spark job, the commit
     executor/      in the executors' Python workers: the write task, encoders, upload (no Spark, no Dagster)
     health.py      the verdicts of the asset checks: contiguity, objects, retention, headroom
