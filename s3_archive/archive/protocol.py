@@ -1,8 +1,8 @@
 """What the driver sends each write task and what comes back: the one contract between the two sides of the write
-(archive/driver/ plans and commits, archive/executor/ reads records and writes objects). Pure: no Spark, no I/O; it
-imports no module of either side, and the driver reaches the executors' side only through the functions Spark runs
-in the tasks (executor/task.py's `write_task`, `read_task`, `envelope_task`; executor/registry_decode.py's
-`table_rows`).
+(archive/driver/ plans and commits, archive/executor/ reads records and writes objects). Pure: no Spark, no I/O (an
+S3Connection's client is io/s3.py's, made when a side asks for it); it imports no module of either side, and the
+driver reaches the executors' side only through the functions Spark runs in the tasks (executor/task.py's
+`write_task`, `read_task`, `envelope_task`; executor/registry_decode.py's `table_rows`).
 
 A run's windows are cut into slices, each read by one Spark task and written by the same task straight to the
 window's final object keys. A window is one slice unless it may be split (`splittable`): then slice i of n is
