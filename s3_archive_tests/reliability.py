@@ -14,9 +14,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_windows
-from s3_archive.archive.executor.upload import S3Connection
+from s3_archive.archive.protocol import S3Connection
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import list_objects, read_manifest
 from s3_archive.io.s3_resource import S3Resource
@@ -92,7 +94,8 @@ def fault_round(spark: Any, kafka: KafkaResource, direct_s3: Any, proxy: FaultPr
     errors: list[str] = []
     while todo and archive_runs <= RERUNS:
         archive_runs += 1
-        results = archive_windows(spark, kafka, s3, cfg, topic, todo, log, conn=S3Connection.of_resource(res))
+        ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_resource(res), S3Endpoint.of_client(s3), log)
+        results = archive_windows(ctx, cfg, topic, todo)
         todo = [w for w, r in results.items() if isinstance(r, BaseException)]
         errors += [f"{type(r).__name__}: {str(r)[:200]}" for r in results.values() if isinstance(r, BaseException)]
         outcomes.update(r.outcome for r in results.values() if not isinstance(r, BaseException))

@@ -5,6 +5,7 @@
     cursor.py      what the offsets sensor remembers between ticks (pure)
     sweep.py       the offsets sensor's sweeps: lost manifests and records waiting too long
     protocol.py    what the driver sends each write task and what comes back (pure; both sides import it)
+    protobuf_schemas.py  a registry's Protobuf schemas compiled (both sides: the driver's columns, the tasks' decoder)
     driver/        on the Spark driver: the run, its one Spark job, the commit
     executor/      in the executors' Python workers: the write task, encoders, upload (no Spark, no Dagster)
     health.py      the verdicts of the asset checks: contiguity, objects, retention, headroom, take-over

@@ -14,7 +14,7 @@ import re
 from botocore.exceptions import ClientError, NoCredentialsError
 
 from s3_archive.config.archive import Retries
-from s3_archive.io.s3 import error_code
+from s3_archive.io.s3 import REFUSALS, error_code
 from s3_archive.model.errors import (
     ArchiveIntegrityError,
     DataLoss,
@@ -34,14 +34,12 @@ from s3_archive.model.windows import InvalidWindow
 _PERMANENT = (ArchiveIntegrityError, DataLoss, InvalidConfig, InvalidManifest, InvalidWindow, KafkaRefused,
               MissingJars, S3Refused, UndecodableValue, UnknownTopic, UnplaceableRecord, WindowNotAvailable,
               NoCredentialsError)
-# S3 answers that a retry gets again: the bucket is gone, or the credentials or the policy refuse us.
-S3_REFUSALS = ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
-               "InvalidBucketName", "AccountProblem")
-# Kafka's Java client (Spark's source) when the login or an ACL refuses us.
+# S3's answers that a retry gets again: io/s3.py's REFUSALS. Kafka's Java client (Spark's source) when the login
+# or an ACL refuses us:
 KAFKA_REFUSALS = ("SaslAuthenticationException", "SslAuthenticationException", "TopicAuthorizationException",
                   "ClusterAuthorizationException", "GroupAuthorizationException",
                   "KafkaRefused")  # the write tasks' own reads (executor/kafka_read.py): a refusal or a fatal error
-_IN_TEXT = re.compile(r"\((" + "|".join(S3_REFUSALS) + r")\)|\b(" + "|".join(KAFKA_REFUSALS) + r")\b")
+_IN_TEXT = re.compile(r"\((" + "|".join(REFUSALS) + r")\)|\b(" + "|".join(KAFKA_REFUSALS) + r")\b")
 
 
 def permanent(e: BaseException) -> bool:
@@ -49,7 +47,7 @@ def permanent(e: BaseException) -> bool:
     if isinstance(e, _PERMANENT):
         return True
     if isinstance(e, ClientError):
-        return error_code(e) in S3_REFUSALS
+        return error_code(e) in REFUSALS
     return _IN_TEXT.search(str(e)) is not None
 
 

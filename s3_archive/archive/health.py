@@ -27,7 +27,7 @@ from s3_archive.config.foreign import ForeignSource
 from s3_archive.config.lifecycle import expiry_due
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client, list_objects, read_manifest, verify_manifest
-from s3_archive.keys.objects import manifest_key, manifest_prefix
+from s3_archive.keys.objects import manifest_prefix
 from s3_archive.model.errors import InvalidManifest, UnknownTopic
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import InvalidWindow, OffsetWindow, check_contiguous
@@ -138,8 +138,39 @@ def objects(s3: S3Client, cfg: ArchiveConfig, topic: str, view: WindowsView, now
     objects or manifest are absent is counted as expired in the metadata, not as a problem. A changed size is always
     a problem, and so is a manifest that does not parse (model/manifest.py), named with its key.
     """
-    now = now or datetime.now(UTC)
-    days = cfg.lifecycle_policy.expiration_days
+    now, days, found = now or datetime.now(UTC), cfg.lifecycle_policy.expiration_days, _ObjectsFound()
+    _check_manifests(s3, cfg, topic, now, found)
+    _check_windows(cfg, topic, view, now, found)
+    ok = f"{len(found.committed)} committed windows of {topic!r}: all objects present"
+    if found.expired:
+        ok += f"; {len(found.expired)} older windows expired by the lifecycle policy (expiration_days {days})"
+    return Verdict(found.problems, ok, {
+        "manifests": len(found.committed),
+        "objects": found.objects,
+        "bytes": found.bytes,
+        "manifest_prefix": f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}",
+        "expiration_days": days if days is not None else 0,
+        "expired_windows": len(found.expired),
+        "expired": summary(sorted(found.expired)),
+    })
+
+
+@dataclass
+class _ObjectsFound:
+    """What the objects check found so far: `expired`, windows (and retired ranges) the lifecycle policy expired;
+    `objects`, `bytes` of the committed windows; window keys with a manifest, and those (from the manifest's name)
+    whose manifest does not parse."""
+
+    problems: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    objects: int = 0
+    bytes: int = 0
+    committed: set[str] = field(default_factory=set)
+    unreadable: set[str] = field(default_factory=set)
+
+
+def _check_manifests(s3: S3Client, cfg: ArchiveConfig, topic: str, now: datetime, found: _ObjectsFound) -> None:
+    """Every manifest of the topic, read concurrently, against one listing of the data objects."""
     # Manifests first, data second: a window's objects are written before its manifest, so every object of a
     # listed manifest is in the later data listing unless it was really deleted.
     manifest_keys = [o["Key"] for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, topic))
@@ -154,60 +185,48 @@ def objects(s3: S3Client, cfg: ArchiveConfig, topic: str, view: WindowsView, now
 
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         manifests = list(pool.map(read, manifest_keys))
-
-    problems: list[str] = []
-    expired: list[str] = []
-    count = size = 0
-    committed: set[str] = set()
-    unreadable: set[str] = set()  # window keys (from the manifest's name) whose manifest does not parse
+    days = cfg.lifecycle_policy.expiration_days
     for mkey, m in zip(manifest_keys, manifests):
         if m is None:  # deleted between the listing and the read
             continue
         if isinstance(m, InvalidManifest):
-            unreadable.add(mkey.rsplit("/", 1)[-1].removesuffix(".json"))
-            problems.append(str(m))
+            found.unreadable.add(mkey.rsplit("/", 1)[-1].removesuffix(".json"))
+            found.problems.append(str(m))
             continue
-        committed.add(m.window_key)
-        count += len(m.objects)
-        size += sum(o.size for o in m.objects)
+        found.committed.add(m.window_key)
+        found.objects += len(m.objects)
+        found.bytes += sum(o.size for o in m.objects)
         if all(sizes.get(o.key) == o.size for o in m.objects):
             continue
         absent_only = all(o.key not in sizes or sizes[o.key] == o.size for o in m.objects)
         if absent_only and expiry_due(m.committed_time, days, now):
-            expired.append(m.window_key)
+            found.expired.append(m.window_key)
             continue
-        problems += [f"window {m.window_key} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
+        found.problems += [f"window {m.window_key} ({mkey}): {p}" for p in verify_manifest(s3, cfg.bucket, m)]
 
-    unmanifested = [w for w in sorted(view.windows)
-                    if w.key in view.materialized and w.key not in committed and w.key not in unreadable]
+
+def _check_windows(cfg: ArchiveConfig, topic: str, view: WindowsView, now: datetime, found: _ObjectsFound) -> None:
+    """Every live window Dagster materialized has a manifest (or is old enough that S3 expired it). Retired windows
+    are only in S3: their manifests must cover each retired range. With expiration_days, S3 expires the oldest
+    first, so a gap at the start of a range is expired, any other gap a problem."""
+    days = cfg.lifecycle_policy.expiration_days
+    unmanifested = [w for w in sorted(view.windows) if w.key in view.materialized
+                    and w.key not in found.committed and w.key not in found.unreadable]
     when = view.materialized_at([w.key for w in unmanifested]) if days and unmanifested else {}
     for w in unmanifested:
         if expiry_due(when.get(w.key), days, now):
-            expired.append(w.key)
+            found.expired.append(w.key)
             continue
-        problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
-                        f"s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, w)}")
-    # Retired windows are only in S3: their manifests must cover each retired range. With expiration_days, S3
-    # expires the oldest first, so a gap at the start of a range is expired, any other gap a problem.
-    for p, gaps in sorted(retired_gaps(view.retired, committed | unreadable).items()):
+        where = cfg.location(topic, w)
+        found.problems.append(f"window {w.key} of {topic!r} is materialized but has no manifest at "
+                              f"{where.url(where.manifest_key)}")
+    for p, gaps in sorted(retired_gaps(view.retired, found.committed | found.unreadable).items()):
         for i, (a, b) in enumerate(gaps):
             if days and i == 0 and a == view.retired.ranges[p].start:
-                expired.append(f"retired p{p} [{a}, {b})")
+                found.expired.append(f"retired p{p} [{a}, {b})")
                 continue
-            problems.append(f"topic {topic!r} partition {p}: retired offsets [{a}, {b}) have no manifest under "
-                            f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}")
-    ok = f"{len(committed)} committed windows of {topic!r}: all objects present"
-    if expired:
-        ok += f"; {len(expired)} older windows expired by the lifecycle policy (expiration_days {days})"
-    return Verdict(problems, ok, {
-        "manifests": len(committed),
-        "objects": count,
-        "bytes": size,
-        "manifest_prefix": f"s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}",
-        "expiration_days": days if days is not None else 0,
-        "expired_windows": len(expired),
-        "expired": summary(sorted(expired)),
-    })
+            found.problems.append(f"topic {topic!r} partition {p}: retired offsets [{a}, {b}) have no manifest "
+                                  f"under s3://{cfg.bucket}/{manifest_prefix(cfg.prefix, topic)}")
 
 
 def retention(kafka: KafkaResource, topic: str, view: WindowsView) -> Verdict:
@@ -287,7 +306,8 @@ def manifests_verdict(cfg: ArchiveConfig, topic: str, lost: list[OffsetWindow], 
     manifests found."""
     problems = []
     for w in sorted(lost):
-        url = f"s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, w)}"
+        where = cfg.location(topic, w)
+        url = where.url(where.manifest_key)
         then = ("Kafka still holds its records, so the offsets sensor archives it again" if w in rearchiving
                 else "Kafka no longer holds all of its records, so it cannot be archived again")
         problems.append(f"window {w.key} of {topic!r} is materialized but its manifest {url} is gone; {then}")

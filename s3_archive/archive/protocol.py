@@ -1,11 +1,18 @@
 """What the driver sends each write task and what comes back: the one contract between the two sides of the write
-(archive/driver/ plans and commits, archive/executor/ reads records and writes objects). Pure: no Spark, no I/O.
+(archive/driver/ plans and commits, archive/executor/ reads records and writes objects). Pure: no Spark, no I/O (an
+S3Connection's client is io/s3.py's, made when a side asks for it); it imports no module of either side, and the
+driver reaches the executors' side only through the functions Spark runs in the tasks (executor/task.py's
+`write_task`, `read_task`, `envelope_task`; executor/registry_decode.py's `table_rows`).
 
 A run's windows are cut into slices, each read by one Spark task and written by the same task straight to the
 window's final object keys. A window is one slice unless it may be split (`splittable`): then slice i of n is
 offsets [start + i*size/n, ...) and writes the object numbered i. Each task sends back one row per object it wrote
 (`ObjectRow`) and one row of statistics per slice (`RecordStats`); the driver merges a window's slices
 (`window_stats`). A slice with no committed record sends no row at all: it is all absent.
+
+A task gets a `WriteJob`: the run's `JobTemplate` (where objects go, how tasks reach S3 and Kafka: `S3Connection`,
+`KafkaConnection`, the slices) joined with a `JobShape` (the format, layout and decoding the driver derived from the
+archive's output and the records' schema, driver/spark_job.py::write_frame).
 """
 
 from __future__ import annotations
@@ -14,16 +21,19 @@ import bisect
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from s3_archive.archive.executor.upload import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
+from s3_archive.io.registry_client import RegistryConnection, RegistrySchema
 from s3_archive.keys.layout import KafkaPartition, OutputLayout
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.windows import OffsetWindow
 
-if TYPE_CHECKING:
-    from s3_archive.archive.executor.registry_decode import DecodePlan
-
+MULTIPART_THRESHOLD = 256 << 20  # larger objects are multipart uploads (S3's single PUT allows up to 5 GiB)
+PART_SIZE = 64 << 20  # multipart part size (S3: at least 5 MiB, except the last part)
+# The envelope as Spark's Kafka source gives it (driver/spark_job.py::_kafka's columns), and as the tasks that read
+# with librdkafka give it back (executor/kafka_read.py).
+ENVELOPE_DDL = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
+                "partition int, offset long, timestamp timestamp, timestamp_type int")
 MAX_GAP_RANGES = 10_000
 
 
@@ -97,6 +107,95 @@ class KafkaConnection:
         return cls(str(config["bootstrap.servers"]), tuple(sorted(kept.items())))
 
 
+@dataclass(frozen=True)
+class S3Connection:
+    """How executors (and the driver) reach S3 with boto3: picklable, so a Spark task can rebuild the client.
+
+    Secrets are excluded from repr, so they never reach a log or an error message."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    path_style: bool = False
+    verify: bool | str | None = None
+    # Extra PutObject / CreateMultipartUpload arguments for every data object (e.g. ServerSideEncryption,
+    # SSEKMSKeyId, StorageClass).
+    put_args: tuple[tuple[str, str], ...] = ()
+    # botocore's own retries (S3Resource.max_attempts / retry_mode): throttling, 5xx and dropped connections.
+    # max_attempts is botocore's `retries.max_attempts`: retries after the first try.
+    max_attempts: int = 5
+    retry_mode: str = "standard"
+
+    def client(self) -> Any:
+        """A boto3 S3 client (one per process and connection: io/s3.py::shared_client)."""
+        from s3_archive.io.s3 import shared_client
+
+        return shared_client(self)
+
+    @classmethod
+    def of_resource(cls, resource: Any) -> S3Connection:
+        """The connection of the runs' `S3Resource` (io/s3_resource.py), for the executors: endpoint, region, path
+        style, CA bundle, credentials (None: the executors' default chain) and the SSE-KMS key and storage class
+        every data object is written with."""
+        return cls(endpoint_url=resource.endpoint_url or None, region=resource.region_name,
+                   access_key_id=resource.aws_access_key_id, secret_access_key=resource.aws_secret_access_key,
+                   session_token=resource.aws_session_token, path_style=resource.path_style,
+                   verify=resource.ca_bundle or resource.verify,
+                   put_args=tuple(sorted(resource.object_write_args("data").items())),
+                   max_attempts=resource.max_attempts, retry_mode=resource.retry_mode)
+
+    @classmethod
+    def of_client(cls, s3: Any) -> S3Connection:
+        """The connection of a boto3 client (tests, benchmarks): its endpoint, region, addressing style and the
+        credentials it signs with (None: the executors use the default credential chain)."""
+        creds = s3._request_signer._credentials  # botocore has no public accessor for a client's credentials
+        frozen = creds.get_frozen_credentials() if creds is not None else None
+        retries = s3.meta.config.retries or {}
+        return cls(endpoint_url=s3.meta.endpoint_url, region=s3.meta.region_name,
+                   access_key_id=frozen.access_key if frozen else None,
+                   secret_access_key=frozen.secret_key if frozen else None,
+                   session_token=frozen.token if frozen else None,
+                   path_style=(s3.meta.config.s3 or {}).get("addressing_style") == "path",
+                   # botocore keeps total_max_attempts (the first try + retries; 3 by default in standard mode).
+                   max_attempts=retries.get("total_max_attempts", 3) - 1,
+                   retry_mode=retries.get("mode", "standard"))
+
+
+@dataclass(frozen=True)
+class DecodedPart:
+    """How one part of the record (value or key) decodes (executor/registry_decode.py)."""
+
+    part: str  # "value" | "key"
+    kind: str  # avro | protobuf | json_schema
+    subject: str
+    reader: RegistrySchema | None  # avro: the reader schema (the subject's newest version); None: writer's own
+    schemas: tuple[RegistrySchema, ...]  # the writer schemas known when the job was planned
+    struct_type: str  # Spark type JSON of the decoded struct; its fields in stored order
+    columns: tuple[str, ...]  # the stored column of each field of struct_type
+
+    def fields(self) -> list[dict[str, Any]]:
+        return json.loads(self.struct_type)["fields"]
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What a write task needs to decode registry payloads (made by driver/registry_plan.py): picklable, and its
+    repr holds no secret (the connection hides its password)."""
+
+    topic: str
+    parts: tuple[DecodedPart, ...]
+    registry: RegistryConnection | None = None  # for ids the plan lacks; None: such an id is unknown
+    dead_letter_schema: str = ""  # Spark schema JSON of `_raw` (the raw envelope and `reason`); "": no dead letters
+    # layout dimensions on decoded fields: (index in partition_by, part, field path); their bucket segment is
+    # filled in by the task (driver/bucket_column.py's placeholder)
+    bucket_fields: tuple[tuple[int, str, str], ...] = ()
+
+    def stored_columns(self) -> list[str]:
+        return [c for p in self.parts for c in p.columns]
+
+
 class TaskFault(StrEnum):
     """Tests: where a write task stops on purpose (WriteJob.fault)."""
 
@@ -108,16 +207,32 @@ class TaskFault(StrEnum):
         return f"object:{n}"
 
 
-@dataclass(frozen=True)
-class WriteJob:
-    """Everything a write task needs: sent with the task (pickled), so it holds no client and no session."""
+@dataclass(frozen=True, kw_only=True)
+class JobTemplate:
+    """What a run's write jobs share before their format is known: where the objects go, how the tasks reach S3
+    (and, reading with librdkafka, Kafka), the slices they read, and the tests' levers. Enough to read the slices'
+    envelope (executor/task.py::envelope_task); a `JobShape` makes it a `WriteJob`."""
 
     topic: str
     bucket: str
     prefix: str
-    fmt: FormatPlan
     conn: S3Connection
-    slices: tuple[Slice, ...]
+    slices: tuple[Slice, ...] = ()
+    multipart_threshold: int = MULTIPART_THRESHOLD
+    part_size: int = PART_SIZE
+    fault: str | None = None  # tests: a TaskFault
+    # read_path librdkafka: how tasks reach Kafka, and how long a read may make no progress before it fails
+    kafka: KafkaConnection | None = None
+    read_stall_s: float = 120.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobShape:
+    """What a write task does with the records, as the driver derives it from the archive's output and the
+    records' schema (driver/spark_job.py::write_frame): the format, the layout, decoding and its error policies,
+    the columns it is sent and stores."""
+
+    fmt: FormatPlan
     layout: OutputLayout | None = None
     bucketed: bool = False  # the layout splits a window by record content (input sorted by bucket, offset)
     max_records: int | None = None
@@ -133,17 +248,22 @@ class WriteJob:
     derived: tuple[tuple[str, str], ...] = ()  # stored columns not sent, with their source (DERIVED)
     ts_stored: bool = False  # `_ts` is not sent: the task computes it from the stored `timestamp`
     dead_letter_schema: str = ""  # Spark schema JSON of the raw envelope (`_raw`), for the dead-letter Parquet
-    multipart_threshold: int = MULTIPART_THRESHOLD
-    part_size: int = PART_SIZE
-    fault: str | None = None  # tests: a TaskFault
-    # read_path librdkafka: how tasks reach Kafka, the Spark schema (JSON) of the task batches they make themselves
-    # (driver/task_read_job.py), and how long a read may make no progress before it fails
-    kafka: KafkaConnection | None = None
-    task_schema: str = ""
-    read_stall_s: float = 120.0
     decode: DecodePlan | None = None  # Schema Registry payloads the task decodes (executor/registry_decode.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteJob(JobShape, JobTemplate):
+    """Everything a write task needs: sent with the task (pickled), so it holds no client and no session."""
+
     undecodable_only: bool = False  # with `decode`: write only the records that do not decode (their dead letters)
+    task_schema: str = ""  # read_path librdkafka: the Spark schema (JSON) of the task batches the tasks make
     _index: dict[int, tuple[list[int], list[Slice]]] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, template: JobTemplate, shape: JobShape, **more: Any) -> WriteJob:
+        """The job of `template`'s run in `shape`; `more`: the job's own fields (undecodable_only, task_schema)."""
+        return cls(**{f.name: getattr(template, f.name) for f in fields(JobTemplate)},
+                   **{f.name: getattr(shape, f.name) for f in fields(JobShape)}, **more)
 
     def location(self, window: OffsetWindow) -> WindowLocation:
         return WindowLocation(self.bucket, self.prefix, self.topic, window, self.fmt.suffix, self.layout)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.io.s3 import S3Client
+
+if TYPE_CHECKING:  # pyspark is imported by a run that writes, not when the definitions load
+    from pyspark.sql import SparkSession
 
 SPARK_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
 CATALOG_IMPL = {"glue": "org.apache.iceberg.aws.glue.GlueCatalog", "jdbc": "org.apache.iceberg.jdbc.JdbcCatalog"}
@@ -97,7 +100,7 @@ def catalog_conf(cfg: ArchiveConfig, endpoint: S3Endpoint) -> dict[str, str]:
     return {name: SPARK_CATALOG} | {f"{name}.{k}": v for k, v in props.items()}
 
 
-def use_catalog(spark: Any, cfg: ArchiveConfig, endpoint: S3Endpoint) -> str:
+def use_catalog(spark: SparkSession, cfg: ArchiveConfig, endpoint: S3Endpoint) -> str:
     """Set the archive's catalog on the session (before its first use; a catalog Spark has loaded keeps the
     settings it was loaded with); the catalog's name."""
     for key, value in catalog_conf(cfg, endpoint).items():

@@ -1,11 +1,13 @@
 """S3 helpers every stage uses: the one paginator (`list_objects`, `list_prefixes`), the one ClientError reader
-(`error_code`, `error_message`), batch deletes, reading a window's manifest and checking its objects, and probing a
-bucket with a clear error.
+(`error_code`, `error_message`) and S3's error codes by what they mean, batch deletes, reading a window's manifest
+and checking its objects, probing a bucket with a clear error, and one boto3 client per process and connection
+(`shared_client`). The executors import it too (archive/executor/upload.py): botocore only, boto3 on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Hashable, Iterator
 from typing import Any, TypeAlias
 
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
@@ -15,6 +17,17 @@ from s3_archive.model.manifest import Manifest, parse_manifest
 
 # A boto3 S3 client (boto3's clients are made at run time and carry no static type of their own).
 S3Client: TypeAlias = Any
+
+# S3's error codes (`error_code`), by what they mean; each names the code and, where a HEAD has no body, the status.
+NOT_FOUND = ("NoSuchKey", "404", "NotFound")  # no such object
+PRECONDITION_FAILED = ("PreconditionFailed", "412")  # If-None-Match: * on a key that exists, If-Match on another ETag
+CONFLICT = ("ConditionalRequestConflict", "409")  # a concurrent conditional write of the same key
+NO_SUCH_UPLOAD = ("NoSuchUpload", "404")  # the multipart upload is gone (completed or aborted)
+NO_SUCH_BUCKET = ("404", "NoSuchBucket", "NotFound")
+DENIED = ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+# Answers a retry gets again: the bucket is gone, or the credentials or the policy refuse us.
+REFUSALS = ("NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
+            "InvalidBucketName", "AccountProblem")
 
 
 def _pages(s3: S3Client, bucket: str, prefix: str, **kw: Any) -> Iterator[dict]:
@@ -56,7 +69,7 @@ def read_manifest(s3: S3Client, bucket: str, key: str) -> Manifest | None:
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as e:
-        if error_code(e) in ("NoSuchKey", "404"):
+        if error_code(e) in NOT_FOUND:
             return None
         raise
     return parse_manifest(body, f"s3://{bucket}/{key}")
@@ -69,7 +82,7 @@ def verify_manifest(s3: S3Client, bucket: str, manifest: Manifest) -> list[str]:
         try:
             head = s3.head_object(Bucket=bucket, Key=obj.key)
         except ClientError as e:
-            if error_code(e) in ("404", "NoSuchKey", "NotFound"):
+            if error_code(e) in NOT_FOUND:
                 problems.append(f"missing: s3://{bucket}/{obj.key}")
                 continue
             raise
@@ -88,11 +101,34 @@ def check_bucket(s3: S3Client, bucket: str, prefix: str = "") -> None:
         s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
     except ClientError as e:
         code = error_code(e)
-        if code in ("404", "NoSuchBucket", "NotFound"):
+        if code in NO_SUCH_BUCKET:
             raise S3Refused(f"bucket {bucket!r} does not exist at {endpoint}; create it or fix `bucket`") from None
-        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        if code in DENIED:
             raise S3Refused(f"access to bucket {bucket!r} at {endpoint} was refused ({code}); check the AWS "
                                 "credentials and the bucket policy") from None
         raise S3Unavailable(f"bucket {bucket!r} at {endpoint}: {code or e}") from None
     except (EndpointConnectionError, NoCredentialsError) as e:
         raise S3Unavailable(f"cannot reach S3 for bucket {bucket!r}: {e}") from None
+
+
+_clients: dict[Hashable, S3Client] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(conn: Any) -> S3Client:
+    """The boto3 client of a connection (archive/protocol.py::S3Connection: hashable, picklable), one per process
+    and connection (boto3's clients are thread-safe): endpoint, region, credentials (None: the default chain),
+    addressing style, CA bundle and botocore's retries."""
+    with _clients_lock:
+        if conn not in _clients:
+            import boto3
+            from botocore.config import Config
+
+            _clients[conn] = boto3.client(
+                "s3", endpoint_url=conn.endpoint_url, region_name=conn.region,
+                aws_access_key_id=conn.access_key_id, aws_secret_access_key=conn.secret_access_key,
+                aws_session_token=conn.session_token, verify=conn.verify,
+                config=Config(s3={"addressing_style": "path" if conn.path_style else "auto"},
+                              max_pool_connections=32,
+                              retries={"max_attempts": conn.max_attempts, "mode": conn.retry_mode}))
+        return _clients[conn]

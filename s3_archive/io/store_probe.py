@@ -20,13 +20,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from s3_archive.io.s3 import S3Client, error_code
+from s3_archive.io.s3 import NO_SUCH_UPLOAD, NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code
 from s3_archive.keys.objects import store_probe_key
 from s3_archive.model.errors import ConditionalWritesUnsupported
 
-_REFUSED = ("PreconditionFailed", "412")
-_MISSING = ("NoSuchKey", "404", "NotFound")
-_NO_UPLOAD = ("NoSuchUpload", "404")
 # An ETag no object has: a condition on it must fail.
 _OTHER_ETAG = '"00000000000000000000000000000000"'
 
@@ -66,7 +63,7 @@ def _outcome(call: Callable[[], Any]) -> str | None:
     try:
         call()
     except ClientError as e:
-        if error_code(e) in _REFUSED:
+        if error_code(e) in PRECONDITION_FAILED:
             return None
         return f"answered {error_code(e) or e}"
     return "accepted it"
@@ -92,7 +89,8 @@ def probe_conditional_writes(s3: S3Client, bucket: str, prefix: str) -> list[str
         try:
             put(body, **condition)
         except ClientError as e:
-            if error_code(e) not in _REFUSED or s3.head_object(Bucket=bucket, Key=key)["ETag"] != _md5_etag(body):
+            if error_code(e) not in PRECONDITION_FAILED or \
+                    s3.head_object(Bucket=bucket, Key=key)["ETag"] != _md5_etag(body):
                 raise
 
     put_applied(b"1", IfNoneMatch="*")  # a new random key: nothing can be there
@@ -130,7 +128,7 @@ def _remove(s3: S3Client, bucket: str, key: str) -> None:
     try:
         s3.delete_object(Bucket=bucket, Key=key)
     except ClientError as e:
-        if error_code(e) not in _MISSING:
+        if error_code(e) not in NOT_FOUND:
             raise
 
 
@@ -143,7 +141,7 @@ def _exists(s3: S3Client, bucket: str, key: str) -> bool:
         s3.head_object(Bucket=bucket, Key=key)
         return True
     except ClientError as e:
-        if error_code(e) in _MISSING:
+        if error_code(e) in NOT_FOUND:
             return False
         raise
 
@@ -152,5 +150,5 @@ def _abort(s3: S3Client, bucket: str, key: str, upload: str) -> None:
     try:
         s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
     except ClientError as e:
-        if error_code(e) not in _NO_UPLOAD:
+        if error_code(e) not in NO_SUCH_UPLOAD:
             raise

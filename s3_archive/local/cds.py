@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.payload import ValueDecoding
@@ -55,7 +56,7 @@ def _train(archive: Path) -> None:
         for i, (fmt, extra) in enumerate(configs):
             cfg = ArchiveConfig(name="cds", topics=[TOPIC], bucket="cds", prefix=f"{fmt}/", format=fmt, **extra)
             w = OffsetWindow(0, i * 500, (i + 1) * 500)
-            archive_window(spark, kafka, s3, cfg, TOPIC, w, log)
+            archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, TOPIC, w)
         spark.stop()
         # The dump happens when the JVM exits, which it does when its stdin (the gateway's pipe) closes.
         gateway = SparkContext._gateway

@@ -1,11 +1,13 @@
 """The columns a Schema Registry payload decodes into: each schema (Avro, JSON Schema; Protobuf in
-archive/executor/protobuf_schemas.py) as a Spark type, as JSON (`StructType.jsonValue()`), the one vocabulary the
+archive/protobuf_schemas.py) as a Spark type, as JSON (`StructType.jsonValue()`), the one vocabulary the
 manifest's `schema`, the objects' metadata and the catalog share. Pure.
 
 Avro follows Spark's own mapping (spark-avro's SchemaConverters): records are structs, a union with "null" is a
 nullable field, enums and uuids are strings, fixed and bytes are binary, decimals are decimals, date is a date,
 timestamp-millis/micros are timestamps, local-timestamp-* are timestamps without a zone. A union of several types
-other than null (which Spark makes a struct of `member0`, `member1`, ...) is stored as its value's JSON text.
+other than null (which Spark makes a struct of `member0`, `member1`, ...) is stored as its value's JSON text. The
+other way round, `avro_schema` is the Avro writer schema Spark's avro writer derives from a Spark schema (the
+avro format's objects).
 """
 
 from __future__ import annotations
@@ -105,6 +107,55 @@ def avro_columns(schema_text: str) -> dict[str, Any]:
 
 
 _JSON_TYPES = {"integer": "long", "number": "double", "string": "string", "boolean": "boolean"}
+
+
+def avro_type(data_type: Any, nullable: bool, record_name: str, namespace: str) -> Any:
+    """The other way round: Spark's avro writer's schema for a Spark type (its SchemaConverters.toAvroType), from
+    the type's JSON (`StructType.jsonValue()`): nullable types are unions [type, "null"], records are named after
+    their field within the enclosing record's name, timestamps are timestamp-micros longs."""
+    t: Any
+    if isinstance(data_type, str):
+        simple = {"boolean": "boolean", "byte": "int", "short": "int", "integer": "int", "long": "long",
+                  "float": "float", "double": "double", "string": "string", "binary": "bytes", "null": "null",
+                  "date": {"type": "int", "logicalType": "date"},
+                  "timestamp": {"type": "long", "logicalType": "timestamp-micros"},
+                  "timestamp_ntz": {"type": "long", "logicalType": "local-timestamp-micros"}}
+        if data_type.startswith(("char", "varchar")):
+            t = "string"
+        elif data_type.startswith("decimal"):
+            precision, scale = (int(x) for x in data_type[len("decimal("):-1].split(","))
+            size = next(n for n in range(1, 32) if 2 ** (8 * n - 1) > 10 ** precision)
+            name = f"{record_name}.fixed" if not namespace else f"{namespace}.{record_name}.fixed"
+            t = {"type": "fixed", "name": name, "size": size, "logicalType": "decimal", "precision": precision,
+                 "scale": scale}
+        elif data_type in simple:
+            t = simple[data_type]
+        else:
+            raise ValueError(f"no avro type for the Spark type {data_type!r}")
+    elif data_type["type"] == "array":
+        t = {"type": "array", "items": avro_type(data_type["elementType"], data_type["containsNull"], record_name,
+                                                 namespace)}
+    elif data_type["type"] == "map":
+        if data_type["keyType"] != "string":
+            raise ValueError(f"avro maps have string keys; got a map of {data_type['keyType']!r}")
+        t = {"type": "map", "values": avro_type(data_type["valueType"], data_type["valueContainsNull"], record_name,
+                                                namespace)}
+    elif data_type["type"] == "struct":
+        child = f"{namespace}.{record_name}" if namespace else record_name
+        t = {"type": "record", "name": record_name,
+             "fields": [{"name": f["name"], "type": avro_type(f["type"], f["nullable"], f["name"], child)}
+                        for f in data_type["fields"]]}
+        if namespace:
+            t["namespace"] = namespace
+    else:
+        raise ValueError(f"no avro type for the Spark type {data_type!r}")
+    return [t, "null"] if nullable and data_type != "null" else t
+
+
+def avro_schema(spark_schema_json: str) -> str:
+    """The Avro writer schema (JSON) of a Spark schema, as Spark's avro writer writes it."""
+    return json.dumps(avro_type(json.loads(spark_schema_json), False, "topLevelRecord", ""),
+                      separators=(",", ":"))
 
 
 def json_schema_to_spark(schema: Any, root: Any = None) -> tuple[Any, bool]:

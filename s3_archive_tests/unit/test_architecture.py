@@ -1,7 +1,8 @@
 """The package's shape, checked: folders import only downwards, no import cycles, the pure folders import no I/O
 library, the stages import no Dagster, the write's executor side imports no Spark or Dagster (nor the driver's
-side), module names are unique, `__init__` files only describe their folder, no private Dagster API, no module
-grows past ~500 lines, defs/ reaches Kafka and S3 only through the stages, no function takes more than 8
+side), the driver reaches the executor side only through the task entry points and archive/protocol.py imports
+neither side, module names are unique, `__init__` files only describe their folder, no private Dagster API, no
+module grows past ~500 lines, defs/ reaches Kafka and S3 only through the stages, no function takes more than 8
 parameters or runs past 80 lines (docs/architecture.md)."""
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ PURE = {"model", "keys"}  # pure logic: the standard library and pydantic only
 STAGES = {"archive", "restore", "catalog", "lifecycle"}  # Dagster is defs/'s (and the resources' in io/)
 EXECUTOR = "s3_archive.archive.executor"  # runs in Spark's Python workers: no Spark, no Dagster, no driver code
 DRIVER = "s3_archive.archive.driver"
+PROTOCOL = "s3_archive.archive.protocol"  # the contract between the two sides
+# What the driver may import from the executor side: the functions Spark runs in the write tasks (mapInArrow's).
+# Everything else the two sides share is in archive/protocol.py (or a module of archive/ beside it).
+TASK_ENTRY_POINTS = {f"{EXECUTOR}.task": {"write_task", "read_task", "envelope_task"},
+                     f"{EXECUTOR}.registry_decode": {"table_rows"}}
 # defs/ splits every domain the same way (STYLE.md), so these names repeat there, and only there.
 DEFS_NAMES = {"assets", "sensors", "checks", "schedules", "partitions", "config"}
 MAX_LINES = 500
@@ -129,6 +135,47 @@ def test_the_executor_side_imports_no_spark_dagster_or_driver_code():
                 bad.append(f"{start} reaches {m} (the driver's side)")
             bad += [f"{start} reaches {m}, which imports {imp} (line {line})" for imp, line in imports(mods[m])
                     if imp.split(".")[0] in ("pyspark", "dagster", "dagster_aws", "dagster_pyspark")]
+    assert not bad, "\n".join(bad)
+
+
+def every_import(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, the names imported from it, line) of every absolute import: inside functions and under
+    `if TYPE_CHECKING:` too (`import m` gives the module and no name)."""
+    out: list[tuple[str, list[str], int]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def test_the_driver_imports_only_the_task_entry_points_from_the_executor_side():
+    """The driver side (archive/driver/) takes from archive/executor/ only what Spark runs in the tasks; the rest of
+    what the two sides share is the contract's (archive/protocol.py)."""
+    bad = []
+    for m, p in modules().items():
+        if not m.startswith(DRIVER + "."):
+            continue
+        where = p.relative_to(PACKAGE.parent)
+        for module, names, line in every_import(p):
+            whole = module == EXECUTOR or (module.startswith(EXECUTOR + ".") and not names) \
+                or (module == "s3_archive.archive" and "executor" in names)
+            if whole:  # `import s3_archive.archive.executor.x`, `from s3_archive.archive.executor import x`
+                bad.append(f"{where}:{line}: imports a whole executor module ({module} {names})")
+            elif module.startswith(EXECUTOR + "."):
+                bad += [f"{where}:{line}: {module}.{n} is not a task entry point"
+                        for n in sorted(set(names) - TASK_ENTRY_POINTS.get(module, set()))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_protocol_imports_neither_side():
+    """archive/protocol.py is the whole contract: it defines every type both sides use, importing no module of
+    archive/executor/ or archive/driver/, not even for a type hint."""
+    path = modules()[PROTOCOL]
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line}: {module} {names}" for module, names, line in every_import(path)
+           if module.startswith((EXECUTOR, DRIVER))
+           or (module == "s3_archive.archive" and {"executor", "driver"} & set(names))]
     assert not bad, "\n".join(bad)
 
 

@@ -5,9 +5,10 @@
     2. Remove strays: objects whose key belongs to this window but that this attempt did not write (left by an
        earlier attempt with other parts), each deleted only if unchanged since the LIST (`If-Match`); and abort
        multipart uploads left open under the window by a killed attempt.
-    3. PUT the manifest with `If-None-Match: *`: the first attempt to get there commits; any other gets 412 and
-       adopts the committed manifest (its objects are the same keys with the same bytes; checked). A 412 that
-       finds this attempt's own manifest (a lost answer, retried by the SDK) is our commit.
+    3. PUT the manifest with `If-None-Match: *` (`put_manifest`, format iceberg's step 3 too): the first attempt
+       to get there commits; any other gets 412 and adopts the committed manifest (its objects are the same keys
+       with the same bytes; checked). A 412 that finds this attempt's own manifest (a lost answer, retried by the
+       SDK) is our commit.
 
 A crash before 3 leaves no manifest: the next attempt writes the same keys (same bytes: kept as they are) and
 removes what it does not write. `fault` lets tests stop the protocol after any step (`CommitStep`;
@@ -22,7 +23,16 @@ from enum import StrEnum
 
 from botocore.exceptions import ClientError
 
-from s3_archive.io.s3 import S3Client, error_code, list_objects, read_manifest
+from s3_archive.io.s3 import (
+    CONFLICT,
+    NO_SUCH_UPLOAD,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    S3Client,
+    error_code,
+    list_objects,
+    read_manifest,
+)
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.manifest import Manifest, ManifestObject
@@ -82,7 +92,7 @@ def delete_if_unchanged(s3: S3Client, bucket: str, entries: Iterable[dict]) -> N
         try:
             s3.delete_object(Bucket=bucket, Key=o["Key"], IfMatch=o["ETag"])
         except ClientError as e:
-            if error_code(e) not in ("NoSuchKey", "404", "PreconditionFailed", "412"):
+            if error_code(e) not in NOT_FOUND + PRECONDITION_FAILED:
                 raise
 
 
@@ -104,7 +114,7 @@ def _abort(s3: S3Client, bucket: str, uploads: list[dict]) -> None:
         try:
             s3.abort_multipart_upload(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
         except ClientError as e:
-            if error_code(e) not in ("NoSuchUpload", "404"):
+            if error_code(e) not in NO_SUCH_UPLOAD:
                 raise
 
 
@@ -114,10 +124,10 @@ class CommitResult:
     committed_by_us: bool  # False: another attempt committed this window first; we adopted its manifest
 
 
-def adopt(s3: S3Client, bucket: str, mkey: str, listed: dict[str, dict] | None = None) -> CommitResult | None:
+def adopt(s3: S3Client, where: WindowLocation, listed: dict[str, dict] | None = None) -> CommitResult | None:
     """The window's committed manifest, if there is one; with `listed` (this attempt's LIST of the window), its
     objects are checked against what is in the bucket."""
-    theirs = read_manifest(s3, bucket, mkey)
+    theirs = read_manifest(s3, where.bucket, where.manifest_key)
     if theirs is None:
         return None
     if listed is not None:
@@ -125,10 +135,29 @@ def adopt(s3: S3Client, bucket: str, mkey: str, listed: dict[str, dict] | None =
         if wrong:
             raise ArchiveIntegrityError(
                 f"window {theirs.window_key} of {theirs.topic!r} was committed by attempt {theirs.attempt} "
-                f"(s3://{bucket}/{mkey}), but {len(wrong)} of its objects hold other bytes than it lists (first: "
-                f"s3://{bucket}/{wrong[0]}): another attempt rewrote them. Delete the manifest and archive the "
+                f"({where.url(where.manifest_key)}), but {len(wrong)} of its objects hold other bytes than it lists "
+                f"(first: {where.url(wrong[0])}): another attempt rewrote them. Delete the manifest and archive the "
                 "window again")
     return CommitResult(theirs, committed_by_us=False)
+
+
+def put_manifest(s3: S3Client, where: WindowLocation, manifest: Manifest, listed: dict[str, dict] | None = None,
+                 fault: Fault = no_fault) -> CommitResult:
+    """Step 3, for every format: the window's manifest with `If-None-Match: *`. Refused (412, or 409 for a
+    concurrent conditional write), the manifest another attempt wrote first is adopted (with `listed`, its objects
+    checked: adopt), unless it is this very manifest (the same attempt and time: the PUT reached S3, its answer was
+    lost and the SDK's retry got 412), which is our commit."""
+    try:
+        s3.put_object(Bucket=where.bucket, Key=where.manifest_key, Body=manifest.dumps(),
+                      ContentType="application/json", IfNoneMatch="*")
+    except ClientError as e:
+        if error_code(e) in PRECONDITION_FAILED + CONFLICT and (won := adopt(s3, where, listed)) is not None:
+            m = won.manifest
+            ours_after_all = (m.attempt, m.committed_at) == (manifest.attempt, manifest.committed_at)
+            return CommitResult(m, committed_by_us=True) if ours_after_all else won
+        raise
+    fault(CommitStep.MANIFEST_WRITTEN)
+    return CommitResult(manifest, committed_by_us=True)
 
 
 def commit_window(s3: S3Client, where: WindowLocation, draft: Manifest, objects: list[ManifestObject],
@@ -136,33 +165,20 @@ def commit_window(s3: S3Client, where: WindowLocation, draft: Manifest, objects:
                   dead_letters: bool = False) -> CommitResult:
     """`draft`: the window's manifest but for its objects (and bytes_written), which this fills in. `uploads`:
     the open multipart uploads listed under the run's prefixes (those of this window are aborted)."""
-    bucket, mkey, window = where.bucket, where.manifest_key, where.window
     fault(CommitStep.WRITTEN)
     listed = window_objects(s3, where, dead_letters or bool(dead_objects))
     ours = {o.key: o for o in [*objects, *dead_objects]}
     changed = [k for k, o in ours.items() if _etag(listed.get(k, {})) != o.etag]
     if changed:
-        if (won := adopt(s3, bucket, mkey)) is not None:
+        if (won := adopt(s3, where)) is not None:
             return won
         raise ArchiveIntegrityError(
-            f"window {window.key} of {where.topic!r}: {len(changed)} object(s) this attempt wrote were changed or "
-            f"removed by another attempt before the commit (first: s3://{bucket}/{changed[0]}); nothing was "
+            f"window {where.window.key} of {where.topic!r}: {len(changed)} object(s) this attempt wrote were changed "
+            f"or removed by another attempt before the commit (first: {where.url(changed[0])}); nothing was "
             "committed. Run the window again")
-    delete_if_unchanged(s3, bucket, [o for k, o in listed.items() if k not in ours])
-    _abort(s3, bucket, [u for u in uploads if _upload_of(u, where)])
+    delete_if_unchanged(s3, where.bucket, [o for k, o in listed.items() if k not in ours])
+    _abort(s3, where.bucket, [u for u in uploads if _upload_of(u, where)])
     fault(CommitStep.CLEANED)
 
     manifest = draft.with_objects(sorted(objects, key=lambda o: o.key), sorted(dead_objects, key=lambda o: o.key))
-    try:
-        s3.put_object(Bucket=bucket, Key=mkey, Body=manifest.dumps(), ContentType="application/json",
-                      IfNoneMatch="*")
-    except ClientError as e:
-        if error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-            if (won := adopt(s3, bucket, mkey, listed)) is not None:
-                # Our own manifest (attempt ids are unique per run): the PUT reached S3, its answer was lost and
-                # the SDK's retry got 412.
-                ours_after_all = won.manifest.attempt == manifest.attempt
-                return CommitResult(won.manifest, committed_by_us=True) if ours_after_all else won
-        raise
-    fault(CommitStep.MANIFEST_WRITTEN)
-    return CommitResult(manifest, committed_by_us=True)
+    return put_manifest(s3, where, manifest, listed, fault)

@@ -8,37 +8,38 @@ partition keys to windows and reports the results.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from s3_archive.__init__ import __version__
-from s3_archive.archive.driver.commit import (
-    CommitResult,
-    Fault,
-    Outcome,
-    adopt,
-    commit_window,
-    no_fault,
-    open_uploads,
-    remove_objects,
+from s3_archive.archive.driver.archive_run import (
+    NO_HOOKS,
+    ArchiveContext,
+    ArchiveHooks,
+    ArchiveRun,
+    PendingWindow,
 )
+from s3_archive.archive.driver.commit import CommitResult, Outcome, adopt, commit_window, open_uploads, remove_objects
 from s3_archive.archive.driver.dead_letter_topic import publish as publish_dead_letters
 from s3_archive.archive.driver.group_offsets import advance_group_offsets
+from s3_archive.archive.driver.manifest_draft import manifest_draft
 from s3_archive.archive.driver.output import Output
-from s3_archive.archive.executor.upload import S3Connection
-from s3_archive.archive.protocol import JobOutput, RecordStats, Slice, WriteJob, slices_of, splittable, window_stats
+from s3_archive.archive.protocol import (
+    DecodePlan,
+    JobOutput,
+    JobTemplate,
+    KafkaConnection,
+    RecordStats,
+    slices_of,
+    splittable,
+    window_stats,
+)
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.registry_client import RegistryConnection
-from s3_archive.io.s3 import S3Client, read_manifest, verify_manifest
+from s3_archive.io.s3 import read_manifest, verify_manifest
 from s3_archive.io.store_probe import ensure_conditional_writes
-from s3_archive.keys.objects import DEAD_LETTER
+from s3_archive.keys.objects import DEAD_LETTER, WindowLocation
 from s3_archive.model.errors import (
     ArchiveIntegrityError,
     DataLoss,
@@ -49,18 +50,25 @@ from s3_archive.model.errors import (
 )
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.logger import Logger
-from s3_archive.model.manifest import MANIFEST_VERSION, REGISTRY_VERSION, Manifest, ManifestObject
+from s3_archive.model.manifest import Manifest, ManifestObject
 from s3_archive.model.windows import OffsetWindow
+
+if TYPE_CHECKING:  # pyspark is imported by a run that writes (_write), not when the definitions load
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True)
 class WindowResult:
-    window: OffsetWindow
+    where: WindowLocation
     manifest: Manifest
     outcome: Outcome
     seconds: float
 
-    def metadata(self, bucket: str, manifest_key: str) -> dict[str, Any]:
+    @property
+    def window(self) -> OffsetWindow:
+        return self.where.window
+
+    def metadata(self) -> dict[str, Any]:
         """Plain values, the same keys and types for every window and outcome (no None: -1 and "" when the window
         holds no record). `records`, `bytes`, `seconds`, `records_per_second`, `lag_seconds` are the plot keys
         shared with the restore asset; lag = from the window's newest record to its commit (the manifest's)."""
@@ -90,48 +98,35 @@ class WindowResult:
             "seconds": round(self.seconds, 3),
             "records_per_second": round(records / self.seconds, 1) if self.seconds > 0 else 0.0,
             "lag_seconds": round(lag, 3),
-            "manifest": f"s3://{bucket}/{manifest_key}",
+            "manifest": self.where.url(self.where.manifest_key),
         }
-
-
-def _iso(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def _loss(cfg: ArchiveConfig, topic: str, window: OffsetWindow, lost_to: int, earliest: int, log: Logger) -> list[int]:
-    msg = (f"topic {topic!r} partition {window.partition}: offsets [{window.start}, {lost_to}) of window "
-           f"{window.key} are no longer in Kafka (deleted by retention); earliest available offset is {earliest}")
-    if cfg.on_data_loss == "fail":
-        raise DataLoss(msg + ". To archive what is left and record the gap, set on_data_loss: record_gap")
-    log.warning(msg + "; recording the gap in the manifest (on_data_loss: record_gap)")
-    return [window.start, lost_to]
-
-
-@dataclass
-class _Pending:
-    """A window this run writes."""
-
-    window: OffsetWindow
-    read_start: int
-    lost: list[list[int]]
-    slices: list[Slice]
 
 
 WindowOutcome = WindowResult | BaseException  # a window's result, or what failed it
 
 
-def _committed(s3: S3Client, cfg: ArchiveConfig, topic: str, window: OffsetWindow, t0: float) -> WindowResult | None:
-    mkey = cfg.location(topic, window).manifest_key
-    existing = read_manifest(s3, cfg.bucket, mkey)
+def _loss(run: ArchiveRun, topic: str, window: OffsetWindow, lost_to: int, earliest: int) -> list[int]:
+    msg = (f"topic {topic!r} partition {window.partition}: offsets [{window.start}, {lost_to}) of window "
+           f"{window.key} are no longer in Kafka (deleted by retention); earliest available offset is {earliest}")
+    if run.cfg.on_data_loss == "fail":
+        raise DataLoss(msg + ". To archive what is left and record the gap, set on_data_loss: record_gap")
+    run.ctx.log.warning(msg + "; recording the gap in the manifest (on_data_loss: record_gap)")
+    return [window.start, lost_to]
+
+
+def _committed(run: ArchiveRun, where: WindowLocation) -> WindowResult | None:
+    """Step 0: the window's manifest, if an earlier run committed it, with its objects checked."""
+    window, s3 = where.window, run.ctx.s3
+    existing = read_manifest(s3, where.bucket, where.manifest_key)
     if existing is None:
         return None
-    problems = verify_manifest(s3, cfg.bucket, existing)
+    problems = verify_manifest(s3, where.bucket, existing)
     if problems:
         raise ArchiveIntegrityError(
-            f"window {window.key} of {topic!r} is committed (s3://{cfg.bucket}/{mkey}) but its objects do not "
-            f"match the manifest: {'; '.join(problems[:5])}. Restore the objects, or delete the manifest to "
+            f"window {window.key} of {where.topic!r} is committed ({where.url(where.manifest_key)}) but its objects "
+            f"do not match the manifest: {'; '.join(problems[:5])}. Restore the objects, or delete the manifest to "
             "archive the window again")
-    return WindowResult(window, existing, Outcome.ALREADY_COMMITTED, time.monotonic() - t0)
+    return WindowResult(where, existing, Outcome.ALREADY_COMMITTED, run.seconds())
 
 
 def _each(fn: Callable[[OffsetWindow], Any], windows: list[OffsetWindow]) -> dict[OffsetWindow, Any]:
@@ -148,59 +143,74 @@ def _each(fn: Callable[[OffsetWindow], Any], windows: list[OffsetWindow]) -> dic
         return dict(zip(windows, pool.map(safe, windows), strict=True))
 
 
-def archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                    windows: list[OffsetWindow], log: Logger, fault: Fault = no_fault,
-                    conn: S3Connection | None = None, write_fault: str | None = None,
-                    job_options: dict[str, Any] | None = None,
-                    endpoint: S3Endpoint | None = None,
-                    registry: RegistryConnection | None = None) -> dict[OffsetWindow, WindowOutcome]:
+def archive_windows(ctx: ArchiveContext, cfg: ArchiveConfig, topic: str, windows: list[OffsetWindow],
+                    hooks: ArchiveHooks = NO_HOOKS) -> dict[OffsetWindow, WindowOutcome]:
     """Archive `windows` of `topic` in one Spark job; each window's WindowResult, or the exception that failed it.
     Then each committed window's dead letters go to the archive's dead_letter_topic (dead_letter_topic.py), and
     the archive's consumer group offsets follow its committed windows (group_offsets.py).
 
-    `s3`: the driver's boto3 client; `conn`: how the executors reach S3 (default: the client's own connection);
-    `endpoint`: how an Iceberg catalog's JVM clients reach S3 and Glue (default: the client's endpoint).
-    `fault` stops the driver's commit after a step, `write_fault` a write task (tests); `job_options` overrides
-    WriteJob fields (multipart_threshold, part_size) for tests and benchmarks; `registry`: the Schema Registry of
-    an archive that decodes registry payloads."""
-    results = _archive_windows(spark, kafka, s3, cfg, topic, windows, log, fault, conn, write_fault, job_options,
-                               endpoint, registry)
+    `ctx`: what the run reaches the world with (archive_run.py); `hooks`: the tests' and benchmarks' levers."""
+    run = ArchiveRun.start(ctx, cfg, hooks)
+    results = _archive_windows(run, topic, windows)
     if cfg.dead_letter_topic is not None:
         for w, r in list(results.items()):
             if isinstance(r, WindowResult) and r.manifest.dead_letter_objects:
                 try:
-                    publish_dead_letters(kafka, s3, cfg, topic, r.manifest, log)
+                    publish_dead_letters(ctx.kafka, ctx.s3, cfg, topic, r.manifest, ctx.log)
                 except Exception as e:  # the window stays committed; its run is retried and publishes them then
                     results[w] = e
     committed = sorted({w.partition for w, r in results.items() if isinstance(r, WindowResult)})
-    advance_group_offsets(kafka, s3, cfg, topic, committed, log)
+    advance_group_offsets(ctx.kafka, ctx.s3, cfg, topic, committed, ctx.log)
     return results
 
 
-def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                     windows: list[OffsetWindow], log: Logger, fault: Fault, conn: S3Connection | None,
-                     write_fault: str | None, job_options: dict[str, Any] | None,
-                     endpoint: S3Endpoint | None,
-                     registry: RegistryConnection | None) -> dict[OffsetWindow, WindowOutcome]:
-    t0 = time.monotonic()
-    results: dict[OffsetWindow, WindowOutcome] = {}
-    for w, r in _each(lambda w: _committed(s3, cfg, topic, w, t0), windows).items():
-        if r is not None:
-            results[w] = r
+def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -> dict[OffsetWindow, WindowOutcome]:
+    """Step 0 for every window, then the others planned, written and committed."""
+    results: dict[OffsetWindow, WindowOutcome] = {
+        w: r for w, r in _each(lambda w: _committed(run, run.cfg.location(topic, w)), windows).items()
+        if r is not None}
     todo = [w for w in windows if w not in results]
     if not todo:
         return results
-    ensure_conditional_writes(s3, cfg.bucket, cfg.prefix)  # before anything is written: no weaker commit
-
+    ensure_conditional_writes(run.ctx.s3, run.cfg.bucket, run.cfg.prefix)  # before anything is written
     parts = sorted({w.partition for w in todo})
+    pending = _plan(run, topic, todo, parts, results)
+    decode = None
+    if run.out.registry and pending:
+        try:
+            decode = _decode_plan(run, topic)
+        except Exception as e:  # nothing is written: every window of the run fails with the registry's error
+            return results | {p.window: e for p in pending}
+    if FORMATS[run.cfg.format].table:
+        # Spark + Iceberg: imported by a run that writes, not at load
+        from s3_archive.archive.driver.iceberg_commit import commit_windows
+
+        done = commit_windows(run, topic, pending, decode)
+        for p in pending:
+            r = done[p.window]
+            results[p.window] = r if isinstance(r, BaseException) else WindowResult(p.where, *r, run.seconds())
+        return results
+    written = _write(run, topic, pending, results, decode)
+    after = run.ctx.kafka.offsets(topic, "earliest", parts)
+    uploads = open_uploads(run.ctx.s3, run.cfg.bucket, [f"{run.cfg.prefix}{topic}/"] + (
+        [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
+    ready = {p.window: p for p in pending if p.window not in results}
+    return results | _each(lambda w: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode),
+                           list(ready))
+
+
+def _plan(run: ArchiveRun, topic: str, todo: list[OffsetWindow], parts: list[int],
+          results: dict[OffsetWindow, WindowOutcome]) -> list[PendingWindow]:
+    """Where Kafka has each window's records: its slices and what retention deleted before the run looked; a window
+    Kafka has not reached yet, or whose loss the archive does not accept, fails (in `results`)."""
+    kafka = run.ctx.kafka
     earliest = kafka.offsets(topic, "earliest", parts)
     latest = kafka.offsets(topic, "latest", parts)
-    out = Output.of(cfg)
     from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
 
-    min_partitions = spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
-    split = splittable(cfg.layout, out.rotates, cfg.format)
-    pending: list[_Pending] = []
+    min_partitions = run.ctx.spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
+    split = splittable(run.cfg.layout, run.out.rotates, run.cfg.format)
+    pending: list[PendingWindow] = []
     for w in todo:
         try:
             if w.end > latest[w.partition]:
@@ -209,62 +219,25 @@ def _archive_windows(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: Archiv
                                          "watermark)")
             lost, read_start = [], w.start
             if earliest[w.partition] > w.start:
-                lost.append(_loss(cfg, topic, w, min(earliest[w.partition], w.end), earliest[w.partition], log))
+                lost.append(_loss(run, topic, w, min(earliest[w.partition], w.end), earliest[w.partition]))
                 read_start = lost[0][1]
-            count = slice_count(out, min_partitions, w.end - read_start) if split else 1
+            count = slice_count(run.out, min_partitions, w.end - read_start) if split else 1
             slices = slices_of(w, read_start, count) if read_start < w.end else []
-            pending.append(_Pending(w, read_start, lost, slices))
+            pending.append(PendingWindow(run.cfg.location(topic, w), read_start, lost, slices))
         except Exception as e:
             results[w] = e
-
-    attempt = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    decode = None
-    if out.registry and pending:
-        try:
-            decode = _decode_plan(registry, out, topic)
-        except Exception as e:  # nothing is written: every window of the run fails with the registry's error
-            return results | {p.window: e for p in pending}
-    if FORMATS[cfg.format].table:
-        # Spark + Iceberg: imported by a run that writes, not at load
-        from s3_archive.archive.driver.iceberg_commit import commit_windows
-
-        ready = [p for p in pending if p.window not in results]
-        done = commit_windows(spark, kafka.spark_options() if out.read_path == "spark" else _task_reads(kafka),
-                              s3, cfg, topic, [(p.window, p.read_start, p.lost) for p in ready],
-                              [s for p in ready for s in p.slices], endpoint or S3Endpoint.of_client(s3),
-                              attempt, fault, conn, decode)
-        for w, r in done.items():
-            results[w] = r if isinstance(r, BaseException) else WindowResult(w, r[0], r[1], time.monotonic() - t0)
-        return results
-    conn = conn or S3Connection.of_client(s3)
-    base = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
-                    slices=(), fault=write_fault, **(job_options or {}))
-    written = _write(spark, kafka, base, out, pending, results, decode)
-
-    after = kafka.offsets(topic, "earliest", parts)
-    uploads = open_uploads(s3, cfg.bucket, [f"{cfg.prefix}{topic}/"]
-                           + ([f"{cfg.prefix}{DEAD_LETTER}/{topic}/"] if out.dead_letters else []))
-
-    def commit(p: _Pending) -> WindowResult:
-        job_out = written[p.window]
-        return _commit_one(s3, cfg, topic, p, job_out, after[p.window.partition], attempt, uploads, log, fault, t0,
-                           decode)
-
-    ready = [p for p in pending if p.window not in results]
-    by_window = {p.window: p for p in ready}
-    results |= _each(lambda w: commit(by_window[w]), [p.window for p in ready])
-    return results
+    return pending
 
 
-def _decode_plan(registry: RegistryConnection | None, out: Output, topic: str) -> Any:
+def _decode_plan(run: ArchiveRun, topic: str) -> DecodePlan:
     """The run's Schema Registry decoding plan (driver/registry_plan.py)."""
-    if registry is None:
-        parts = ", ".join(f"{part}_decoding.type {kind!r}" for part, kind, _, _ in out.registry_parts(topic))
+    if run.ctx.registry is None:
+        parts = ", ".join(f"{part}_decoding.type {kind!r}" for part, kind, _, _ in run.out.registry_parts(topic))
         raise InvalidConfig(f"{parts} needs a Schema Registry: set $S3_ARCHIVE_SCHEMA_REGISTRY_URL "
                             "(docs/configuration.md, 'Environment')")
     from s3_archive.archive.driver.registry_plan import decode_plan
 
-    return decode_plan(registry, out, topic)
+    return decode_plan(run.ctx.registry, run.out, topic)
 
 
 # read_path librdkafka: a window is cut into one slice per SLICE_RECORDS offsets, at most MAX_SLICES, so that a run
@@ -285,39 +258,40 @@ def slice_count(out: Output, min_partitions: str | None, offsets: int) -> int:
     return max(1, min(MAX_SLICES, offsets // SLICE_RECORDS))
 
 
-def _task_reads(kafka: KafkaResource) -> Any:
+def _task_reads(kafka: KafkaResource) -> KafkaConnection:
     from s3_archive.archive.driver.task_read_job import kafka_connection
 
     return kafka_connection(kafka)
 
 
-def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pending: list[_Pending],
-           results: dict[OffsetWindow, WindowOutcome], decode: Any = None) -> dict[OffsetWindow, JobOutput]:
+def _write(run: ArchiveRun, topic: str, pending: list[PendingWindow], results: dict[OffsetWindow, WindowOutcome],
+           decode: DecodePlan | None = None) -> dict[OffsetWindow, JobOutput]:
     """Run the write job(s) of the pending windows: one job, or one per distinct inferred JSON schema. A failed job
     fails its windows (their objects stay until a re-run replaces or removes them)."""
     # Imported here, not at load: pyspark and pyarrow cost every process that loads the definitions over a second.
     from s3_archive.archive.driver.spark_job import infer_json_ddls, read_slices, run_write_job
     from s3_archive.archive.driver.task_read_job import envelope_frame, run_task_read_job
 
+    spark, out = run.ctx.spark, run.out
     slices = [s for p in pending for s in p.slices]
     if out.read_path == "librdkafka":
-        base = replace(base, kafka=_task_reads(kafka))
+        base = run.template(topic, kafka=_task_reads(run.ctx.kafka))
 
-        def records(job: WriteJob) -> Any:
+        def records(job: JobTemplate) -> DataFrame:
             return envelope_frame(spark, job)
 
-        def run(job: WriteJob, ddl: str | None) -> JobOutput:
+        def write(job: JobTemplate, ddl: str | None) -> JobOutput:
             return run_task_read_job(spark, job, out, ddl, decode=decode)
     else:
-        options = kafka.spark_options()
+        base, options = run.template(topic), run.ctx.kafka.spark_options()
 
-        def records(job: WriteJob) -> Any:
+        def records(job: JobTemplate) -> DataFrame:
             return read_slices(spark, options, job.topic, job.slices)
 
-        def run(job: WriteJob, ddl: str | None) -> JobOutput:
+        def write(job: JobTemplate, ddl: str | None) -> JobOutput:
             return run_write_job(spark, options, job, out, ddl, decode=decode)
 
-    groups: dict[str | None, list[_Pending]] = {}
+    groups: dict[str | None, list[PendingWindow]] = {}
     if out.decoding == "json" and out.json_schema is None and slices:
         try:
             ddls = infer_json_ddls(records(replace(base, slices=tuple(slices))), slices)
@@ -333,7 +307,7 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
     for ddl, group in groups.items():
         job_slices = tuple(s for p in group for s in p.slices)
         try:
-            job_out = run(replace(base, slices=job_slices), ddl) if job_slices else JobOutput([], "{}")
+            job_out = write(replace(base, slices=job_slices), ddl) if job_slices else JobOutput([], "{}")
         except Exception as e:
             for p in group:
                 results[p.window] = e
@@ -343,98 +317,80 @@ def _write(spark: Any, kafka: KafkaResource, base: WriteJob, out: Output, pendin
     return written
 
 
-def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_out: JobOutput, earliest_after: int,
-                attempt: str, uploads: list[dict], log: Logger, fault: Fault, t0: float, decode: Any = None,
-                ) -> WindowResult:
-    window, out = p.window, Output.of(cfg)
-    where = cfg.location(topic, window)
+def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_after: int, uploads: list[dict],
+                decode: DecodePlan | None = None) -> WindowResult:
+    """Commit one written window (commit.py): unless another attempt did, or a record policy refuses it, or Kafka
+    deleted records before the write read them that the archive does not accept losing (then nothing of this
+    attempt's is left behind)."""
+    s3 = run.ctx.s3
     stats: RecordStats = window_stats(p.slices, job_out.slice_rows())
-
-    def give_up() -> None:
-        remove_objects(s3, where, uploads)
-
-    if stats.committed_elsewhere and (won := adopt(s3, cfg.bucket, where.manifest_key)) is not None:
-        return _result(won, t0)
-    if stats.undecodable and out.on_error == "fail" and stats.first_undecodable_reason:
-        give_up()
-        raise UndecodableValue(
-            f"topic {topic!r} partition {window.partition}: {stats.undecodable} record(s) in window {window.key} "
-            f"do not decode, the first at offset {stats.first_undecodable_offset}: "
-            f"{stats.first_undecodable_reason}. Nothing was committed. To keep such records under the dead-letter "
-            "prefix and archive the rest, set value_decoding.on_error: dead_letter")
-    if stats.undecodable and out.on_error == "fail":
-        give_up()
-        raise UndecodableValue(
-            f"topic {topic!r} partition {window.partition}: {stats.undecodable} record(s) in window {window.key} "
-            f"have a value that is not {'UTF-8' if out.decoding == 'utf8' else 'a UTF-8 JSON object'}, the first "
-            f"at offset {stats.first_undecodable_offset}. Nothing was committed. To keep such records under the "
-            "dead-letter prefix and archive the rest, set value_decoding.on_error: dead_letter")
-    if stats.unplaceable and out.layout is not None and out.layout.on_missing == "fail":
-        give_up()
-        raise UnplaceableRecord(
-            f"topic {topic!r} partition {window.partition}: {stats.unplaceable} record(s) in window {window.key} "
-            f"lack a value the layout places them by (partition_by or {{{{key}}}}), the first at offset "
-            f"{stats.first_unplaceable_offset}. Nothing was committed. To archive them in the (null) bucket, skip "
-            "them or keep them as dead letters, set layout.on_missing: bucket, skip or dead_letter")
-
-    # Retention may have moved while Spark read: records before the first one we got may be gone.
-    lost, read_start = list(p.lost), p.read_start
-    first_seen = stats.first_offset if stats.first_offset is not None else window.end
-    if earliest_after > read_start and first_seen > read_start and read_start < window.end:
-        lost_to = min(earliest_after, first_seen)
-        try:
-            lost.append(_loss(cfg, topic, OffsetWindow(window.partition, read_start, window.end), lost_to,
-                              earliest_after, log))
-        except DataLoss:
-            give_up()
-            raise
-        stats.absent = [[a, b] for a, b in stats.absent if b > lost_to]
-        if stats.absent and stats.absent[0][0] < lost_to:
-            stats.absent[0][0] = lost_to
-        read_start = lost_to
-
-    expected = window.end - read_start
+    if stats.committed_elsewhere and (won := adopt(s3, p.where)) is not None:
+        return _result(run, p.where, won)
+    try:
+        _refuse(run.out, p.where, stats)
+        p = _lost_while_reading(run, p, stats, earliest_after)
+    except (UndecodableValue, UnplaceableRecord, DataLoss):
+        remove_objects(s3, p.where, uploads)
+        raise
     schemas = None
     if decode is not None:
         from s3_archive.archive.driver.registry_plan import keep_schemas
 
-        schemas = keep_schemas(s3, cfg.bucket, cfg.prefix, decode, stats.schema_ids)
-    draft = Manifest(
-        manifest_version=MANIFEST_VERSION if schemas is None else REGISTRY_VERSION,
-        schemas=schemas,
-        writer=f"s3-archive {__version__}",
-        topic=topic,
-        partition=window.partition,
-        start_offset=window.start,
-        end_offset=window.end,
-        window_key=window.key,
-        format=cfg.format,
-        compression=cfg.codec,
-        envelope=list(out.columns),
-        value_decoding=cfg.value_decoding.type,
-        undecodable_records=stats.undecodable,
-        unplaceable_records=stats.unplaceable or None,
-        skipped_records=stats.skipped or None,
-        tombstones_skipped=stats.tombstones_skipped if out.skip_tombstones else None,
-        restorable=cfg.restorable,
-        record_count=stats.records - stats.skipped,
-        bytes_read=stats.bytes_read,
-        bytes_written=0,  # commit_window fills in the objects
-        first_offset=stats.first_offset,
-        last_offset=stats.last_offset,
-        min_timestamp_ms=stats.min_timestamp_ms,
-        max_timestamp_ms=stats.max_timestamp_ms,
-        min_timestamp=_iso(stats.min_timestamp_ms),
-        max_timestamp=_iso(stats.max_timestamp_ms),
-        absent_offsets=stats.absent,
-        absent_offsets_truncated=stats.absent_truncated,
-        absent_offset_count=expected - stats.records,
-        lost_offsets=lost,
-        spark_schema=job_out.schema_json,
-        attempt=attempt,
-        committed_at=datetime.now(UTC).isoformat(),
-        objects=[],
-    )
+        schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids)
+    draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas)
+    _report_dropped(run.ctx.log, p.where, stats, job_out)
+    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
+               for r in job_out.objects("object")]
+    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"]) for r in job_out.objects("dead")]
+    result = commit_window(s3, p.where, draft, objects, dead, uploads, run.hooks.fault,
+                           dead_letters=run.out.dead_letters)
+    return _result(run, p.where, result)
+
+
+def _refuse(out: Output, where: WindowLocation, stats: RecordStats) -> None:
+    """Raise when the record policies refuse to commit the window: undecodable values (value_decoding.on_error
+    fail) or records the layout cannot place (layout.on_missing fail)."""
+    window = where.window
+    what = f"topic {where.topic!r} partition {window.partition}"
+    if stats.undecodable and out.on_error == "fail" and stats.first_undecodable_reason:
+        raise UndecodableValue(
+            f"{what}: {stats.undecodable} record(s) in window {window.key} do not decode, the first at offset "
+            f"{stats.first_undecodable_offset}: {stats.first_undecodable_reason}. Nothing was committed. To keep "
+            "such records under the dead-letter prefix and archive the rest, set value_decoding.on_error: "
+            "dead_letter")
+    if stats.undecodable and out.on_error == "fail":
+        raise UndecodableValue(
+            f"{what}: {stats.undecodable} record(s) in window {window.key} have a value that is not "
+            f"{'UTF-8' if out.decoding == 'utf8' else 'a UTF-8 JSON object'}, the first at offset "
+            f"{stats.first_undecodable_offset}. Nothing was committed. To keep such records under the dead-letter "
+            "prefix and archive the rest, set value_decoding.on_error: dead_letter")
+    if stats.unplaceable and out.layout is not None and out.layout.on_missing == "fail":
+        raise UnplaceableRecord(
+            f"{what}: {stats.unplaceable} record(s) in window {window.key} lack a value the layout places them by "
+            f"(partition_by or {{{{key}}}}), the first at offset {stats.first_unplaceable_offset}. Nothing was "
+            "committed. To archive them in the (null) bucket, skip them or keep them as dead letters, set "
+            "layout.on_missing: bucket, skip or dead_letter")
+
+
+def _lost_while_reading(run: ArchiveRun, p: PendingWindow, stats: RecordStats, earliest_after: int) -> PendingWindow:
+    """Retention may have moved while Spark read: records before the first one the tasks got may be gone. Such a
+    loss is recorded (or fails the window, on_data_loss: fail), and the window's absent ranges start after it."""
+    window, read_start = p.window, p.read_start
+    first_seen = stats.first_offset if stats.first_offset is not None else window.end
+    if not (earliest_after > read_start and first_seen > read_start and read_start < window.end):
+        return p
+    lost_to = min(earliest_after, first_seen)
+    lost = [*p.lost, _loss(run, p.where.topic, OffsetWindow(window.partition, read_start, window.end), lost_to,
+                           earliest_after)]
+    stats.absent = [[a, b] for a, b in stats.absent if b > lost_to]
+    if stats.absent and stats.absent[0][0] < lost_to:
+        stats.absent[0][0] = lost_to
+    return replace(p, read_start=lost_to, lost=lost)
+
+
+def _report_dropped(log: Logger, where: WindowLocation, stats: RecordStats, job_out: JobOutput) -> None:
+    """Log the records the window's objects do not hold: skipped tombstones, undecodable or unplaceable ones."""
+    window, topic = where.window, where.topic
     if stats.tombstones_skipped:
         log.info(f"window {window.key} of {topic!r}: {stats.tombstones_skipped} tombstone(s) not written "
                  "(sink_output.skip_tombstones)")
@@ -445,23 +401,17 @@ def _commit_one(s3: S3Client, cfg: ArchiveConfig, topic: str, p: _Pending, job_o
         where_to = (f"were skipped ({stats.skipped}; counted in the manifest's skipped_records)" if stats.skipped
                     and not job_out.objects("dead") else f"go to {where.url(where.dead_letter_stem)}…")
         log.warning(f"window {window.key} of {topic!r}: {what} {where_to}")
-    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
-               for r in job_out.objects("object")]
-    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"]) for r in job_out.objects("dead")]
-    result: CommitResult = commit_window(s3, where, draft, objects, dead, uploads, fault,
-                                         dead_letters=out.dead_letters)
-    return _result(result, t0)
 
 
-def _result(r: CommitResult, t0: float) -> WindowResult:
+def _result(run: ArchiveRun, where: WindowLocation, r: CommitResult) -> WindowResult:
     outcome = Outcome.COMMITTED if r.committed_by_us else Outcome.COMMITTED_BY_CONCURRENT_ATTEMPT
-    return WindowResult(r.manifest.window, r.manifest, outcome, time.monotonic() - t0)
+    return WindowResult(where, r.manifest, outcome, run.seconds())
 
 
-def archive_window(spark: Any, kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                   window: OffsetWindow, log: Logger, fault: Fault = no_fault, **kw: Any) -> WindowResult:
+def archive_window(ctx: ArchiveContext, cfg: ArchiveConfig, topic: str, window: OffsetWindow,
+                   hooks: ArchiveHooks = NO_HOOKS) -> WindowResult:
     """Archive one window (archive_windows for a run of one); raises what failed it."""
-    r = archive_windows(spark, kafka, s3, cfg, topic, [window], log, fault, **kw)[window]
+    r = archive_windows(ctx, cfg, topic, [window], hooks)[window]
     if isinstance(r, BaseException):
         raise r
     return r

@@ -8,26 +8,27 @@ The commit of a window is the Iceberg snapshot whose summary lists it (`s3archiv
    windows since then adds rows matching the filter, so Iceberg refuses ours (ValidationException), and we go back
    to step 1, which now finds them. Overwriting exactly a window's rows is idempotent besides: were the validation
    skipped, the window would still be in the table once;
-3. then each window's manifest is written with `If-None-Match: *` as for the other formats, recording the table
-   and the snapshot: checks, partition status, retirement and restore keep reading manifests, and the manifest
-   outlives the snapshot summary (snapshot expiration drops old summaries; the manifest is what step 0, the
-   manifest check in archive/driver/coordinator.py, finds first).
+3. then each window's manifest is written with `If-None-Match: *` as for the other formats (commit.py's
+   put_manifest, manifest_draft.py's draft), recording the table and the snapshot: checks, partition status,
+   retirement and restore keep reading manifests, and the manifest outlives the snapshot summary (snapshot
+   expiration drops old summaries; the manifest is what step 0, the manifest check in
+   archive/driver/coordinator.py, finds first).
 docs/commit-protocol.md ("Iceberg") tells the whole protocol.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
 
-from botocore.exceptions import ClientError
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from s3_archive.__init__ import __version__
-from s3_archive.archive.driver.commit import CommitStep, Fault, Outcome, no_fault
+from s3_archive.archive.driver.archive_run import ArchiveRun, PendingWindow
+from s3_archive.archive.driver.commit import CommitStep, Outcome, put_manifest
+from s3_archive.archive.driver.manifest_draft import manifest_draft
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.spark_job import (
     JSON_COLUMN,
@@ -40,21 +41,15 @@ from s3_archive.archive.driver.spark_job import (
     stored_columns,
     with_parsed_json,
 )
-from s3_archive.archive.executor.upload import S3Connection
-from s3_archive.archive.protocol import KafkaConnection, RecordStats, Slice, WriteJob
+from s3_archive.archive.driver.task_read_job import envelope_frame, kafka_connection
+from s3_archive.archive.protocol import DecodePlan, KafkaConnection, RecordStats, Slice
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
-from s3_archive.io.iceberg_catalog import (
-    TOPIC_PROPERTY,
-    WINDOWS_PROPERTY,
-    S3Endpoint,
-    table_ident,
-    use_catalog,
-    warehouse,
-)
-from s3_archive.io.s3 import S3Client, error_code, list_objects, read_manifest
+from s3_archive.io.iceberg_catalog import TOPIC_PROPERTY, WINDOWS_PROPERTY, table_ident, use_catalog, warehouse
+from s3_archive.io.s3 import S3Client, list_objects
+from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.errors import ArchiveIntegrityError, MissingJars, UndecodableValue
-from s3_archive.model.manifest import MANIFEST_VERSION, REGISTRY_VERSION, Manifest, ManifestObject
+from s3_archive.model.manifest import Manifest, ManifestObject, ManifestSchema
 from s3_archive.model.windows import OffsetWindow
 
 ATTEMPT_PROPERTY = "s3archive.attempt"
@@ -74,14 +69,14 @@ def window_filter(windows: list[OffsetWindow]) -> Column:
                                        & (F.col("offset") < w.end) for w in windows])
 
 
-def committed_windows(spark: Any, ident: str) -> dict[str, tuple[int, str]]:
+def committed_windows(spark: SparkSession, ident: str) -> dict[str, tuple[int, str]]:
     """window key -> (snapshot id, attempt) of every snapshot of the table whose summary lists windows."""
     rows = spark.sql(f"SELECT snapshot_id, summary['{WINDOWS_PROPERTY}'] AS w, summary['{ATTEMPT_PROPERTY}'] AS a "
                      f"FROM {ident}.snapshots WHERE summary['{WINDOWS_PROPERTY}'] IS NOT NULL").collect()
     return {key: (r["snapshot_id"], r["a"] or "") for r in rows for key in r["w"].split(",")}
 
 
-def current_snapshot(spark: Any, ident: str) -> int | None:
+def current_snapshot(spark: SparkSession, ident: str) -> int | None:
     rows = spark.sql(f"SELECT snapshot_id FROM {ident}.history WHERE is_current_ancestor "
                      "ORDER BY made_current_at DESC LIMIT 1").collect()
     return rows[0]["snapshot_id"] if rows else None
@@ -104,7 +99,7 @@ def partition_spec(options: IcebergOptions) -> list[Column]:
     return out
 
 
-def _ensure_table(spark: Any, ident: str, frame: DataFrame, codec: str, options: IcebergOptions,
+def _ensure_table(spark: SparkSession, ident: str, frame: DataFrame, codec: str, options: IcebergOptions,
                   location: str) -> None:
     """Create the topic's table from the frame's schema and `iceberg.partition_by` unless it exists, at
     `location` (explicit: a database's own location, e.g. set by another tool, must not move it out of the
@@ -179,10 +174,11 @@ def _conflict(e: Exception) -> bool:
     return any(c in str(e) for c in _CONFLICTS)
 
 
-def _commit(spark: Any, ident: str, frame: DataFrame, windows: list[OffsetWindow], topic: str, attempt: str,
-            fault: Fault) -> tuple[dict[str, tuple[int, str]], set[str]]:
+def _commit(run: ArchiveRun, topic: str, ident: str, frame: DataFrame, windows: list[OffsetWindow],
+            ) -> tuple[dict[str, tuple[int, str]], set[str]]:
     """Steps 1-2 of the module docstring for `windows`, retried on a conflict: window key -> (snapshot, attempt),
     and the keys that were committed before this run looked."""
+    spark, attempt, fault = run.ctx.spark, run.attempt, run.hooks.fault
     keys = {w.key for w in windows}
     before: set[str] | None = None
     for _ in range(ATTEMPTS):
@@ -217,7 +213,8 @@ def _commit(spark: Any, ident: str, frame: DataFrame, windows: list[OffsetWindow
     return {k: v for k, v in done.items() if k in keys}, before or set()
 
 
-def _stats(spark: Any, ident: str, windows: list[OffsetWindow], columns: list[str]) -> dict[str, dict[str, Any]]:
+def _stats(spark: SparkSession, ident: str, windows: list[OffsetWindow], columns: list[str],
+           ) -> dict[str, dict[str, Any]]:
     """Per window key: records, offsets, timestamps and record bytes of the window's rows in the table."""
     key = reduce(lambda acc, w: F.when((F.col("partition") == w.partition) & (F.col("offset") >= w.start)
                                        & (F.col("offset") < w.end), F.lit(w.key)).otherwise(acc),
@@ -230,7 +227,7 @@ def _stats(spark: Any, ident: str, windows: list[OffsetWindow], columns: list[st
     return {r["w"]: r.asDict() for r in rows}
 
 
-def _data_files(spark: Any, s3: S3Client, cfg: ArchiveConfig, ident: str, windows: list[OffsetWindow],
+def _data_files(spark: SparkSession, s3: S3Client, bucket: str, ident: str, windows: list[OffsetWindow],
                 stats: dict[str, dict[str, Any]]) -> dict[str, list[ManifestObject]]:
     """Per window key: the table's data files that hold its rows (a write task reads one slice of one window, so a
     file never holds two windows), by the files' partition and offset bounds, in offset order; checked against
@@ -240,7 +237,7 @@ def _data_files(spark: Any, s3: S3Client, cfg: ArchiveConfig, ident: str, window
                      f"readable_metrics.`partition`.lower_bound AS p0, readable_metrics.`partition`.upper_bound AS p1, "
                      f"readable_metrics.`offset`.lower_bound AS lo, readable_metrics.`offset`.upper_bound AS hi "
                      f"FROM {ident}.files WHERE content = 0").collect()
-    prefix = f"s3://{cfg.bucket}/"
+    prefix = f"s3://{bucket}/"
     out: dict[str, list[ManifestObject]] = {}
     for w in windows:
         mine = sorted((r for r in rows if r["p0"] == r["p1"] == w.partition and r["lo"] is not None
@@ -254,165 +251,151 @@ def _data_files(spark: Any, s3: S3Client, cfg: ArchiveConfig, ident: str, window
         objects = []
         for r in mine:
             if not r["file_path"].startswith(prefix):
-                raise ArchiveIntegrityError(f"{ident}: data file {r['file_path']} is outside s3://{cfg.bucket}/")
+                raise ArchiveIntegrityError(f"{ident}: data file {r['file_path']} is outside {prefix}")
             key = r["file_path"][len(prefix):]
-            etag = s3.head_object(Bucket=cfg.bucket, Key=key)["ETag"]
+            etag = s3.head_object(Bucket=bucket, Key=key)["ETag"]
             objects.append(ManifestObject(key=key, size=r["size"], etag=etag))
         out[w.key] = objects
     return out
 
 
-def _records(spark: Any, source: dict[str, str] | KafkaConnection, topic: str, slices: list[Slice]) -> DataFrame:
+def _records(run: ArchiveRun, topic: str, source: dict[str, str] | KafkaConnection, slices: list[Slice],
+             ) -> DataFrame:
     """The envelope of `slices`: read by Spark's Kafka source (its options), or by tasks with librdkafka."""
     if isinstance(source, KafkaConnection):
-        from s3_archive.archive.driver.task_read_job import envelope_frame
-
-        job = WriteJob(topic=topic, bucket="", prefix="", fmt=None, conn=None,  # type: ignore[arg-type]
-                       slices=tuple(slices), kafka=source)
-        return envelope_frame(spark, job)
-    return read_slices(spark, source, topic, slices)
+        return envelope_frame(run.ctx.spark, run.template(topic, slices, kafka=source))
+    return read_slices(run.ctx.spark, source, topic, slices)
 
 
-def _dead_letters(spark: Any, source: dict[str, str] | KafkaConnection, cfg: ArchiveConfig, topic: str, out: Output,
-                  slices: list[Slice], conn: S3Connection, decode: Any = None) -> dict[str, list[dict[str, Any]]]:
+def _dead_letters(run: ArchiveRun, topic: str, source: dict[str, str] | KafkaConnection, slices: list[Slice],
+                  decode: DecodePlan | None = None) -> dict[str, list[dict[str, Any]]]:
     """Write the undecodable records of `slices` as dead letters, where the other formats put them
     (`<prefix>_dead_letter/`, one raw-envelope Parquet object per slice at a key fixed by the window and slice, so
     a re-run writes the same objects again, never more), before the table's commit. Per window key: the write
     job's result rows (its dead objects, and per slice the count, bytes, offsets and timestamps of those records)."""
-    job = WriteJob(topic=topic, bucket=cfg.bucket, prefix=cfg.prefix, fmt=None, conn=conn,  # type: ignore[arg-type]
-                   slices=tuple(slices))
     by_window: dict[str, list[dict[str, Any]]] = {}
-    for r in run_write_job(spark, {}, job, out, None, undecodable_only=True, decode=decode,
-                           envelope=_records(spark, source, topic, slices)).rows:
+    for r in run_write_job(run.ctx.spark, {}, run.template(topic, slices), run.out, None, undecodable_only=True,
+                           decode=decode, envelope=_records(run, topic, source, slices)).rows:
         by_window.setdefault(r["window"], []).append(r)
     return by_window
 
 
-def _merged(stats: dict[str, Any] | None, dead: list[dict[str, Any]]) -> RecordStats:
-    """A window's table statistics (_stats) plus those of its dead letters: the manifest counts every record."""
+def _table_stats(p: PendingWindow, stats: dict[str, Any] | None, dead: list[dict[str, Any]]) -> RecordStats:
+    """A window's table statistics (_stats) plus those of its dead letters: the manifest counts every record. The
+    table's rows are the record of gaps: they are counted, not listed (`absent_truncated` when there are some)."""
     s = stats or {}
     out = RecordStats(s.get("n") or 0, s.get("bytes") or 0, s.get("first"), s.get("last"), s.get("t0"), s.get("t1"))
     for r in (r for r in dead if r["kind"] == "slice"):
-        out.add(RecordStats.of_row(r | {"absent": None}))  # the table's rows are the record of gaps, not listed
+        out.add(RecordStats.of_row(r | {"absent": None}))
+    out.absent, out.absent_truncated = [], out.records < p.window.end - p.read_start
     return out
 
 
-def _iso(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def _manifest(cfg: ArchiveConfig, topic: str, w: OffsetWindow, read_start: int, lost: list[list[int]],
-              stats: dict[str, Any] | None, schema_json: str, ident: str, snapshot: int | None, attempt: str,
-              objects: list[ManifestObject], dead: list[dict[str, Any]], schemas: Any = None) -> Manifest:
-    s = _merged(stats, dead)
-    dead_objects = sorted((ManifestObject(key=r["key"], size=r["size"], etag=r["etag"])
-                           for r in dead if r["kind"] == "dead"), key=lambda o: o.key)
-    records = s.records
-    out = Output.of(cfg)
-    return Manifest(
-        manifest_version=MANIFEST_VERSION if schemas is None else REGISTRY_VERSION, schemas=schemas,
-        writer=f"s3-archive {__version__}", topic=topic, partition=w.partition,
-        start_offset=w.start, end_offset=w.end, window_key=w.key, format=cfg.format, compression=cfg.codec,
-        envelope=list(out.columns), value_decoding=cfg.value_decoding.type, undecodable_records=s.undecodable,
-        restorable=cfg.restorable, record_count=records, bytes_read=s.bytes_read,
-        bytes_written=sum(o.size for o in objects),
-        first_offset=s.first_offset, last_offset=s.last_offset, min_timestamp_ms=s.min_timestamp_ms,
-        max_timestamp_ms=s.max_timestamp_ms, min_timestamp=_iso(s.min_timestamp_ms),
-        max_timestamp=_iso(s.max_timestamp_ms),
-        # the gaps are not listed (only counted): the table's rows are the record
-        absent_offsets=[], absent_offsets_truncated=records < w.end - read_start,
-        absent_offset_count=w.end - read_start - records, lost_offsets=lost, spark_schema=schema_json,
-        attempt=attempt, committed_at=datetime.now(UTC).isoformat(), objects=objects,
-        dead_letter_objects=dead_objects, iceberg_table=ident, iceberg_snapshot_id=snapshot)
-
-
-def _put_manifest(s3: S3Client, cfg: ArchiveConfig, topic: str, manifest: Manifest) -> tuple[Manifest, bool]:
-    """Step 3: the manifest, or the one another attempt wrote first; True if ours."""
-    mkey = cfg.location(topic, manifest.window).manifest_key
-    try:
-        s3.put_object(Bucket=cfg.bucket, Key=mkey, Body=manifest.dumps(), ContentType="application/json",
-                      IfNoneMatch="*")
-    except ClientError as e:
-        if error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-            theirs = read_manifest(s3, cfg.bucket, mkey)
-            if theirs is not None:
-                return theirs, False
-        raise
-    return manifest, True
-
-
-def _remove_stray_dead_letters(s3: S3Client, cfg: ArchiveConfig, topic: str, manifest: Manifest) -> None:
+def _remove_stray_dead_letters(s3: S3Client, where: WindowLocation, manifest: Manifest) -> None:
     """Dead letters of the window that its manifest does not list (an earlier attempt's, cut into other slices)."""
     listed = {o.key for o in manifest.dead_letter_objects}
-    stray = [o["Key"] for o in list_objects(s3, cfg.bucket, cfg.location(topic, manifest.window).dead_letter_stem)
-             if o["Key"] not in listed]
+    stray = [o["Key"] for o in list_objects(s3, where.bucket, where.dead_letter_stem) if o["Key"] not in listed]
     if stray:
-        s3.delete_objects(Bucket=cfg.bucket, Delete={"Objects": [{"Key": k} for k in stray], "Quiet": True})
+        s3.delete_objects(Bucket=where.bucket, Delete={"Objects": [{"Key": k} for k in stray], "Quiet": True})
 
 
-def commit_windows(spark: Any, source: dict[str, str] | KafkaConnection, s3: S3Client, cfg: ArchiveConfig, topic: str,
-                   pending: list[tuple[OffsetWindow, int, list[list[int]]]], slices: list[Slice],
-                   endpoint: S3Endpoint, attempt: str, fault: Fault = no_fault, conn: S3Connection | None = None,
-                   decode: Any = None) -> dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException]:
-    """Write `pending` windows ((window, first offset to read, lost ranges)) reading `slices` (`source`: Spark's
-    Kafka source options, or the tasks' librdkafka connection); per window its manifest and outcome (committed |
-    already_committed | committed_by_concurrent_attempt), or what failed it. `decode`: the run's Schema Registry
-    decoding (driver/registry_plan.py), decoded in Python tasks."""
-    use_catalog(spark, cfg, endpoint)
-    ident = table_ident(cfg, topic)
-    out = Output.of(cfg)
-    windows = [w for w, _, _ in pending]
-    results: dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException] = {}
-    dead: dict[str, list[dict[str, Any]]] = {}
+def commit_windows(run: ArchiveRun, topic: str, pending: list[PendingWindow], decode: DecodePlan | None = None,
+                   ) -> dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException]:
+    """Write the `pending` windows, each reading its slices (with Spark's Kafka source, or the tasks' librdkafka);
+    per window its manifest and outcome (committed | already_committed | committed_by_concurrent_attempt), or what
+    failed it. `decode`: the run's Schema Registry decoding (driver/registry_plan.py), decoded in Python tasks."""
+    source = run.ctx.kafka.spark_options() if run.out.read_path == "spark" else kafka_connection(run.ctx.kafka)
+    use_catalog(run.ctx.spark, run.cfg, run.ctx.endpoint)
+    table = _Table(table_ident(run.cfg, topic))
     try:
-        if slices and out.decoding != "bytes" and out.on_error == "dead_letter":
-            dead = _dead_letters(spark, source, cfg, topic, out, slices, conn or S3Connection.of_client(s3),
-                                 decode)
-        df = with_parsed_json(_records(spark, source, topic, slices), out.decoding) if slices else None
-        groups: dict[str | None, list[OffsetWindow]] = {out.json_schema: windows}
-        if df is not None and out.decoding == "json" and out.json_schema is None:
-            ddls = infer_json_ddls(df.drop(JSON_COLUMN), slices)
-            groups = {}
-            for w in windows:
-                groups.setdefault(ddls.get(w.key), []).append(w)
-        done: dict[str, tuple[int, str]] = {}
-        earlier: set[str] = set()
-        schema = "{}"
-        for ddl, group in groups.items():
-            if df is None:
-                break
-            if decode is not None:
-                frame = decoded_table_rows(df, out, decode, None if out.on_error == "dead_letter" else _UNDECODABLE)
-            else:
-                frame = _rows(df, out, stored_columns(df, out, ddl), topic)
-            schema = frame.schema.json()
-            _ensure_table(spark, ident, frame, cfg.codec, cfg.iceberg or IcebergOptions(),
-                          f"{warehouse(cfg)}/{ident.split('.', 1)[1].replace('.', '/')}")
-            committed, before = _commit(spark, ident, frame, group, topic, attempt, fault)
-            done |= committed
-            earlier |= before
-        stats = _stats(spark, ident, windows, list(out.columns)) if df is not None else {}
-        files = _data_files(spark, s3, cfg, ident, windows, stats) if df is not None else {}
-        schemas = None
-        if decode is not None:  # the table's rows do not say which versions they used: every version is listed
-            from s3_archive.archive.driver.registry_plan import keep_schemas
-
-            schemas = keep_schemas(s3, cfg.bucket, cfg.prefix, decode,
-                                   {p.part: [v.id for v in p.schemas] for p in decode.parts})
+        _write_table(run, topic, pending, decode, table, source)
     except Exception as e:
-        return dict.fromkeys(windows, _explained(e))
-    for w, read_start, lost in pending:
+        return dict.fromkeys([p.window for p in pending], _explained(e))
+    results: dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException] = {}
+    for p in pending:
         try:
-            snapshot, by = done.get(w.key, (None, attempt))  # None: nothing to write (the window was lost)
-            draft = _manifest(cfg, topic, w, read_start, lost, stats.get(w.key), schema, ident, snapshot, by,
-                              files.get(w.key, []), dead.get(w.key, []), schemas)
-            manifest, ours = _put_manifest(s3, cfg, topic, draft)
-            if ours and out.on_error == "dead_letter":
-                _remove_stray_dead_letters(s3, cfg, topic, manifest)
-            outcome = ((Outcome.COMMITTED if by == attempt else Outcome.ALREADY_COMMITTED if w.key in earlier
-                        else Outcome.COMMITTED_BY_CONCURRENT_ATTEMPT) if ours
-                       else Outcome.COMMITTED_BY_CONCURRENT_ATTEMPT)
-            results[w] = (manifest, outcome)
+            results[p.window] = _commit_manifest(run, p, table)
         except Exception as e:
-            results[w] = e
+            results[p.window] = e
     return results
+
+
+@dataclass
+class _Table:
+    """What steps 1-2 left for the manifests, per window key: which snapshot (and attempt) committed it, whether
+    before this run looked (`earlier`), the statistics and data files of its rows, its dead letters (the write job's
+    rows); and the table, its rows' schema, the registry schemas."""
+
+    ident: str
+    done: dict[str, tuple[int, str]] = field(default_factory=dict)
+    earlier: set[str] = field(default_factory=set)
+    schema: str = "{}"
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    files: dict[str, list[ManifestObject]] = field(default_factory=dict)
+    dead: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    schemas: list[ManifestSchema] | None = None
+
+
+def _write_table(run: ArchiveRun, topic: str, pending: list[PendingWindow], decode: DecodePlan | None, table: _Table,
+                 source: dict[str, str] | KafkaConnection) -> None:
+    """Steps 1-2 for the run's windows (their dead letters first) read from `source` (Spark's Kafka source options,
+    or the tasks' librdkafka connection), then what their manifests need, into `table`."""
+    spark, cfg, out = run.ctx.spark, run.cfg, run.out
+    slices = [s for p in pending for s in p.slices]
+    windows = [p.window for p in pending]
+    if slices and out.decoding != "bytes" and out.on_error == "dead_letter":
+        table.dead = _dead_letters(run, topic, source, slices, decode)
+    df = with_parsed_json(_records(run, topic, source, slices), out.decoding) if slices else None
+    groups: dict[str | None, list[OffsetWindow]] = {out.json_schema: windows}
+    if df is not None and out.decoding == "json" and out.json_schema is None:
+        ddls = infer_json_ddls(df.drop(JSON_COLUMN), slices)
+        groups = {}
+        for w in windows:
+            groups.setdefault(ddls.get(w.key), []).append(w)
+    for ddl, group in groups.items():
+        if df is None:
+            break
+        if decode is not None:
+            frame = decoded_table_rows(df, out, decode, None if out.on_error == "dead_letter" else _UNDECODABLE)
+        else:
+            frame = _rows(df, out, stored_columns(df, out, ddl), topic)
+        table.schema = frame.schema.json()
+        _ensure_table(spark, table.ident, frame, cfg.codec, cfg.iceberg or IcebergOptions(),
+                      f"{warehouse(cfg)}/{table.ident.split('.', 1)[1].replace('.', '/')}")
+        committed, before = _commit(run, topic, table.ident, frame, group)
+        table.done |= committed
+        table.earlier |= before
+    if df is not None:
+        table.stats = _stats(spark, table.ident, windows, list(out.columns))
+        table.files = _data_files(spark, run.ctx.s3, cfg.bucket, table.ident, windows, table.stats)
+    if decode is not None:  # the table's rows do not say which versions they used: every version is listed
+        from s3_archive.archive.driver.registry_plan import keep_schemas
+
+        table.schemas = keep_schemas(run.ctx.s3, cfg.bucket, cfg.prefix, decode,
+                                     {p.part: [v.id for v in p.schemas] for p in decode.parts})
+
+
+def _window_manifest(cfg: ArchiveConfig, p: PendingWindow, table: _Table, attempt: str) -> Manifest:
+    """Window `p`'s manifest: the statistics and data files of its rows in the table, its dead letters, the table
+    and the snapshot that committed it (and that snapshot's attempt; this run's, `attempt`, when nothing was
+    written: the window was lost)."""
+    w = p.window
+    snapshot, by = table.done.get(w.key, (None, attempt))
+    dead = table.dead.get(w.key, [])
+    dead_objects = sorted((ManifestObject(key=r["key"], size=r["size"], etag=r["etag"])
+                           for r in dead if r["kind"] == "dead"), key=lambda o: o.key)
+    draft = manifest_draft(cfg, p, _table_stats(p, table.stats.get(w.key), dead), table.schema, by, table.schemas)
+    return draft.with_objects(table.files.get(w.key, []), dead_objects).model_copy(
+        update={"iceberg_table": table.ident, "iceberg_snapshot_id": snapshot})
+
+
+def _commit_manifest(run: ArchiveRun, p: PendingWindow, table: _Table) -> tuple[Manifest, Outcome]:
+    """Step 3 for window `p`: its manifest (_window_manifest) written; the window's outcome."""
+    draft = _window_manifest(run.cfg, p, table, run.attempt)
+    result = put_manifest(run.ctx.s3, p.where, draft, fault=run.hooks.fault)
+    if result.committed_by_us and run.out.on_error == "dead_letter":
+        _remove_stray_dead_letters(run.ctx.s3, p.where, result.manifest)
+    if not result.committed_by_us:
+        return result.manifest, Outcome.COMMITTED_BY_CONCURRENT_ATTEMPT
+    return result.manifest, (Outcome.COMMITTED if draft.attempt == run.attempt else Outcome.ALREADY_COMMITTED
+                             if p.window.key in table.earlier else Outcome.COMMITTED_BY_CONCURRENT_ATTEMPT)

@@ -1,4 +1,4 @@
-"""The driver's side of Schema Registry decoding: a run's `DecodePlan` (executor/registry_decode.py) from the
+"""The driver's side of Schema Registry decoding: a run's `DecodePlan` (archive/protocol.py) from the
 registry, and each committed window's schemas kept in the bucket.
 
 One schema per window and part, known before any object is written: the subject's versions when the run starts
@@ -18,9 +18,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from s3_archive.archive.driver.output import Output
-from s3_archive.archive.executor.registry_decode import DecodedPart, DecodePlan
+from s3_archive.archive.protocol import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import REGISTRY_TYPE, RegistryConnection, RegistrySchema
-from s3_archive.io.s3 import S3Client, error_code
+from s3_archive.io.s3 import CONFLICT, PRECONDITION_FAILED, S3Client, error_code
 from s3_archive.keys.objects import schema_key
 from s3_archive.model.columns import PART_FIELD, SOURCE_FIELD, stored_names
 from s3_archive.model.errors import IncompatibleSchema, InvalidConfig, SchemaRegistryUnavailable
@@ -41,7 +41,7 @@ def _columns_of(kind: str, schema: RegistrySchema) -> dict[str, Any]:
         return avro_columns(schema.text)
     if kind == "json_schema":
         return json_schema_columns(schema.text)
-    from s3_archive.archive.executor.protobuf_schemas import protobuf_columns
+    from s3_archive.archive.protobuf_schemas import protobuf_columns
 
     return protobuf_columns(schema)
 
@@ -144,5 +144,5 @@ def _put_once(s3: S3Client, bucket: str, key: str, s: RegistrySchema) -> None:
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*", ContentType="application/json")
     except ClientError as e:  # already there (its name is its content's hash) or being written by another run
-        if error_code(e) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+        if error_code(e) not in PRECONDITION_FAILED + CONFLICT:
             raise

@@ -22,15 +22,25 @@ from s3_archive.archive.driver.bucket_column import bucket_column, decoded_field
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.registry_plan import dead_letter_schema as registry_dead_letter
 from s3_archive.archive.driver.registry_plan import stored_schema
-from s3_archive.archive.executor.encoders import avro_schema
-from s3_archive.archive.executor.registry_decode import DecodePlan, table_rows
+from s3_archive.archive.executor.registry_decode import table_rows
 from s3_archive.archive.executor.task import write_task
-from s3_archive.archive.protocol import DERIVED, RESULT_SCHEMA, FormatPlan, JobOutput, Slice, WriteJob
+from s3_archive.archive.protocol import (
+    DERIVED,
+    RESULT_SCHEMA,
+    DecodePlan,
+    FormatPlan,
+    JobOutput,
+    JobShape,
+    JobTemplate,
+    Slice,
+    WriteJob,
+)
 from s3_archive.keys.buckets import BUCKET_COLUMN
 from s3_archive.keys.values import NULL
 from s3_archive.model.columns import SOURCE_FIELD, stored_names
 from s3_archive.model.errors import UndecodableValue
 from s3_archive.model.formats import ENVELOPE_COLUMNS
+from s3_archive.model.registry_types import avro_schema
 
 # Spark's Kafka consumer fetches at most max.poll.records per poll, each poll costing a seek and a round trip:
 # bigger fetches keep the task's thread busy converting records instead of waiting.
@@ -230,8 +240,8 @@ def _derived(out: Output, names: tuple[str, ...]) -> tuple[dict[str, str], bool]
 
 
 def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: DecodePlan | None = None,
-                ) -> tuple[DataFrame, WriteJob]:
-    """The frame a write job maps (internal columns, then the stored ones) and the job fields that follow from
+                ) -> tuple[DataFrame, JobShape]:
+    """The frame a write job maps (internal columns, then the stored ones) and the job's shape, what follows from
     the output: payload names, schemas, format plan. `decode`: the Schema Registry payloads the tasks decode
     (registry_plan.py); their columns follow the envelope's in the stored schema."""
     decoding = out.spark_decoding
@@ -290,32 +300,29 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
                      dictionary=_DICTIONARY, level=out.codec_level,
                      header=",".join(out.csv_fields).encode() if out.csv_header else b"")
-    job = WriteJob(topic="", bucket="", prefix="", fmt=fmt, conn=None, slices=(),  # type: ignore[arg-type]
-                   layout=out.layout, bucketed=out.bucketed, max_records=out.max_records, max_bytes=out.max_bytes,
-                   decoding=decoding != "bytes" or decode is not None, dead_letter=dead_letter,
-                   skip_tombstones=out.skip_tombstones, payload=names,
-                   payload_columns=plain, derived=tuple(derived.items()), ts_stored=ts_stored,
-                   dead_letter_schema=dead_letter_schema, decode=decode,
-                   skip_bad=(decoding != "bytes" or decode is not None) and out.on_error == "skip",
-                   on_missing=out.layout.on_missing if missing and out.layout is not None else "bucket",
-                   missing_segments=missing)
-    return frame, job
+    shape = JobShape(fmt=fmt, layout=out.layout, bucketed=out.bucketed, max_records=out.max_records,
+                     max_bytes=out.max_bytes, decoding=decoding != "bytes" or decode is not None,
+                     dead_letter=dead_letter, skip_tombstones=out.skip_tombstones, payload=names,
+                     payload_columns=plain, derived=tuple(derived.items()), ts_stored=ts_stored,
+                     dead_letter_schema=dead_letter_schema, decode=decode,
+                     skip_bad=(decoding != "bytes" or decode is not None) and out.on_error == "skip",
+                     on_missing=out.layout.on_missing if missing and out.layout is not None else "bucket",
+                     missing_segments=missing)
+    return frame, shape
 
 
-def run_write_job(spark: SparkSession, kafka_options: dict[str, str], job: WriteJob, out: Output,
+def run_write_job(spark: SparkSession, kafka_options: dict[str, str], template: JobTemplate, out: Output,
                   json_ddl: str | None, undecodable_only: bool = False, decode: DecodePlan | None = None,
                   envelope: DataFrame | None = None) -> JobOutput:
-    """Read `job.slices` from Kafka and write them (one Spark job); every task's result rows. `undecodable_only`:
+    """Read `template.slices` from Kafka and write them (one Spark job); every task's result rows. `undecodable_only`:
     only the records whose value does not decode, so the job writes their dead letters and nothing else (format
     iceberg, whose rows go to the table; its slice rows then count those records only). `envelope`: the slices'
     records read otherwise (task_read_job.py::envelope_frame) instead of by Spark's Kafka source."""
-    df = envelope if envelope is not None else read_slices(spark, kafka_options, job.topic, job.slices)
+    df = envelope if envelope is not None else read_slices(spark, kafka_options, template.topic, template.slices)
     frame, shape = write_frame(df, out, json_ddl, decode)
     if undecodable_only and decode is None:
         frame = frame.where(~F.col("_good"))
-    job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
-                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault,
-                  undecodable_only=undecodable_only and decode is not None)
+    job = WriteJob.of(template, shape, undecodable_only=undecodable_only and decode is not None)
     rows = [r.asDict() for r in frame.mapInArrow(partial(write_task, job), RESULT_SCHEMA).collect()]
     return JobOutput(rows, shape.fmt.spark_schema)
 

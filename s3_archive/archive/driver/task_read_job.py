@@ -18,7 +18,6 @@ executors reach Kafka with the driver's connection settings (`kafka_connection`)
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -27,10 +26,16 @@ from pyspark.sql import functions as F
 
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.spark_job import run_write_job, write_frame
-from s3_archive.archive.executor.kafka_read import ENVELOPE_DDL
-from s3_archive.archive.executor.registry_decode import DecodePlan
 from s3_archive.archive.executor.task import envelope_task, read_task
-from s3_archive.archive.protocol import RESULT_SCHEMA, JobOutput, KafkaConnection, WriteJob
+from s3_archive.archive.protocol import (
+    ENVELOPE_DDL,
+    RESULT_SCHEMA,
+    DecodePlan,
+    JobOutput,
+    JobTemplate,
+    KafkaConnection,
+    WriteJob,
+)
 from s3_archive.io.kafka import KafkaResource
 
 # librdkafka takes a certificate or key inline: executors then need no file of the driver (as the Spark source's
@@ -53,28 +58,26 @@ def computed_in_task(out: Output) -> bool:
         and not out.registry and not out.bucketed
 
 
-def slice_frame(spark: SparkSession, job: WriteJob) -> DataFrame:
+def slice_frame(spark: SparkSession, job: JobTemplate) -> DataFrame:
     """One row per slice of `job` (its index), one Spark partition each."""
     n = len(job.slices)
     return spark.range(0, n, 1, n).select(F.col("id").cast("int").alias("slice"))
 
 
-def envelope_frame(spark: SparkSession, job: WriteJob) -> DataFrame:
+def envelope_frame(spark: SparkSession, job: JobTemplate) -> DataFrame:
     """The envelope of `job.slices` read by tasks with librdkafka: the columns and types of
     spark_job.py::read_slices."""
     return slice_frame(spark, job).mapInArrow(partial(envelope_task, job), ENVELOPE_DDL)
 
 
-def run_task_read_job(spark: SparkSession, job: WriteJob, out: Output, json_ddl: str | None,
+def run_task_read_job(spark: SparkSession, template: JobTemplate, out: Output, json_ddl: str | None,
                       undecodable_only: bool = False, decode: DecodePlan | None = None) -> JobOutput:
-    """Read `job.slices` in the tasks and write them (one Spark job); every task's result rows. `decode`: Schema
-    Registry payloads, decoded by the write tasks (from Spark's columns of the tasks' envelope)."""
+    """Read `template.slices` in the tasks and write them (one Spark job); every task's result rows. `decode`:
+    Schema Registry payloads, decoded by the write tasks (from Spark's columns of the tasks' envelope)."""
     if undecodable_only or decode is not None or not computed_in_task(out):
-        return run_write_job(spark, {}, job, out, json_ddl, undecodable_only, decode=decode,
-                             envelope=envelope_frame(spark, job))
+        return run_write_job(spark, {}, template, out, json_ddl, undecodable_only, decode=decode,
+                             envelope=envelope_frame(spark, template))
     frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl)
-    job = replace(shape, topic=job.topic, bucket=job.bucket, prefix=job.prefix, conn=job.conn, slices=job.slices,
-                  multipart_threshold=job.multipart_threshold, part_size=job.part_size, fault=job.fault,
-                  kafka=job.kafka, read_stall_s=job.read_stall_s, task_schema=frame.schema.json())
+    job = WriteJob.of(template, shape, task_schema=frame.schema.json())
     rows = [r.asDict() for r in slice_frame(spark, job).mapInArrow(partial(read_task, job), RESULT_SCHEMA).collect()]
     return JobOutput(rows, shape.fmt.spark_schema)

@@ -10,9 +10,10 @@ The result is the same bytes fastavro writes record by record for the same schem
 blocks are cut where fastavro's `Writer` cuts them (after the record that brings a block to `sync_interval` bytes),
 and fastavro still writes the header, compresses each block and writes the sync markers (`Writer.write_block`).
 
-Schemas are the ones `encoders.avro_schema` derives from a Spark schema: records, arrays, maps, unions of one type
-with "null", the primitive types, date, timestamp-micros, local-timestamp-micros and decimal as fixed. `supported`
-says whether a schema is made only of those; anything else is encoded by fastavro record by record.
+Schemas are the ones `model/registry_types.py::avro_schema` derives from a Spark schema: records, arrays, maps,
+unions of one type with "null", the primitive types, date, timestamp-micros, local-timestamp-micros and decimal as
+fixed. `supported` says whether a schema is made only of those; anything else is encoded by fastavro record by
+record.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 - parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data; `key`, `value` and the
   offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); the Spark schema is
   kept in the file's metadata as Spark's own writer does.
-- avro: the schema Spark's avro writer derives (`avro_schema`); records encoded a column at a time
-  (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run writes the
-  same bytes).
+- avro: the schema Spark's avro writer derives (model/registry_types.py::avro_schema); records encoded a column
+  at a time (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run
+  writes the same bytes).
 - jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
   that reads Kafka; here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`; csv
   may start each object with a header row) and compressed as a stream (gzip, bzip2, zstd: one stream / frame per
@@ -181,52 +181,3 @@ def open_encoder(fmt: FormatPlan, sink: Any, key: str) -> ParquetEncoder | AvroE
     if fmt.name == "avro":
         return AvroEncoder(fmt, sink, key)
     return LinesEncoder(fmt, sink)
-
-
-def avro_type(data_type: Any, nullable: bool, record_name: str, namespace: str) -> Any:
-    """Spark's avro writer's schema for a Spark type (its SchemaConverters.toAvroType), from the type's JSON
-    (`StructType.jsonValue()`): nullable types are unions [type, "null"], records are named after their field
-    within the enclosing record's name, timestamps are timestamp-micros longs."""
-    t: Any
-    if isinstance(data_type, str):
-        simple = {"boolean": "boolean", "byte": "int", "short": "int", "integer": "int", "long": "long",
-                  "float": "float", "double": "double", "string": "string", "binary": "bytes", "null": "null",
-                  "date": {"type": "int", "logicalType": "date"},
-                  "timestamp": {"type": "long", "logicalType": "timestamp-micros"},
-                  "timestamp_ntz": {"type": "long", "logicalType": "local-timestamp-micros"}}
-        if data_type.startswith(("char", "varchar")):
-            t = "string"
-        elif data_type.startswith("decimal"):
-            precision, scale = (int(x) for x in data_type[len("decimal("):-1].split(","))
-            size = next(n for n in range(1, 32) if 2 ** (8 * n - 1) > 10 ** precision)
-            name = f"{record_name}.fixed" if not namespace else f"{namespace}.{record_name}.fixed"
-            t = {"type": "fixed", "name": name, "size": size, "logicalType": "decimal", "precision": precision,
-                 "scale": scale}
-        elif data_type in simple:
-            t = simple[data_type]
-        else:
-            raise ValueError(f"no avro type for the Spark type {data_type!r}")
-    elif data_type["type"] == "array":
-        t = {"type": "array", "items": avro_type(data_type["elementType"], data_type["containsNull"], record_name,
-                                                 namespace)}
-    elif data_type["type"] == "map":
-        if data_type["keyType"] != "string":
-            raise ValueError(f"avro maps have string keys; got a map of {data_type['keyType']!r}")
-        t = {"type": "map", "values": avro_type(data_type["valueType"], data_type["valueContainsNull"], record_name,
-                                                namespace)}
-    elif data_type["type"] == "struct":
-        child = f"{namespace}.{record_name}" if namespace else record_name
-        t = {"type": "record", "name": record_name,
-             "fields": [{"name": f["name"], "type": avro_type(f["type"], f["nullable"], f["name"], child)}
-                        for f in data_type["fields"]]}
-        if namespace:
-            t["namespace"] = namespace
-    else:
-        raise ValueError(f"no avro type for the Spark type {data_type!r}")
-    return [t, "null"] if nullable and data_type != "null" else t
-
-
-def avro_schema(spark_schema_json: str) -> str:
-    """The Avro writer schema (JSON) of a Spark schema, as Spark's avro writer writes it."""
-    return json.dumps(avro_type(json.loads(spark_schema_json), False, "topLevelRecord", ""),
-                      separators=(",", ":"))

@@ -41,8 +41,6 @@ ENVELOPE_SCHEMA = pa.schema([
     pa.field("timestamp", pa.timestamp("us", tz="UTC")),
     pa.field("timestamp_type", pa.int32()),
 ])
-ENVELOPE_DDL = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
-                "partition int, offset long, timestamp timestamp, timestamp_type int")
 BATCH_RECORDS = 10_000
 BATCH_BYTES = 32 << 20
 STALL_S = 120.0  # as Spark's Kafka source (kafkaConsumer.pollTimeoutMs = spark.network.timeout)

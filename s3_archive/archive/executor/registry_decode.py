@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s3_archive.archive.executor.avro_decoding import AvroDecoder, cast_times, time_units
-from s3_archive.io.registry_client import HEADER_BYTES, RegistryConnection, RegistrySchema, UnknownSchemaId
+from s3_archive.archive.protocol import DecodedPart, DecodePlan
+from s3_archive.io.registry_client import HEADER_BYTES, RegistrySchema, UnknownSchemaId
 from s3_archive.model.registry_types import NOT_A_RECORD, json_schema_to_spark
 
 GOOD, REASON, RAW = "_good", "_reason", "_raw"
@@ -38,39 +39,6 @@ _MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowEr
 def schema_id_column(part: str) -> str:
     """The column holding each record's writer schema id of `part` (null: not decoded), for the slice statistics."""
     return f"_{part}_schema_id"
-
-
-@dataclass(frozen=True)
-class DecodedPart:
-    """How one part of the record (value or key) decodes."""
-
-    part: str  # "value" | "key"
-    kind: str  # avro | protobuf | json_schema
-    subject: str
-    reader: RegistrySchema | None  # avro: the reader schema (the subject's newest version); None: writer's own
-    schemas: tuple[RegistrySchema, ...]  # the writer schemas known when the job was planned
-    struct_type: str  # Spark type JSON of the decoded struct; its fields in stored order
-    columns: tuple[str, ...]  # the stored column of each field of struct_type
-
-    def fields(self) -> list[dict[str, Any]]:
-        return json.loads(self.struct_type)["fields"]
-
-
-@dataclass(frozen=True)
-class DecodePlan:
-    """What a write task needs to decode registry payloads: picklable, and its repr holds no secret (the
-    connection hides its password)."""
-
-    topic: str
-    parts: tuple[DecodedPart, ...]
-    registry: RegistryConnection | None = None  # for ids the plan lacks; None: such an id is unknown
-    dead_letter_schema: str = ""  # Spark schema JSON of `_raw` (the raw envelope and `reason`); "": no dead letters
-    # layout dimensions on decoded fields: (index in partition_by, part, field path); their bucket segment is
-    # filled in here (driver/bucket_column.py's placeholder)
-    bucket_fields: tuple[tuple[int, str, str], ...] = ()
-
-    def stored_columns(self) -> list[str]:
-        return [c for p in self.parts for c in p.columns]
 
 
 # --- Arrow types of the decoded columns ------------------------------------------------------------------------
@@ -152,7 +120,7 @@ def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
             if part.reader is not None and writer.id != part.reader.id:
                 _check_resolution(writer, part.reader)
         elif part.kind == "protobuf":
-            from s3_archive.archive.executor.protobuf_schemas import ProtobufDecoder
+            from s3_archive.archive.protobuf_schemas import ProtobufDecoder
 
             dec = ProtobufDecoder(writer)
         else:

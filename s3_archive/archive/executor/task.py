@@ -39,6 +39,7 @@ from s3_archive.archive.protocol import (
     RESULT_SCHEMA,
     TOPIC,
     FormatPlan,
+    JobTemplate,
     ObjectRow,
     RecordStats,
     Slice,
@@ -403,7 +404,7 @@ def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
     yield from write_batches(job, batches)
 
 
-def _envelopes(job: WriteJob, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _envelopes(job: JobTemplate, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Each slice's records read with librdkafka (kafka_read.py), in offset order, as envelope batches."""
     from s3_archive.archive.executor.kafka_read import read_range
 
@@ -422,7 +423,7 @@ def read_task(job: WriteJob, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa
     yield from write_batches(job, (task_batch(job, env) for env in _envelopes(job, slice_ids)))
 
 
-def envelope_task(job: WriteJob, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def envelope_task(job: JobTemplate, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow's function giving the envelope of each slice (read_path librdkafka, for the outputs whose
     columns Spark computes: driver/task_read_job.py::envelope_frame)."""
     yield from _envelopes(job, slice_ids)

@@ -17,100 +17,19 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from s3_archive.archive.protocol import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
+from s3_archive.io.s3 import CONFLICT, NOT_FOUND, PRECONDITION_FAILED, error_code
+
 SPOOL_MEMORY = 8 << 20  # bytes of an object kept in memory before its spool moves to a temp file
-MULTIPART_THRESHOLD = 256 << 20  # larger objects are multipart uploads (S3's single PUT allows up to 5 GiB)
-PART_SIZE = 64 << 20  # multipart part size (S3: at least 5 MiB, except the last part)
-_PRECONDITION = ("PreconditionFailed", "412")
-_CONFLICT = ("ConditionalRequestConflict", "409")
-_MISSING = ("NoSuchKey", "404", "NotFound")
-
-
-@dataclass(frozen=True)
-class S3Connection:
-    """How executors (and the driver) reach S3 with boto3: picklable, so a Spark task can rebuild the client.
-
-    Secrets are excluded from repr, so they never reach a log or an error message."""
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    access_key_id: str | None = field(default=None, repr=False)
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    path_style: bool = False
-    verify: bool | str | None = None
-    # Extra PutObject / CreateMultipartUpload arguments for every data object (e.g. ServerSideEncryption,
-    # SSEKMSKeyId, StorageClass).
-    put_args: tuple[tuple[str, str], ...] = ()
-    # botocore's own retries (S3Resource.max_attempts / retry_mode): throttling, 5xx and dropped connections.
-    # max_attempts is botocore's `retries.max_attempts`: retries after the first try.
-    max_attempts: int = 5
-    retry_mode: str = "standard"
-
-    def client(self) -> Any:
-        """A boto3 S3 client (one per process and connection: boto3 clients are thread-safe)."""
-        return _client(self)
-
-    @classmethod
-    def of_resource(cls, resource: Any) -> S3Connection:
-        """The connection of the runs' `S3Resource` (io/s3_resource.py), for the executors: endpoint, region, path
-        style, CA bundle, credentials (None: the executors' default chain) and the SSE-KMS key and storage class
-        every data object is written with."""
-        return cls(endpoint_url=resource.endpoint_url or None, region=resource.region_name,
-                   access_key_id=resource.aws_access_key_id, secret_access_key=resource.aws_secret_access_key,
-                   session_token=resource.aws_session_token, path_style=resource.path_style,
-                   verify=resource.ca_bundle or resource.verify,
-                   put_args=tuple(sorted(resource.object_write_args("data").items())),
-                   max_attempts=resource.max_attempts, retry_mode=resource.retry_mode)
-
-    @classmethod
-    def of_client(cls, s3: Any) -> S3Connection:
-        """The connection of a boto3 client (tests, benchmarks): its endpoint, region, addressing style and the
-        credentials it signs with (None: the executors use the default credential chain)."""
-        creds = s3._request_signer._credentials  # botocore has no public accessor for a client's credentials
-        frozen = creds.get_frozen_credentials() if creds is not None else None
-        retries = s3.meta.config.retries or {}
-        return cls(endpoint_url=s3.meta.endpoint_url, region=s3.meta.region_name,
-                   access_key_id=frozen.access_key if frozen else None,
-                   secret_access_key=frozen.secret_key if frozen else None,
-                   session_token=frozen.token if frozen else None,
-                   path_style=(s3.meta.config.s3 or {}).get("addressing_style") == "path",
-                   # botocore keeps total_max_attempts (the first try + retries; 3 by default in standard mode).
-                   max_attempts=retries.get("total_max_attempts", 3) - 1,
-                   retry_mode=retries.get("mode", "standard"))
-
-
-_clients: dict[S3Connection, Any] = {}
-_clients_lock = threading.Lock()
-
-
-def _client(conn: S3Connection) -> Any:
-    with _clients_lock:
-        if conn not in _clients:
-            import boto3
-            from botocore.config import Config
-
-            _clients[conn] = boto3.client(
-                "s3", endpoint_url=conn.endpoint_url, region_name=conn.region,
-                aws_access_key_id=conn.access_key_id, aws_secret_access_key=conn.secret_access_key,
-                aws_session_token=conn.session_token, verify=conn.verify,
-                config=Config(s3={"addressing_style": "path" if conn.path_style else "auto"},
-                              max_pool_connections=32,
-                              retries={"max_attempts": conn.max_attempts, "mode": conn.retry_mode}))
-        return _clients[conn]
 
 
 class WindowAlreadyCommitted(Exception):
     """While writing, the window turned out to be committed by another attempt: stop, the driver adopts it."""
-
-
-def code(e: ClientError) -> str:
-    return str(e.response.get("Error", {}).get("Code", ""))
 
 
 @dataclass(frozen=True)
@@ -231,7 +150,7 @@ class ObjectUpload:
             self.conn.client().head_object(Bucket=self.bucket, Key=self.manifest_key)
             return True
         except ClientError as e:
-            if code(e) in _MISSING:
+            if error_code(e) in NOT_FOUND:
                 return False
             raise
 
@@ -256,14 +175,15 @@ class ObjectUpload:
                 try:
                     return Written(self.key, self._size, self._store(**condition))
                 except ClientError as e:
-                    if code(e) in _CONFLICT:
+                    code = error_code(e)
+                    if code in CONFLICT:
                         continue  # a concurrent conditional write of the same key: look again
-                    if code(e) not in _PRECONDITION and not (condition.get("IfMatch") and code(e) in _MISSING):
+                    if code not in PRECONDITION_FAILED and not (condition.get("IfMatch") and code in NOT_FOUND):
                         raise
                 try:
                     existing = _etag(self.conn.client().head_object(Bucket=self.bucket, Key=self.key))
                 except ClientError as e:
-                    if code(e) not in _MISSING:
+                    if error_code(e) not in NOT_FOUND:
                         raise
                     condition = {"IfNoneMatch": "*"}  # gone meanwhile (a stray removed): write it anew
                     continue

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_windows
-from s3_archive.archive.executor.upload import S3Connection
 from s3_archive.archive.failures import permanent
+from s3_archive.archive.protocol import S3Connection
 from s3_archive.config.archive import ArchiveConfig, Retries
 from s3_archive.defs.archive.partitions import GAVE_UP_TAG, RUN_ATTEMPT_TAG, archive_asset_key, window_partitions
 from s3_archive.defs.metadata import archive_links, typed, ui_page
@@ -25,7 +26,7 @@ from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
-from s3_archive.keys.objects import manifest_key, partition_dir
+from s3_archive.keys.objects import partition_dir
 from s3_archive.model.errors import WindowNotAvailable
 from s3_archive.model.windows import OffsetWindow
 
@@ -104,9 +105,10 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             if missing:
                 raise WindowNotAvailable(f"window {missing[0].key}: topic {topic!r} has no partition "
                                          f"{missing[0].partition} (partitions: {partitions[0]}..{partitions[-1]})")
-            results = archive_windows(spark.session(), kafka, client, cfg, topic, windows, context.log,
-                                      conn=S3Connection.of_resource(s3), endpoint=S3Endpoint.of_resource(s3),
-                                      registry=registry.connection() if registry is not None else None)
+            ctx = ArchiveContext(spark.session(), kafka, client, S3Connection.of_resource(s3),
+                                 S3Endpoint.of_resource(s3), context.log,
+                                 registry.connection() if registry is not None else None)
+            results = archive_windows(ctx, cfg, topic, windows)
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
         failed: list[BaseException] = []
@@ -120,10 +122,9 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                 failed.append(r)
                 lines.append(f"{w.key}: {type(r).__name__}: {r}")
                 continue
-            mkey = manifest_key(cfg.prefix, topic, w)
             context.log.info(f"window {w.key}: {r.outcome}, {r.manifest.record_count} records")
             yield dg.AssetMaterialization(asset_key=context.asset_key, partition=w.key,
-                                          metadata=typed(r.metadata(cfg.bucket, mkey) | attempts))
+                                          metadata=typed(r.metadata() | attempts))
         if failed:
             raise failure(context, [f"{len(failed)} of {len(windows)} windows failed:", *lines],
                           all(permanent(e) for e in failed))

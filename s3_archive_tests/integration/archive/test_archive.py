@@ -12,6 +12,7 @@ import pyarrow.fs as pafs
 import pytest
 from confluent_kafka import Producer
 
+from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF, MAGIC_COMMITTER_CONF
@@ -93,14 +94,16 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, store
 
     if step.startswith("object:"):  # in the write task, on the executor
         with pytest.raises(Exception, match="test fault"):
-            archive_window(spark, kafka, s3, cfg, topic, window, log, write_fault=step)
+            archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window,
+                           ArchiveHooks(write_fault=step))
     else:  # in the driver's commit
         with pytest.raises(Crash):
-            archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault)
+            archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window,
+                           ArchiveHooks(fault=fault))
     assert (manifest(s3, cfg, topic, window) is not None) == (step == "manifest_written")
     assert final_objects(s3, cfg, topic), "the crashed attempt leaves objects at the final keys behind"
 
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
 
     committed = manifest(s3, cfg, topic, window)
     assert result.outcome == ("already_committed" if step == "manifest_written" else "committed")
@@ -121,11 +124,13 @@ def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, store, s
     small_parts = {"multipart_threshold": 5 << 20, "part_size": 5 << 20}  # S3's smallest part: 5 MiB
 
     with pytest.raises(Exception, match="(?i)worker|crash|exit"):
-        archive_window(spark, kafka, s3, cfg, topic, window, log, write_fault="mid_upload", job_options=small_parts)
+        archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window,
+                       ArchiveHooks(write_fault="mid_upload", job_options=small_parts))
     assert manifest(s3, cfg, topic, window) is None
     assert s3.list_multipart_uploads(Bucket=cfg.bucket, Prefix=cfg.prefix).get("Uploads"), "an upload was left open"
 
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log, job_options=small_parts)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window,
+                            ArchiveHooks(job_options=small_parts))
 
     assert result.outcome == "committed"
     assert archived_records(s3, cfg, topic) == produced
@@ -143,7 +148,7 @@ def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, store, spa
     orphan = object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
     s3.put_object(Bucket=cfg.bucket, Key=orphan, Body=b"stale")
 
-    archive_window(spark, kafka, s3, cfg, topic, window, log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
 
     assert orphan not in final_objects(s3, cfg, topic)
     assert archived_records(s3, cfg, topic) == produced
@@ -164,7 +169,8 @@ def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, store, 
             if at == "written":
                 barrier.wait(timeout=120)
         try:
-            results.append(archive_window(spark, kafka, s3, cfg, topic, window, log, fault=fault))
+            results.append(archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window,
+                                          ArchiveHooks(fault=fault)))
         except Exception as e:  # pragma: no cover - reported by the assertion below
             errors.append(e)
 
@@ -208,7 +214,7 @@ def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka
     try:
         for fmt in ("parquet", "jsonl"):
             cfg = archive_config(services.bucket, topic, f"minparts/{unique}/{fmt}/", format=fmt, read_path=read_path)
-            committed = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+            committed = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
             objs = committed.objects
             assert len(objs) == 3, objs
             bodies = [(o.key, s3.get_object(Bucket=cfg.bucket, Key=o.key)["Body"].read()) for o in objs]
@@ -232,8 +238,8 @@ def test_the_s3a_magic_committer_stages_what_the_commit_publishes(kafka, s3, ser
     for k, v in runtime.items():
         spark.conf.set(k, v)
     try:
-        manifests = [archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(p, 0, 20), log).manifest
-                     for p in (0, 1)]
+        manifests = [archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic,
+                                    OffsetWindow(p, 0, 20)).manifest for p in (0, 1)]
     finally:
         for k, v in saved.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
@@ -305,13 +311,13 @@ def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3,
 
     strict = archive_config(services.bucket, topic, f"ret/{unique}/a/", read_path=read_path)
     with pytest.raises(DataLoss) as err:
-        archive_window(spark, kafka, s3, strict, topic, window, log)
+        archive_window(ArchiveContext.of_client(spark, kafka, s3, log), strict, topic, window)
     assert f"topic '{topic}' partition 0: offsets [0, 12)" in str(err.value)
     assert "earliest available offset is 12" in str(err.value)
     assert manifest(s3, strict, topic, window) is None and final_objects(s3, strict, topic) == {}
 
     tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap", read_path=read_path)
-    result = archive_window(spark, kafka, s3, tolerant, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), tolerant, topic, window)
     assert result.manifest.lost_offsets == [[0, 12]]
     assert archived_records(s3, tolerant, topic) == produced[12:]
 

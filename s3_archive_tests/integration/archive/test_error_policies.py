@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.archive.driver.dead_letter_topic import (
     OFFSET_HEADER,
@@ -40,11 +41,11 @@ def test_skip_drops_undecodable_and_unplaceable_records_and_counts_them(bad_topi
     cfg = archive_config(services.bucket, topic, "policies/skip/",
                          value_decoding={"type": "json", "on_error": "skip", "column_prefix": "v_"},
                          layout={**REGION_LAYOUT, "on_missing": "skip"})
-    r = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
+    r = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, len(VALUES)))
     m = r.manifest
     assert (m.skipped_records, m.undecodable_records, m.unplaceable_records) == (3, 2, 1)
     assert m.record_count == 3 and m.absent_offset_count == 0 and m.dead_letter_objects == []
-    meta = r.metadata(cfg.bucket, "k")
+    meta = r.metadata()
     assert (meta["skipped_records"], meta["records"]) == (3, 3)
     assert sorted(x.offset for x in archived_records(s3, cfg, topic)) == [0, 2, 5]
 
@@ -57,7 +58,7 @@ def test_an_unplaceable_record_fails_the_window_naming_it_and_commits_nothing(ba
                          layout={**REGION_LAYOUT, "on_missing": "fail"})
     window = OffsetWindow(0, 0, len(VALUES))
     with pytest.raises(UnplaceableRecord, match=rf"topic '{topic}' partition 0: 1 record\(s\).*offset 4\b"):
-        archive_window(spark, kafka, s3, cfg, topic, window, log)
+        archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     assert manifest(s3, cfg, topic, window) is None
 
 
@@ -70,7 +71,7 @@ def test_dead_letters_go_to_s3_and_to_a_kafka_topic_with_context_headers_once(ba
                          layout={**REGION_LAYOUT, "on_missing": "dead_letter"}, dead_letter_topic=dlq,
                          consumer_group=f"policies-{unique}")
     window = OffsetWindow(0, 0, len(VALUES))
-    m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
     assert (m.undecodable_records, m.unplaceable_records, m.record_count) == (2, 1, len(VALUES))
     dead = [r for o in m.dead_letter_objects
             for r in parquet_records(s3.get_object(Bucket=cfg.bucket, Key=o.key)["Body"].read())]
@@ -92,7 +93,7 @@ def test_dead_letters_go_to_s3_and_to_a_kafka_topic_with_context_headers_once(ba
         "layout: a partition_by value (or {{key}}) the record lacks"]
 
     # Archived again (a re-run finds it committed): the ledger says its dead letters were produced; none twice.
-    again = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    again = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     assert again.outcome == "already_committed" and len(published()) == 3
     assert json.loads(kafka_ledger(kafka, cfg, topic)) == [[0, len(VALUES)]]
 

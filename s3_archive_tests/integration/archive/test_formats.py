@@ -12,6 +12,7 @@ import json
 import fastavro
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
@@ -78,7 +79,8 @@ def topic_and_records(kafka):
 def test_format_and_codec_round_trip(fmt, codec, topic_and_records, kafka, s3, services, spark, read_path):
     topic, produced = topic_and_records
     cfg = archive_config(services.bucket, topic, f"formats/{fmt}-{codec}/", format=fmt, compression=codec, read_path=read_path)
-    result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(RECORDS)), log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic,
+                            OffsetWindow(0, 0, len(RECORDS)))
     [key] = final_objects(s3, cfg, topic)
     assert key.endswith(FORMATS[fmt].object_suffix(codec))
     data = _decompress(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read(), key)
@@ -108,7 +110,7 @@ def test_csv_fields_choose_and_order_the_columns(topic_and_records, kafka, s3, s
     topic, produced = topic_and_records
     cfg = archive_config(services.bucket, topic, "formats/csv-fields/", format="csv",
                          csv_fields=["offset", "value"], read_path=read_path)
-    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(RECORDS)), log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, len(RECORDS)))
     [key] = final_objects(s3, cfg, topic)
     rows = list(csv.reader(io.StringIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read().decode())))
     assert rows == [[str(r.offset), "" if r.value is None else base64.b64encode(r.value).decode()] for r in produced]
@@ -118,14 +120,14 @@ def test_bytes_is_one_object_per_record_named_by_offset(topic_and_records, kafka
     topic, produced = topic_and_records
     cfg = archive_config(services.bucket, topic, "formats/bytes/", format="bytes", read_path=read_path)
     window = OffsetWindow(0, 0, len(RECORDS))
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     keys = sorted(final_objects(s3, cfg, topic))
     assert [k.rsplit("+", 1)[1] for k in keys] == [f"{r.offset:019d}.bin" for r in produced]
     # the value's bytes, nothing else; a tombstone is an empty object
     assert [s3.get_object(Bucket=cfg.bucket, Key=k)["Body"].read() for k in keys] == [r.value or b"" for r in produced]
     assert [o.key for o in result.manifest.objects] == keys
     assert not result.manifest.restorable
-    again = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    again = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     assert again.outcome == "already_committed"
 
 
@@ -133,7 +135,7 @@ def test_avro_writer_schema_is_the_one_sparks_avro_writer_derives(spark, tmp_pat
     """Our avro objects' writer schema is the one Spark's avro writer would put in the header (the Glue table's
     literal is read from it), for the envelope and decoded value types: the same types, logical types and full
     names (compared parsed: Avro may spell a full name as `name` + `namespace`)."""
-    from s3_archive.archive.executor.encoders import avro_schema
+    from s3_archive.model.registry_types import avro_schema
 
     df = spark.sql("""SELECT CAST('k' AS BINARY) AS key, CAST(NULL AS BINARY) AS value,
         array(named_struct('key', 'h', 'value', CAST('v' AS BINARY))) AS headers, 't' AS topic, 0 AS partition,

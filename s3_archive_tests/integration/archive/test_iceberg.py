@@ -8,7 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
+from s3_archive.archive.driver.commit import no_fault
 from s3_archive.archive.driver.coordinator import archive_windows
+from s3_archive.archive.protocol import S3Connection
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.io.iceberg_catalog import WINDOWS_PROPERTY, S3Endpoint, table_ident
 from s3_archive.io.s3 import verify_manifest
@@ -39,9 +42,10 @@ def endpoint(services) -> S3Endpoint:
     return S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
 
 
-def _run(*a, **kw) -> dict:
+def _run(spark, kafka, s3, cfg, topic, windows, log, endpoint, fault=no_fault) -> dict:
     """archive_windows, raising the first window's error (so a failure shows Spark's or Iceberg's message)."""
-    out = archive_windows(*a, **kw)
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log)
+    out = archive_windows(ctx, cfg, topic, windows, ArchiveHooks(fault=fault))
     for r in out.values():
         if isinstance(r, BaseException):
             raise r
@@ -174,7 +178,8 @@ def test_an_undecodable_value_fails_the_window_before_the_commit(spark, kafka, s
     cfg = archive_config(BUCKET, topic, f"ice-bad-{unique}/", format="iceberg",
                          value_decoding={"type": "json", "json_schema": "id BIGINT"}, read_path=read_path)
     window = OffsetWindow(0, 0, 2)
-    r = archive_windows(spark, kafka, s3, cfg, topic, [window], log, endpoint=endpoint)[window]
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log)
+    r = archive_windows(ctx, cfg, topic, [window])[window]
     assert isinstance(r, UndecodableValue), r
     assert f"topic {topic!r} partition 0 offset 1: the value is not a UTF-8 JSON object" in str(r)
     assert manifest(s3, cfg, topic, window) is None

@@ -11,6 +11,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.catalog.tables import decoded_columns
 from s3_archive.model.columns import SOURCE_FIELD
@@ -46,7 +47,7 @@ def test_fields_differing_only_in_case_or_holding_a_backtick_archive_and_read_ba
     cfg = archive_config(services.bucket, topic, "odd/parquet/", value_decoding={"type": "json",
                                                                                  "on_error": "dead_letter"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
-    m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
     assert spark.conf.get("spark.sql.caseSensitive") == case_sensitive  # the session is left as it was
     assert m.record_count == len(VALUES) and m.undecodable_records == 2
     [key] = final_objects(s3, cfg, topic)
@@ -77,7 +78,7 @@ def test_a_given_schema_with_such_names_and_a_prefix_archives_as_jsonl(odd_topic
                          value_decoding={"type": "json", "json_schema": "`id` BIGINT, `ID` STRING, `a``b` BIGINT",
                                          "column_prefix": "v_"}, read_path=read_path)
     window = OffsetWindow(0, 0, 2)  # on_error fail: the window without the record that is not JSON
-    m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
     [key] = final_objects(s3, cfg, topic)
     rows = [json.loads(line) for line in gzip.decompress(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
             .decode().splitlines()]

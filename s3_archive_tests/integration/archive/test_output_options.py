@@ -11,6 +11,7 @@ import fastavro
 import pyarrow.parquet as pq
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.s3 import list_objects
 from s3_archive.keys.buckets import join_bucket
@@ -53,7 +54,7 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     cfg = archive_config(services.bucket, topic, "opts/json-dlq/",
                          value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     m = result.manifest
     assert m.record_count == len(VALUES) and m.undecodable_records == 3
     assert m.absent_offsets == [] and m.absent_offset_count == 0  # dead letters are not gaps
@@ -78,7 +79,7 @@ def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, ka
     rows = {}
     for fmt in ("parquet", "avro"):
         cfg = archive_config(services.bucket, topic, f"opts/json-{fmt}/", format=fmt, value_decoding=decoding, read_path=read_path)
-        archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
+        archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, len(VALUES)))
         [key] = final_objects(s3, cfg, topic)
         body = io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
         rows[fmt] = pq.read_table(body).to_pylist() if fmt == "parquet" else list(fastavro.reader(body))
@@ -92,7 +93,7 @@ def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, sp
     cfg = archive_config(services.bucket, topic, "opts/json-schema/", envelope={"value": False, "headers": False},
                          value_decoding={"type": "json", "json_schema": "id BIGINT, name STRING",
                                          "on_error": "dead_letter"}, read_path=read_path)
-    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, len(VALUES)), log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, len(VALUES)))
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
     assert t.column_names == ["key", "topic", "partition", "offset", "timestamp", "timestamp_type", "id", "name"]
@@ -105,11 +106,11 @@ def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json
     cfg = archive_config(services.bucket, topic, "opts/json-fail/", value_decoding={"type": "utf8"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
     with pytest.raises(UndecodableValue, match=rf"topic '{topic}' partition 0: 1 record\(s\).*offset 1\b.*dead_letter"):
-        archive_window(spark, kafka, s3, cfg, topic, window, log)
+        archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     assert manifest(s3, cfg, topic, window) is None
     assert final_objects(s3, cfg, topic) == {} and staging_objects(s3, cfg, topic) == []
     ok = archive_config(services.bucket, topic, "opts/utf8/", value_decoding={"type": "utf8"}, read_path=read_path)
-    archive_window(spark, kafka, s3, ok, topic, OffsetWindow(0, 2, 3), log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), ok, topic, OffsetWindow(0, 2, 3))
     [key] = final_objects(s3, ok, topic)
     assert _table(s3, ok.bucket, key).column("value").to_pylist() == [VALUES[2].decode()]
 
@@ -119,7 +120,7 @@ def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, serv
     produce(kafka, topic, [(0, b"k", b"v", [])])
     cfg = archive_config(services.bucket, topic, "opts/env/", envelope={"metadata": False, "headers": False}, read_path=read_path)
     # offsets [0, 1) exist; ask for exactly that and check the columns
-    result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, 1))
     [key] = final_objects(s3, cfg, topic)
     assert _table(s3, cfg.bucket, key).column_names == ["key", "value"]
     assert result.manifest.envelope == ["key", "value"] and not result.manifest.restorable
@@ -141,7 +142,7 @@ def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, 
     cap = 10_000
     cfg = archive_config(services.bucket, topic, "opts/bytes-cap/", max_bytes_per_object=cap, read_path=read_path)
     window = OffsetWindow(0, 0, 40)
-    archive_window(spark, kafka, s3, cfg, topic, window, log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     parts = _parts(s3, cfg, topic)
     assert [k for k, _ in parts] == [object_key(cfg.prefix, topic, window, i, ".parquet")
                                      for i in range(len(parts))]
@@ -162,7 +163,7 @@ def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, 
     assert [t.column("offset").to_pylist() for _, t in parts] == expected
     # the same window archived again elsewhere gives the same parts
     cfg2 = archive_config(services.bucket, topic, "opts/bytes-cap-2/", max_bytes_per_object=cap, read_path=read_path)
-    archive_window(spark, kafka, s3, cfg2, topic, window, log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg2, topic, window)
     assert [t.column("offset").to_pylist() for _, t in _parts(s3, cfg2, topic)] == expected
 
 
@@ -170,7 +171,7 @@ def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic
     topic, _ = sized_topic
     cfg = archive_config(services.bucket, topic, "opts/json-cap/", format="json", compression="gzip",
                          max_records_per_object=15, max_bytes_per_object=60_000, read_path=read_path)
-    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 40), log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, 40))
     import gzip
 
     docs = [json.loads(gzip.decompress(s3.get_object(Bucket=cfg.bucket, Key=k)["Body"].read()))
@@ -205,7 +206,7 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     bucket = join_bucket([encode_value("day=2024-01-01"), encode_value("gone")])
     stale = object_key(cfg.prefix, topic, window, 0, ".parquet", cfg.layout, bucket)
     s3.put_object(Bucket=cfg.bucket, Key=stale, Body=b"stale")
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     keys = sorted(final_objects(s3, cfg, topic))
     assert stale not in keys and len(keys) == len(TIMED)  # one record per part
     by_key = {k: _table(s3, cfg.bucket, k).column("offset").to_pylist() for k in keys}
@@ -242,6 +243,6 @@ def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka,
     assert end == 4  # 3 aborted records + the abort marker
     for fmt, extra in (("parquet", {"max_records_per_object": 2}), ("json", {})):
         cfg = archive_config(services.bucket, topic, f"opts/aborted-{fmt}/", format=fmt, **extra, read_path=read_path)
-        result = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, end), log)
+        result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, OffsetWindow(0, 0, end))
         assert result.manifest.record_count == 0 and result.manifest.objects == []
         assert result.manifest.absent_offsets == [[0, end]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.s3 import list_objects
 from s3_archive.local.stack import create_bucket
@@ -57,7 +58,7 @@ def test_both_read_paths_write_the_same_bytes(case, nasty_topic, kafka, s3, serv
     for bucket, path in ((services.bucket, "librdkafka"), (OTHER_BUCKET, "spark")):
         cfg = archive_config(bucket, topic, f"paths/{case}/", read_path="spark", **CASES[case])
         cfg = cfg.model_copy(update={"read_path": path})
-        results[path] = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+        results[path] = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
     mine, theirs = results["librdkafka"], results["spark"]
     ignored = {"attempt", "committed_at"}
     assert mine.model_dump(exclude=ignored) == theirs.model_dump(exclude=ignored)

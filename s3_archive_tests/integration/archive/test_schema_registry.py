@@ -14,7 +14,9 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window, archive_windows
+from s3_archive.archive.protocol import S3Connection
 from s3_archive.io.registry_client import RegistryConnection
 from s3_archive.keys.objects import DEAD_LETTER
 from s3_archive.model.errors import SchemaRegistryUnavailable, UndecodableValue
@@ -74,7 +76,7 @@ def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry,
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
 
     w1 = OffsetWindow(0, 0, 4)
-    m1 = archive_window(spark, kafka, s3, cfg, topic, w1, log, registry=registry).manifest
+    m1 = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, w1).manifest
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
     # read as v2, the newest version when the window was archived: v1's records get email's default
@@ -100,7 +102,8 @@ def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry,
     # v3 removes `name`: the next window is read as v3
     later = _avro(sr, topic, V3, [{k: v for k, v in _order(5).items() if k != "name"}])
     produce(kafka, topic, [(0, b"k5", later[0], [])])
-    m2 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 4, 5), log, registry=registry).manifest
+    m2 = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
+                        OffsetWindow(0, 4, 5)).manifest
     fields = [f["name"] for f in json.loads(m2.spark_schema)["fields"]]
     assert "name" not in fields and "email" in fields
     assert [s.id for s in m2.schemas if s.reader] == [sr.get_version(f"{topic}-value", 3).schema_id]
@@ -117,14 +120,14 @@ def test_bad_records_follow_on_error(schema_registry, registry, kafka, s3, servi
 
     fail = archive_config(services.bucket, topic, f"sr/{unique}/fail/", value_decoding={"type": "avro"})
     with pytest.raises(UndecodableValue) as e:
-        archive_window(spark, kafka, s3, fail, topic, window, log, registry=registry)
+        archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), fail, topic, window)
     assert f"topic {topic!r} partition 0: 3 record(s)" in str(e.value)
     assert "first at offset 1: value: not Confluent-framed (first byte 0x70" in str(e.value)
     assert final_objects(s3, fail, topic) == {}  # nothing committed
 
     dlq = archive_config(services.bucket, topic, f"sr/{unique}/dlq/",
                          value_decoding={"type": "avro", "on_error": "dead_letter"})
-    m = archive_window(spark, kafka, s3, dlq, topic, window, log, registry=registry).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), dlq, topic, window).manifest
     assert m.record_count == 4 and m.undecodable_records == 3
     [key] = final_objects(s3, dlq, topic)
     assert _table(s3, dlq.bucket, key).column("id").to_pylist() == [1]
@@ -155,7 +158,8 @@ def test_keys_and_json_schema_values(schema_registry, registry, kafka, s3, servi
     produce(kafka, topic, recs)
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "json_schema"},
                          key_decoding={"type": "avro"})
-    m = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 3), log, registry=registry).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
+                       OffsetWindow(0, 0, 3)).manifest
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
     assert t.column("key_tenant").to_pylist() == ["t0", "t1", "t2"] and t.column("key_n").to_pylist() == [0, 1, 2]
@@ -172,11 +176,11 @@ def test_registry_unreachable_fails_the_run_naming_it_and_the_rerun_completes(sc
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
     down = RegistryConnection("http://127.0.0.1:9", username="u", password="secret-pw", timeout_s=1, attempts=2)
     window = OffsetWindow(0, 0, 1)
-    [r] = archive_windows(spark, kafka, s3, cfg, topic, [window], log, registry=down).values()
+    [r] = archive_windows(ArchiveContext.of_client(spark, kafka, s3, log, down), cfg, topic, [window]).values()
     assert isinstance(r, SchemaRegistryUnavailable)
     assert "the Schema Registry at http://127.0.0.1:9 as user 'u'" in str(r) and "secret-pw" not in str(r)
     assert final_objects(s3, cfg, topic) == {}  # nothing written, nothing committed
-    again = archive_window(spark, kafka, s3, cfg, topic, window, log, registry=registry)
+    again = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, window)
     assert again.outcome == "committed" and again.manifest.record_count == 1
 
 
@@ -187,7 +191,7 @@ def test_schema_from_registry_api_registered_directly(schema_registry, registry,
     sid = sr.register_schema(f"{topic}-value", Schema(json.dumps("string"), "AVRO"))
     produce(kafka, topic, [(0, None, b"\x00" + sid.to_bytes(4, "big") + b"\x06abc", [])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
-    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 1), log, registry=registry)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, OffsetWindow(0, 0, 1))
     [key] = final_objects(s3, cfg, topic)
     assert _table(s3, cfg.bucket, key).column("decoded").to_pylist() == ["abc"]
 
@@ -248,7 +252,8 @@ def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, 
     b = Order(id=2, iban="NO93")
     produce(kafka, topic, [(0, None, ser(a, ctx), []), (0, None, ser(b, ctx), [])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "protobuf"})
-    m = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 2), log, registry=registry).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
+                       OffsetWindow(0, 0, 2)).manifest
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
     assert t.column("id").to_pylist() == [1, 2]
@@ -282,7 +287,7 @@ def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, serv
                          layout={"template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+"
                                              "{{part}}", "partition_by": [{"kind": "value", "field": "shop.region",
                                                                            "name": "region"}]})
-    archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 6), log, registry=registry)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, OffsetWindow(0, 0, 6))
     by_dir: dict[str, list[int]] = {}
     for key in sorted(final_objects(s3, cfg, topic)):
         by_dir.setdefault(key.split("/")[-2], []).extend(_table(s3, cfg.bucket, key).column("id").to_pylist())
@@ -310,13 +315,12 @@ def test_avro_evolution_in_iceberg(schema_registry, registry, kafka, s3, service
     produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small1, [{"id": 1}, {"id": 2}])])
     cfg = archive_config(services.bucket, topic, f"srice-{unique}/", format="iceberg",
                          value_decoding={"type": "avro", "on_error": "dead_letter"})
-    w1 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 2), log, registry=registry,
-                        endpoint=endpoint).manifest
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log, registry)
+    w1 = archive_window(ctx, cfg, topic, OffsetWindow(0, 0, 2)).manifest
     assert w1.manifest_version == 2 and [s.reader for s in w1.schemas] == [True]
     produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small2, [{"id": 3, "tag": "new"}])]
             + [(0, None, b"not framed", [])])
-    w2 = archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 2, 4), log, registry=registry,
-                        endpoint=endpoint).manifest
+    w2 = archive_window(ctx, cfg, topic, OffsetWindow(0, 2, 4)).manifest
     assert w2.record_count == 2 and w2.undecodable_records == 1 and len(w2.dead_letter_objects) == 1
     rows = sorted(iceberg_table(services, cfg, topic).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
     assert [(r["offset"], r["id"], r.get("tag")) for r in rows] == [(0, 1, None), (1, 2, None), (2, 3, "new")]

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pyarrow.parquet as pq
 from backports import zstd
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.s3 import list_objects
 from s3_archive.model.windows import OffsetWindow
@@ -44,11 +45,11 @@ def test_jsonl_with_json_values_skipped_tombstones_gzip_level_and_a_dated_templa
                          layout={"template": "{{timestamp:unit=yyyy}}-{{timestamp:unit=MM}}-{{timestamp:unit=dd}}/"
                                              "{{topic}}-{{partition}}-{{start_offset}}", "partition_by": [],
                                  "padding": {"type": "none"}, "extension": ""})
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     m = result.manifest
     # Tombstones are read and counted, not absent and not written.
     assert (m.record_count, m.tombstones_skipped, m.absent_offset_count, m.restorable) == (7, 2, 0, False)
-    assert result.metadata(services.bucket, "k")["tombstones_skipped"] == 2
+    assert result.metadata()["tombstones_skipped"] == 2
     assert manifest(s3, cfg, topic, window).tombstones_skipped == 2
     # Aiven's {{utc_date}} as the record's date: the window's last record is of the next day.
     # The template puts the date first: the objects are under the prefix, not under a topic folder.
@@ -69,7 +70,7 @@ def test_json_arrays_with_json_values(kafka, s3, services, spark, unique):
     topic, window = _topic(kafka, unique, "sinkjson")
     cfg = archive_config(services.bucket, topic, f"sink/{unique}/json/", format="json",
                          sink_output={"value": "json"}, envelope={"key": False, "headers": False})
-    archive_window(spark, kafka, s3, cfg, topic, window, log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     [key] = final_objects(s3, cfg, topic)
     records = json.loads(_body(s3, services.bucket, key))
     assert [r["value"] for r in records] == [{"id": 1, "tags": ["x"]}, "plain text, ü", None, 42, "quoted", None,
@@ -82,7 +83,7 @@ def test_csv_with_a_header_row_raw_values_and_a_zstd_level(kafka, s3, services, 
     cfg = archive_config(services.bucket, topic, f"sink/{unique}/csv/", format="csv", compression="zstd",
                          compression_level=19, csv_fields=["offset", "key", "value"], max_records_per_object=4,
                          sink_output={"value": "text", "csv_header": True})
-    archive_window(spark, kafka, s3, cfg, topic, window, log)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     keys = sorted(final_objects(s3, cfg, topic))
     assert len(keys) == 2 and all(k.endswith(".csv.zst") for k in keys)
     lines: list[bytes] = []
@@ -101,7 +102,7 @@ def test_parquet_brotli_at_a_level(kafka, s3, services, spark, unique):
     topic, window = _topic(kafka, unique, "sinkbrotli")
     cfg = archive_config(services.bucket, topic, f"sink/{unique}/parquet/", compression="brotli",
                          compression_level=5)
-    result = archive_window(spark, kafka, s3, cfg, topic, window, log)
+    result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window)
     assert result.manifest.restorable  # a codec and its level lose nothing
     [key] = final_objects(s3, cfg, topic)
     f = pq.ParquetFile(io.BytesIO(_body(s3, services.bucket, key)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.s3 import list_objects
 from s3_archive.io.store_probe import ensure_conditional_writes, forget_checked, probe_conditional_writes
@@ -72,11 +73,12 @@ def test_the_archive_refuses_such_a_store_before_writing_and_checks_a_good_one_o
     fault_proxy.set_rules([FaultRule(IGNORE_CONDITIONS)])
 
     with pytest.raises(ConditionalWritesUnsupported, match="If-None-Match"):
-        archive_window(spark, kafka, proxied_s3, cfg, topic, window, log)
+        archive_window(ArchiveContext.of_client(spark, kafka, proxied_s3, log), cfg, topic, window)
     assert _left_behind(proxied_s3, cfg.bucket, cfg.prefix) == []  # no object, no manifest
 
     fault_proxy.clear()
-    assert archive_window(spark, kafka, proxied_s3, cfg, topic, window, log).outcome == "committed"
+    ctx = ArchiveContext.of_client(spark, kafka, proxied_s3, log)
+    assert archive_window(ctx, cfg, topic, window).outcome == "committed"
     probes = fault_proxy.stats()["requests_by_operation"].get("PUT If-None-Match", 0)
     fault_proxy.reset()
     ensure_conditional_writes(proxied_s3, cfg.bucket, cfg.prefix)  # passed once: not probed again

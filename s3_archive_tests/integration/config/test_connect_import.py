@@ -11,6 +11,7 @@ import time
 
 import yaml
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_windows
 from s3_archive.config.connect_import.convert import import_connect
 from s3_archive.config.foreign import ForeignSource
@@ -36,7 +37,7 @@ def imported(connector: dict, topic: str):
 
 
 def archive_and_restore(kafka, s3, spark, cfg, topic, windows, source, unique):
-    results = archive_windows(spark, kafka, s3, cfg, topic, windows, log)
+    results = archive_windows(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, windows)
     assert not [r for r in results.values() if isinstance(r, BaseException)], \
         [repr(r) for r in results.values() if isinstance(r, BaseException)]
     keys = sorted(o["Key"] for o in list_objects(s3, cfg.bucket, cfg.prefix)

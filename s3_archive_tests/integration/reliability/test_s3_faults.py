@@ -9,8 +9,10 @@ import os
 
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
 from s3_archive.archive.driver.coordinator import archive_window
-from s3_archive.archive.executor.upload import S3Connection
+from s3_archive.archive.protocol import S3Connection
+from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.s3 import delete_keys
 from s3_archive.keys.objects import MANIFESTS, object_key
 from s3_archive.local.fault_proxy import FaultRule
@@ -46,8 +48,9 @@ def _archive_with(proxy, rule, kafka, store, spark, unique, name, records, job_o
         setup(cfg, topic, window)
     res = proxied_s3(proxy)
     proxy.set_rules([rule(cfg, topic)])
-    result = archive_window(spark, kafka, res.get_client(), cfg, topic, window, log,
-                            conn=S3Connection.of_resource(res), job_options=job_options)
+    s3 = res.get_client()
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_resource(res), S3Endpoint.of_client(s3), log)
+    result = archive_window(ctx, cfg, topic, window, ArchiveHooks(job_options=job_options or {}))
     stats = proxy.stats()
     proxy.clear()
     return result, cfg, topic, window, produced, stats

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.defs.restore.config import RestoreConfig
 from s3_archive.keys.objects import manifest_key, object_key
@@ -49,7 +50,7 @@ def test_json_array_archive_with_dead_letters_restores_every_record_byte_for_byt
                          value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"})
     assert cfg.restorable
     window = OffsetWindow(0, 0, len(produced))
-    m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
     assert m.restorable is True and m.format == "json" and len(m.objects) > 1
     assert m.undecodable_records > 3 and m.dead_letter_objects
     target = create_topic(kafka, f"rjson-target-{unique}")
@@ -74,7 +75,7 @@ def test_a_layout_that_splits_windows_and_dead_letters_restore_in_offset_order(k
     cfg = archive_config(services.bucket, topic, f"rsplit/{unique}/", layout=LAYOUT,
                          value_decoding={"type": "json", "on_error": "dead_letter"})
     window = OffsetWindow(0, 0, len(produced))
-    m = archive_window(spark, kafka, s3, cfg, topic, window, log).manifest
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
     assert len(m.objects) >= 3 and m.dead_letter_objects  # eu, us, (null) buckets
     res = resources(services, kafka, spark_resource)
 

@@ -12,6 +12,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_window
 from s3_archive.io.registry_client import RegistryConnection
 from s3_archive.model.windows import OffsetWindow
@@ -45,8 +46,8 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
     cfg = archive_config(services.bucket, topic, f"srr/{unique}/", value_decoding={"type": "avro"},
                          key_decoding={"type": "avro"})
     window = OffsetWindow(0, 0, 5)
-    archive_window(spark, kafka, s3, cfg, topic, window, log,
-                   registry=RegistryConnection(schema_registry.url, timeout_s=10))
+    registry = RegistryConnection(schema_registry.url, timeout_s=10)
+    archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, window)
 
     # the source registry loses the schemas: the archive still reads as a typed table and still restores
     for subject in (f"{topic}-value", f"{topic}-key"):

@@ -13,6 +13,7 @@ from s3_archive.config.settings import parse_settings
 from s3_archive.defs.archive.assets import build_archive_asset
 from s3_archive.defs.metadata import PLOT_KEYS, typed
 from s3_archive.defs.restore.assets import build_restore_asset
+from s3_archive.keys.objects import WindowLocation, manifest_key
 from s3_archive.model.manifest import parse_manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import PartitionCount, RestoreRequest, WindowReport
@@ -37,7 +38,8 @@ def archive_metadata() -> list[dict[str, dg.MetadataValue]]:
         for manifest in (m, empty):
             for outcome, seconds in (("committed", 1.5), ("already_committed", 0.0),
                                      ("committed_by_concurrent_attempt", 2)):
-                out.append(typed(WindowResult(manifest.window, manifest, outcome, seconds).metadata("b", "k.json")))
+                where = WindowLocation("b", "", manifest.topic, manifest.window, ".parquet")
+                out.append(typed(WindowResult(where, manifest, outcome, seconds).metadata()))
     return out
 
 
@@ -63,7 +65,9 @@ def test_the_plot_keys_are_numeric_and_shared_by_archive_and_restore():
         assert {k: type(meta[k]) for k in PLOT_KEYS} == {k: KIND[t] for k, t in PLOT_KEYS.items()}
     a, r = archive_metadata()[0], restore_metadata()[0]
     assert a["lag_seconds"].value > 0 and r["lag_seconds"].value > 0
-    assert isinstance(a["manifest"], dg.PathMetadataValue) and a["manifest"].value == "s3://b/k.json"
+    first = parse_manifest(sorted(MANIFESTS.glob("*.json"))[0].read_text())
+    url = f"s3://b/{manifest_key('', first.topic, first.window)}"  # the window's manifest in bucket "b"
+    assert isinstance(a["manifest"], dg.PathMetadataValue) and a["manifest"].value == url
     # Every number is an int or a float value (the UI plots those), never text.
     for meta in (a, r):
         assert all(not isinstance(v, dg.TextMetadataValue) for k, v in meta.items()

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from s3_archive.archive.executor.upload import S3Connection
+from s3_archive.archive.protocol import S3Connection
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.local.fault_proxy import KINDS, FaultRule, _State, mixed, operation
 from s3_archive.model.errors import InvalidConfig

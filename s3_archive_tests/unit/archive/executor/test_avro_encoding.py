@@ -16,8 +16,9 @@ import pyarrow as pa
 import pytest
 
 from s3_archive.archive.executor import avro_encoding as avro_binary
-from s3_archive.archive.executor.encoders import AvroEncoder, _timestamps_as_micros, avro_schema
+from s3_archive.archive.executor.encoders import AvroEncoder, _timestamps_as_micros
 from s3_archive.archive.protocol import FormatPlan
+from s3_archive.model.registry_types import avro_schema
 
 ENVELOPE = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),

@@ -12,7 +12,8 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from s3_archive.archive.executor.registry_decode import DecodedPart, DecodePlan, decode, schema_id_column
+from s3_archive.archive.executor.registry_decode import decode, schema_id_column
+from s3_archive.archive.protocol import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import RegistryConnection, RegistrySchema
 from s3_archive.model.registry_types import avro_columns, json_schema_columns
 

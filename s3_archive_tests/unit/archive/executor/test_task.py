@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import s3_archive.archive.executor.task as writer_mod
-from s3_archive.archive.executor.upload import S3Connection, Written
-from s3_archive.archive.protocol import FormatPlan, Slice, WriteJob, slices_of, splittable, window_stats
+from s3_archive.archive.executor.upload import Written
+from s3_archive.archive.protocol import FormatPlan, S3Connection, Slice, WriteJob, slices_of, splittable, window_stats
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.objects import object_key
 from s3_archive.model.windows import OffsetWindow
@@ -196,8 +196,8 @@ def test_columns_the_task_derives_give_the_same_bytes_and_statistics_as_columns_
     makes them (writer._stored_table). Same objects, byte for byte, and the same slice statistics."""
     from pyspark.sql import types as T
 
-    from s3_archive.archive.executor.encoders import avro_schema
     from s3_archive.archive.protocol import DERIVED
+    from s3_archive.model.registry_types import avro_schema
 
     offsets = [3, 4, 5, 7, 8, 11]
     env = _envelope(offsets)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from google.protobuf import descriptor_pb2, message_factory
 
-from s3_archive.archive.executor.protobuf_schemas import (
+from s3_archive.archive.protobuf_schemas import (
     ProtobufDecoder,
     compile_schema,
     message_indexes,

@@ -9,6 +9,9 @@ wrappers (Int64Value, StringValue, ...) their nullable value. A field of a oneof
 message field that is not set. The message of the columns is the schema's first one (the one producers use unless
 they name another with the message indexes of the wire format; any of the file's messages decodes, its fields
 matched by name).
+
+Both sides use it: the driver for a run's columns (driver/registry_plan.py), the write tasks to decode
+(executor/registry_decode.py). It imports nothing of Spark or Dagster.
 """
 
 from __future__ import annotations
