@@ -3,7 +3,6 @@
 import dagster as dg
 from pydantic import Field
 
-from s3_archive.config.foreign import ForeignSource
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import (
