@@ -36,8 +36,9 @@ def test_the_sinks_objects_at_or_past_the_archives_start_are_left_out_as_the_arc
 def test_a_foreign_run_sums_the_sinks_objects_and_the_archives_windows_as_one_run():
     request = RestoreRequest("orders", "restored")
     listing = [ListedObject("sink/orders-0-0.gz", 10), ListedObject("sink/notes.txt", 3)]
-    run = ForeignRun(RunSummary(request), plan(source(), listing, {0: 100}), archive_windows=1,
-                     cold=ColdReport(cold=2, requested=1), skipped={"sink/bad.gz": "not gzip"})
+    planned = plan(source(), listing, {0: 100})
+    planned.skipped["sink/bad.gz"] = "not gzip"
+    run = ForeignRun(RunSummary(request), planned, archive_windows=1, cold=ColdReport(cold=2, requested=1))
     run.summary.add(report(OffsetWindow(0, 0, 100), 100, skipped=3, transactions=1, timestamps_replaced=2))
     run.summary.add(report(OffsetWindow(0, 100, 150), 50, filtered=4, transactions=2))
     meta = run.metadata()
