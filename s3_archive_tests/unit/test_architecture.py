@@ -20,7 +20,7 @@ PURE = {"model", "keys"}  # pure logic: the standard library and pydantic only
 STAGES = {"archive", "restore", "catalog", "lifecycle"}  # Dagster is defs/'s (and the resources' in io/)
 EXECUTOR = "s3_archive.archive.executor"  # runs in Spark's Python workers: no Spark, no Dagster, no driver code
 DRIVER = "s3_archive.archive.driver"
-# defs/ splits every domain the same way (STYLE.md), so these names repeat there, and only there.
+# defs/ splits every domain the same way (docs/architecture.md), so these names repeat there, and only there.
 DEFS_NAMES = {"assets", "sensors", "checks", "schedules", "partitions", "config"}
 MAX_LINES = 500
 
