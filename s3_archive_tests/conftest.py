@@ -17,7 +17,7 @@ import os
 import signal
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import boto3
@@ -113,6 +113,14 @@ def outage_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
         broker.stop()
 
 
+@pytest.fixture(scope="session")
+def outage_kafka(outage_broker: KafkaBroker) -> Iterator[KafkaResource]:
+    """`outage_broker`'s KafkaResource (5 s client timeout), its admin client closed before the broker stops."""
+    kafka = KafkaResource(bootstrap_servers=outage_broker.bootstrap_servers, timeout_s=5)
+    yield kafka
+    kafka.close()
+
+
 @dataclass
 class SecureServices:
     """A broker whose only listener is SASL_SSL (SCRAM-SHA-512, a local CA) and a moto server on HTTPS with a
@@ -126,6 +134,7 @@ class SecureServices:
     kms_key_id: str
     bucket: str
     data_dir: Path
+    made: list[KafkaResource] = field(default_factory=list)  # closed by the fixture before the broker stops
 
     def env(self, password: str | None = None) -> dict[str, str]:
         """The variables a deployment sets (docs/configuration.md): SASL_SSL + the CA, the endpoint + its CA bundle,
@@ -146,10 +155,12 @@ class SecureServices:
         }
 
     def kafka(self, password: str | None = None, timeout_s: float = 15.0) -> KafkaResource:
-        return KafkaResource(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_SSL",
-                             sasl_mechanism=SCRAM, sasl_username=SECURE_USER,
-                             sasl_password=self.password if password is None else password,
-                             ssl_ca_location=self.ca_file, timeout_s=timeout_s)
+        kafka = KafkaResource(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_SSL",
+                              sasl_mechanism=SCRAM, sasl_username=SECURE_USER,
+                              sasl_password=self.password if password is None else password,
+                              ssl_ca_location=self.ca_file, timeout_s=timeout_s)
+        self.made.append(kafka)
+        return kafka
 
     def s3(self) -> S3Resource:
         return S3Resource(endpoint_url=self.s3_endpoint_url, region_name="us-east-1", path_style=True,
@@ -187,8 +198,13 @@ def secure_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
                    "aws_access_key_id": SECURE_S3_KEY_ID, "aws_secret_access_key": secret}
             boto3.client("s3", **aws).create_bucket(Bucket=SECURE_BUCKET)
             kms_key = boto3.client("kms", **aws).create_key(Description="s3-archive tests")["KeyMetadata"]["KeyId"]
-            yield SecureServices(broker.bootstrap_servers, str(broker.ca_file), password, moto.endpoint_url, secret,
-                                 kms_key, SECURE_BUCKET, root)
+            secure = SecureServices(broker.bootstrap_servers, str(broker.ca_file), password, moto.endpoint_url,
+                                    secret, kms_key, SECURE_BUCKET, root)
+            try:
+                yield secure
+            finally:
+                for kafka in secure.made:
+                    kafka.close()
         finally:
             moto.stop()
     finally:
@@ -282,8 +298,11 @@ def store(request: pytest.FixtureRequest, services: Services) -> Store:
 
 
 @pytest.fixture(scope="session")
-def kafka(services: Services) -> KafkaResource:
-    return KafkaResource(bootstrap_servers=services.bootstrap_servers)
+def kafka(services: Services) -> Iterator[KafkaResource]:
+    """The session broker's KafkaResource; its admin client is closed before the broker stops."""
+    kafka = KafkaResource(bootstrap_servers=services.bootstrap_servers)
+    yield kafka
+    kafka.close()
 
 
 @pytest.fixture(scope="session")

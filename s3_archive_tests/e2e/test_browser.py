@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,8 +121,8 @@ def test_a_restore_clicked_in_the_ui_lands_every_record_byte_for_byte(demo, requ
         b.driver.get(f"{demo.url}/assets/{RESTORE_ASSET}?view=partitions")
         b.visible(with_text("Materialized (6)"), timeout=60)  # every window restored, as the UI shows it
         b.shot("restored-windows")
-    kafka = kafka_of(demo)
-    source, restored = consume_all(kafka, TOPIC), consume_all(kafka, TARGET)
+    with closing(kafka_of(demo)) as kafka:
+        source, restored = consume_all(kafka, TOPIC), consume_all(kafka, TARGET)
     assert sum(len(v) for v in source.values()) == 6000
     for p, records in source.items():  # partition mapping `same`: partition p into partition p, in order
         assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in restored[p]] == [

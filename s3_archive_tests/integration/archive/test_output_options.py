@@ -25,7 +25,7 @@ from s3_archive_tests.integration.archive_helpers import (
     manifest,
     staging_objects,
 )
-from s3_archive_tests.kafka_helpers import create_topic, parquet_records, produce
+from s3_archive_tests.kafka_helpers import create_topic, open_producer, parquet_records, produce
 
 VALUES = [
     b'{"id": 1, "name": "a", "tags": ["x"]}',
@@ -225,16 +225,14 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
 def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka, s3, services, spark, unique, read_path):
     """All records aborted: an empty read through a window function must not lose the window's statistics
     (adaptive execution used to drop them, and the run waited forever)."""
-    from confluent_kafka import Producer
-
     topic = create_topic(kafka, f"aborted-{unique}")
-    producer = Producer(kafka.client_config(**{"transactional.id": f"aborted-{unique}"}))
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for i in range(3):
-        producer.produce(topic, value=b"x", partition=0)
-    producer.flush(30)  # abort purges what is still queued: get the records into the log first
-    producer.abort_transaction(30)
+    with open_producer(kafka, **{"transactional.id": f"aborted-{unique}"}) as producer:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, value=b"x", partition=0)
+        producer.flush(30)  # abort purges what is still queued: get the records into the log first
+        producer.abort_transaction(30)
     # The coordinator writes the abort marker after it answers: wait for it to reach the log.
     deadline = time.monotonic() + 15
     while (end := kafka.offsets(topic, "latest")[0]) < 4 and time.monotonic() < deadline:

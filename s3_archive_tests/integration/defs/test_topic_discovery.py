@@ -4,7 +4,7 @@ adds; definitions load the known topics from the state, so a reload with Kafka d
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -79,8 +79,7 @@ def test_topic_pattern_archives_the_topics_a_refresh_found_and_a_reload_with_kaf
     assert archived(up) == {a, b, f"fixed-{unique}"}
     before = describe_definitions(up)
 
-    with unreachable() as address:
-        down = KafkaResource(bootstrap_servers=address, timeout_s=2)
+    with unreachable() as address, closing(KafkaResource(bootstrap_servers=address, timeout_s=2)) as down:
         t = time.monotonic()
         with pytest.raises(KafkaUnavailable, match=f"cannot reach Kafka at {address}"):
             refresh_topics(settings, down, state)
