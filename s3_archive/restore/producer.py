@@ -222,7 +222,10 @@ class Producer:
         destroying it under that call is not safe."""
         if not self.abandoned:
             self.producer.purge()
-            self.producer.close()
+            try:
+                self.producer.close()
+            except KafkaException:  # a client in a fatal state (fenced) raises that error again
+                pass
 
     def abort(self) -> None:
         if self.in_txn:

@@ -296,10 +296,12 @@ class RestoreRun:
     def release(self) -> None:
         """Close the producer (no transaction is open) and the ledger's consumer, so neither outlives the run in a
         frame an error's traceback keeps."""
-        if self.producer is not None:
-            self.producer.close()
+        try:
+            if self.producer is not None:
+                self.producer.close()
+        finally:
             self.producer = None
-        self.ledger_store.close()
+            self.ledger_store.close()
 
     def _commit(self, rep: WindowReport) -> list[WindowReport]:
         """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
