@@ -35,7 +35,7 @@ JVM_VARIANTS = {
 # --- the workload (bench/workload.py) ---
 PARTITIONS = 4
 VALUE_BYTES = 500
-# The restore's producer settings (s3_archive/restore/kafka.py) minus the transaction: the bare produce, and the
+# The restore's producer settings (s3_archive/restore/producer.py) minus the transaction: the bare produce, and the
 # producer of the workload itself, run with them so that restore vs produce compares like with like.
 PRODUCER_CONF = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "message.max.bytes": 64 << 20,
                  "queue.buffering.max.messages": 200_000}

@@ -1,7 +1,7 @@
 """Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession; and,
 started only by the tests that ask for them, one SASL_SSL broker with one HTTPS moto server (`secure_services`, for
-the tests of secured connections), one PostgreSQL server, Schema Registries (Apicurio; `schema_registry`, and a
-second one, `target_registry`, for restores into another registry), and versitygw, a second real S3 server
+the tests of secured connections), one PostgreSQL server, Schema Registries (Apicurio; `registry_server`, and a
+second one, `target_registry_server`, for restores into another registry), and versitygw, a second real S3 server
 (`store`: the commit protocol's tests run against moto and against it).
 
 Integration tests share them and isolate themselves by topic name, S3 prefix and database.
@@ -17,7 +17,7 @@ import os
 import signal
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import boto3
@@ -113,6 +113,14 @@ def outage_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
         broker.stop()
 
 
+@pytest.fixture(scope="session")
+def outage_kafka(outage_broker: KafkaBroker) -> Iterator[KafkaResource]:
+    """`outage_broker`'s KafkaResource (5 s client timeout), its admin client closed before the broker stops."""
+    kafka = KafkaResource(bootstrap_servers=outage_broker.bootstrap_servers, timeout_s=5)
+    yield kafka
+    kafka.close()
+
+
 @dataclass
 class SecureServices:
     """A broker whose only listener is SASL_SSL (SCRAM-SHA-512, a local CA) and a moto server on HTTPS with a
@@ -126,6 +134,7 @@ class SecureServices:
     kms_key_id: str
     bucket: str
     data_dir: Path
+    made: list[KafkaResource] = field(default_factory=list)  # closed by the fixture before the broker stops
 
     def env(self, password: str | None = None) -> dict[str, str]:
         """The variables a deployment sets (docs/configuration.md): SASL_SSL + the CA, the endpoint + its CA bundle,
@@ -146,10 +155,12 @@ class SecureServices:
         }
 
     def kafka(self, password: str | None = None, timeout_s: float = 15.0) -> KafkaResource:
-        return KafkaResource(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_SSL",
-                             sasl_mechanism=SCRAM, sasl_username=SECURE_USER,
-                             sasl_password=self.password if password is None else password,
-                             ssl_ca_location=self.ca_file, timeout_s=timeout_s)
+        kafka = KafkaResource(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_SSL",
+                              sasl_mechanism=SCRAM, sasl_username=SECURE_USER,
+                              sasl_password=self.password if password is None else password,
+                              ssl_ca_location=self.ca_file, timeout_s=timeout_s)
+        self.made.append(kafka)
+        return kafka
 
     def s3(self) -> S3Resource:
         return S3Resource(endpoint_url=self.s3_endpoint_url, region_name="us-east-1", path_style=True,
@@ -187,8 +198,13 @@ def secure_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
                    "aws_access_key_id": SECURE_S3_KEY_ID, "aws_secret_access_key": secret}
             boto3.client("s3", **aws).create_bucket(Bucket=SECURE_BUCKET)
             kms_key = boto3.client("kms", **aws).create_key(Description="s3-archive tests")["KeyMetadata"]["KeyId"]
-            yield SecureServices(broker.bootstrap_servers, str(broker.ca_file), password, moto.endpoint_url, secret,
-                                 kms_key, SECURE_BUCKET, root)
+            secure = SecureServices(broker.bootstrap_servers, str(broker.ca_file), password, moto.endpoint_url,
+                                    secret, kms_key, SECURE_BUCKET, root)
+            try:
+                yield secure
+            finally:
+                for kafka in secure.made:
+                    kafka.close()
         finally:
             moto.stop()
     finally:
@@ -217,14 +233,14 @@ def _registry(root: Path) -> Iterator[SchemaRegistryServer]:
 
 
 @pytest.fixture(scope="session")
-def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
     """A Schema Registry (Apicurio, in-memory) for the session; started only by the tests that ask for it, stopped
     by PID. Tests isolate themselves by subject (topic) names."""
     yield from _registry(tmp_path_factory.mktemp("schema-registry"))
 
 
 @pytest.fixture(scope="session")
-def target_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+def target_registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
     """A second, empty Schema Registry: the registry of a restore's target cluster."""
     yield from _registry(tmp_path_factory.mktemp("target-registry"))
 
@@ -249,7 +265,7 @@ class Store:
 
 
 @pytest.fixture(scope="session")
-def versitygw(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+def versitygw_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     """versitygw over a temporary directory, started on first use, stopped by PID."""
     gateway = VersityGateway(tmp_path_factory.mktemp("versitygw"), TEST_AWS["AWS_ACCESS_KEY_ID"],
                              TEST_AWS["AWS_SECRET_ACCESS_KEY"])
@@ -263,9 +279,9 @@ def versitygw(services: Services, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="session")
-def versitygw_fault_proxy(versitygw: Store, services: Services) -> Iterator[FaultProxy]:
+def versitygw_fault_proxy(versitygw_store: Store, services: Services) -> Iterator[FaultProxy]:
     """The S3 fault proxy in front of versitygw (no faults until a test sets rules)."""
-    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw.s3_endpoint_url)
+    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw_store.s3_endpoint_url)
     proxy.start()
     try:
         yield proxy
@@ -278,12 +294,15 @@ def store(request: pytest.FixtureRequest, services: Services) -> Store:
     """Each S3 server in turn: the tests of the commit protocol run against both."""
     if request.param == "moto":
         return Store("moto", services.bootstrap_servers, services.s3_endpoint_url, services.bucket)
-    return request.getfixturevalue("versitygw")
+    return request.getfixturevalue("versitygw_store")
 
 
 @pytest.fixture(scope="session")
-def kafka(services: Services) -> KafkaResource:
-    return KafkaResource(bootstrap_servers=services.bootstrap_servers)
+def kafka(services: Services) -> Iterator[KafkaResource]:
+    """The session broker's KafkaResource; its admin client is closed before the broker stops."""
+    kafka = KafkaResource(bootstrap_servers=services.bootstrap_servers)
+    yield kafka
+    kafka.close()
 
 
 @pytest.fixture(scope="session")

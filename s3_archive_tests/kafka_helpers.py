@@ -7,7 +7,10 @@ import gzip
 import io
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow.parquet as pq
 from confluent_kafka.admin import NewTopic
@@ -40,6 +43,19 @@ class Rec:
     timestamp_ms: int
 
 
+@contextmanager
+def open_producer(kafka: KafkaResource, **conf: Any) -> Iterator[Any]:
+    """A producer of `kafka`, destroyed on leaving; what is still queued after a 60 s flush is dropped (the
+    producer's own `with` flushes without a bound: a test whose broker went away would never leave it)."""
+    producer = kafka.producer(**conf)
+    try:
+        yield producer
+    finally:
+        producer.flush(60)
+        producer.purge()
+        producer.close()
+
+
 def create_topic(kafka: KafkaResource, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
     admin = kafka.admin()
     admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(timeout=30)
@@ -50,7 +66,6 @@ def produce(kafka: KafkaResource, topic: str, records: list[tuple[int, bytes | N
             timestamps: list[int] | None = None, **conf) -> list[Rec]:
     """Produce (partition, key, value, headers) in order, with the given CreateTime timestamps (epoch ms) or
     the producer's clock; returns what the broker stored, with offsets."""
-    producer = kafka.producer(**{"enable.idempotence": True, "linger.ms": 5, "message.max.bytes": 8 << 20, **conf})
     out: list[Rec] = []
     errors: list[str] = []
 
@@ -64,16 +79,18 @@ def produce(kafka: KafkaResource, topic: str, records: list[tuple[int, bytes | N
                            msg.timestamp()[1]))
         return report
 
-    for i, (partition, key, value, headers) in enumerate(records):
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
-                                 on_delivery=done(headers), timestamp=timestamps[i] if timestamps else 0)
-                break
-            except BufferError:  # the producer's queue is full (a broker still starting): let it drain
-                producer.poll(0.5)
-        producer.poll(0)
-    producer.flush(60)
+    with open_producer(kafka, **{"enable.idempotence": True, "linger.ms": 5, "message.max.bytes": 8 << 20,
+                                 **conf}) as producer:
+        for i, (partition, key, value, headers) in enumerate(records):
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, partition=partition, headers=headers or None,
+                                     on_delivery=done(headers), timestamp=timestamps[i] if timestamps else 0)
+                    break
+                except BufferError:  # the producer's queue is full (a broker still starting): let it drain
+                    producer.poll(0.5)
+            producer.poll(0)
+        producer.flush(60)
     assert not errors, errors
     return sorted(out, key=lambda r: (r.partition, r.offset))
 

@@ -215,6 +215,17 @@ class KafkaResource(dg.ConfigurableResource):
         self._admin = (os.getpid(), admin)  # a race makes two; one is kept, both work
         return admin
 
+    def close(self) -> None:
+        """Destroy the kept admin client, if this process made it (the next request makes a new one): its
+        threads stop, and stop reconnecting to a cluster that went away."""
+        cached, self._admin = self._admin, None
+        if cached is not None and cached[0] == os.getpid():
+            cached[1].__exit__(None, None, None)  # AdminClient has no close(): leaving its context destroys it
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """The copy Dagster made for a run or a sensor tick closes its admin client when they end."""
+        self.close()
+
     def unavailable(self, e: BaseException, client: Any = None, what: str = "") -> KafkaUnavailable:
         """One clear KafkaUnavailable for a failed call of `client` (made by `admin`): refused credentials or a
         failed TLS handshake say so, naming the servers and the user, never a secret."""

@@ -1,1 +1,1 @@
-"""The embedded local stack: a real Kafka broker from Maven jars and a moto S3/Glue/Athena server."""
+"""The local stack of the demo and the tests, started and stopped by PID (its modules: docs/architecture.md)."""

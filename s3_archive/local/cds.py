@@ -44,6 +44,7 @@ def _train(archive: Path) -> None:
                              headers=[("trace", f"{i:08x}".encode())], partition=0)
         producer.flush(60)
         del producer  # librdkafka clients left alive would log refused connections once the stack stops
+        kafka.close()
         spark = SparkResource(
             s3_endpoint_url=moto.endpoint_url, s3_access_key_id=LOCAL_AWS["AWS_ACCESS_KEY_ID"],
             s3_secret_access_key=LOCAL_AWS["AWS_SECRET_ACCESS_KEY"], s3_path_style=True, app_name="cds-training",

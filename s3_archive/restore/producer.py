@@ -125,10 +125,12 @@ class Producer:
             "transaction.timeout.ms": 300_000,
         })
         self.in_txn = False
+        self.abandoned = False  # a call passed our deadline and may still be inside the client
         try:
             # Aborts a transaction a crashed run left open, and fences that run's producer.
             self._call(self.producer.init_transactions)
         except KafkaException as e:
+            self.close()
             err = _kafka_error(e)
             unreachable = err is not None and (err.retriable() or err.code() in _UNREACHABLE)
             raise (CoordinatorUnreachable if unreachable else RestoreFailed)(
@@ -160,6 +162,7 @@ class Producer:
         try:
             return call_with_deadline(fn, *args, self.timeout, deadline_s=self.deadline, what=name)
         except DeadlineExceeded:
+            self.abandoned = True
             raise CoordinatorUnreachable(
                 f"{name} for transactional.id {self.request.ledger_id!r} did not return within {self.deadline:.0f}s "
                 f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
@@ -212,6 +215,17 @@ class Producer:
                 self.abort()
             raise self.failed("committing a restore transaction to", e) from None
         self.in_txn = False
+
+    def close(self) -> None:
+        """Destroy the client once no transaction is open: what is still queued is dropped (`purge`), so it
+        returns at once. A client a call may still be inside (past our deadline) is left to the garbage collector:
+        destroying it under that call is not safe."""
+        if not self.abandoned:
+            self.producer.purge()
+            try:
+                self.producer.close()
+            except KafkaException:  # a client in a fatal state (fenced) raises that error again
+                pass
 
     def abort(self) -> None:
         if self.in_txn:

@@ -157,7 +157,7 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
         # init_transactions aborts its transaction.)
         run.close(log)
         raise
-    run.ledger_store.close()
+    run.release()
 
 
 def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, log: Logger) -> list[WindowSource]:
@@ -288,14 +288,26 @@ class RestoreRun:
                             "(broker_outage_seconds), so the run gave up") from None
 
     def close(self, log: Logger) -> None:
-        """After a failure: abort the open transaction (if any), close the ledger's consumer."""
+        """After a failure: abort the open transaction (if any), then `release`; a producer whose abort failed is
+        dropped instead of closed (closing would abort it again, and wait)."""
         try:
             if self.producer is not None:
                 try:
                     self.producer.abort()
                 except Exception as e:  # the original error matters more
                     log.warning(f"aborting the restore transaction failed too: {e}")
+                    self.producer = None
         finally:
+            self.release()
+
+    def release(self) -> None:
+        """Close the producer (no transaction is open) and the ledger's consumer, so neither outlives the run in a
+        frame an error's traceback keeps."""
+        try:
+            if self.producer is not None:
+                self.producer.close()
+        finally:
+            self.producer = None
             self.ledger_store.close()
 
     def _commit(self, rep: WindowReport) -> list[WindowReport]:

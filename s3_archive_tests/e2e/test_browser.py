@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.local.processes import free_port
 from s3_archive.local.stack import down, local_s3_client, read_state
 from s3_archive.model.windows import OffsetWindow
-from s3_archive_tests.browser import Browser, artifacts_dir, chromium, starting_with, with_text
+from s3_archive_tests.e2e.browser import Browser, artifacts_dir, chromium, starting_with, with_text
 from s3_archive_tests.e2e.test_dagster_dev import graphql
 from s3_archive_tests.integration.restore.test_restore import consume_all
 
@@ -120,8 +121,8 @@ def test_a_restore_clicked_in_the_ui_lands_every_record_byte_for_byte(demo, requ
         b.driver.get(f"{demo.url}/assets/{RESTORE_ASSET}?view=partitions")
         b.visible(with_text("Materialized (6)"), timeout=60)  # every window restored, as the UI shows it
         b.shot("restored-windows")
-    kafka = kafka_of(demo)
-    source, restored = consume_all(kafka, TOPIC), consume_all(kafka, TARGET)
+    with closing(kafka_of(demo)) as kafka:
+        source, restored = consume_all(kafka, TOPIC), consume_all(kafka, TARGET)
     assert sum(len(v) for v in source.values()) == 6000
     for p, records in source.items():  # partition mapping `same`: partition p into partition p, in order
         assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in restored[p]] == [

@@ -27,7 +27,7 @@ PROTOCOL = "s3_archive.archive.protocol"  # the contract between the two sides
 # Everything else the two sides share is in archive/protocol.py (or a module of archive/ beside it).
 TASK_ENTRY_POINTS = {f"{EXECUTOR}.task": {"write_task", "read_task", "envelope_task"},
                      f"{EXECUTOR}.registry_decode": {"table_rows"}}
-# defs/ splits every domain the same way (STYLE.md), so these names repeat there, and only there.
+# defs/ splits every domain the same way (docs/architecture.md), so these names repeat there, and only there.
 DEFS_NAMES = {"assets", "sensors", "checks", "schedules", "partitions", "config"}
 MAX_LINES = 500
 

@@ -155,6 +155,9 @@ def publish(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, 
         finally:
             consumer.close()
             producer.flush(0)
+            # Destroyed now, not when an error's traceback lets this frame go (its close() would first wait for
+            # what is queued while the cluster is unreachable).
+            producer = None
     raise KafkaUnavailable(f"the dead letters of window {m.window_key} of {topic!r} were not produced to "
                            f"{target!r} ({kafka.who}): {kafka.scrub(str(last))}. The window is committed; running it "
                            "again produces them (once)")

@@ -1,1 +1,1 @@
-"""The archive domain: one asset per topic, partitioned by offset windows."""
+"""The archive domain: one asset per topic, partitioned by offset windows (its modules: docs/architecture.md)."""

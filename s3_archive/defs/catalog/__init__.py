@@ -1,1 +1,1 @@
-"""The catalog domain: one Glue table per archived topic, kept current as windows land (s3_archive/catalog/)."""
+"""The catalog domain: one Glue table per archived topic (its modules: docs/architecture.md)."""

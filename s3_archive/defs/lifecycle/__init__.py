@@ -1,2 +1,1 @@
-"""The lifecycle domain: one asset per archive that reconciles its S3 lifecycle rules (s3_archive/lifecycle/), and
-the maintenance of its Iceberg tables."""
+"""The lifecycle domain: S3 lifecycle rules and Iceberg maintenance per archive (its modules: docs/architecture.md)."""

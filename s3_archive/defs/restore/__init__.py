@@ -1,1 +1,1 @@
-"""The restore domain: one asset per archived topic, partitioned by the archive's offset windows."""
+"""The restore domain: one asset per archived topic, partitioned by its windows (its modules: docs/architecture.md)."""

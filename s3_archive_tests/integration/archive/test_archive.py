@@ -10,7 +10,6 @@ from collections import Counter
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
-from confluent_kafka import Producer
 
 from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
 from s3_archive.archive.driver.coordinator import archive_window
@@ -32,7 +31,7 @@ from s3_archive_tests.integration.archive_helpers import (
     staging_objects,
     window_metadata,
 )
-from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, parquet_records, produce
+from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, open_producer, parquet_records, produce
 
 
 @pytest.fixture
@@ -269,20 +268,20 @@ def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka,
 
 def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique, read_path):
     topic = create_topic(kafka, f"txn-{unique}")
-    producer = Producer(kafka.client_config(**{"transactional.id": f"txn-{unique}"}))
-    producer.init_transactions(30)
     committed_values = []
-    for batch in range(4):
-        producer.begin_transaction()
-        values = [f"b{batch}-{i}".encode() for i in range(5)]
-        for v in values:
-            producer.produce(topic, value=v, partition=0)
-        producer.flush(30)  # abort purges what is still queued: get the records into the log first
-        if batch % 2 == 0:
-            producer.commit_transaction(30)
-            committed_values += values
-        else:
-            producer.abort_transaction(30)
+    with open_producer(kafka, **{"transactional.id": f"txn-{unique}"}) as producer:
+        producer.init_transactions(30)
+        for batch in range(4):
+            producer.begin_transaction()
+            values = [f"b{batch}-{i}".encode() for i in range(5)]
+            for v in values:
+                producer.produce(topic, value=v, partition=0)
+            producer.flush(30)  # abort purges what is still queued: get the records into the log first
+            if batch % 2 == 0:
+                producer.commit_transaction(30)
+                committed_values += values
+            else:
+                producer.abort_transaction(30)
     deadline = time.monotonic() + 10  # the coordinator writes the last marker after abort_transaction returns
     while (end := kafka.offsets(topic, "latest")[0]) < 24 and time.monotonic() < deadline:
         time.sleep(0.05)

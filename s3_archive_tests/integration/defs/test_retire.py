@@ -66,8 +66,8 @@ def test_retired_windows_leave_the_partition_set_and_stay_checked(kafka, service
 
     # A lost sensor cursor does not cut windows over the retired offsets.
     produce(kafka, topic, [(0, None, b"new", [])] * 10)
-    result = build_offsets_sensor(cfg)(dg.build_sensor_context(
-        instance=instance, resources={"kafka": kafka, "s3": s3_resource(services)}))
+    with dg.build_sensor_context(instance=instance, resources={"kafka": kafka, "s3": s3_resource(services)}) as ctx:
+        result = build_offsets_sensor(cfg)(ctx)
     (req,) = result.dynamic_partitions_requests
     assert list(req.partition_keys) == [OffsetWindow(0, 40, 50).key]
 

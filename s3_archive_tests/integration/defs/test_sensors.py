@@ -41,7 +41,7 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.windows import OffsetWindow, check_contiguous
 from s3_archive_tests.integration.archive_helpers import materialize, resources, s3_resource, window_metadata
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import create_topic, open_producer, produce
 
 
 def config(services, topics: list[str], unique: str, **flush) -> ArchiveConfig:
@@ -58,9 +58,9 @@ def _sensor_s3(services):
 
 
 def tick(cfg: ArchiveConfig, kafka, instance: dg.DagsterInstance, cursor: str | None = None) -> dg.SensorResult:
-    context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka, "s3": SENSOR_S3[0]},
-                                      cursor=cursor)
-    result = build_offsets_sensor(cfg)(context)
+    with dg.build_sensor_context(instance=instance, resources={"kafka": kafka, "s3": SENSOR_S3[0]},
+                                 cursor=cursor) as context:
+        result = build_offsets_sensor(cfg)(context)
     assert isinstance(result, dg.SensorResult)
     return result
 
@@ -375,10 +375,10 @@ def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_re
 
 def produce_at(kafka, topic: str, records: list[tuple[int, int]]) -> None:
     """(partition, CreateTime in epoch ms) records, in order."""
-    producer = kafka.producer(**{"enable.idempotence": True})
-    for partition, ts in records:
-        producer.produce(topic, value=b"x", partition=partition, timestamp=ts)
-    assert producer.flush(60) == 0
+    with open_producer(kafka, **{"enable.idempotence": True}) as producer:
+        for partition, ts in records:
+            producer.produce(topic, value=b"x", partition=partition, timestamp=ts)
+        assert producer.flush(60) == 0
 
 
 def test_at_each_cron_tick_the_sensor_also_cuts_every_rest_up_to_the_last_stable_offset(kafka, services,

@@ -22,7 +22,7 @@ from s3_archive.local.processes import free_port
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import manifest, materialize, resources, window_metadata
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import create_topic, open_producer, produce
 
 
 def tick(cfg: ArchiveConfig, res: dict, instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
@@ -211,12 +211,12 @@ def test_the_committed_ends_are_a_consumer_groups_offsets_and_kafkas_tool_shows_
     assert consumer_groups(services.bootstrap_servers, group) == {0: (20, 30, 10), 1: (25, 30, 5)}
 
     # A transaction's records and its commit marker: windows end at the last stable offset, the group with them.
-    producer = kafka.producer(**{"transactional.id": f"lag-{unique}"})
-    producer.init_transactions()
-    producer.begin_transaction()
-    for _ in range(5):
-        producer.produce(topic, b"t", partition=1)
-    producer.commit_transaction()
+    with open_producer(kafka, **{"transactional.id": f"lag-{unique}"}) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for _ in range(5):
+            producer.produce(topic, b"t", partition=1)
+        producer.commit_transaction()
     materialize(cfg, topic, [OffsetWindow(1, 25, 36)], res, instance)  # 5 old + 5 transactional + the marker
     assert consumer_groups(services.bootstrap_servers, group)[1] == (36, 36, 0)
 

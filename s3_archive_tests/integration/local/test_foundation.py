@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import socket
+from contextlib import closing
 
 import pyarrow.parquet as pq
 import pytest
@@ -47,8 +48,8 @@ def test_unreachable_broker_is_one_clear_error():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
-        k = KafkaResource(bootstrap_servers=f"127.0.0.1:{port}", timeout_s=2)
-        with pytest.raises(KafkaUnavailable, match=f"cannot reach Kafka at 127.0.0.1:{port}"):
+        with closing(KafkaResource(bootstrap_servers=f"127.0.0.1:{port}", timeout_s=2)) as k, \
+                pytest.raises(KafkaUnavailable, match=f"cannot reach Kafka at 127.0.0.1:{port}"):
             k.partitions("anything")
 
 

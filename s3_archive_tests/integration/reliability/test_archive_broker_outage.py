@@ -10,7 +10,6 @@ import time
 
 import dagster as dg
 
-from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
     archive_config,
@@ -28,9 +27,9 @@ DOWN_S = 10.0
 BOUND_S = 180.0
 
 
-def test_broker_restarted_mid_archive_then_rerun_is_exactly_once(outage_broker, services, spark_resource, s3,
-                                                                  unique):
-    kafka = KafkaResource(bootstrap_servers=outage_broker.bootstrap_servers, timeout_s=5)
+def test_broker_restarted_mid_archive_then_rerun_is_exactly_once(outage_broker, outage_kafka, services, spark_resource,
+                                                                  s3, unique):
+    kafka = outage_kafka
     topic = create_topic(kafka, f"outage-arc-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(1000), []) for i in range(RECORDS)])
     cfg = archive_config(services.bucket, topic, f"outage-arc/{unique}/", format="parquet")

@@ -56,8 +56,8 @@ class Archived:
 
 
 @pytest.fixture(scope="module")
-def archived(outage_broker, services, spark_resource) -> Archived:
-    kafka = KafkaResource(bootstrap_servers=outage_broker.bootstrap_servers, timeout_s=5)
+def archived(outage_kafka, services, spark_resource) -> Archived:
+    kafka = outage_kafka
     unique = uuid.uuid4().hex[:8]
     topic = create_topic(kafka, f"outage-src-{unique}", partitions=PARTITIONS)
     n = PARTITIONS * WINDOW * WINDOWS_PER_PARTITION

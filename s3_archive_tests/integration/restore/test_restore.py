@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.restore.assets import build_restore_asset, restore_asset_key
@@ -36,7 +36,7 @@ from s3_archive.restore.routing import PartitionMapping, murmur2_partition
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
-from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
+from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, open_producer, produce
 from s3_archive_tests.manifests import hand_manifest
 
 
@@ -90,7 +90,6 @@ def consume_all(kafka, topic: str) -> dict[int, list[Got]]:
 
 def produce_timed(kafka, topic: str, records: list[tuple[int, bytes | None, bytes | None, list, int]]) -> list[Rec]:
     """Like kafka_helpers.produce, with an explicit CreateTime per record."""
-    p = Producer(kafka.client_config(**{"enable.idempotence": True, "linger.ms": 5}))
     out: list[Rec] = []
 
     def report(headers):
@@ -99,16 +98,17 @@ def produce_timed(kafka, topic: str, records: list[tuple[int, bytes | None, byte
             out.append(Rec(msg.partition(), msg.offset(), msg.key(), msg.value(), tuple(headers), msg.timestamp()[1]))
         return cb
 
-    for part, key, value, headers, ts in records:
-        while True:
-            try:
-                p.produce(topic, key=key, value=value, partition=part, headers=headers or None, timestamp=ts,
-                          on_delivery=report(headers))
-                break
-            except BufferError:
-                p.poll(0.1)
-        p.poll(0)
-    p.flush(60)
+    with open_producer(kafka, **{"enable.idempotence": True, "linger.ms": 5}) as p:
+        for part, key, value, headers, ts in records:
+            while True:
+                try:
+                    p.produce(topic, key=key, value=value, partition=part, headers=headers or None, timestamp=ts,
+                              on_delivery=report(headers))
+                    break
+                except BufferError:
+                    p.poll(0.1)
+            p.poll(0)
+        p.flush(60)
     return sorted(out, key=lambda r: (r.partition, r.offset))
 
 
@@ -437,16 +437,16 @@ def test_murmur2_agrees_with_a_real_producers_partition_choice(kafka, unique):
     rnd = random.Random(11)
     keys = [f"key-{i}".encode() for i in range(100)] + [rnd.randbytes(rnd.randrange(1, 40)) for _ in range(100)]
     keys += [b"\x00", b"\xff\xff\xff\xff", "ключ".encode()]
-    producer = Producer(kafka.client_config(partitioner="murmur2_random"))
     chosen: dict[bytes, int] = {}
 
     def report(err, msg):
         assert err is None, err
         chosen[msg.key()] = msg.partition()
 
-    for k in keys:
-        producer.produce(topic, key=k, value=b"", on_delivery=report)  # no partition: the partitioner decides
-    producer.flush(30)
+    with open_producer(kafka, partitioner="murmur2_random") as producer:
+        for k in keys:
+            producer.produce(topic, key=k, value=b"", on_delivery=report)  # no partition: the partitioner decides
+        producer.flush(30)
 
     assert len(chosen) == len(set(keys))
     assert {k: murmur2_partition(k, 7) for k in chosen} == chosen

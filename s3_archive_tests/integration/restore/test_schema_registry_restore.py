@@ -29,12 +29,12 @@ USER = {"type": "record", "name": "User", "namespace": "crm", "fields": [
 USER_KEY = {"type": "record", "name": "UserKey", "namespace": "crm", "fields": [{"name": "id", "type": "long"}]}
 
 
-def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_registry, kafka, s3, services, spark,
-                                                     unique):
+def test_dr_restore_rewrites_ids_into_a_new_registry(registry_server, target_registry_server, kafka, s3, services,
+                                                     spark, unique):
     topic = create_topic(kafka, f"sr-dr-{unique}")
-    source = SchemaRegistryClient({"url": schema_registry.url, "timeout": 10})
+    source = SchemaRegistryClient({"url": registry_server.url, "timeout": 10})
     # another subject first, so that the target's ids differ from the source's
-    target = SchemaRegistryClient({"url": target_registry.url, "timeout": 10})
+    target = SchemaRegistryClient({"url": target_registry_server.url, "timeout": 10})
     target.register_schema(f"other-{unique}", Schema(json.dumps({"type": "record", "name": "X", "fields": []}),
                                                      "AVRO"))
     vser = AvroSerializer(source, json.dumps(USER))
@@ -46,7 +46,7 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
     cfg = archive_config(services.bucket, topic, f"srr/{unique}/", value_decoding={"type": "avro"},
                          key_decoding={"type": "avro"})
     window = OffsetWindow(0, 0, 5)
-    registry = RegistryConnection(schema_registry.url, timeout_s=10)
+    registry = RegistryConnection(registry_server.url, timeout_s=10)
     archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, window)
 
     # the source registry loses the schemas: the archive still reads as a typed table and still restores
@@ -66,7 +66,7 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
 
     # into the new cluster's registry: schemas registered there, ids rewritten
     dr = create_topic(kafka, f"sr-dr-new-{unique}")
-    rewrite = SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "topic_name")
+    rewrite = SchemaRewrite(RegistryConnection(target_registry_server.url, timeout_s=10), "topic_name")
     list(restore_windows(RestoreContext(kafka, s3, log, schemas=rewrite), ArchiveSource(cfg.bucket, cfg.prefix),
                          RestoreRequest(topic, dr), [window]))
     got = consume_all(kafka, dr)[0]
@@ -82,7 +82,7 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
 
     # RecordNameStrategy: the subject is the record's full name
     named = create_topic(kafka, f"sr-dr-named-{unique}")
-    named_rewrite = SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "record_name")
+    named_rewrite = SchemaRewrite(RegistryConnection(target_registry_server.url, timeout_s=10), "record_name")
     list(restore_windows(RestoreContext(kafka, s3, log, schemas=named_rewrite), ArchiveSource(cfg.bucket, cfg.prefix),
                          RestoreRequest(topic, named), [window]))
     assert {"crm.User", "crm.UserKey"} <= set(target.get_subjects())

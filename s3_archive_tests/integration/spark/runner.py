@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from s3_archive_tests.process_list import CommandLineWatch
+from s3_archive_tests.integration.process_list import CommandLineWatch
 
 RESULT = "@@RESULT "
 

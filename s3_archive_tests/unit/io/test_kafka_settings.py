@@ -3,6 +3,7 @@ librdkafka and for Spark's Java client (JAAS quoting); errors that never carry a
 
 from __future__ import annotations
 
+import dagster as dg
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given
@@ -136,3 +137,32 @@ def test_the_admin_client_is_made_once_per_resource_and_process(monkeypatch):
     child = kafka.admin()
     assert child is not first
     assert kafka.admin() is child
+
+
+def test_close_destroys_the_kept_admin_client_and_a_run_closes_its_own(monkeypatch):
+    """`close` destroys the kept client (its threads stop reconnecting to a cluster that went away) and the next
+    request makes a new one; the copy Dagster makes for a run or a tick closes its client when they end; a client
+    another process made (before a fork) is left alone."""
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9")  # nothing is asked of it: no broker needed
+    first = kafka.admin()
+    kafka.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        first.list_topics(timeout=0.1)
+    second = kafka.admin()
+    assert second is not first
+    kafka.close()
+    kafka.close()  # nothing kept: nothing to do
+
+    with dg.build_resources({"kafka": KafkaResource(bootstrap_servers="127.0.0.1:9")}) as res:
+        in_run = res.kafka.admin()
+        assert res.kafka.admin() is in_run
+    with pytest.raises(RuntimeError, match="closed"):
+        in_run.list_topics(timeout=0.1)
+
+    with monkeypatch.context() as m:
+        m.setattr("s3_archive.io.kafka.os.getpid", lambda: -1)  # made by another process: its parent, say
+        parents = kafka.admin()
+    kafka.close()
+    with pytest.raises(KafkaException):  # alive: the request times out (a destroyed one raises RuntimeError)
+        parents.list_topics(timeout=0.1)
+    parents.__exit__(None, None, None)
