@@ -212,7 +212,7 @@ def test_no_module_over_the_size_limit():
     assert not long, f"split these by role (over {MAX_LINES} lines): {long}"
 
 
-# defs/ wires Dagster to the stages (STYLE.md): Kafka and S3 are reached through a stage's entry point, never by a
+# defs/ wires Dagster to the stages (docs/architecture.md): Kafka and S3 are reached through a stage's entry point, never by a
 # client library, an io/ helper that lists, reads or asks for offsets, or a request sent from defs/ itself.
 DEFS_NO_LIBRARY = ("confluent_kafka", "boto3", "botocore")
 DEFS_NO_IO = {"s3_archive.io.s3": ("list_objects", "list_prefixes", "delete_keys", "read_manifest", "verify_manifest",
