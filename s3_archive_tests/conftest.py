@@ -1,7 +1,7 @@
 """Session-scoped real services: one Kafka broker (from the Maven jars), one moto server, one SparkSession; and,
 started only by the tests that ask for them, one SASL_SSL broker with one HTTPS moto server (`secure_services`, for
-the tests of secured connections), one PostgreSQL server, Schema Registries (Apicurio; `schema_registry`, and a
-second one, `target_registry`, for restores into another registry), and versitygw, a second real S3 server
+the tests of secured connections), one PostgreSQL server, Schema Registries (Apicurio; `registry_server`, and a
+second one, `target_registry_server`, for restores into another registry), and versitygw, a second real S3 server
 (`store`: the commit protocol's tests run against moto and against it).
 
 Integration tests share them and isolate themselves by topic name, S3 prefix and database.
@@ -233,14 +233,14 @@ def _registry(root: Path) -> Iterator[SchemaRegistryServer]:
 
 
 @pytest.fixture(scope="session")
-def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+def registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
     """A Schema Registry (Apicurio, in-memory) for the session; started only by the tests that ask for it, stopped
     by PID. Tests isolate themselves by subject (topic) names."""
     yield from _registry(tmp_path_factory.mktemp("schema-registry"))
 
 
 @pytest.fixture(scope="session")
-def target_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+def target_registry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
     """A second, empty Schema Registry: the registry of a restore's target cluster."""
     yield from _registry(tmp_path_factory.mktemp("target-registry"))
 
@@ -265,7 +265,7 @@ class Store:
 
 
 @pytest.fixture(scope="session")
-def versitygw(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+def versitygw_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     """versitygw over a temporary directory, started on first use, stopped by PID."""
     gateway = VersityGateway(tmp_path_factory.mktemp("versitygw"), TEST_AWS["AWS_ACCESS_KEY_ID"],
                              TEST_AWS["AWS_SECRET_ACCESS_KEY"])
@@ -279,9 +279,9 @@ def versitygw(services: Services, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="session")
-def versitygw_fault_proxy(versitygw: Store, services: Services) -> Iterator[FaultProxy]:
+def versitygw_fault_proxy(versitygw_store: Store, services: Services) -> Iterator[FaultProxy]:
     """The S3 fault proxy in front of versitygw (no faults until a test sets rules)."""
-    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw.s3_endpoint_url)
+    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw_store.s3_endpoint_url)
     proxy.start()
     try:
         yield proxy
@@ -294,7 +294,7 @@ def store(request: pytest.FixtureRequest, services: Services) -> Store:
     """Each S3 server in turn: the tests of the commit protocol run against both."""
     if request.param == "moto":
         return Store("moto", services.bootstrap_servers, services.s3_endpoint_url, services.bucket)
-    return request.getfixturevalue("versitygw")
+    return request.getfixturevalue("versitygw_store")
 
 
 @pytest.fixture(scope="session")

@@ -30,13 +30,14 @@ REGION_LAYOUT = {"template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}
 
 
 @pytest.fixture(scope="module")
-def bad_topic(kafka):
+def bad_topic_and_records(kafka):
     topic = create_topic(kafka, "policies")
     return topic, produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(VALUES)])
 
 
-def test_skip_drops_undecodable_and_unplaceable_records_and_counts_them(bad_topic, kafka, s3, services, spark):
-    topic, produced = bad_topic
+def test_skip_drops_undecodable_and_unplaceable_records_and_counts_them(bad_topic_and_records, kafka, s3, services,
+                                                                        spark):
+    topic, produced = bad_topic_and_records
     cfg = archive_config(services.bucket, topic, "policies/skip/",
                          value_decoding={"type": "json", "on_error": "skip", "column_prefix": "v_"},
                          layout={**REGION_LAYOUT, "on_missing": "skip"})
@@ -49,9 +50,9 @@ def test_skip_drops_undecodable_and_unplaceable_records_and_counts_them(bad_topi
     assert sorted(x.offset for x in archived_records(s3, cfg, topic)) == [0, 2, 5]
 
 
-def test_an_unplaceable_record_fails_the_window_naming_it_and_commits_nothing(bad_topic, kafka, s3, services,
-                                                                             spark):
-    topic, _ = bad_topic
+def test_an_unplaceable_record_fails_the_window_naming_it_and_commits_nothing(bad_topic_and_records, kafka, s3,
+                                                                              services, spark):
+    topic, _ = bad_topic_and_records
     cfg = archive_config(services.bucket, topic, "policies/fail/",
                          value_decoding={"type": "json", "on_error": "skip", "column_prefix": "v_"},
                          layout={**REGION_LAYOUT, "on_missing": "fail"})
@@ -61,9 +62,9 @@ def test_an_unplaceable_record_fails_the_window_naming_it_and_commits_nothing(ba
     assert manifest(s3, cfg, topic, window) is None
 
 
-def test_dead_letters_go_to_s3_and_to_a_kafka_topic_with_context_headers_once(bad_topic, kafka, s3, services,
-                                                                             spark, unique):
-    topic, produced = bad_topic
+def test_dead_letters_go_to_s3_and_to_a_kafka_topic_with_context_headers_once(bad_topic_and_records, kafka, s3,
+                                                                              services, spark, unique):
+    topic, produced = bad_topic_and_records
     dlq = create_topic(kafka, f"policies-dlq-{unique}")
     cfg = archive_config(services.bucket, topic, f"policies/dlq-{unique}/",
                          value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"},

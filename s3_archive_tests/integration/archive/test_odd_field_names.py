@@ -29,7 +29,7 @@ VALUES = [
 
 
 @pytest.fixture(scope="module")
-def odd_topic(kafka):
+def odd_topic_and_records(kafka):
     topic = create_topic(kafka, "odd-names")
     return topic, produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(VALUES)])
 
@@ -39,9 +39,9 @@ def _read_back(s3, bucket, window, manifest) -> list[tuple]:
             for r in b.rows()]
 
 
-def test_fields_differing_only_in_case_or_holding_a_backtick_archive_and_read_back(odd_topic, kafka, s3, services,
-                                                                                   spark, read_path):
-    topic, produced = odd_topic
+def test_fields_differing_only_in_case_or_holding_a_backtick_archive_and_read_back(odd_topic_and_records, kafka, s3,
+                                                                                   services, spark, read_path):
+    topic, produced = odd_topic_and_records
     case_sensitive = spark.conf.get("spark.sql.caseSensitive")
     cfg = archive_config(services.bucket, topic, "odd/parquet/", value_decoding={"type": "json",
                                                                                  "on_error": "dead_letter"}, read_path=read_path)
@@ -71,8 +71,9 @@ def test_fields_differing_only_in_case_or_holding_a_backtick_archive_and_read_ba
     assert {"id", "id_2", "offset_2"} <= set(cols) and '"ID"' in cols["id_2"] and '"Offset"' in cols["offset_2"]
 
 
-def test_a_given_schema_with_such_names_and_a_prefix_archives_as_jsonl(odd_topic, kafka, s3, services, spark, read_path):
-    topic, produced = odd_topic
+def test_a_given_schema_with_such_names_and_a_prefix_archives_as_jsonl(odd_topic_and_records, kafka, s3, services,
+                                                                       spark, read_path):
+    topic, produced = odd_topic_and_records
     cfg = archive_config(services.bucket, topic, "odd/jsonl/", format="jsonl", compression="gzip",
                          value_decoding={"type": "json", "json_schema": "`id` BIGINT, `ID` STRING, `a``b` BIGINT",
                                          "column_prefix": "v_"}, read_path=read_path)

@@ -43,13 +43,14 @@ def _table(s3, bucket, key):
 
 
 @pytest.fixture(scope="module")
-def json_topic(kafka):
+def json_topic_and_records(kafka):
     topic = create_topic(kafka, "decode")
     return topic, produce(kafka, topic, [(0, f"k{i}".encode(), v, [("h", b"1")]) for i, v in enumerate(VALUES)])
 
 
-def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(json_topic, kafka, s3, services, spark, read_path):
-    topic, produced = json_topic
+def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(json_topic_and_records, kafka, s3,
+                                                                              services, spark, read_path):
+    topic, produced = json_topic_and_records
     cfg = archive_config(services.bucket, topic, "opts/json-dlq/",
                          value_decoding={"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
@@ -70,10 +71,11 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     assert staging_objects(s3, cfg, topic) == []
 
 
-def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, kafka, s3, services, spark, read_path):
+def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic_and_records, kafka, s3, services, spark,
+                                                                  read_path):
     """The columnar avro encoder (archive/executor/avro_encoding.py) on the types Spark infers from JSON values (nested
     records, arrays, nulls, text): fastavro reads back the rows that the Parquet object of the same window holds."""
-    topic, _ = json_topic
+    topic, _ = json_topic_and_records
     decoding = {"type": "json", "on_error": "dead_letter", "column_prefix": "v_"}
     rows = {}
     for fmt in ("parquet", "avro"):
@@ -87,8 +89,8 @@ def test_avro_holds_the_records_parquet_holds_with_decoded_values(json_topic, ka
     assert rows["avro"] == rows["parquet"]
 
 
-def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, spark, read_path):
-    topic, _ = json_topic
+def test_given_json_schema_types_the_columns(json_topic_and_records, kafka, s3, services, spark, read_path):
+    topic, _ = json_topic_and_records
     cfg = archive_config(services.bucket, topic, "opts/json-schema/", envelope={"value": False, "headers": False},
                          value_decoding={"type": "json", "json_schema": "id BIGINT, name STRING",
                                          "on_error": "dead_letter"}, read_path=read_path)
@@ -100,8 +102,9 @@ def test_given_json_schema_types_the_columns(json_topic, kafka, s3, services, sp
     assert str(t.schema.field("id").type) == "int64"
 
 
-def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json_topic, kafka, s3, services, spark, read_path):
-    topic, _ = json_topic
+def test_undecodable_fails_by_default_naming_the_offset_and_commits_nothing(json_topic_and_records, kafka, s3, services,
+                                                                            spark, read_path):
+    topic, _ = json_topic_and_records
     cfg = archive_config(services.bucket, topic, "opts/json-fail/", value_decoding={"type": "utf8"}, read_path=read_path)
     window = OffsetWindow(0, 0, len(VALUES))
     with pytest.raises(UndecodableValue, match=rf"topic '{topic}' partition 0: 1 record\(s\).*offset 1\b.*dead_letter"):
@@ -126,7 +129,7 @@ def test_envelope_without_metadata_still_records_gaps_from_kafka(kafka, s3, serv
 
 
 @pytest.fixture(scope="module")
-def sized_topic(kafka):
+def sized_topic_and_records(kafka):
     topic = create_topic(kafka, "rotate")
     # 40 records, values of 100..4000 bytes: uneven sizes exercise the byte cap
     return topic, produce(kafka, topic, [(0, None, bytes([65 + i % 26]) * (100 * (i + 1)), []) for i in range(40)])
@@ -136,8 +139,8 @@ def _parts(s3, cfg, topic):
     return [(k, _table(s3, cfg.bucket, k)) for k in sorted(final_objects(s3, cfg, topic))]
 
 
-def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, services, spark, read_path):
-    topic, produced = sized_topic
+def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic_and_records, kafka, s3, services, spark, read_path):
+    topic, produced = sized_topic_and_records
     cap = 10_000
     cfg = archive_config(services.bucket, topic, "opts/bytes-cap/", max_bytes_per_object=cap, read_path=read_path)
     window = OffsetWindow(0, 0, 40)
@@ -166,8 +169,9 @@ def test_byte_cap_rotation_is_deterministic_and_ordered(sized_topic, kafka, s3, 
     assert [t.column("offset").to_pylist() for _, t in _parts(s3, cfg2, topic)] == expected
 
 
-def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic, kafka, s3, services, spark, read_path):
-    topic, _ = sized_topic
+def test_json_array_with_record_cap_gives_one_valid_array_per_object(sized_topic_and_records, kafka, s3, services,
+                                                                     spark, read_path):
+    topic, _ = sized_topic_and_records
     cfg = archive_config(services.bucket, topic, "opts/json-cap/", format="json", compression="gzip",
                          max_records_per_object=15, max_bytes_per_object=60_000, read_path=read_path)
     archive_window(spark, kafka, s3, cfg, topic, OffsetWindow(0, 0, 40), log)
@@ -222,7 +226,8 @@ def test_layout_template_and_partitioners_bucket_a_window(kafka, s3, services, s
     assert produced  # the records above are the produced ones
 
 
-def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka, s3, services, spark, unique, read_path):
+def test_a_window_with_no_committed_record_through_rotation_commits_empty(kafka, s3, services, spark, unique,
+                                                                          read_path):
     """All records aborted: an empty read through a window function must not lose the window's statistics
     (adaptive execution used to drop them, and the run waited forever)."""
     topic = create_topic(kafka, f"aborted-{unique}")

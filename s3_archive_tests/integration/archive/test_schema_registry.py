@@ -61,14 +61,14 @@ def _table(s3, bucket: str, key: str):
 
 
 @pytest.fixture(scope="module")
-def registry(schema_registry) -> RegistryConnection:
-    return RegistryConnection(schema_registry.url, timeout_s=10)
+def registry(registry_server) -> RegistryConnection:
+    return RegistryConnection(registry_server.url, timeout_s=10)
 
 
-def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry, registry, kafka, s3, services,
+def test_avro_values_become_typed_columns_one_schema_per_window(registry_server, registry, kafka, s3, services,
                                                                  spark, unique):
     topic = create_topic(kafka, f"sr-avro-{unique}")
-    sr = _registry_client(schema_registry.url)
+    sr = _registry_client(registry_server.url)
     first = _avro(sr, topic, V1, [_order(1), _order(2)]) + _avro(sr, topic, V2, [_order(3, email="c@x")])
     produce(kafka, topic, [(0, f"k{i}".encode(), v, []) for i, v in enumerate(first)] + [(0, b"gone", None, [])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
@@ -106,9 +106,9 @@ def test_avro_values_become_typed_columns_one_schema_per_window(schema_registry,
     assert [s.id for s in m2.schemas if s.reader] == [sr.get_version(f"{topic}-value", 3).schema_id]
 
 
-def test_bad_records_follow_on_error(schema_registry, registry, kafka, s3, services, spark, unique):
+def test_bad_records_follow_on_error(registry_server, registry, kafka, s3, services, spark, unique):
     topic = create_topic(kafka, f"sr-bad-{unique}")
-    sr = _registry_client(schema_registry.url)
+    sr = _registry_client(registry_server.url)
     good = _avro(sr, topic, V1, [_order(1)])[0]
     unknown = b"\x00" + (987654).to_bytes(4, "big") + good[5:]
     values = [good, b"plain text", unknown, good[:7]]
@@ -139,9 +139,9 @@ def test_bad_records_follow_on_error(schema_registry, registry, kafka, s3, servi
     assert "does not decode with schema id" in reasons[2]
 
 
-def test_keys_and_json_schema_values(schema_registry, registry, kafka, s3, services, spark, unique):
+def test_keys_and_json_schema_values(registry_server, registry, kafka, s3, services, spark, unique):
     topic = create_topic(kafka, f"sr-json-{unique}")
-    sr = _registry_client(schema_registry.url)
+    sr = _registry_client(registry_server.url)
     key_ser = AvroSerializer(sr, json.dumps({"type": "record", "name": "K", "fields": [
         {"name": "tenant", "type": "string"}, {"name": "n", "type": "int"}]}))
     schema = {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"},
@@ -164,10 +164,10 @@ def test_keys_and_json_schema_values(schema_registry, registry, kafka, s3, servi
     assert {s.part for s in m.schemas} == {"key", "value"}
 
 
-def test_registry_unreachable_fails_the_run_naming_it_and_the_rerun_completes(schema_registry, registry, kafka, s3,
+def test_registry_unreachable_fails_the_run_naming_it_and_the_rerun_completes(registry_server, registry, kafka, s3,
                                                                               services, spark, unique):
     topic = create_topic(kafka, f"sr-down-{unique}")
-    produce(kafka, topic, [(0, None, v, []) for v in _avro(_registry_client(schema_registry.url), topic, V1,
+    produce(kafka, topic, [(0, None, v, []) for v in _avro(_registry_client(registry_server.url), topic, V1,
                                                            [_order(1)])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
     down = RegistryConnection("http://127.0.0.1:9", username="u", password="secret-pw", timeout_s=1, attempts=2)
@@ -180,10 +180,10 @@ def test_registry_unreachable_fails_the_run_naming_it_and_the_rerun_completes(sc
     assert again.outcome == "committed" and again.manifest.record_count == 1
 
 
-def test_schema_from_registry_api_registered_directly(schema_registry, registry, kafka, s3, services, spark, unique):
+def test_schema_from_registry_api_registered_directly(registry_server, registry, kafka, s3, services, spark, unique):
     """A subject registered through the registry's API (not by a serializer) is read the same way."""
     topic = create_topic(kafka, f"sr-api-{unique}")
-    sr = _registry_client(schema_registry.url)
+    sr = _registry_client(registry_server.url)
     sid = sr.register_schema(f"{topic}-value", Schema(json.dumps("string"), "AVRO"))
     produce(kafka, topic, [(0, None, b"\x00" + sid.to_bytes(4, "big") + b"\x06abc", [])])
     cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
@@ -231,7 +231,7 @@ def _order_class(tmp_path):
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.v1.Order"))
 
 
-def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, s3, services, spark, unique,
+def test_protobuf_values_become_typed_columns(registry_server, registry, kafka, s3, services, spark, unique,
                                               tmp_path):
     from datetime import UTC, datetime
 
@@ -239,7 +239,7 @@ def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, 
 
     topic = create_topic(kafka, f"sr-proto-{unique}")
     Order = _order_class(tmp_path)  # noqa: N806
-    ser = ProtobufSerializer(Order, _registry_client(schema_registry.url), {"use.deprecated.format": False})
+    ser = ProtobufSerializer(Order, _registry_client(registry_server.url), {"use.deprecated.format": False})
     ctx = SerializationContext(topic, MessageField.VALUE)
     a = Order(id=1, tags=["x", "y"], card="4111", counts={"a": 2}, status=1)
     a.ship.city = "Oslo"
@@ -263,13 +263,13 @@ def test_protobuf_values_become_typed_columns(schema_registry, registry, kafka, 
     assert [s.schema_type for s in m.schemas] == ["PROTOBUF"]
 
 
-def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, services, spark, unique):
+def test_partition_by_a_decoded_field(registry_server, registry, kafka, s3, services, spark, unique):
     from s3_archive.restore.request import RestoreRequest
     from s3_archive.restore.run import restore_windows
     from s3_archive_tests.integration.restore.test_restore import consume_all
 
     topic = create_topic(kafka, f"sr-layout-{unique}")
-    sr = _registry_client(schema_registry.url)
+    sr = _registry_client(registry_server.url)
     schema = {"type": "record", "name": "Sale", "fields": [
         {"name": "id", "type": "long"}, {"name": "shop", "type": {"type": "record", "name": "Shop", "fields": [
             {"name": "region", "type": ["null", "string"], "default": None}]}}]}
@@ -294,7 +294,7 @@ def test_partition_by_a_decoded_field(schema_registry, registry, kafka, s3, serv
     assert [g.value for g in consume_all(kafka, target)[0]] == [r.value for r in produced]
 
 
-def test_avro_evolution_in_iceberg(schema_registry, registry, kafka, s3, services, spark, unique):
+def test_avro_evolution_in_iceberg(registry_server, registry, kafka, s3, services, spark, unique):
     """v1 then v2 (a field added with a default): the table gains the column (Iceberg schema evolution); read back
     by pyiceberg, an independent reader."""
     from s3_archive.io.iceberg_catalog import S3Endpoint
@@ -303,7 +303,7 @@ def test_avro_evolution_in_iceberg(schema_registry, registry, kafka, s3, service
 
     endpoint = S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
     topic = create_topic(kafka, f"sr-ice-{unique}")
-    sr = _registry_client(schema_registry.url)
+    sr = _registry_client(registry_server.url)
     small1 = {"type": "record", "name": "M", "fields": [{"name": "id", "type": "long"}]}
     small2 = {**small1, "fields": [*small1["fields"], {"name": "tag", "type": ["null", "string"], "default": None}]}
     produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small1, [{"id": 1}, {"id": 2}])])

@@ -28,16 +28,16 @@ V1 = {"type": "record", "name": "Reading", "fields": [
 V2 = {**V1, "fields": [*V1["fields"], {"name": "site", "type": ["null", "string"], "default": None}]}
 
 
-def test_the_table_reads_the_typed_objects_and_gains_new_fields(schema_registry, kafka, services, spark_resource,
+def test_the_table_reads_the_typed_objects_and_gains_new_fields(registry_server, kafka, services, spark_resource,
                                                                   spark, unique):
     topic = create_topic(kafka, f"cat-sr-{unique}")
-    sr = SchemaRegistryClient({"url": schema_registry.url, "timeout": 10})
+    sr = SchemaRegistryClient({"url": registry_server.url, "timeout": 10})
     ctx = SerializationContext(topic, MessageField.VALUE)
     v1 = AvroSerializer(sr, json.dumps(V1))
     produce(kafka, topic, [(0, None, v1({"sensor": f"s{i}", "celsius": 20.5 + i, "at": 1_700_000_000_000 + i}, ctx),
                             []) for i in range(2)])
     res = resources(services, kafka, spark_resource) | {
-        "schema_registry": SchemaRegistryResource(url=schema_registry.url)}
+        "schema_registry": SchemaRegistryResource(url=registry_server.url)}
     cfg = archive_config(services.bucket, topic, f"catsr/{unique}/", value_decoding={"type": "avro"},
                          key_decoding={"type": "bytes"})
     meta = window_metadata(materialize(cfg, topic, [W(0, 0, 2)], res))

@@ -33,7 +33,7 @@ def unreachable() -> Iterator[str]:
 
 
 @pytest.fixture
-def state(tmp_path, monkeypatch) -> Path:
+def state_file(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("S3_ARCHIVE_STATE_DIR", str(tmp_path / "state"))
     return topic_state_file()
 
@@ -60,7 +60,7 @@ def delete_topic(kafka: KafkaResource, topic: str) -> None:
 
 
 def test_topic_pattern_archives_the_topics_a_refresh_found_and_a_reload_with_kafka_down_changes_nothing(
-        kafka, services, unique, state, tmp_path, monkeypatch):
+        kafka, services, unique, state_file, tmp_path, monkeypatch):
     a, b = f"pat-{unique}.a", f"pat-{unique}.b"
     for t in (a, b, f"other-{unique}"):
         create_topic(kafka, t)
@@ -68,9 +68,9 @@ def test_topic_pattern_archives_the_topics_a_refresh_found_and_a_reload_with_kaf
     # Nothing known yet: the pattern archive has no assets, and the warning says how to get them.
     with pytest.warns(UserWarning, match="archives whose topic_pattern knows no topic yet: pat; run `s3-archive "
                                          "refresh-topics`"):
-        assert archived(build_defs(settings, known_topics=read_known_topics(state))) == {f"fixed-{unique}"}
+        assert archived(build_defs(settings, known_topics=read_known_topics(state_file))) == {f"fixed-{unique}"}
 
-    assert refresh_topics(settings, kafka, state).added == {"pat": [a, b]}
+    assert refresh_topics(settings, kafka, state_file).added == {"pat": [a, b]}
     path = tmp_path / "archives.yaml"
     path.write_text(yaml.safe_dump(config(services, unique)))
     monkeypatch.setenv("S3_ARCHIVE_CONFIG", str(path))
@@ -82,9 +82,9 @@ def test_topic_pattern_archives_the_topics_a_refresh_found_and_a_reload_with_kaf
     with unreachable() as address, closing(KafkaResource(bootstrap_servers=address, timeout_s=2)) as down:
         t = time.monotonic()
         with pytest.raises(KafkaUnavailable, match=f"cannot reach Kafka at {address}"):
-            refresh_topics(settings, down, state)
+            refresh_topics(settings, down, state_file)
         assert time.monotonic() - t < 15
-        assert read_known_topics(state) == {"pat": [a, b]}  # a failed refresh keeps the state
+        assert read_known_topics(state_file) == {"pat": [a, b]}  # a failed refresh keeps the state
         monkeypatch.setenv("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS", address)
         reloaded = describe_definitions(load_defs())
     # The same asset keys, checks, sensors, code versions (the lifecycle asset's is a hash of its rules, which name
@@ -93,7 +93,7 @@ def test_topic_pattern_archives_the_topics_a_refresh_found_and_a_reload_with_kaf
     assert before["assets"]["s3_lifecycle/pat"]["metadata"]["rule_count"] == 2 * 2 + 1  # data + manifests per topic
 
 
-def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_request(kafka, services, unique, state,
+def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_request(kafka, services, unique, state_file,
                                                                                    tmp_path, monkeypatch, capsys):
     a = create_topic(kafka, f"pat-{unique}.a")
     path = tmp_path / "archives.yaml"
@@ -118,13 +118,13 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
     assert skip.skip_message == f"new topics: archive 'pat': {b}; not loaded yet: archive 'pat': {b}; " \
                                 "$S3_ARCHIVE_DAGSTER_URL is not set, so reload the code location (Deployment → " \
                                 "Reload) to archive them (the next tick tries again)"
-    assert read_known_topics(state) == {"pat": [a, b]}
+    assert read_known_topics(state_file) == {"pat": [a, b]}
 
     # A topic deleted from Kafka stays known: its windows, manifests and lifecycle rules must not vanish.
     delete_topic(kafka, a)
     assert main(["refresh-topics", "--config", str(path)]) == 0
     assert f"no longer in Kafka (kept; --forget TOPIC removes one): {a}" in capsys.readouterr().out
-    assert read_known_topics(state) == {"pat": [a, b]}
+    assert read_known_topics(state_file) == {"pat": [a, b]}
 
     # Kafka down: the CLI fails, saying nothing changed; so does the sensor's tick.
     with unreachable() as address:
@@ -136,13 +136,13 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
                                                 "webserver": WebserverResource()}) \
                 as context, pytest.raises(KafkaUnavailable):
             sensor(context)
-    assert read_known_topics(state) == {"pat": [a, b]}
+    assert read_known_topics(state_file) == {"pat": [a, b]}
 
     # Removing a topic is explicit, and needs no Kafka.
     assert main(["refresh-topics", "--config", str(path), "--forget", a]) == 0
     assert f"archive 'pat': forgot {a}" in capsys.readouterr().out
-    assert read_known_topics(state) == {"pat": [b]}
+    assert read_known_topics(state_file) == {"pat": [b]}
     monkeypatch.setenv("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS", services.bootstrap_servers)
     assert main(["refresh-topics", "--config", str(path)]) == 0
     assert f"  new: {c}" in capsys.readouterr().out
-    assert read_known_topics(state) == {"pat": [b, c]}
+    assert read_known_topics(state_file) == {"pat": [b, c]}

@@ -27,12 +27,12 @@ USER = {"type": "record", "name": "User", "namespace": "crm", "fields": [
 USER_KEY = {"type": "record", "name": "UserKey", "namespace": "crm", "fields": [{"name": "id", "type": "long"}]}
 
 
-def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_registry, kafka, s3, services, spark,
-                                                     unique):
+def test_dr_restore_rewrites_ids_into_a_new_registry(registry_server, target_registry_server, kafka, s3, services,
+                                                     spark, unique):
     topic = create_topic(kafka, f"sr-dr-{unique}")
-    source = SchemaRegistryClient({"url": schema_registry.url, "timeout": 10})
+    source = SchemaRegistryClient({"url": registry_server.url, "timeout": 10})
     # another subject first, so that the target's ids differ from the source's
-    target = SchemaRegistryClient({"url": target_registry.url, "timeout": 10})
+    target = SchemaRegistryClient({"url": target_registry_server.url, "timeout": 10})
     target.register_schema(f"other-{unique}", Schema(json.dumps({"type": "record", "name": "X", "fields": []}),
                                                      "AVRO"))
     vser = AvroSerializer(source, json.dumps(USER))
@@ -45,7 +45,7 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
                          key_decoding={"type": "avro"})
     window = OffsetWindow(0, 0, 5)
     archive_window(spark, kafka, s3, cfg, topic, window, log,
-                   registry=RegistryConnection(schema_registry.url, timeout_s=10))
+                   registry=RegistryConnection(registry_server.url, timeout_s=10))
 
     # the source registry loses the schemas: the archive still reads as a typed table and still restores
     for subject in (f"{topic}-value", f"{topic}-key"):
@@ -63,7 +63,7 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
 
     # into the new cluster's registry: schemas registered there, ids rewritten
     dr = create_topic(kafka, f"sr-dr-new-{unique}")
-    rewrite = SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "topic_name")
+    rewrite = SchemaRewrite(RegistryConnection(target_registry_server.url, timeout_s=10), "topic_name")
     list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, dr), [window], log,
                          schemas=rewrite))
     got = consume_all(kafka, dr)[0]
@@ -80,6 +80,7 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(schema_registry, target_reg
     # RecordNameStrategy: the subject is the record's full name
     named = create_topic(kafka, f"sr-dr-named-{unique}")
     list(restore_windows(kafka, s3, cfg.bucket, cfg.prefix, RestoreRequest(topic, named), [window], log,
-                         schemas=SchemaRewrite(RegistryConnection(target_registry.url, timeout_s=10), "record_name")))
+                         schemas=SchemaRewrite(RegistryConnection(target_registry_server.url, timeout_s=10),
+                                               "record_name")))
     assert {"crm.User", "crm.UserKey"} <= set(target.get_subjects())
     assert len(consume_all(kafka, named)[0]) == 5

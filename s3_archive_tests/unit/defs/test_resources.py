@@ -18,7 +18,7 @@ SASL_SSL = {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "kafka.example:9096",
 
 
 @pytest.fixture
-def env(monkeypatch, tmp_path):
+def set_env(monkeypatch, tmp_path):
     """A clean environment: only what a test sets (and no jars needed for Spark's conf)."""
     import os
 
@@ -40,12 +40,12 @@ def resolved() -> dict:
         return {"kafka": res.kafka, "s3": res.s3}
 
 
-def test_sasl_ssl_and_an_s3_compatible_endpoint_combine(env, tmp_path):
+def test_sasl_ssl_and_an_s3_compatible_endpoint_combine(set_env, tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("pem")
-    env({**SASL_SSL, "S3_ARCHIVE_KAFKA_SSL_CA_LOCATION": str(ca), "S3_ARCHIVE_S3_ENDPOINT_URL": "https://minio:9000",
-         "S3_ARCHIVE_S3_ACCESS_KEY_ID": "minio-key", "S3_ARCHIVE_S3_SECRET_ACCESS_KEY": "s3-secret-never-shown",
-         "AWS_REGION": "eu-west-1"})
+    set_env({**SASL_SSL, "S3_ARCHIVE_KAFKA_SSL_CA_LOCATION": str(ca),
+             "S3_ARCHIVE_S3_ENDPOINT_URL": "https://minio:9000", "S3_ARCHIVE_S3_ACCESS_KEY_ID": "minio-key",
+             "S3_ARCHIVE_S3_SECRET_ACCESS_KEY": "s3-secret-never-shown", "AWS_REGION": "eu-west-1"})
     resources = build_resources()
     with dg.build_resources(resources) as res:
         kafka, s3 = res.kafka, res.s3
@@ -67,8 +67,8 @@ def test_sasl_ssl_and_an_s3_compatible_endpoint_combine(env, tmp_path):
     assert "kafka-pw-never-shown" not in shown and "s3-secret-never-shown" not in shown
 
 
-def test_aws_default_chain_with_plaintext_kafka(env):
-    env({"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "kafka:9092", "AWS_DEFAULT_REGION": "us-west-2"})
+def test_aws_default_chain_with_plaintext_kafka(set_env):
+    set_env({"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "kafka:9092", "AWS_DEFAULT_REGION": "us-west-2"})
     with dg.build_resources(build_resources()) as res:
         assert res.kafka.client_config() == {"bootstrap.servers": "kafka:9092", "security.protocol": "PLAINTEXT"}
         assert res.s3.meta.endpoint_url == "https://s3.us-west-2.amazonaws.com"
@@ -80,13 +80,13 @@ def test_aws_default_chain_with_plaintext_kafka(env):
     assert "spark.hadoop.fs.s3a.endpoint" not in conf and conf["spark.master"] == f"local[{2 * os.cpu_count()}]"
 
 
-def test_region_comes_from_ours_first_then_the_sdk_variables(env):
-    env({"AWS_DEFAULT_REGION": "us-west-2", "AWS_REGION": "eu-west-1", "S3_ARCHIVE_S3_REGION": "ap-south-1"})
+def test_region_comes_from_ours_first_then_the_sdk_variables(set_env):
+    set_env({"AWS_DEFAULT_REGION": "us-west-2", "AWS_REGION": "eu-west-1", "S3_ARCHIVE_S3_REGION": "ap-south-1"})
     assert build_resources()["s3"].region_name.env_var_name == "S3_ARCHIVE_S3_REGION"
 
 
-def test_write_settings_path_style_and_glue_each_on_their_own(env):
-    env({"S3_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9000", "S3_ARCHIVE_S3_PATH_STYLE": "false",
+def test_write_settings_path_style_and_glue_each_on_their_own(set_env):
+    set_env({"S3_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9000", "S3_ARCHIVE_S3_PATH_STYLE": "false",
          "S3_ARCHIVE_S3_SSE_KMS_KEY_ID": "arn:aws:kms:eu-west-1:1:key/k", "S3_ARCHIVE_S3_STORAGE_CLASS": "STANDARD_IA",
          "S3_ARCHIVE_GLUE_ENDPOINT_URL": "", "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "AWS_REGION": "eu-west-1"})
     with dg.build_resources(build_resources()) as res:
@@ -101,26 +101,26 @@ def test_write_settings_path_style_and_glue_each_on_their_own(env):
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "false"
 
 
-def test_spark_master_or_connect_but_not_both(env):
-    env({"S3_ARCHIVE_SPARK_REMOTE": "sc://spark:15002"})
+def test_spark_master_or_connect_but_not_both(set_env):
+    set_env({"S3_ARCHIVE_SPARK_REMOTE": "sc://spark:15002"})
     spark = spark_resource()
     assert spark.remote.env_var_name == "S3_ARCHIVE_SPARK_REMOTE" and spark.master == "local[*]"
-    env({"S3_ARCHIVE_SPARK_MASTER": "spark://spark:7077"})
+    set_env({"S3_ARCHIVE_SPARK_MASTER": "spark://spark:7077"})
     with pytest.raises(InvalidConfig, match=r"set one of \$S3_ARCHIVE_SPARK_MASTER .* and \$S3_ARCHIVE_SPARK_REMOTE"):
         spark_resource()
 
 
-def test_a_bad_flag_names_its_variable(env):
-    env({"S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME": "maybe"})
+def test_a_bad_flag_names_its_variable(set_env):
+    set_env({"S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME": "maybe"})
     with pytest.raises(InvalidConfig, match=r"\$S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME is 'maybe'; allowed: true or "
                                             "false"):
         build_resources()
-    env({"S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME": "off"})
+    set_env({"S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME": "off"})
     assert build_resources()["kafka"].ssl_verify_hostname is False
 
 
-def test_the_retired_switch_warns_and_changes_nothing(env):
-    env({"S3_ARCHIVE_ENV": "aws", "S3_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9000"})
+def test_the_retired_switch_warns_and_changes_nothing(set_env):
+    set_env({"S3_ARCHIVE_ENV": "aws", "S3_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9000"})
     with pytest.warns(UserWarning, match=r"\$S3_ARCHIVE_ENV is no longer read"):
         resources = build_resources()
     assert resources["s3"].endpoint_url.env_var_name == "S3_ARCHIVE_S3_ENDPOINT_URL"

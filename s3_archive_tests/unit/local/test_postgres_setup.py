@@ -25,7 +25,7 @@ def server(d: Path) -> Path:
 
 
 @pytest.fixture
-def no_path_server(monkeypatch, tmp_path):
+def pg_root(monkeypatch, tmp_path):
     """An environment where PATH has no PostgreSQL server and the Debian root is empty."""
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("S3_ARCHIVE_PG_BIN", raising=False)
@@ -33,15 +33,15 @@ def no_path_server(monkeypatch, tmp_path):
     return tmp_path / "lib"
 
 
-def test_the_newest_debian_major_version_wins(no_path_server):
+def test_the_newest_debian_major_version_wins(pg_root):
     assert find_bin_dir() is None
-    server(no_path_server / "9.6" / "bin")
-    newest = server(no_path_server / "15" / "bin")
-    (no_path_server / "16" / "bin").mkdir(parents=True)  # a client-only install: no server binaries
+    server(pg_root / "9.6" / "bin")
+    newest = server(pg_root / "15" / "bin")
+    (pg_root / "16" / "bin").mkdir(parents=True)  # a client-only install: no server binaries
     assert find_bin_dir() == newest
 
 
-def test_an_explicit_bin_dir_must_hold_the_server(no_path_server, monkeypatch, tmp_path):
+def test_an_explicit_bin_dir_must_hold_the_server(pg_root, monkeypatch, tmp_path):
     monkeypatch.setenv("S3_ARCHIVE_PG_BIN", str(tmp_path / "nothing"))
     with pytest.raises(StackError, match="S3_ARCHIVE_PG_BIN=.*nothing: no initdb and postgres there"):
         find_bin_dir()
