@@ -76,10 +76,11 @@ def test_a_spawned_child_dies_with_the_process_that_started_it_unless_detached(t
     tied, detached = (int(p) for p in middle.stdout.readline().split())
     try:
         assert pid_alive(tied) and pid_alive(detached)
-        # setpriv sets the signal, then executes the command in its place: until then (a loaded machine can take a
-        # while to get there) the child is not tied yet.
+        # setpriv sets the signal and executes `env`, which restores SIGTERM's default action and executes the
+        # command: until both have (a loaded machine can take a while) the child is not tied, or ignores the signal.
         deadline = time.monotonic() + 10
-        while b"setpriv" in Path(f"/proc/{tied}/cmdline").read_bytes() and time.monotonic() < deadline:
+        while (Path(f"/proc/{tied}/cmdline").read_bytes().split(b"\0")[0] != sys.executable.encode()
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         middle.kill()
         middle.wait()
