@@ -273,18 +273,36 @@ def test_a_topic_created_while_the_daemon_runs_is_archived_within_two_discovery_
     assert archived_records(s3, cfg, topic) == produced
 
 
+def _topic_runs(url: str, topic: str) -> list[dict]:
+    return graphql(url, """query($t: String!) { runsOrError(filter: {tags: [{key: "s3_archive/topic", value: $t}]})
+        { ... on Runs { results { runId status tags { key value }
+          eventConnection { events { __typename } } } } } }""", {"t": topic})["runsOrError"]["results"]
+
+
+def _failed_once(run: dict) -> bool:
+    """A step of the run failed (and was retried), or the run failed."""
+    return run["status"] == "FAILURE" or any(
+        e["__typename"] in ("ExecutionStepFailureEvent", "ExecutionStepRestartEvent")
+        for e in run["eventConnection"]["events"])
+
+
 def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_committed_once(
         dagster_dev, kafka, s3, services, fault_proxy):
     url, *_ = dagster_dev
     topic = outage_topic()
     produced = produce(kafka, topic, [(i % 2, None, f"a{i}".encode(), []) for i in range(80)])  # 40 per partition
     start_sensor(url, "archive_e2e_outage_offsets")
-    # S3 answers 503 SlowDown to everything for 20 s while the sensor cuts windows and their runs start.
+    # S3 answers 503 SlowDown to everything while the sensor cuts windows and their runs start: for 20 s, and on
+    # until the outage has failed a step or a run (a loaded machine can take longer than 20 s to start a run).
     fault_proxy.set_rules([FaultRule("slowdown", 1.0)])
     try:
         time.sleep(3)
         produced += produce(kafka, topic, [(i % 2, None, f"b{i}".encode(), []) for i in range(40)])
         time.sleep(17)
+        deadline = time.monotonic() + 180
+        while not any(_failed_once(r) for r in _topic_runs(url, topic)):
+            assert time.monotonic() < deadline, "no run met the S3 outage within 200 s"
+            time.sleep(2)
     finally:
         faults = fault_proxy.stats()["faults"]
         fault_proxy.clear()
@@ -300,9 +318,7 @@ def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_comm
     assert archived_records(s3, cfg, topic) == sorted(produced, key=lambda r: (r.partition, r.offset))
 
     # The outage reached the runs, and they were retried (a step retried, or a failed run requested again).
-    runs = graphql(url, """query($t: String!) { runsOrError(filter: {tags: [{key: "s3_archive/topic", value: $t}]})
-        { ... on Runs { results { runId status tags { key value }
-          eventConnection { events { __typename } } } } } }""", {"t": topic})["runsOrError"]["results"]
+    runs = _topic_runs(url, topic)
     retried = [r for r in runs if any(e["__typename"] == "ExecutionStepRestartEvent"
                                       for e in r["eventConnection"]["events"])
                or any(t["key"] == "s3_archive/rerun_of" for t in r["tags"])]
