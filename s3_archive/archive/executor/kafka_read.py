@@ -1,6 +1,7 @@
 """A slice's offset range read with librdkafka (confluent-kafka) inside a Spark task, as Arrow record batches of the
 archived envelope with the types Spark's Kafka source gives (`ENVELOPE_SCHEMA`): the `read_path: librdkafka` of
-docs/performance.md. Runs on the executors: no Spark, no Dagster.
+docs/performance.md with `task_reader: python`, and the contract native/ (`task_reader: native`,
+native_read.py) keeps. Runs on the executors: no Spark, no Dagster.
 
 A range [start, end) is read with `isolation.level: read_committed` from `start` until the consumer's position
 reaches `end`: a record at or past `end`, the partition's end (EOF) at or past `end`, or the position itself (which
@@ -59,16 +60,22 @@ def _refused() -> frozenset[int]:
                       KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
+def consumer_settings(conn: KafkaConnection, records: int) -> dict[str, Any]:
+    """The range consumer's librdkafka settings, the Python and the native reader's alike (a range of `records`
+    offsets)."""
+    return {**dict(conn.settings), **FETCH_SETTINGS,
+            "group.id": "s3-archive-read",  # never joined nor committed: the task assigns its range
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "queued.min.messages": max(1, min(records, 100_000)),
+            "reconnect.backoff.max.ms": 1000}
+
+
 def _consumer(conn: KafkaConnection, records: int) -> Any:
     from confluent_kafka import Consumer
 
-    return Consumer({**dict(conn.settings), **FETCH_SETTINGS,
-                     "group.id": "s3-archive-read",  # never joined nor committed: the task assigns its range
-                     "enable.auto.commit": False, "enable.auto.offset.store": False,
-                     "isolation.level": "read_committed", "auto.offset.reset": "error",
-                     "enable.partition.eof": True,
-                     "queued.min.messages": max(1, min(records, 100_000)),
-                     "reconnect.backoff.max.ms": 1000})
+    return Consumer(consumer_settings(conn, records))
 
 
 def _envelope(msgs: list[Any], topic: str, partition: int) -> pa.RecordBatch:

@@ -1,19 +1,23 @@
-"""The task's reader never hangs: a broker that does not answer ends the read with one clear error naming the
-broker, topic, partition and offset, after the stall deadline (a closed port on the loopback: no broker needed)."""
+"""The task's readers never hang: a broker that does not answer ends the read with one clear error naming the
+broker, topic, partition and offset, after the stall deadline (a closed port on the loopback: no broker needed),
+with the native reader (`task_reader: native`) as with the Python one. The native reader missing where the tasks
+run is one error naming the setting and the fix, never a silent fall back."""
 
 from __future__ import annotations
 
 import socket
+import sys
 import time
 
 import pytest
 
-from s3_archive.archive.executor.kafka_read import read_range
+from s3_archive.archive.executor import kafka_read, native_read
 from s3_archive.archive.protocol import KafkaConnection
-from s3_archive.model.errors import KafkaUnavailable
+from s3_archive.model.errors import InvalidConfig, KafkaUnavailable, NativeReaderMissing
 
 
-def test_an_unreachable_broker_fails_the_read_after_the_stall_deadline_naming_what_was_not_read():
+@pytest.mark.parametrize("reader", [native_read.read_range, kafka_read.read_range], ids=["native", "python"])
+def test_an_unreachable_broker_fails_the_read_after_the_stall_deadline_naming_what_was_not_read(reader):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -21,8 +25,30 @@ def test_an_unreachable_broker_fails_the_read_after_the_stall_deadline_naming_wh
                                       "sasl.password": "never-shown"})
     t0 = time.monotonic()
     with pytest.raises(KafkaUnavailable) as err:
-        list(read_range(conn, "t", 3, 10, 20, stall_s=2))
+        list(reader(conn, "t", 3, 10, 20, stall_s=2))
     assert time.monotonic() - t0 < 15
     text = str(err.value)
     assert f"127.0.0.1:{port}" in text and "topic 't' partition 3" in text and "offset 10" in text
+    assert "no progress at offset 10 for 2s (offsets [10, 20) not read" in text
     assert "never-shown" not in text and "never-shown" not in repr(conn)
+
+
+def test_the_native_reader_missing_is_one_error_naming_the_setting_and_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "s3_archive_native", None)  # as where the extension was never built
+    conn = KafkaConnection.of_config({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "PLAINTEXT"})
+    with pytest.raises(NativeReaderMissing) as err:
+        list(native_read.read_range(conn, "t", 0, 0, 10))
+    text = str(err.value)
+    assert isinstance(err.value, InvalidConfig)  # no retry mends it
+    assert "task_reader: native" in text and "`make setup`" in text and "task_reader: python" in text
+    assert sys.executable in text
+
+
+def test_a_setting_the_native_reader_refuses_is_named_without_its_value():
+    conn = KafkaConnection.of_config({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "PLAINTEXT",
+                                      "sasl.password": "never-shown", "ssl.bogus.setting": "secret-value"})
+    with pytest.raises(KafkaUnavailable) as err:
+        list(native_read.read_range(conn, "t", 0, 0, 10))
+    text = str(err.value)
+    assert "'ssl.bogus.setting'" in text or '"ssl.bogus.setting"' in text
+    assert "secret-value" not in text and "never-shown" not in text
