@@ -1,13 +1,15 @@
 """The task's readers never hang: a broker that does not answer ends the read with one clear error naming the
 broker, topic, partition and offset, after the stall deadline (a closed port on the loopback: no broker needed),
-with the native reader (`task_reader: native`) as with the Python one. The native reader missing where the tasks
-run is one error naming the setting and the fix, never a silent fall back."""
+with the native reader (`task_reader: native`) as with the Python one; a failed TLS handshake is a refusal at once. The
+native reader missing where the tasks run is one error naming the setting and the fix, never a silent fall back."""
 
 from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -31,6 +33,45 @@ def test_an_unreachable_broker_fails_the_read_after_the_stall_deadline_naming_wh
     assert f"127.0.0.1:{port}" in text and "topic 't' partition 3" in text and "offset 10" in text
     assert "no progress at offset 10 for 2s (offsets [10, 20) not read" in text
     assert "never-shown" not in text and "never-shown" not in repr(conn)
+
+
+@pytest.fixture
+def not_tls() -> Iterator[int]:
+    """A loopback port that answers a TLS client hello with plain text (a listener speaking neither Kafka nor TLS)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                try:
+                    c.recv(4096)
+                    c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\nnot TLS\n" * 4)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+@pytest.mark.parametrize("reader", [native_read.read_range, kafka_read.read_range], ids=["native", "python"])
+def test_a_failed_tls_handshake_is_a_refusal_at_once(reader, not_tls):
+    conn = KafkaConnection.of_config({"bootstrap.servers": f"127.0.0.1:{not_tls}", "security.protocol": "SSL",
+                                      "ssl.key.password": "never-shown"})
+    t0 = time.monotonic()
+    with pytest.raises(KafkaUnavailable) as err:
+        list(reader(conn, "t", 0, 0, 10, stall_s=30))
+    assert time.monotonic() - t0 < 10  # not the stall deadline: no retry mends a refusal
+    text = str(err.value)
+    assert text.startswith(f"reading offsets [0, 10) of topic 't' partition 0 from Kafka at 127.0.0.1:{not_tls} "
+                           "failed (KafkaRefused): ")
+    assert "SSL handshake failed" in text and "never-shown" not in text
 
 
 def test_the_native_reader_missing_is_one_error_naming_the_setting_and_the_fix(monkeypatch):
