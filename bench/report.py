@@ -91,6 +91,15 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
                                                          "note": "the archive's speed-up from its read path"}
     json_out["archive_vs_archive_spark"] = round(speedup.median, 3)
     ratios["archive_vs_archive_spark"] = speedup.as_dict()
+    # task_reader python beside the default (native), in the same rounds: the archive's and the readers' alone
+    for key, new, old_key, label in (("archive_vs_archive_python", "archive", "archive_python", "archive"),
+                                     ("read_native_vs_read_python", "read_native", "read_python", "reader alone")):
+        r = paired_ratios(m[new].seconds, m[old_key].seconds)
+        targets[f"task_reader native / task_reader python, {label}"] = {
+            "value": r, "value_fmt": r.fmt(2), "target_fmt": "", "verdict": "",
+            "note": "the speed-up of the native reader (no Python object per record)"}
+        json_out[key] = round(r.median, 3)
+        ratios[key] = r.as_dict()
 
     # --- peers ---
     peers = x["peers"]
@@ -314,8 +323,8 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
                       "`BENCH_ARGS=\"--mb 1000\"` runs 1 GB.")}
     return {"command": command, "repeats": args.repeats, "started": x["started"], "wall_s": wall_s,
             "machine": x["machine"], "workload": workload, "measures": m,
-            "throughput_order": ["consume", "put", "limit", "spark_read", "naive", "archive", "archive_spark", "restore",
-                                 "produce"],
+            "throughput_order": ["consume", "put", "limit", "read_native", "read_python", "spark_read", "naive",
+                                 "archive", "archive_python", "archive_spark", "restore", "produce"],
             "targets": targets, "sections": sections, "json": json_out}
 
 
@@ -327,6 +336,7 @@ def _windows_body(w: dict[str, Any]) -> str:
 
 SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "archive_spark_vs_limit",
              "archive_spark_vs_spark_read", "archive_spark_vs_naive", "archive_vs_archive_spark",
+             "archive_vs_archive_python", "read_native_vs_read_python",
              "archive_vs_connect_iceberg",
              "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
              "s3_requests_per_window", "jvm_peak_16x_over_1x")

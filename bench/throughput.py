@@ -1,10 +1,12 @@
 """Throughput, the page's first table and most of its ratios: every contender moves the same workload once per round,
 rounds interleaved (round i runs every contender once), so that each ratio pairs figures taken minutes apart at most.
 
-In a round, in this order: the limits (a bare consume; a bare PUT of the same bytes), Spark's own read (a batch count
-of the same offset ranges, in the warm worker), the naive consumer (one Python process writing Parquet), s3-archive
-(the archive asset in the warm worker, its S3 requests counted), s3-archive with read_path spark, restore (what round 1 archived, into a new topic),
-a bare produce of the same records, then the peers (bench/peers/rounds.py).
+In a round, in this order: the limits (a bare consume; a bare PUT of the same bytes), the write task's two readers
+alone (native and python: each window's range read into envelope batches in this process, nothing written), Spark's
+own read (a batch count of the same offset ranges, in the warm worker), the naive consumer (one Python process
+writing Parquet), s3-archive (the archive asset in the warm worker, its S3 requests counted), s3-archive with
+task_reader python, s3-archive with read_path spark, restore (what round 1 archived, into a new topic), a bare
+produce of the same records, then the peers (bench/peers/rounds.py).
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from bench.peers.rounds import Peers
 from bench.stats import Measure, slower_of
 from bench.under_test import (
     ArchiveSource,
+    KafkaConnection,
     KafkaResource,
     OffsetWindow,
     RestoreContext,
     RestoreRequest,
+    kafka_read,
+    native_read,
     restore_windows,
 )
 
@@ -62,6 +67,20 @@ def time_bare_consume(kafka: KafkaResource, topic: str) -> tuple[float, int]:
                 raise TimeoutError(f"bare consume of {topic!r}: {n} of {want} records after 30 min")
     finally:
         c.close()
+    return time.monotonic() - t, n
+
+
+TASK_READERS = {"native": native_read.read_range, "python": kafka_read.read_range}
+
+
+def time_task_read(kafka: KafkaResource, topic: str, windows: list[list[int]], reader: str) -> tuple[float, int]:
+    """Each window's range [start, end) of `topic` read by the write task's `reader` (ArchiveConfig.task_reader)
+    into envelope batches, one after another in this process, nothing written; (seconds, records)."""
+    conn, read = KafkaConnection.of_config(kafka.client_config()), TASK_READERS[reader]
+    n = 0
+    t = time.monotonic()
+    for partition, start, end in windows:
+        n += sum(b.num_rows for b in read(conn, topic, partition, start, end))
     return time.monotonic() - t, n
 
 
@@ -178,6 +197,11 @@ def contenders(s: Setup) -> dict[str, Measure]:
         "put": Measure("put", f"limit: bare PUT of the same bytes (boto3, {len(s.windows)} objects of "
                               f"{object_bytes / 1e6:.1f} MB, 4 threads)", records=n, bytes=payload),
         "limit": Measure("limit", "limit: the slower of the two, per round", records=n, bytes=payload),
+        "read_native": Measure("read_native", "the write task's native reader alone: the windows' ranges into "
+                                               "envelope batches", records=n, bytes=payload,
+                               note="task_reader native, one range after another in one process; nothing written"),
+        "read_python": Measure("read_python", "the write task's python reader alone (confluent-kafka's messages)",
+                               records=n, bytes=payload, note="task_reader python, as read_native"),
         "spark_read": Measure("spark_read", "Spark's own read: a batch count of the same offset ranges",
                               records=n, bytes=payload, note="warm session; no write"),
         "naive": Measure("naive", "naive: one Python process, confluent-kafka + pyarrow + boto3 → Parquet",
@@ -186,6 +210,8 @@ def contenders(s: Setup) -> dict[str, Measure]:
                            records=n, bytes=payload,
                            note=f"{len(s.windows)} windows of ≤ {window_records:,} records in one run, parquet/"
                                 "snappy, warm Spark session, read_path librdkafka (the default)"),
+        "archive_python": Measure("archive_python", "s3-archive, task_reader python (confluent-kafka's messages)",
+                                  records=n, bytes=payload, note="the same run and windows, right after"),
         "archive_spark": Measure("archive_spark", "s3-archive, read_path spark (Spark's Kafka source)",
                                  records=n, bytes=payload, note="the same run and windows, right after"),
         "restore": Measure("restore", "restore: restore_windows from the archive into a new topic", records=n,
@@ -213,6 +239,11 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
         m["put"].seconds.append(secs)
         wl.empty_prefix(s3, BUCKET, f"put-r{r}/")
         say(f"  bare PUT: {secs:.2f}s, {payload / secs / 1e6:.1f} MB/s")
+        for reader in TASK_READERS:
+            secs, got = time_task_read(kafka, TOPIC, wlist, reader)
+            assert got == n, (reader, got, n)
+            m[f"read_{reader}"].seconds.append(secs)
+            say(f"  task reader {reader}: {secs:.2f}s, {n / secs:,.0f} rec/s, {payload / secs / 1e6:.1f} MB/s")
         out = worker.call(cmd="spark_read", topic=TOPIC, windows=wlist)
         assert out["records"] == n, out
         m["spark_read"].seconds.append(out["seconds"])
@@ -234,6 +265,13 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
         say(f"  s3-archive: {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s ({out['objects']} objects, "
             f"{out['bytes_written'] / 1e6:.0f} MB written, {requests[-1]['requests']} S3 requests; Spark jobs "
             f"{out['stage_s']:.1f}s, commits {out['commit_s']:.1f}s summed over windows)")
+        py = worker.call(cmd="archive", topic=TOPIC, prefix=f"archive-python-r{r}/", windows=wlist,
+                         task_reader="python")
+        assert py["records"] == n and py["windows"] == len(s.windows), py
+        m["archive_python"].seconds.append(py["seconds"])
+        wl.empty_prefix(s3, BUCKET, f"archive-python-r{r}/")
+        say(f"  s3-archive, task_reader python: {py['seconds']:.2f}s, {n / py['seconds']:,.0f} rec/s "
+            f"({py['objects']} objects)")
         old = worker.call(cmd="archive", topic=TOPIC, prefix=f"archive-spark-r{r}/", windows=wlist,
                           read_path="spark")
         assert old["records"] == n and old["windows"] == len(s.windows), old

@@ -5,6 +5,8 @@ daemon of bench/tools/timeline_daemon.py import what they run themselves."""
 
 from __future__ import annotations
 
+from s3_archive.archive.executor import kafka_read, native_read
+from s3_archive.archive.protocol import KafkaConnection
 from s3_archive.archive.retirement import Retired
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import parse_settings, resolve_topic_patterns
@@ -38,9 +40,9 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 
 __all__ = [
-    "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaResource", "OffsetWindow", "PostgresServer",
+    "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaConnection", "KafkaResource", "OffsetWindow", "PostgresServer",
     "RestoreContext", "RestoreRequest", "Retired", "S3Resource", "SchemaRegistryServer", "SparkResource", "TopicView",
-    "WebserverResource", "archive_asset_key", "build_offsets_sensor", "build_topic_discovery_sensor",
+    "WebserverResource", "archive_asset_key", "kafka_read", "native_read", "build_offsets_sensor", "build_topic_discovery_sensor",
     "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
     "list_objects", "local_s3_client", "objects_result", "parse_settings", "paths", "read_known_topics",
     "record_retired", "resolve_topic_patterns", "restore_windows", "retention_result", "spawn", "stop_pid",

@@ -123,9 +123,9 @@ class Worker:
     # --- commands ---
 
     def cmd_archive(self, topic: str, prefix: str, windows: list[list[int]], min_partitions: int | None = None,
-                    read_path: str = "librdkafka") -> dict[str, Any]:
+                    read_path: str = "librdkafka", task_reader: str = "native") -> dict[str, Any]:
         """`min_partitions`: SparkResource.kafka_min_partitions for this call only (the slices a window is read
-        and written in), set on the warm session's conf; `read_path`: ArchiveConfig.read_path."""
+        and written in), set on the warm session's conf; `read_path`, `task_reader`: ArchiveConfig's."""
         ws = [OffsetWindow(*w) for w in windows]
         session = self.spark().session()
         if min_partitions:
@@ -133,7 +133,7 @@ class Worker:
         try:
             with StageProfile() as prof, RssSampler(jvm_pid) as rss:
                 out = self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws)),
-                                                   read_path=read_path), topic, ws)
+                                                   read_path=read_path, task_reader=task_reader), topic, ws)
         finally:
             session.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
         pid = jvm_pid()

@@ -335,6 +335,19 @@ def read_path(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+# The read paths and, on librdkafka's, the write task's two readers (ArchiveConfig.task_reader): the tests of
+# read_committed, retention and compaction run on each.
+READINGS = {"librdkafka": {"read_path": "librdkafka", "task_reader": "native"},
+            "librdkafka-python": {"read_path": "librdkafka", "task_reader": "python"},
+            "spark": {"read_path": "spark"}}
+
+
+@pytest.fixture(params=READINGS)
+def reading(request: pytest.FixtureRequest) -> dict[str, str]:
+    """ArchiveConfig's read_path and task_reader, as archive_config's keywords."""
+    return READINGS[request.param]
+
+
 @pytest.fixture
 def unique() -> str:
     return uuid.uuid4().hex[:8]

@@ -15,7 +15,8 @@ busy CPU over the same interval tells whether the 2 cores were saturated; what n
 An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of
 `jvm_profile` long as in `make bench`, warmed up by one archive of the whole workload) and Spark settings for its
 session (`min_partitions=N` sets SparkResource.kafka_min_partitions instead, `read_path=spark` the archive's
-read path). Arms run interleaved, their order
+read path, `task_reader=python` the write task's reader). Contenders `read_native` and `read_python` are the write
+task's readers alone in this process (bench/throughput.py::time_task_read). Arms run interleaved, their order
 alternating by round. Starts its own broker and moto (`temporary_stack`) and stops them at the end.
 """
 
@@ -37,7 +38,7 @@ from bench import workload as wl
 from bench.common import SparkWorker
 from bench.config import BUCKET, TOPIC
 from bench.stats import Summary
-from bench.throughput import time_bare_consume, time_naive_archive
+from bench.throughput import time_bare_consume, time_naive_archive, time_task_read
 from bench.tools import jfr_top
 from bench.tools.procstat import Snapshot, cpu_delta, descendants, snapshot, thread_deltas, thread_group
 from bench.under_test import KafkaResource, local_s3_client, temporary_stack
@@ -57,6 +58,7 @@ class Arm(SparkWorker):
         conf = dict(o.split("=", 1) for o in opts)
         self.min_partitions = int(conf.pop("min_partitions")) if "min_partitions" in conf else None
         self.read_path = conf.pop("read_path", "librdkafka")
+        self.task_reader = conf.pop("task_reader", "native")
         self.conf = conf
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
@@ -76,7 +78,8 @@ class Arm(SparkWorker):
 
     def archive(self, windows: list[list[int]], prefix: str) -> dict[str, Any]:
         return self.call(cmd="archive", topic=TOPIC, prefix=prefix, windows=windows,
-                         min_partitions=self.min_partitions, read_path=self.read_path)
+                         min_partitions=self.min_partitions, read_path=self.read_path,
+                         task_reader=self.task_reader)
 
 
 class Accountant:
@@ -239,6 +242,8 @@ def main() -> None:
                 for c in contenders:
                     if c == "consume":
                         m = acct.measure(c, None, lambda: time_bare_consume(kafka, TOPIC))
+                    elif c in ("read_native", "read_python"):
+                        m = acct.measure(c, None, lambda c=c: time_task_read(kafka, TOPIC, wlist, c[len("read_"):]))
                     elif c == "count":
                         m = acct.measure(c, arms[0], lambda: arms[0].call(cmd="spark_read", topic=TOPIC,
                                                                           windows=wlist))
@@ -257,7 +262,8 @@ def main() -> None:
                             say("  " + line(m))
                         continue
                     else:
-                        raise SystemExit(f"unknown contender {c!r}; allowed: consume, count, naive, archive")
+                        raise SystemExit(f"unknown contender {c!r}; allowed: consume, read_native, read_python, count, "
+                                         "naive, archive")
                     m["result"] = m["result"] if isinstance(m["result"], dict) else list(m["result"])
                     runs.append(m | {"round": r})
                     say("  " + line(m))

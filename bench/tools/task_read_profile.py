@@ -1,9 +1,11 @@
 """Where a write task's CPU goes on `read_path: librdkafka`, without Spark: one partition of `make bench`'s
-workload read with the task's own reader (archive/executor/kafka_read.py), made into task batches
-(task_columns.py) and encoded as Parquet/snappy into memory, in this process, timed step by step (thread CPU time),
-so the split holds whatever else the machine runs. The PUT is left out (the bare PUT is its own contender).
+workload read with the task's own reader (`--reader`: native, archive/executor/native_read.py, the default; python,
+kafka_read.py, its consume and envelope steps apart), made into task batches (task_columns.py) and encoded as
+Parquet/snappy into memory, in this process, timed step by step (thread CPU time), so the split holds whatever else
+the machine runs. librdkafka's own fetch threads are not this thread's. The PUT is left out (the bare PUT is its own
+contender).
 
-    flock -o /tmp/locks/heavy .venv/bin/python -m bench.tools.task_read_profile --mb 50
+    flock -o /tmp/locks/heavy .venv/bin/python -m bench.tools.task_read_profile --mb 50 [--reader python]
 
 Starts its own broker and moto (`temporary_stack`) and stops them at the end.
 """
@@ -26,7 +28,7 @@ def _clock() -> float:
 
 def main() -> None:
     from s3_archive.archive.driver.output import Output
-    from s3_archive.archive.executor import kafka_read
+    from s3_archive.archive.executor import kafka_read, native_read
     from s3_archive.archive.executor.encoders import ParquetEncoder
     from s3_archive.archive.executor.task_columns import task_batch
     from s3_archive.archive.protocol import FormatPlan, KafkaConnection, WriteJob
@@ -34,6 +36,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=50)
+    ap.add_argument("--reader", choices=("native", "python"), default="native", help="ArchiveConfig.task_reader")
     args = ap.parse_args()
     with ut.temporary_stack("s3a-taskread-", BUCKET) as (broker, _moto, _root):
         kafka = ut.KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
@@ -50,12 +53,13 @@ def main() -> None:
                        payload=("key", "value", "headers", "topic", "partition", "offset", "timestamp",
                                 "timestamp_type"), ts_stored=True, task_schema=schema[0])
         conn = KafkaConnection.of_config(kafka.client_config())
-        steps: dict[str, float] = {"consume (librdkafka, messages)": 0.0, "envelope (Arrow)": 0.0,
-                                   "task batch": 0.0, "parquet encode": 0.0}
+        read_step = f"read ({args.reader} reader: librdkafka's poll, the envelope's Arrow arrays)"
+        steps: dict[str, float] = {read_step: 0.0, "task batch": 0.0, "parquet encode": 0.0}
+        parts: dict[str, float] = {"consume (librdkafka, messages)": 0.0, "envelope (Arrow)": 0.0}
         consume = kafka_read._consumer
 
         def timed_consumer(*a: Any, **kw: Any) -> Any:
-            return _TimedConsumer(consume(*a, **kw), steps)
+            return _TimedConsumer(consume(*a, **kw), parts)
 
         envelope = kafka_read._envelope
 
@@ -64,7 +68,7 @@ def main() -> None:
             try:
                 return envelope(*a)
             finally:
-                steps["envelope (Arrow)"] += _clock() - t
+                parts["envelope (Arrow)"] += _clock() - t
 
         kafka_read._consumer, kafka_read._envelope = timed_consumer, timed_envelope
         sink = io.BytesIO()
@@ -72,7 +76,13 @@ def main() -> None:
 
         encoder = ParquetEncoder(job.fmt, sink)
         wall, cpu0, records = time.monotonic(), _clock(), 0
-        for env in kafka_read.read_range(conn, TOPIC, 0, 0, end):
+        batches = (native_read if args.reader == "native" else kafka_read).read_range(conn, TOPIC, 0, 0, end)
+        while True:
+            t = _clock()
+            env = next(batches, None)
+            steps[read_step] += _clock() - t
+            if env is None:
+                break
             t = _clock()
             b = task_batch(job, env)
             table = _stored_table(job, b)
@@ -89,8 +99,11 @@ def main() -> None:
               f"this thread's CPU {total:.2f} s")
         for k, v in steps.items():
             print(f"  {k}: {v:.2f} CPU-s ({v / total:.0%}), {v / records * 1e6:.2f} µs per record")
+            if k == read_step and args.reader == "python":
+                for part, secs in parts.items():
+                    print(f"    of which {part}: {secs:.2f} CPU-s, {secs / records * 1e6:.2f} µs per record")
         rest = total - sum(steps.values())
-        print(f"  rest (the reader's loop): {rest:.2f} CPU-s ({rest / total:.0%})")
+        print(f"  rest (the loop here): {rest:.2f} CPU-s ({rest / total:.0%})")
 
 
 class _TimedConsumer:

@@ -38,7 +38,8 @@ _PERMANENT = (ArchiveIntegrityError, DataLoss, InvalidConfig, InvalidManifest, I
 # or an ACL refuses us:
 KAFKA_REFUSALS = ("SaslAuthenticationException", "SslAuthenticationException", "TopicAuthorizationException",
                   "ClusterAuthorizationException", "GroupAuthorizationException",
-                  "KafkaRefused")  # the write tasks' own reads (executor/kafka_read.py): a refusal or a fatal error
+                  "KafkaRefused",  # the write tasks' own reads (executor/kafka_read.py): a refusal or a fatal error
+                  "NativeReaderMissing")  # task_reader native where the tasks run without it: `make setup`
 _IN_TEXT = re.compile(r"\((" + "|".join(REFUSALS) + r")\)|\b(" + "|".join(KAFKA_REFUSALS) + r")\b")
 
 

@@ -224,6 +224,7 @@ class JobTemplate:
     # read_path librdkafka: how tasks reach Kafka, and how long a read may make no progress before it fails
     kafka: KafkaConnection | None = None
     read_stall_s: float = 120.0
+    task_reader: str = "native"  # native: executor/native_read.py; python: executor/kafka_read.py
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -95,6 +95,11 @@ class ArchiveConfig(StrictModel):
         default="librdkafka", description="how a run's tasks read their offset ranges: librdkafka, each write task "
                                           "consuming its own range; spark, Spark's Kafka source (its jars on the "
                                           "session's classpath; docs/performance.md)")
+    task_reader: Literal["native", "python"] = Field(
+        default="native", description="read_path librdkafka: how a write task reads its range; native, the Rust "
+                                      "reader built by `make setup` (native/: records straight into Arrow buffers); "
+                                      "python, confluent-kafka's consumer, a Python object per record "
+                                      "(docs/performance.md)")
     windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
     retire_after_days: float | None = Field(
         default=7, gt=0, description="windows committed longer ago leave the Dagster instance's partition set once "

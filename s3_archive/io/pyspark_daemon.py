@@ -29,9 +29,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-# What a write task imports (archive/executor/task.py through encoders and upload; PySpark's Arrow path of mapInArrow).
-PRELOAD = ("s3_archive.archive.executor.task", "pyarrow.parquet", "pyspark.sql.pandas.serializers", "pandas", "boto3",
-           "botocore.config")
+# What a write task imports (archive/executor/task.py through encoders and upload; PySpark's Arrow path of mapInArrow;
+# the native reader of task_reader native, a shared library loaded once here).
+PRELOAD = ("s3_archive.archive.executor.task", "s3_archive.archive.executor.native_read", "s3_archive_native",
+           "pyarrow.parquet", "pyspark.sql.pandas.serializers", "pandas", "boto3", "botocore.config")
 
 
 def same_batches(batches: Iterator[Any]) -> Iterator[Any]:

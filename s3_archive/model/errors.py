@@ -96,6 +96,11 @@ class InvalidConfig(UserError, ValueError):
     """The configuration is wrong; the message names the key and the allowed values."""
 
 
+class NativeReaderMissing(InvalidConfig):
+    """`task_reader: native`, but the native reader (native/, built by `make setup`) is not installed where the
+    write tasks run."""
+
+
 class TopicStateUnreadable(UserError, RuntimeError):
     """The topic state file (the topics each topic_pattern knows) cannot be read or is not one."""
 

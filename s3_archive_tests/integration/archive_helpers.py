@@ -21,9 +21,12 @@ log = logging.getLogger("s3_archive_tests")
 
 
 def archive_config(bucket: str, topic: str, prefix: str, **kw) -> ArchiveConfig:
-    """An archive of `topic`; with a `read_path`, under a prefix of its own (each test runs on both paths)."""
+    """An archive of `topic`; with a `read_path` (and a `task_reader`), under a prefix of its own (each test runs on
+    both paths)."""
     if "read_path" in kw:
         prefix = f"{prefix}{kw['read_path']}/"
+    if "task_reader" in kw:
+        prefix = f"{prefix}{kw['task_reader']}/"
     return ArchiveConfig(name="test", topics=[topic], bucket=bucket, prefix=prefix, **kw)
 
 

@@ -96,7 +96,8 @@ class ArchiveRun:
         """The run's write jobs of `topic` before their format: the archive's bucket and prefix, the executors' S3
         connection, `slices`, `kafka` (read_path librdkafka), and the hooks' write fault and job options."""
         return JobTemplate(topic=topic, bucket=self.cfg.bucket, prefix=self.cfg.prefix, conn=self.ctx.conn,
-                           slices=tuple(slices), fault=self.hooks.write_fault, kafka=kafka, **self.hooks.job_options)
+                           slices=tuple(slices), fault=self.hooks.write_fault, kafka=kafka,
+                           task_reader=self.out.task_reader, **self.hooks.job_options)
 
 
 @dataclass

@@ -34,6 +34,7 @@ class Output:
     key_prefix: str = "key_"
     key_subject: str | None = None
     read_path: str = "spark"  # librdkafka: each task reads its range (task_read_job.py); spark: Spark's source
+    task_reader: str = "native"  # read_path librdkafka: native (executor/native_read.py) | python (kafka_read.py)
     # Sink-compatible output (ArchiveConfig.sink_output) and the codec's level
     value_as: str = "base64"  # base64 | json (jsonl, json) | text (csv)
     csv_header: bool = False
@@ -46,7 +47,7 @@ class Output:
         return cls(FORMATS[cfg.format], cfg.codec, tuple(cfg.envelope.columns()), tuple(cfg.csv_fields), d.type,
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
                    cfg.layout, cfg.object_suffix, d.subject, k.type, k.column_prefix, k.subject,
-                   read_path=cfg.read_path, value_as=so.value, csv_header=so.csv_header,
+                   read_path=cfg.read_path, task_reader=cfg.task_reader, value_as=so.value, csv_header=so.csv_header,
                    skip_tombstones=so.skip_tombstones, codec_level=cfg.compression_level)
 
     def registry_parts(self, topic: str) -> list[tuple[str, str, str, str]]:

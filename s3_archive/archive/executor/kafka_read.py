@@ -1,6 +1,7 @@
 """A slice's offset range read with librdkafka (confluent-kafka) inside a Spark task, as Arrow record batches of the
 archived envelope with the types Spark's Kafka source gives (`ENVELOPE_SCHEMA`): the `read_path: librdkafka` of
-docs/performance.md. Runs on the executors: no Spark, no Dagster.
+docs/performance.md with `task_reader: python`, and the contract native/ (`task_reader: native`,
+native_read.py) keeps. Runs on the executors: no Spark, no Dagster.
 
 A range [start, end) is read with `isolation.level: read_committed` from `start` until the consumer's position
 reaches `end`: a record at or past `end`, the partition's end (EOF) at or past `end`, or the position itself (which
@@ -59,16 +60,24 @@ def _refused() -> frozenset[int]:
                       KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
-def _consumer(conn: KafkaConnection, records: int) -> Any:
+def consumer_settings(conn: KafkaConnection, records: int) -> dict[str, Any]:
+    """The range consumer's librdkafka settings, the Python and the native reader's alike (a range of `records`
+    offsets)."""
+    return {**dict(conn.settings), **FETCH_SETTINGS,
+            "group.id": "s3-archive-read",  # never joined nor committed: the task assigns its range
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "queued.min.messages": max(1, min(records, 100_000)),
+            "reconnect.backoff.max.ms": 1000}
+
+
+def _consumer(conn: KafkaConnection, records: int, errors: list[Any]) -> Any:
+    """The range's consumer; the client's own errors (a refused login or TLS handshake, a broker down) land in
+    `errors`: confluent-kafka hands them to an error_cb, never to consume()."""
     from confluent_kafka import Consumer
 
-    return Consumer({**dict(conn.settings), **FETCH_SETTINGS,
-                     "group.id": "s3-archive-read",  # never joined nor committed: the task assigns its range
-                     "enable.auto.commit": False, "enable.auto.offset.store": False,
-                     "isolation.level": "read_committed", "auto.offset.reset": "error",
-                     "enable.partition.eof": True,
-                     "queued.min.messages": max(1, min(records, 100_000)),
-                     "reconnect.backoff.max.ms": 1000})
+    return Consumer({**consumer_settings(conn, records), "error_cb": errors.append})
 
 
 def _envelope(msgs: list[Any], topic: str, partition: int) -> pa.RecordBatch:
@@ -98,6 +107,11 @@ def _envelope(msgs: list[Any], topic: str, partition: int) -> pa.RecordBatch:
     ], schema=ENVELOPE_SCHEMA)
 
 
+def _refusal(err: Any, what: str, conn: KafkaConnection) -> KafkaUnavailable:
+    # KafkaRefused in its text: the driver gets it inside Spark's error, and no retry is tried
+    return KafkaUnavailable(f"reading {what} from Kafka at {conn.servers} failed (KafkaRefused): {err.str()}")
+
+
 def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, end: int,
                stall_s: float = STALL_S) -> Iterator[pa.RecordBatch]:
     """The committed records of offsets [start, end) of one partition, in offset order, in batches."""
@@ -105,7 +119,8 @@ def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, en
 
     if start >= end:
         return
-    consumer = _consumer(conn, end - start)
+    errors: list[Any] = []
+    consumer = _consumer(conn, end - start, errors)
     tp = TopicPartition(topic, partition, start)
     where = f"topic {topic!r} partition {partition}"
     try:
@@ -139,11 +154,14 @@ def read_range(conn: KafkaConnection, topic: str, partition: int, start: int, en
                     if low > position:  # else the log ends below the position (truncated): the stall deadline ends it
                         progress = time.monotonic()
                 elif err.fatal() or code in _refused():
-                    # KafkaRefused in its text: the driver gets it inside Spark's error, and no retry is tried
-                    raise KafkaUnavailable(f"reading offsets [{position}, {end}) of {where} from Kafka at "
-                                           f"{conn.servers} failed (KafkaRefused): {err.str()}")
+                    raise _refusal(err, f"offsets [{position}, {end}) of {where}", conn)
                 else:  # a lost connection, a moved leader: librdkafka retries; the stall deadline bounds it
                     last_error = err.str()
+            for err in errors:  # the client's own (error_cb): a refused login or handshake ends the read at once
+                if err.fatal() or err.code() in _refused():
+                    raise _refusal(err, f"offsets [{position}, {end}) of {where}", conn)
+                last_error = err.str()
+            errors.clear()
             if len(pending) > before:
                 position = pending[-1].offset() + 1
                 progress = time.monotonic()

@@ -405,8 +405,12 @@ def write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
 
 
 def _envelopes(job: JobTemplate, slice_ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each slice's records read with librdkafka (kafka_read.py), in offset order, as envelope batches."""
-    from s3_archive.archive.executor.kafka_read import read_range
+    """Each slice's records read with librdkafka, in offset order, as envelope batches: by the native reader
+    (native_read.py) or, `task_reader: python`, by confluent-kafka's consumer (kafka_read.py)."""
+    if job.task_reader == "native":
+        from s3_archive.archive.executor.native_read import read_range
+    else:
+        from s3_archive.archive.executor.kafka_read import read_range
 
     assert job.kafka is not None
     for ids in slice_ids:

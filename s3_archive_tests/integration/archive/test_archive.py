@@ -266,7 +266,7 @@ def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka,
         [(p.partition, p.partition, p.offset, p.key, p.value) for p in produced]
 
 
-def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique, read_path):
+def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique, reading):
     topic = create_topic(kafka, f"txn-{unique}")
     committed_values = []
     with open_producer(kafka, **{"transactional.id": f"txn-{unique}"}) as producer:
@@ -286,7 +286,7 @@ def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s
     while (end := kafka.offsets(topic, "latest")[0]) < 24 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert end == 24  # 20 records + 4 control markers
-    cfg = archive_config(services.bucket, topic, f"txn/{unique}/", read_path=read_path)
+    cfg = archive_config(services.bucket, topic, f"txn/{unique}/", **reading)
     # ending at a commit marker; only aborted records and their marker; ending in aborted records and a marker
     windows = [OffsetWindow(0, 0, 6), OffsetWindow(0, 6, 12), OffsetWindow(0, 12, end)]
 
@@ -299,7 +299,7 @@ def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s
     assert all(manifest(s3, cfg, topic, w).lost_offsets == [] for w in windows)
 
 
-def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique, read_path):
+def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3, services, spark, unique, reading):
     from confluent_kafka import TopicPartition
 
     topic = create_topic(kafka, f"ret-{unique}")
@@ -308,14 +308,14 @@ def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3,
     admin.delete_records([TopicPartition(topic, 0, 12)])[TopicPartition(topic, 0, 12)].result(timeout=30)
     window = OffsetWindow(0, 0, 30)
 
-    strict = archive_config(services.bucket, topic, f"ret/{unique}/a/", read_path=read_path)
+    strict = archive_config(services.bucket, topic, f"ret/{unique}/a/", **reading)
     with pytest.raises(DataLoss) as err:
         archive_window(ArchiveContext.of_client(spark, kafka, s3, log), strict, topic, window)
     assert f"topic '{topic}' partition 0: offsets [0, 12)" in str(err.value)
     assert "earliest available offset is 12" in str(err.value)
     assert manifest(s3, strict, topic, window) is None and final_objects(s3, strict, topic) == {}
 
-    tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap", read_path=read_path)
+    tolerant = archive_config(services.bucket, topic, f"ret/{unique}/b/", on_data_loss="record_gap", **reading)
     result = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), tolerant, topic, window)
     assert result.manifest.lost_offsets == [[0, 12]]
     assert archived_records(s3, tolerant, topic) == produced[12:]
@@ -366,7 +366,7 @@ def _consume_all(kafka, topic: str, partition: int, end: int) -> list:
     return got
 
 
-def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, res, unique, read_path):
+def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, res, unique, reading):
     import time
 
     topic = create_topic(kafka, f"compact-{unique}", config={
@@ -384,7 +384,7 @@ def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, 
         end = kafka.offsets(topic, "latest")[0]
     end = kafka.offsets(topic, "latest")[0]
     survivors = _consume_all(kafka, topic, 0, end)
-    cfg = archive_config(services.bucket, topic, f"compact/{unique}/", read_path=read_path)
+    cfg = archive_config(services.bucket, topic, f"compact/{unique}/", **reading)
     window = OffsetWindow(0, 0, end)
 
     materialize(cfg, topic, [window], res)

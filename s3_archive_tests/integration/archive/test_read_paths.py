@@ -1,6 +1,7 @@
-"""The two read paths (`read_path`: librdkafka in the write tasks, or Spark's Kafka source) write the same bytes:
-every output the task computes itself and every one whose columns Spark computes from the tasks' envelope, the
-same window archived into two buckets under the same keys (avro's sync marker comes from the key)."""
+"""The two read paths (`read_path`: librdkafka in the write tasks, with either `task_reader`, native or python, or
+Spark's Kafka source) write the same bytes: every output the task computes itself and every one whose columns Spark
+computes from the tasks' envelope, the same window archived into three buckets under the same keys (avro's sync
+marker comes from the key)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from s3_archive_tests.integration.archive_helpers import archive_config, log
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
 
 OTHER_BUCKET = "s3-archive-test-spark-path"
+PYTHON_BUCKET = "s3-archive-test-python-reader"
 RECORDS = [*NASTY, (b"bad", b"\xff\xfe not utf-8", [("h", b"x")]), (b"j", b'{"id": 7, "name": "n"}', []),
            (b"j2", b'{"id": "x", "tags": [1]}', [("ts", b"1700000000000")])]
 BY_KEY = {"template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}",
@@ -39,6 +41,7 @@ CASES = {  # computed in the task
 @pytest.fixture(scope="module")
 def nasty_topic(kafka, services):
     create_bucket(services.s3_endpoint_url, OTHER_BUCKET)
+    create_bucket(services.s3_endpoint_url, PYTHON_BUCKET)
     topic = create_topic(kafka, "read-paths", partitions=2)
     produce(kafka, topic, [(p, k, v, h) for p in (0, 1) for k, v, h in RECORDS])
     return topic
@@ -51,19 +54,23 @@ def _objects(s3, bucket: str, prefix: str) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_both_read_paths_write_the_same_bytes(case, nasty_topic, kafka, s3, services, spark):
+def test_both_read_paths_and_both_task_readers_write_the_same_bytes(case, nasty_topic, kafka, s3, services, spark):
     topic = nasty_topic
     window = OffsetWindow(1, 0, len(RECORDS))
     results = {}
-    for bucket, path in ((services.bucket, "librdkafka"), (OTHER_BUCKET, "spark")):
+    ways = ((services.bucket, "librdkafka", "native"), (PYTHON_BUCKET, "librdkafka", "python"),
+            (OTHER_BUCKET, "spark", "native"))
+    for bucket, path, reader in ways:
         cfg = archive_config(bucket, topic, f"paths/{case}/", read_path="spark", **CASES[case])
-        cfg = cfg.model_copy(update={"read_path": path})
-        results[path] = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
-    mine, theirs = results["librdkafka"], results["spark"]
+        cfg = cfg.model_copy(update={"read_path": path, "task_reader": reader})
+        results[bucket] = archive_window(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, window).manifest
+    mine = results[services.bucket]
     ignored = {"attempt", "committed_at"}
-    assert mine.model_dump(exclude=ignored) == theirs.model_dump(exclude=ignored)
+    for bucket in (PYTHON_BUCKET, OTHER_BUCKET):
+        assert mine.model_dump(exclude=ignored) == results[bucket].model_dump(exclude=ignored), bucket
     assert mine.record_count == len(RECORDS) and mine.objects
     prefix = f"paths/{case}/spark/"
     written = _objects(s3, services.bucket, prefix)
+    assert written == _objects(s3, PYTHON_BUCKET, prefix)
     assert written == _objects(s3, OTHER_BUCKET, prefix)
     assert len(written) >= len(mine.objects)

@@ -290,6 +290,12 @@ def test_bad_format():
                                 "'text', 'bytes' or 'iceberg', got 'xml'"]
 
 
+def test_task_reader_is_native_by_default_and_a_bad_one_names_both_readers():
+    assert parse_settings(config()).archives[0].task_reader == "native"
+    msg = error_of(config(task_reader="rust"))
+    assert error_lines(msg) == ["archives[0].task_reader: Input should be 'native' or 'python', got 'rust'"]
+
+
 def test_bad_on_data_loss():
     msg = error_of(config(on_data_loss="ignore"))
     [line] = error_lines(msg)
