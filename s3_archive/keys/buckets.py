@@ -120,6 +120,12 @@ def split_bucket(layout: OutputLayout, bucket: str) -> list[str]:
     return parts
 
 
+def decoded_placeholder(index: int) -> str:
+    """The bucket's segment of dimension `index` while it waits for a field the write task decodes (a Schema
+    Registry payload): archive/executor/registry_decode.py puts the field's encoded value in its place."""
+    return f"\x00{index}\x00"
+
+
 def join_bucket(encoded: Sequence[str]) -> str:
     return "/".join(encoded) if encoded else NO_BUCKETS
 
@@ -152,7 +158,7 @@ def last_header(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -
     return False, None
 
 
-def _epoch_ms(text: str | None) -> int | None:
+def epoch_ms(text: str | None) -> int | None:
     return int(text) if text is not None and _EPOCH_MS.fullmatch(text) else None
 
 
@@ -178,10 +184,10 @@ def record_bucket(layout: OutputLayout, record: Mapping[str, object]) -> str:
             if d.source == "kafka_timestamp":
                 ts = record["timestamp_us"]
             elif d.source == "value":
-                ts = _ms_to_us(_epoch_ms(json_field_text(value, d.field)))  # type: ignore[arg-type]
+                ts = _ms_to_us(epoch_ms(json_field_text(value, d.field)))  # type: ignore[arg-type]
             else:
                 raw = last_header(headers, d.field)[1]  # type: ignore[arg-type]
-                ts = _ms_to_us(_epoch_ms(_utf8(raw)))
+                ts = _ms_to_us(epoch_ms(utf8_text(raw)))
             enc.append(encode_value(format_time(d, layout.time_zone(d), ts)))  # type: ignore[arg-type]
         elif isinstance(d, ValueField):
             enc.append(encode_value(json_field_text(value, d.field)))  # type: ignore[arg-type]
@@ -204,7 +210,7 @@ def _ms_to_us(ms: int | None) -> int | None:
     return None if ms is None else ms * 1000
 
 
-def _utf8(raw: bytes | None) -> str | None:
+def utf8_text(raw: bytes | None) -> str | None:
     if raw is None:
         return None
     try:

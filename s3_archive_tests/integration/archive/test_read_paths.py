@@ -1,6 +1,7 @@
 """The two read paths (`read_path`: librdkafka in the write tasks, or Spark's Kafka source) write the same bytes:
-every output the task computes itself and every one whose columns Spark computes from the tasks' envelope, the
-same window archived into two buckets under the same keys (avro's sync marker comes from the key)."""
+every output the task computes itself (every format's lines and every layout's buckets rendered in the task) and
+every one whose columns Spark computes from the tasks' envelope (a value parsed as JSON), the same window of awkward
+records archived into two buckets under the same keys (avro's sync marker comes from the key)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
 
 OTHER_BUCKET = "s3-archive-test-spark-path"
 RECORDS = [*NASTY, (b"bad", b"\xff\xfe not utf-8", [("h", b"x")]), (b"j", b'{"id": 7, "name": "n"}', []),
-           (b"j2", b'{"id": "x", "tags": [1]}', [("ts", b"1700000000000")])]
+           (b"j2", b'{"id": "x", "tags": [1]}', [("ts", b"1700000000000")]),
+           (b'say "hi",\nthen', b'a,b;c:d "q" \\ \t\r\n\x01\x1f\x7f \xe2\x80\xa8 end', [('na"me\n,', b"\x00\xff")]),
+           (b'{"id": -12345678901234567890}', '{"id": 1.5e300, "name": "ü \\"x\\"", "at": 1710052200000}'.encode(),
+            [("ts", b"-1"), ("ts", b"1710054000000")]),
+           (b" pad ", b"  ", [("", b""), ("h", None)])]
 BY_KEY = {"template": "{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}+{{part}}",
           "partition_by": [{"kind": "kafka_partition"}, {"kind": "key", "hive": False}]}
 CASES = {  # computed in the task
@@ -28,11 +33,33 @@ CASES = {  # computed in the task
     "text-gzip": {"format": "text", "compression": "gzip"},
     "parquet-rotated-plain-partition": {"max_records_per_object": 3, "layout": {"partition_by": [
         {"kind": "kafka_partition", "hive": False}]}},
-    # computed by Spark from the tasks' envelope
     "jsonl": {"format": "jsonl"},
+    "json-utf8-skip": {"format": "json", "compression": "gzip", "value_decoding": {"type": "utf8", "on_error": "skip"}},
     "csv": {"format": "csv"},
-    "json-decoded-dead-letters": {"value_decoding": {"type": "json", "on_error": "dead_letter"}},
+    "csv-every-field-header": {"format": "csv", "csv_fields": ["key", "value", "offset", "timestamp", "headers"],
+                               "sink_output": {"csv_header": True}},
+    "csv-value-text-zstd": {"format": "csv", "compression": "zstd", "csv_fields": ["key", "headers", "value"],
+                            "sink_output": {"value": "text"}},
     "layout-by-key": {"layout": BY_KEY},
+    "layout-by-fields-rotated": {"format": "jsonl", "max_records_per_object": 2, "layout": {
+        "template": BY_KEY["template"], "partition_by": [{"kind": "value", "field": "name"},
+                                                         {"kind": "key", "field": "id"},
+                                                         {"kind": "header", "header": "h"}]}},
+    "layout-by-times": {"format": "avro", "layout": {"template": BY_KEY["template"], "timezone": "America/New_York",
+                                                     "partition_by": [
+        {"kind": "time", "path_format": "yyyy/MM/dd/HH/mm"},
+        {"kind": "time", "source": "value", "field": "at", "path_format": "'d'=yyyy-MM-dd/'h'=HH",
+         "timezone": "Asia/Kolkata", "duration_seconds": 7200},
+        {"kind": "time", "source": "header", "field": "ts", "path_format": "yyyyMMdd", "timezone": "UTC"}]}},
+    "layout-template-slots": {"format": "csv", "layout": {
+        "template": "{{topic}}/{{timestamp:unit=yyyy}}/{{timestamp:unit=HH}}/{{topic}}+{{partition}}+"
+                    "{{start_offset}}+{{part}}-{{key}}", "timezone": "Europe/Berlin", "partition_by": []}},
+    "layout-missing-dead-letters": {"value_decoding": {"type": "utf8", "on_error": "dead_letter"},
+                                    "sink_output": {"skip_tombstones": True},
+                                    "layout": {"template": BY_KEY["template"], "on_missing": "dead_letter",
+                                               "partition_by": [{"kind": "header", "header": "ts"}]}},
+    # computed by Spark from the tasks' envelope: a value parsed as JSON
+    "json-decoded-dead-letters": {"value_decoding": {"type": "json", "on_error": "dead_letter"}},
 }
 
 
