@@ -1,14 +1,17 @@
 """The task batches of `read_path: librdkafka`, made in the task from the envelope batches it read
 (kafka_read.py): the same columns, types and values as driver/spark_job.py::write_frame computes in Spark, for the
-outputs the task computes itself (`driver/task_read_job.py::computed_in_task`): parquet, avro, text and bytes, with
-value decoding bytes or utf8, and the default layout or one split by Kafka partition only. Pure Arrow and numpy:
-no Python object per record.
+outputs the task computes itself (`driver/task_read_job.py::computed_in_task`: every format, layout and Schema
+Registry decoding, but not a value parsed as JSON). Arrow compute and numpy: no Python object per record, but once
+per distinct value of a layout's field, key or header (task_buckets.py).
 
 Each column's Spark equivalent: `_partition`, `_offset` the envelope's; `_ts` unix_millis(timestamp) (floor);
 `_rec_bytes` spark_job.py::record_bytes; `_good` the value is null or valid UTF-8 (Spark's is_valid_utf8, the
-Unicode standard's rule, as Arrow's and Python's); `_bucket` the slice's one bucket (keys/buckets.py::record_bucket
-of its partition); `_raw` the envelope of an undecodable record; `_tomb` the value is null; the stored columns the
-envelope's (the value as a string with utf8), `_line` the value or empty bytes (text).
+Unicode standard's rule, as Arrow's and Python's); `_bucket` bucket_column.py::bucket_column (task_buckets.py, with
+a Schema Registry field's placeholder); `_raw` the envelope of an undecodable record or one the layout cannot place
+(layout.on_missing dead_letter); `_tomb` the value is null; the stored columns the envelope's (the value as a
+string with utf8); `_line` the value or empty bytes (text), the csv or JSON line (task_lines.py); with Schema
+Registry decoding the raw parts it decodes. A layout that splits a window by record content sorts each batch by
+bucket, then offset, as write_frame sorts the slice.
 """
 
 from __future__ import annotations
