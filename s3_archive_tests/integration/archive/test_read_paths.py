@@ -5,6 +5,8 @@ records archived into two buckets under the same keys (avro's sync marker comes 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from s3_archive.archive.driver.archive_run import ArchiveContext
@@ -94,3 +96,53 @@ def test_both_read_paths_write_the_same_bytes(case, nasty_topic, kafka, s3, serv
     written = _objects(s3, services.bucket, prefix)
     assert written == _objects(s3, OTHER_BUCKET, prefix)
     assert len(written) >= len(mine.objects)
+
+
+REGISTRY_CASES = {  # Schema Registry Avro decoded in the task on both paths: the task's own envelope or Spark's
+    "avro-values-dead-letters": {"value_decoding": {"type": "avro", "on_error": "dead_letter"}},
+    "avro-values-by-decoded-field-and-key-rotated": {
+        "value_decoding": {"type": "avro"}, "max_records_per_object": 2,
+        "layout": {"template": BY_KEY["template"], "partition_by": [
+            {"kind": "value", "field": "shop.region", "name": "region"}, {"kind": "key", "hive": False}]}},
+}
+
+
+@pytest.mark.parametrize("case", REGISTRY_CASES)
+def test_both_read_paths_decode_registry_payloads_to_the_same_bytes(case, registry_server, kafka, s3, services,
+                                                                    spark, unique):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from s3_archive.io.registry_client import RegistryConnection
+
+    create_bucket(services.s3_endpoint_url, OTHER_BUCKET)
+    topic = create_topic(kafka, f"read-paths-sr-{unique}")
+    schema = {"type": "record", "name": "Sale", "fields": [
+        {"name": "id", "type": "long"}, {"name": "note", "type": "string"},
+        {"name": "shop", "type": {"type": "record", "name": "Shop", "fields": [
+            {"name": "region", "type": ["null", "string"], "default": None}]}}]}
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry_server.url, "timeout": 10}), json.dumps(schema),
+                         conf={"auto.register.schemas": True})
+    notes = ['a "quoted", comma', "new\nline ✓", "", "\x00\x1f"]
+    regions = ["eu/west", None, "us", "eu/west", "ü ö"]
+    values = [ser({"id": -i * 10**15, "note": notes[i % len(notes)], "shop": {"region": r}},
+                  SerializationContext(topic, MessageField.VALUE)) for i, r in enumerate(regions)]
+    records = [(b"k%d" % (i % 2), v, [("h", b"x")]) for i, v in enumerate(values)] + [(b"bad", b"\x00\x00", [])]
+    produce(kafka, topic, [(0, k, v, h) for k, v, h in records])
+    if "dead_letter" not in json.dumps(REGISTRY_CASES[case]):
+        records = records[:-1]
+    window = OffsetWindow(0, 0, len(records))
+    registry = RegistryConnection(registry_server.url, timeout_s=10)
+    results = {}
+    for bucket, path in ((services.bucket, "librdkafka"), (OTHER_BUCKET, "spark")):
+        cfg = archive_config(bucket, topic, f"paths-sr/{case}/", read_path="spark", **REGISTRY_CASES[case])
+        cfg = cfg.model_copy(update={"read_path": path})
+        ctx = ArchiveContext.of_client(spark, kafka, s3, log, registry)
+        results[path] = archive_window(ctx, cfg, topic, window).manifest
+    ignored = {"attempt", "committed_at"}
+    assert results["librdkafka"].model_dump(exclude=ignored) == results["spark"].model_dump(exclude=ignored)
+    prefix = f"paths-sr/{case}/spark/"
+    written = _objects(s3, services.bucket, prefix)
+    assert written == _objects(s3, OTHER_BUCKET, prefix)
+    assert len(written) >= len(results["librdkafka"].objects) > 0
