@@ -9,9 +9,9 @@
   at a time (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run
   writes the same bytes).
 - jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
-  that reads Kafka, or the task does (read_path librdkafka: task_lines.py); here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`; csv
-  may start each object with a header row) and compressed as a stream (gzip, bzip2, zstd: one stream / frame per
-  object, at the configured level).
+  that reads Kafka, or the task does (read_path librdkafka: task_lines.py); here the lines are joined (`\\n`;
+  json wraps each object's lines as one array `[a\\n,b]`; csv may start each object with a header row) and
+  compressed as a stream (gzip, bzip2, zstd: one stream / frame per object, at the configured level).
 
 Every encoder writes into a file-like sink (archive/executor/upload.py's ObjectUpload) and never holds more than a row
 group (parquet) or one Arrow batch (the others).

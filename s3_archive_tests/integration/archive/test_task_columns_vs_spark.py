@@ -78,7 +78,8 @@ CASES = {
         {"kind": "header", "header": "only", "name": "only"}]}},
     "layout-fields": {"layout": {"template": TEMPLATE, "partition_by": [
         {"kind": "value", "field": "region"}, {"kind": "value", "field": "nested"},
-        {"kind": "value", "field": "n", "hive": False}, {"kind": "key", "field": "id"}]}},
+        {"kind": "value", "field": "n", "hive": False}, {"kind": "key", "field": "id"},
+        {"kind": "value", "field": "f"}, {"kind": "value", "field": "big"}, {"kind": "value", "field": "empty"}]}},
     "layout-times": {"format": "jsonl", "layout": {"template": TEMPLATE, "timezone": "America/New_York",
                                                    "partition_by": [
         {"kind": "time", "path_format": "yyyy/MM/dd/HH/mm"},
