@@ -9,9 +9,10 @@ per record).
   as `null`; strings escape `"`, `\\` and the controls below U+0020 (`\\b \\t \\n \\f \\r`, the others `\\u00XX`
   in upper-case hex), nothing else; timestamps as `yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX` in the session's time zone
   (UTC: `Z`); headers an array of `{"key":…,"value":…}`.
-- csv (`to_csv` with nullValue "", emptyValue `""`, escape `"`): the fields (base64, digits, `:` and `;`) never
-  need quoting, so a null field is empty and an empty one is `""`; headers are `b64(name):b64(value)` joined with
-  `;` (a null value: nothing after the colon; no headers: an empty field).
+- csv (`to_csv` with nullValue "", emptyValue `""`, escape `"`): Spark's `base64` function chunks (a CRLF after
+  every 76 characters, the JDK's MIME encoder), and a field holding a line break is quoted; the fields (base64,
+  digits, `:` and `;`) need no other quoting, so a null field is empty and an empty one is `""`; headers are
+  `b64(name):b64(value)` joined with `;` (a null value: nothing after the colon; no headers: an empty field).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def _offsets(a: pa.Array) -> np.ndarray:
     return np.frombuffer(a.buffers()[1], dtype=f"<i{width}", count=len(a) + 1, offset=a.offset * width)
 
 
-def base64(values: pa.Array) -> pa.Array:
-    """Each binary (or string) value's base64 as a string; null stays null."""
+def base64(values: pa.Array, chunked: bool = False) -> pa.Array:
+    """Each binary (or string) value's base64 as a string; null stays null. `chunked`: as Spark's `base64`
+    function writes it (the JDK's MIME encoder): a CRLF after every 76 characters but the last."""
     n = len(values)
     if n == 0:
         return pa.array([], pa.string())
@@ -59,9 +61,32 @@ def base64(values: pa.Array) -> pa.Array:
     out[ends[one | two] - 1] = ord("=")
     out[ends[two] - 2] = ord("=")
     validity = None if values.null_count == 0 else pc.is_valid(values).buffers()[1]  # a new array: bit 0 first
+    if chunked and (np.diff(out_offsets) > _MIME_LINE).any():
+        text, out_offsets = _line_breaks(out, out_offsets)
     if out_offsets[-1] >= 1 << 31:
         return pa.LargeStringArray.from_buffers(n, pa.py_buffer(out_offsets), pa.py_buffer(text), validity)
     return pa.StringArray.from_buffers(n, pa.py_buffer(out_offsets.astype(np.int32)), pa.py_buffer(text), validity)
+
+
+_MIME_LINE = 76
+
+
+def _line_breaks(text: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`text` with CRLF inserted in each value after every 76 characters but its last ones, and the new offsets."""
+    lengths = np.diff(offsets)
+    breaks = np.maximum(lengths - 1, 0) // _MIME_LINE  # per value
+    before = np.zeros(len(breaks) + 1, dtype=np.int64)
+    np.cumsum(breaks, out=before[1:])
+    total = int(before[-1])
+    owner = np.repeat(np.arange(len(breaks)), breaks)
+    j = np.arange(total) - before[owner]  # 0-based break number within its value
+    at = offsets[owner] + _MIME_LINE * (j + 1) + 2 * (before[owner] + j)  # in the new buffer
+    out = np.empty(len(text) + 2 * total, dtype=np.uint8)
+    keep = np.ones(len(out), dtype=bool)
+    keep[at], keep[at + 1] = False, False
+    out[keep] = text
+    out[at], out[at + 1] = ord("\r"), ord("\n")
+    return out, offsets + 2 * before
 
 
 def _padded(raw: np.ndarray, ends: np.ndarray, short: np.ndarray) -> np.ndarray:
@@ -156,20 +181,23 @@ def json_lines(env: pa.RecordBatch, plan: LinePlan, value: pa.Array | None) -> p
 
 
 def _csv_field(text: pa.Array) -> pa.Array:
-    """A field as to_csv writes it: null → empty, empty → `""` (the fields here never need quoting)."""
-    return pc.fill_null(pc.if_else(pc.equal(text, ""), '""', text), "")
+    """A field as to_csv writes it: null → empty, empty → `""`, quoted when it holds a line break (chunked base64;
+    the fields here hold no quote, comma or other character that needs quoting)."""
+    quoted = pc.if_else(pc.match_substring(text, "\n"), _join('"', text, '"'), text)
+    return pc.fill_null(pc.if_else(pc.equal(text, ""), '""', quoted), "")
 
 
 def _csv_headers(headers: pa.ListArray) -> pa.Array:
     pairs = headers.values
-    rendered = _join(base64(pairs.field("key")), ":", pc.fill_null(base64(pairs.field("value")), ""))
+    rendered = _join(base64(pairs.field("key"), chunked=True), ":",
+                     pc.fill_null(base64(pairs.field("value"), chunked=True), ""))
     lists = pa.ListArray.from_arrays(headers.offsets, rendered, mask=headers.is_null())
     return pc.fill_null(pc.binary_join(lists, ";"), "")
 
 
 def _csv_values(env: pa.RecordBatch, name: str) -> pa.Array:
     if name in ("key", "value"):
-        return base64(env.column(name))
+        return base64(env.column(name), chunked=True)
     if name == "headers":
         return _csv_headers(env.column("headers"))
     if name == "timestamp":

@@ -100,7 +100,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_task_batches_equal_sparks_columns(case, spark):
-    out = Output.of(archive_config("b", "t", "p/", read_path="librdkafka", **CASES[case]))
+    out = Output.of(archive_config("test-bucket", "t", "p/", read_path="librdkafka", **CASES[case]))
     assert computed_in_task(out)
     env = _envelope()
     df = spark.createDataFrame(_rows(env), ENVELOPE_DDL).coalesce(1)

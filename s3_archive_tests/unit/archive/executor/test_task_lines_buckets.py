@@ -41,6 +41,17 @@ def test_base64_is_pythons_value_by_value_also_on_a_slice(values, cut):
     assert base64(a).to_pylist() == [None if v is None else b64.b64encode(v).decode() for v in a.to_pylist()]
 
 
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=300)), max_size=20), st.integers(0, 3))
+@settings(max_examples=200, deadline=None)
+def test_chunked_base64_is_the_jdks_mime_encoders(values, cut):
+    a = pa.array(values, pa.binary()).slice(min(cut, len(values)))
+    expected = []
+    for v in a.to_pylist():
+        text = None if v is None else b64.b64encode(v).decode()
+        expected.append(None if text is None else "\r\n".join(text[i:i + 76] for i in range(0, len(text), 76)))
+    assert base64(a, chunked=True).to_pylist() == expected
+
+
 @given(st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=20))
 @settings(max_examples=200, deadline=None)
 def test_json_strings_escape_as_jackson_and_parse_back(texts):
