@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import binascii
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -100,8 +101,8 @@ def _padded(raw: np.ndarray, ends: np.ndarray, short: np.ndarray) -> np.ndarray:
     return out
 
 
-def json_string(text: pa.Array) -> pa.Array:
-    """Each string as JSON text, quoted and escaped as Jackson writes it; null as `null`."""
+def _escaped(text: pa.Array) -> pa.Array:
+    """Strings escaped as Jackson writes them, without the quotes."""
     s = text.cast(pa.string())
     if pc.any(pc.match_substring_regex(s, "[\"\\\\]")).as_py():
         s = pc.replace_substring(s, "\\", "\\\\")
@@ -111,7 +112,21 @@ def json_string(text: pa.Array) -> pa.Array:
             ch = chr(c)
             if pc.any(pc.match_substring(s, ch)).as_py():
                 s = pc.replace_substring(s, ch, _CONTROL_ESCAPES.get(c, f"\\u{c:04X}"))
-    return pc.fill_null(_join('"', s, '"'), "null")
+    return s
+
+
+def _quoted(text: pa.Array) -> list[pa.Array | str]:
+    """The pieces of each string quoted, null as `null`: the quotes are pieces of their own, so the text is copied
+    once, into the line."""
+    if text.null_count == 0:
+        return ['"', text, '"']
+    quote = pc.if_else(text.is_valid(), '"', "")
+    return [quote, pc.fill_null(text, "null"), quote]
+
+
+def json_string(text: pa.Array) -> pa.Array:
+    """Each string as JSON text, quoted and escaped as Jackson writes it; null as `null`."""
+    return _join(*_quoted(_escaped(text)))
 
 
 def _join(*parts: pa.Array | str) -> pa.Array:
@@ -120,8 +135,10 @@ def _join(*parts: pa.Array | str) -> pa.Array:
     return pc.binary_join_element_wise(*arrays, pa.scalar("", pa.string()))
 
 
-def _quoted_base64(values: pa.Array) -> pa.Array:
-    return pc.fill_null(_join('"', base64(values), '"'), "null")
+def _distinct(values: pa.Array, render: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """`render` of each value, run over the distinct values only (header names: a few per topic)."""
+    encoded = pc.dictionary_encode(values)
+    return render(encoded.dictionary).take(encoded.indices)
 
 
 @functools.cache
@@ -147,25 +164,23 @@ def _timestamp_text(ts: pa.Array) -> pa.Array:
 
 def _headers_json(headers: pa.ListArray) -> pa.Array:
     pairs = headers.values
-    rendered = _join('{"key":', json_string(pairs.field("key")), ',"value":', _quoted_base64(pairs.field("value")),
-                     "}")
+    rendered = _join('{"key":', _distinct(pairs.field("key"), json_string), ',"value":',
+                     *_quoted(base64(pairs.field("value"))), "}")
     lists = pa.ListArray.from_arrays(headers.offsets, rendered, mask=headers.is_null())
     return pc.fill_null(_join("[", pc.binary_join(lists, ","), "]"), "null")
 
 
-def _json_field(env: pa.RecordBatch, name: str, plan: LinePlan) -> pa.Array:
+def _json_field(env: pa.RecordBatch, name: str, plan: LinePlan) -> list[pa.Array | str]:
     col = env.column(name)
     if name in ("key", "value"):
-        if name == "value" and plan.value_utf8:
-            return json_string(col)
-        return _quoted_base64(col)
+        return _quoted(_escaped(col) if name == "value" and plan.value_utf8 else base64(col))
     if name == "headers":
-        return _headers_json(col)
+        return [_headers_json(col)]
     if name == "topic":
-        return json_string(col)
+        return [_distinct(col, json_string)]
     if name == "timestamp":
-        return _timestamp_text(col)
-    return pc.fill_null(col.cast(pa.string()), "null")
+        return [_timestamp_text(col)]
+    return [pc.fill_null(col.cast(pa.string()), "null")]
 
 
 def json_lines(env: pa.RecordBatch, plan: LinePlan, value: pa.Array | None) -> pa.Array:
@@ -174,22 +189,30 @@ def json_lines(env: pa.RecordBatch, plan: LinePlan, value: pa.Array | None) -> p
         env = env.set_column(env.schema.get_field_index("value"), "value", value)
     parts: list[pa.Array | str] = []
     for i, name in enumerate(plan.fields):
-        parts += ["{" if i == 0 else ",", f'"{name}":', _json_field(env, name, plan)]
+        parts += ["{" if i == 0 else ",", f'"{name}":', *_json_field(env, name, plan)]
     if not parts:
         return pa.array(["{}"] * env.num_rows, pa.string())
     return _join(*parts, "}")
 
 
-def _csv_field(text: pa.Array) -> pa.Array:
-    """A field as to_csv writes it: null → empty, empty → `""`, quoted when it holds a line break (chunked base64;
-    the fields here hold no quote, comma or other character that needs quoting)."""
-    quoted = pc.if_else(pc.match_substring(text, "\n"), _join('"', text, '"'), text)
-    return pc.fill_null(pc.if_else(pc.equal(text, ""), '""', quoted), "")
+def _csv_field(text: pa.Array) -> list[pa.Array | str]:
+    """The pieces of a field as to_csv writes it: null → empty, empty → `""`, quoted when it holds a line break
+    (chunked base64; the fields here hold no quote, comma or other character that needs quoting)."""
+    empty = pc.equal(text, "")
+    if pc.any(empty).as_py():
+        text = pc.if_else(empty, '""', text)
+    if text.null_count:
+        text = pc.fill_null(text, "")
+    broken = pc.match_substring(text, "\n")
+    if not pc.any(broken).as_py():
+        return [text]
+    quote = pc.if_else(broken, '"', "")
+    return [quote, text, quote]
 
 
 def _csv_headers(headers: pa.ListArray) -> pa.Array:
     pairs = headers.values
-    rendered = _join(base64(pairs.field("key"), chunked=True), ":",
+    rendered = _join(_distinct(pairs.field("key"), lambda k: base64(k, chunked=True)), ":",
                      pc.fill_null(base64(pairs.field("value"), chunked=True), ""))
     lists = pa.ListArray.from_arrays(headers.offsets, rendered, mask=headers.is_null())
     return pc.fill_null(pc.binary_join(lists, ";"), "")
@@ -213,7 +236,7 @@ def csv_lines(env: pa.RecordBatch, plan: LinePlan) -> pa.Array:
     for i, name in enumerate(fields):
         if i:
             parts.append(",")
-        parts.append(_csv_field(_csv_values(env, name)))
+        parts += _csv_field(_csv_values(env, name))
     if not plan.value_text:
         return _join(*parts).cast(pa.binary())
     raw = pc.fill_null(env.column("value"), b"")
