@@ -2,9 +2,9 @@
 driver/spark_job.py::_payload's Spark expressions give, vectorised with Arrow compute and numpy (no Python object
 per record).
 
-- base64 (Spark's `base64`, and what `to_json` writes for a binary: Jackson's default variant): the standard
-  alphabet with `=` padding, no line breaks; each value padded with zero bytes to a multiple of three, the whole
-  buffer encoded at once (binascii), the padding's characters then set to `=`.
+- base64 (what `to_json` writes for a binary, Jackson's default variant; Spark's `base64` function the same,
+  chunked: see csv): the standard alphabet with `=` padding; each value padded with zero bytes to a multiple of
+  three, the whole buffer encoded at once (binascii), the padding's characters then set to `=`.
 - JSON text (`to_json` with ignoreNullFields false, Jackson's generator): a field per stored column in order, null
   as `null`; strings escape `"`, `\\` and the controls below U+0020 (`\\b \\t \\n \\f \\r`, the others `\\u00XX`
   in upper-case hex), nothing else; timestamps as `yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX` in the session's time zone
