@@ -252,12 +252,26 @@ class JobShape:
     decode: DecodePlan | None = None  # Schema Registry payloads the task decodes (executor/registry_decode.py)
 
 
+@dataclass(frozen=True)
+class LinePlan:
+    """read_path librdkafka: how a task renders each record's csv, jsonl or json line from the envelope
+    (executor/task_lines.py), as driver/spark_job.py::_payload does in Spark. `kind` csv or json; `fields` the csv
+    fields or the stored envelope columns, in order; `value_text` (csv) the raw value last, unquoted; `value_utf8`
+    (json) the value stored as a string (value_decoding utf8)."""
+
+    kind: str
+    fields: tuple[str, ...]
+    value_text: bool = False
+    value_utf8: bool = False
+
+
 @dataclass(frozen=True, kw_only=True)
 class WriteJob(JobShape, JobTemplate):
     """Everything a write task needs: sent with the task (pickled), so it holds no client and no session."""
 
     undecodable_only: bool = False  # with `decode`: write only the records that do not decode (their dead letters)
     task_schema: str = ""  # read_path librdkafka: the Spark schema (JSON) of the task batches the tasks make
+    lines: LinePlan | None = None  # read_path librdkafka, csv / jsonl / json: how the task renders `_line`
     _index: dict[int, tuple[list[int], list[Slice]]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod

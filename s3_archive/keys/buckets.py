@@ -10,8 +10,10 @@ in Spark; `record_bucket` here is the Python reference (tested to agree). Spark 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 
 from s3_archive.keys.layout import KafkaPartition, KeyField, OutputLayout, RecordTime, ValueField
 from s3_archive.keys.template import UNITS
@@ -120,6 +122,12 @@ def split_bucket(layout: OutputLayout, bucket: str) -> list[str]:
     return parts
 
 
+def decoded_placeholder(index: int) -> str:
+    """The bucket's segment of dimension `index` while it waits for a field the write task decodes (a Schema
+    Registry payload): archive/executor/registry_decode.py puts the field's encoded value in its place."""
+    return f"\x00{index}\x00"
+
+
 def join_bucket(encoded: Sequence[str]) -> str:
     return "/".join(encoded) if encoded else NO_BUCKETS
 
@@ -127,13 +135,64 @@ def join_bucket(encoded: Sequence[str]) -> str:
 # --- Python reference of a record's bucket (what buckets.bucket_column computes in Spark) -----------------------
 
 
+def _first_wins(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)  # Spark's path takes a key's first occurrence
+    return out
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON = json.JSONDecoder(object_pairs_hook=_first_wins, parse_constant=_no_constant)
+_JACKSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def java_double(x: float) -> str:
+    """A double as Java's Double.toString writes it (what Jackson writes for a JSON float): the shortest digits,
+    plain between 1e-3 and 1e7, else d.dddE<exp>; always a digit after the point."""
+    if x == 0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    sign, digits, exp = Decimal(repr(x)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    point = len(digits) + int(exp)  # the decimal point's place after the first digit of `digits`
+    if 1e-3 <= abs(x) < 1e7:
+        whole, frac = (text[:point] or "0", text[point:]) if point > 0 else ("0", "0" * -point + text)
+        out = f"{whole.ljust(point, '0') if point > 0 else whole}.{frac or '0'}"
+    else:
+        out = f"{text[0]}.{text[1:] or '0'}E{point - 1}"
+    return ("-" if sign else "") + out
+
+
+def jackson_json(v: object) -> str:
+    """Compact JSON as Jackson writes a parsed value back (get_json_object's non-string results): Java's doubles,
+    only quotes, backslashes and control characters escaped (those in upper-case hex)."""
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return java_double(v)
+    if isinstance(v, str):
+        return '"' + "".join(_JACKSON_ESCAPES.get(c, f"\\u{ord(c):04X}" if ord(c) < 0x20 else c) for c in v) + '"'
+    if isinstance(v, list):
+        return "[" + ",".join(jackson_json(x) for x in v) + "]"
+    return "{" + ",".join(f"{jackson_json(k)}:{jackson_json(x)}" for k, x in v.items()) + "}"  # type: ignore
+
+
 def json_field_text(raw: bytes | None, field: str) -> str | None:
-    """Spark's get_json_object(value, '$.<field>') for UTF-8 JSON: strings unquoted, other values as compact JSON,
-    null/missing/not JSON → None."""
+    """Spark's get_json_object(value, '$.<field>') for UTF-8 JSON: strings unquoted, other values as compact JSON
+    (`jackson_json`), null/missing/not JSON → None. As Spark's parser: the first value of the text (what follows it
+    is not read), a key's first occurrence, no NaN or Infinity."""
     if raw is None:
         return None
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        doc, _ = _JSON.raw_decode(text, len(text) - len(text.lstrip(" \t\n\r")))
     except (UnicodeDecodeError, ValueError):
         return None
     for k in field.split("."):
@@ -142,7 +201,7 @@ def json_field_text(raw: bytes | None, field: str) -> str | None:
         doc = doc[k]
     if doc is None or isinstance(doc, str):
         return doc
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    return jackson_json(doc)
 
 
 def last_header(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -> tuple[bool, bytes | None]:
@@ -152,7 +211,7 @@ def last_header(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -
     return False, None
 
 
-def _epoch_ms(text: str | None) -> int | None:
+def epoch_ms(text: str | None) -> int | None:
     return int(text) if text is not None and _EPOCH_MS.fullmatch(text) else None
 
 
@@ -178,10 +237,10 @@ def record_bucket(layout: OutputLayout, record: Mapping[str, object]) -> str:
             if d.source == "kafka_timestamp":
                 ts = record["timestamp_us"]
             elif d.source == "value":
-                ts = _ms_to_us(_epoch_ms(json_field_text(value, d.field)))  # type: ignore[arg-type]
+                ts = _ms_to_us(epoch_ms(json_field_text(value, d.field)))  # type: ignore[arg-type]
             else:
                 raw = last_header(headers, d.field)[1]  # type: ignore[arg-type]
-                ts = _ms_to_us(_epoch_ms(_utf8(raw)))
+                ts = _ms_to_us(epoch_ms(utf8_text(raw)))
             enc.append(encode_value(format_time(d, layout.time_zone(d), ts)))  # type: ignore[arg-type]
         elif isinstance(d, ValueField):
             enc.append(encode_value(json_field_text(value, d.field)))  # type: ignore[arg-type]
@@ -204,7 +263,7 @@ def _ms_to_us(ms: int | None) -> int | None:
     return None if ms is None else ms * 1000
 
 
-def _utf8(raw: bytes | None) -> str | None:
+def utf8_text(raw: bytes | None) -> str | None:
     if raw is None:
         return None
     try:

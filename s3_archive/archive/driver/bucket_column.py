@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from s3_archive.keys.buckets import BUCKET_COLUMN, EPOCH_MS_REGEX
+from s3_archive.keys.buckets import BUCKET_COLUMN, EPOCH_MS_REGEX, decoded_placeholder
 from s3_archive.keys.layout import Dimension, KafkaPartition, KeyField, OutputLayout, RecordTime, ValueField
 from s3_archive.keys.template import UNITS
 from s3_archive.keys.values import EMPTY, HEX, NO_BUCKETS, NULL, TIME_UNITS
@@ -84,12 +84,6 @@ def time_text(d: RecordTime, tz: str) -> Column:
     if d.duration_seconds:
         s = s - F.pmod(s, F.lit(d.duration_seconds))
     return _format(d.tokens, s)
-
-
-def decoded_placeholder(index: int) -> str:
-    """The bucket's segment of dimension `index` while it waits for a field the write task decodes (a Schema
-    Registry payload): executor/registry_decode.py puts the field's encoded value in its place."""
-    return f"\x00{index}\x00"
 
 
 def dimension_value(layout: OutputLayout, d: Dimension) -> Column:

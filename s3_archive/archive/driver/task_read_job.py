@@ -4,13 +4,15 @@ worker → the object, without the JVM's consumer, rows and Arrow hand-off in be
 
 The job maps a tiny DataFrame, one row per slice (its index in `WriteJob.slices`) and one Spark partition per
 slice, with mapInArrow:
-- where the task computes every column itself (`computed_in_task`: parquet, avro, text and bytes with value
-  decoding bytes or utf8, and no layout that splits a window by record content), `executor/task.py::read_task`
-  reads, makes the task batches (executor/task_columns.py) and writes; the job's shape (stored schema, format
-  plan, the task batches' schema) comes from spark_job.py::write_frame over an empty envelope, no Kafka read;
-- otherwise (csv, jsonl, json, value decoding json, layouts by time, field, key or header) Spark computes the
-  columns from the tasks' envelope (`envelope_frame`, executor/task.py::envelope_task) with write_frame's own
-  expressions, and the write tasks are spark_job.py's: the same bytes as the Spark source's path.
+- where the task computes every column itself (`computed_in_task`: every format, layout and Schema Registry
+  decoding, but not a value parsed as JSON), `executor/task.py::read_task` reads, makes the task batches
+  (executor/task_columns.py: csv and JSON lines in task_lines.py, buckets in task_buckets.py) and writes; the
+  job's shape (stored schema, format plan, the task batches' schema) comes from spark_job.py::write_frame over an
+  empty envelope, no Kafka read;
+- otherwise (value_decoding json, sink_output.value json: VARIANT's schema inference and JSON text; and the
+  undecodable-only job of format iceberg) Spark computes the columns from the tasks' envelope (`envelope_frame`,
+  executor/task.py::envelope_task) with write_frame's own expressions, and the write tasks are spark_job.py's: the
+  same bytes as the Spark source's path.
 
 Only the DataFrame API and mapInArrow: it runs over Spark Connect and on a cluster as spark_job.py does. The
 executors reach Kafka with the driver's connection settings (`kafka_connection`).
@@ -34,6 +36,7 @@ from s3_archive.archive.protocol import (
     JobOutput,
     JobTemplate,
     KafkaConnection,
+    LinePlan,
     WriteJob,
 )
 from s3_archive.io.kafka import KafkaResource
@@ -53,9 +56,19 @@ def kafka_connection(kafka: KafkaResource) -> KafkaConnection:
 
 
 def computed_in_task(out: Output) -> bool:
-    """Whether the task makes every column of the task batches itself (executor/task_columns.py)."""
-    return out.fmt.name in ("parquet", "avro", "text", "bytes") and out.decoding in ("bytes", "utf8") \
-        and not out.registry and not out.bucketed
+    """Whether the task makes every column of the task batches itself (executor/task_columns.py): every format
+    but the table format, every layout and Schema Registry decoding, but not a value parsed as JSON (value_decoding
+    json, sink_output.value json), whose schema inference and rendering are Spark's VARIANT's."""
+    return out.fmt.name != "iceberg" and out.decoding != "json" and out.value_as != "json"
+
+
+def line_plan(out: Output) -> LinePlan | None:
+    """How the task renders the lines of csv, jsonl and json (executor/task_lines.py)."""
+    if out.fmt.name == "csv":
+        return LinePlan("csv", out.csv_fields, value_text=out.value_as == "text")
+    if out.fmt.name in ("jsonl", "json"):
+        return LinePlan("json", out.columns, value_utf8=out.decoding == "utf8")
+    return None
 
 
 def slice_frame(spark: SparkSession, job: JobTemplate) -> DataFrame:
@@ -74,10 +87,10 @@ def run_task_read_job(spark: SparkSession, template: JobTemplate, out: Output, j
                       undecodable_only: bool = False, decode: DecodePlan | None = None) -> JobOutput:
     """Read `template.slices` in the tasks and write them (one Spark job); every task's result rows. `decode`:
     Schema Registry payloads, decoded by the write tasks (from Spark's columns of the tasks' envelope)."""
-    if undecodable_only or decode is not None or not computed_in_task(out):
+    if undecodable_only or not computed_in_task(out):
         return run_write_job(spark, {}, template, out, json_ddl, undecodable_only, decode=decode,
                              envelope=envelope_frame(spark, template))
-    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl)
-    job = WriteJob.of(template, shape, task_schema=frame.schema.json())
+    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl, decode)
+    job = WriteJob.of(template, shape, task_schema=frame.schema.json(), lines=line_plan(out))
     rows = [r.asDict() for r in slice_frame(spark, job).mapInArrow(partial(read_task, job), RESULT_SCHEMA).collect()]
     return JobOutput(rows, shape.fmt.spark_schema)

@@ -1,15 +1,17 @@
 """Each format's bytes, written on the executors from the Arrow batches Spark hands a write task (task.py).
 
-- parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data; `key`, `value` and the
+- parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data, cut by the rows alone
+  (`row_bytes`) and each written from one contiguous table, so the bytes do not depend on how the rows came in
+  batches (pages follow the writer's 1,024-row steps within each chunk); `key`, `value` and the
   offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); the Spark schema is
   kept in the file's metadata as Spark's own writer does.
 - avro: the schema Spark's avro writer derives (model/registry_types.py::avro_schema); records encoded a column
   at a time (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run
   writes the same bytes).
 - jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
-  that reads Kafka; here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`; csv
-  may start each object with a header row) and compressed as a stream (gzip, bzip2, zstd: one stream / frame per
-  object, at the configured level).
+  that reads Kafka, or the task does (read_path librdkafka: task_lines.py); here the lines are joined (`\\n`;
+  json wraps each object's lines as one array `[a\\n,b]`; csv may start each object with a header row) and
+  compressed as a stream (gzip, bzip2, zstd: one stream / frame per object, at the configured level).
 
 Every encoder writes into a file-like sink (archive/executor/upload.py's ObjectUpload) and never holds more than a row
 group (parquet) or one Arrow batch (the others).
@@ -36,7 +38,35 @@ _SYNC_INTERVAL = 1 << 20  # Avro block size: uncompressed bytes of records per b
 SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"
 
 
+def row_bytes(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each row's Arrow bytes, about: a value's bytes plus its offset for binary and strings, the children's for
+    lists and structs, the width for the others. A function of the row alone, so row groups cut by it are the same
+    however the rows came in batches."""
+    if isinstance(a, pa.ChunkedArray):
+        return np.concatenate([row_bytes(c) for c in a.chunks]) if a.num_chunks else np.zeros(0, np.int64)
+    t = a.type
+    if pa.types.is_dictionary(t):
+        return np.full(len(a), t.index_type.bit_width // 8, np.int64)
+    if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        return pc.fill_null(pc.binary_length(a), 0).to_numpy(zero_copy_only=False).astype(np.int64) + 4
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        inner = np.zeros(len(a.values) + 1, np.int64)
+        np.cumsum(row_bytes(a.values), out=inner[1:])
+        offsets = a.offsets.to_numpy()
+        return inner[offsets[1:]] - inner[offsets[:-1]] + 4
+    if pa.types.is_struct(t):
+        out = np.zeros(len(a), np.int64)
+        for i in range(t.num_fields):
+            out += row_bytes(a.field(i))
+        return out
+    return np.full(len(a), max(1, t.bit_width // 8), np.int64)
+
+
 class ParquetEncoder:
+    """Row groups of about `row_group_bytes` (`row_bytes`), each written from one contiguous table: the row groups
+    and pages depend on the rows only, not on the batches they came in (a layout's buckets, a reader's batch
+    size), so both read paths write the same bytes."""
+
     def __init__(self, fmt: FormatPlan, sink: Any) -> None:
         self.fmt, self.sink = fmt, sink
         self._writer: Any = None
@@ -44,18 +74,32 @@ class ParquetEncoder:
         self._bytes = 0
 
     def write(self, table: pa.Table) -> None:
-        self._buffered.append(table)
-        self._bytes += table.nbytes
-        if self._bytes >= self.fmt.row_group_bytes:
+        if table.num_rows == 0:
+            return
+        sizes = np.zeros(table.num_rows, np.int64)
+        for column in table.columns:
+            sizes += row_bytes(column)
+        filled = np.cumsum(sizes) + self._bytes
+        start = 0
+        while start < table.num_rows:
+            cut = int(np.searchsorted(filled, self.fmt.row_group_bytes, side="left"))  # first row reaching it
+            if cut >= table.num_rows:
+                self._buffered.append(table.slice(start))
+                self._bytes = int(filled[-1])
+                return
+            self._buffered.append(table.slice(start, cut + 1 - start))
             self._flush()
+            filled -= filled[cut]
+            start = cut + 1
 
     def _flush(self) -> None:
+        self._bytes = 0
         if not self._buffered:
             return
         import pyarrow.parquet as pq
 
-        table = pa.concat_tables(self._buffered) if len(self._buffered) > 1 else self._buffered[0]
-        self._buffered, self._bytes = [], 0
+        table = pa.concat_tables(self._buffered).combine_chunks()
+        self._buffered = []
         if self._writer is None:
             schema = table.schema.with_metadata({SPARK_ROW_METADATA: self.fmt.spark_schema})
             self._writer = pq.ParquetWriter(

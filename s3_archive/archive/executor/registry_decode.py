@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from s3_archive.archive.executor.avro_decoding import AvroDecoder, cast_times, time_units
 from s3_archive.archive.protocol import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import HEADER_BYTES, RegistrySchema, UnknownSchemaId
+from s3_archive.keys.buckets import decoded_placeholder
 from s3_archive.model.registry_types import NOT_A_RECORD, json_schema_to_spark
 
 GOOD, REASON, RAW = "_good", "_reason", "_raw"
@@ -324,7 +325,7 @@ def _bucketed(plan: DecodePlan, batch: pa.RecordBatch, values: dict[str, list[An
 
     buckets = batch.column("_bucket").to_pylist()
     for index, part, path in plan.bucket_fields:
-        marker = f"\x00{index}\x00"
+        marker = decoded_placeholder(index)
         vals = values[part]
         buckets = [b.replace(marker, encode_value(field_text(vals[i], path))) for i, b in enumerate(buckets)]
     i = batch.schema.get_field_index("_bucket")

@@ -11,6 +11,7 @@ from s3_archive.keys.buckets import (
     EPOCH_MS_REGEX,
     bucket_from_staging_dir,
     format_time,
+    java_double,
     json_field_text,
     last_header,
     parse_path,
@@ -361,3 +362,21 @@ def test_spark_partition_path_escaping_inverts(s):
 def test_epoch_ms_regex_is_the_spark_one():
     assert re.fullmatch(EPOCH_MS_REGEX.strip("^$"), "-17")
     assert not re.fullmatch(EPOCH_MS_REGEX.strip("^$"), "1.5")
+
+
+@pytest.mark.parametrize(("x", "java"), [
+    (1.5, "1.5"), (100.0, "100.0"), (1e7, "1.0E7"), (9999999.0, "9999999.0"), (0.001, "0.001"), (0.0009, "9.0E-4"),
+    (-1.5e300, "-1.5E300"), (0.1 + 0.2, "0.30000000000000004"), (12345678.9, "1.23456789E7"), (-0.0, "-0.0"),
+    (0.0, "0.0"), (1e23, "1.0E23")])
+def test_java_double_is_javas_double_to_string(x, java):
+    assert java_double(x) == java
+
+
+def test_json_field_text_reads_as_sparks_get_json_object():
+    # numbers and nested values as Jackson writes them back; a key's first occurrence; what follows the first value
+    # is not read; NaN is not JSON
+    assert json_field_text(b'{"a": 1.50, "a": 2}', "a") == "1.5"
+    assert json_field_text(b' {"a": {"b": [1, "\\u0001\\\\", 1e3, 12345678.9]}} tail', "a") == \
+        '{"b":[1,"\\u0001\\\\",1000.0,1.23456789E7]}'
+    assert json_field_text(b'{"a": NaN}', "a") is None
+    assert json_field_text(b'{"a": "x"}{', "a") == "x"

@@ -1,0 +1,127 @@
+"""Each format's warm archive time against parquet's, per source tree (arm), rounds interleaved: the bench's
+"Every format" area (bench/formats.py, the same `format` command of `bench.worker`) without the rest of the suite,
+and optionally Schema Registry Avro decoded against raw (bench/registry.py's `decoded` command).
+
+    flock -o /tmp/locks/heavy .venv/bin/python -m bench.tools.formats_ab --mb 200 --rounds 3 \
+        --arm base=/tmp/base-tree --arm new=. [--formats parquet,csv,jsonl,json,text,avro] [--registry]
+
+An arm is `NAME=TREE`: a source tree's own `bench.worker` (a warm Spark session of `jvm_profile` long, as in
+`make bench`), warmed up by one archive of a small window in every measured format. Per round, every format and
+arm runs once (the arms' order alternating by round); each run archives all the workload's windows in one run
+(read_path librdkafka). Prints the seconds and parquet's time over each format's (≥ 0.8 is the issue's target), per
+arm; `--json` writes them. Starts its own broker, moto (and Apicurio with `--registry`) and stops them at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import workload as wl
+from bench.common import SparkWorker
+from bench.config import BUCKET, TOPIC
+from bench.registry import AVRO_TOPIC, produce_avro
+from bench.under_test import KafkaResource, SchemaRegistryServer, local_s3_client, temporary_stack
+
+FORMATS = ("parquet", "avro", "text", "csv", "jsonl", "json")
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Arm(SparkWorker):
+    """A warm `bench.worker` of one source tree."""
+
+    def __init__(self, spec: str, stack: dict[str, Any], log: Path) -> None:
+        self.name, _, tree = spec.partition("=")
+        self.tree = Path(tree or ".").resolve()
+        self.log_path, self.kept_log = log, None
+        self.log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": "long"})],
+            cwd=self.tree, env=os.environ | {"PYTHONPATH": str(self.tree)}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--arm", action="append", default=[], help="NAME=TREE (default: this=.)")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--registry", action="store_true", help="also Avro decoded vs raw (parquet)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    formats = [f for f in args.formats.split(",") if f]
+    out: dict[str, Any] = {"mb": args.mb, "rounds": args.rounds, "seconds": {}, "load": []}
+    with temporary_stack("s3a-formats-ab-", BUCKET, remove=True) as (broker, moto, root):
+        stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
+                 "bucket": BUCKET, "remote": None}
+        kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
+        s3 = local_s3_client(moto.endpoint_url)
+        n = wl.records_for_mb(args.mb)
+        wl.create_topic(kafka, TOPIC)
+        say(f"producing {n:,} records ({n * wl.record_bytes() / 1e6:,.0f} MB)")
+        wl.produce(kafka, TOPIC, n)
+        ends = kafka.offsets(TOPIC, "latest")
+        windows = [[p, 0, e] for p, e in sorted(ends.items())]
+        small = [[p, 0, min(2000, e)] for p, e in sorted(ends.items())]
+        registry = None
+        if args.registry:
+            registry = SchemaRegistryServer(root / "registry")
+            registry.start()
+            produce_avro(kafka, registry.url, n)
+            avro_windows = [[p, 0, e] for p, e in sorted(kafka.offsets(AVRO_TOPIC, "latest").items())]
+        arms = [Arm(spec, stack, root / f"arm-{i}.log") for i, spec in enumerate(args.arm or ["this=."])]
+        try:
+            for arm in arms:  # warm-up, not counted
+                for fmt in formats:
+                    arm.call(cmd="format", topic=TOPIC, prefix="warmup/", windows=small, format=fmt)
+                if registry is not None:
+                    for decoding in ("bytes", "avro"):
+                        arm.call(cmd="decoded", topic=AVRO_TOPIC, prefix="warmup/", windows=small,
+                                 decoding=decoding, registry_url=registry.url)
+                wl.empty_prefix(s3, BUCKET, "warmup/")
+            kinds = [("format", f) for f in formats] + (
+                [("decoded", d) for d in ("bytes", "avro")] if registry is not None else [])
+            for r in range(args.rounds):
+                out["load"].append(os.getloadavg()[0])
+                for arm in arms if r % 2 == 0 else arms[::-1]:
+                    for cmd, what in kinds:
+                        prefix = f"ab-{arm.name}-{what}-r{r}/"
+                        if cmd == "format":
+                            got = arm.call(cmd="format", topic=TOPIC, prefix=prefix, windows=windows, format=what)
+                            assert got["records"] == n, got
+                            key = what
+                        else:
+                            got = arm.call(cmd="decoded", topic=AVRO_TOPIC, prefix=prefix, windows=avro_windows,
+                                           decoding=what, registry_url=registry.url)  # type: ignore[union-attr]
+                            key = f"registry-{'raw' if what == 'bytes' else 'decoded'}"
+                        out["seconds"].setdefault(arm.name, {}).setdefault(key, []).append(got["seconds"])
+                        say(f"round {r + 1} {arm.name} {key}: {got['seconds']:.2f}s")
+                        wl.empty_prefix(s3, BUCKET, prefix)
+        finally:
+            for arm in arms:
+                arm.stop()
+            if registry is not None:
+                registry.stop()
+    for name, by_kind in out["seconds"].items():
+        med = {k: statistics.median(v) for k, v in by_kind.items()}
+        for k, v in med.items():
+            base = med.get("registry-raw" if k.startswith("registry") else "parquet")
+            say(f"{name} {k}: median {v:.2f}s (min {min(by_kind[k]):.2f}, max {max(by_kind[k]):.2f}); "
+                f"{'raw' if k.startswith('registry') else 'parquet'} / this = {base / v:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
