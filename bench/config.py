@@ -44,6 +44,7 @@ PRODUCER_CONF = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "me
 DEPLOYED_RATES_MB_S = (10, 25, 50, 75)  # the sustained search, rising; stops at the first rate not kept
 DEPLOYED_HOLD_S = 90  # each rate of the search held this long (`--deployed-hold-s 600`: the 10-minute hold)
 DEPLOYED_ONE_RECORD_REPEATS = 2
+DEPLOYED_DEFAULT_ARM = "local"  # the shipped shape; its figures are the headline keys `deployed_<figure>`
 DEPLOYED_TARGETS = {
     "catchup_vs_warm": 4.0,  # first run's launch → lag 0 over the warm archive of the same bytes, at most (< 1 GB)
     "catchup_vs_warm_1gb": 2.0,  # the same from 1 GB up

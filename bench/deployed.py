@@ -38,6 +38,7 @@ from bench.under_test import (
     KafkaResource,
     OffsetWindow,
     PostgresServer,
+    SparkConnectServer,
     local_s3_client,
     spawn,
     stop_pid,
@@ -45,9 +46,7 @@ from bench.under_test import (
     window_partitions,
 )
 
-ARCHIVE, CLI_ARCHIVE = "deployed", "deployed_cli"
-BACKLOG, ONE, LIVE, CLI = "dep_backlog", "dep_one", "dep_live", "dep_cli"
-GROUP = f"s3-archive.{ARCHIVE}"  # the archive's default consumer group: its committed ends
+ARMS = ("local", "connect")  # Spark in each run's process (SparkResource's default) / a kept Spark Connect server
 AGE_MS = 3_600_000  # the backlog's records are an hour old: past flush.interval_seconds (600 s by default)
 LAG_SLOPE_SHARE = 0.1  # kept up: the lag grows by less than this share of the produce rate over the hold's 2nd half
 RUN_TIMEOUT_S = 900
@@ -111,10 +110,15 @@ class RunProcesses:
 
 class Deployment:
     """PostgreSQL, $DAGSTER_HOME with the shipped deploy/dagster.postgres.yaml, and `dagster-daemon run -w
-    workspace.yaml` (its code server is the daemon's child), with the archives of this area at their defaults."""
+    workspace.yaml` (its code server is the daemon's child), with the archives of this area at their defaults.
+    `arm` "connect": a Spark Connect server the deployment keeps, which every run uses as a thin client
+    (`S3_ARCHIVE_SPARK_REMOTE`); "local": each run starts its own Spark session (the default)."""
 
-    def __init__(self, root: Path, stack: dict[str, Any], cleanup: ExitStack) -> None:
-        self.root = root
+    def __init__(self, root: Path, stack: dict[str, Any], cleanup: ExitStack, arm: str = "local") -> None:
+        self.root, self.arm = root, arm
+        self.archive, self.cli_archive = f"deployed_{arm}", f"deployed_{arm}_cli"
+        self.backlog, self.one, self.live, self.cli = (f"dep_{arm}_{t}" for t in ("backlog", "one", "live", "cli"))
+        self.group = f"s3-archive.{self.archive}"  # the archive's default consumer group: its committed ends
         root.mkdir(parents=True, exist_ok=True)
         self.pg = PostgresServer(root / "postgres", settings={"fsync": "off"})
         self.pg.start()
@@ -125,13 +129,21 @@ class Deployment:
         config = root / "archives.yaml"
         # Every setting at its default but the topics (and the bucket, which has none).
         config.write_text(json.dumps({"archives": [
-            {"name": ARCHIVE, "topics": [BACKLOG, ONE, LIVE], "bucket": BUCKET, "prefix": "deployed/"},
-            {"name": CLI_ARCHIVE, "topics": [CLI], "bucket": BUCKET, "prefix": "deployed-cli/"}]}))
+            {"name": self.archive, "topics": [self.backlog, self.one, self.live], "bucket": BUCKET,
+             "prefix": f"deployed-{arm}/"},
+            {"name": self.cli_archive, "topics": [self.cli], "bucket": BUCKET, "prefix": f"deployed-{arm}-cli/"}]}))
+        spark: dict[str, str] = {}
+        if arm == "connect":
+            server = SparkConnectServer(root / "spark-connect", s3_endpoint_url=stack["s3_endpoint_url"],
+                                        s3_path_style=True, env=dict(LOCAL_AWS))
+            server.start()
+            cleanup.callback(server.stop)
+            spark = {"S3_ARCHIVE_SPARK_REMOTE": server.url}
         self.env = {**os.environ, **self.pg.env(), **LOCAL_AWS, "DAGSTER_HOME": str(self.home),
                     "S3_ARCHIVE_CONFIG": str(config), "S3_ARCHIVE_ENV": "local",
                     "S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": stack["bootstrap_servers"],
                     "S3_ARCHIVE_S3_ENDPOINT_URL": stack["s3_endpoint_url"], "S3_ARCHIVE_BUCKET": BUCKET,
-                    "S3_ARCHIVE_STATE_DIR": str(root / "state")}
+                    "S3_ARCHIVE_STATE_DIR": str(root / "state"), **spark}
         os.environ.update(self.pg.env())  # this process opens the same instance
         self.bin = Path(sys.executable).parent
         self.daemon = spawn([str(self.bin / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")],
@@ -191,38 +203,38 @@ def produce_aged(kafka: KafkaResource, topic: str, count: int, start: int = 0, a
     return time.monotonic() - t
 
 
-def lag(kafka: KafkaResource, topic: str, ends: dict[int, int]) -> int:
+def lag(kafka: KafkaResource, group: str, topic: str, ends: dict[int, int]) -> int:
     """Offsets of `ends` the archive's consumer group has not committed."""
-    done = kafka.group_offsets(GROUP, topic, sorted(ends))
+    done = kafka.group_offsets(group, topic, sorted(ends))
     return sum(max(0, e - done.get(p, 0)) for p, e in ends.items())
 
 
 def catch_up(dep: Deployment, kafka: KafkaResource, n: int) -> dict[str, Any]:
     """The backlog's `n` records, an hour old, then the offsets sensor on: the first run's launch → lag 0."""
-    wl.create_topic(kafka, BACKLOG)
-    produce_s = produce_aged(kafka, BACKLOG, n)
-    ends = kafka.offsets(BACKLOG, "latest")
+    wl.create_topic(kafka, dep.backlog)
+    produce_s = produce_aged(kafka, dep.backlog, n)
+    ends = kafka.offsets(dep.backlog, "latest")
     say(f"deployed: backlog of {n:,} records produced in {produce_s:.1f}s; turning the offsets sensor on")
     t_on = time.time()
-    dep.start_sensor(f"archive_{ARCHIVE}_offsets")
+    dep.start_sensor(f"archive_{dep.archive}_offsets")
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while lag(kafka, BACKLOG, ends):
+    while lag(kafka, dep.group, dep.backlog, ends):
         dep.alive()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"deployed catch-up: lag {lag(kafka, BACKLOG, ends)} after {RUN_TIMEOUT_S}s")
+            raise RuntimeError(f"deployed catch-up: lag {lag(kafka, dep.group, dep.backlog, ends)} after {RUN_TIMEOUT_S}s")
         time.sleep(0.2)
     t_zero = time.time()
-    runs = dep.runs(BACKLOG)
+    runs = dep.runs(dep.backlog)
     while any(r.dagster_run.status.value not in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
         time.sleep(0.5)  # the last run ends a moment after its last commit
-        runs = dep.runs(BACKLOG)
+        runs = dep.runs(dep.backlog)
     events = {r.dagster_run.run_id: dep.events(r.dagster_run.run_id) for r in runs}
     launched = min(e["PIPELINE_STARTING"] for e in events.values() if "PIPELINE_STARTING" in e)
     created = min(r.create_timestamp.timestamp() for r in runs)
     out = {"records": n, "produce_s": produce_s, "seconds": t_zero - launched, "runs": len(runs),
            "statuses": sorted({r.dagster_run.status.value for r in runs}), "sensor_on_to_first_run_s":
            created - t_on, "queued_to_launch_s": launched - created,
-           "partitions": len(dep.instance.get_dynamic_partitions(window_partitions(BACKLOG).name)),
+           "partitions": len(dep.instance.get_dynamic_partitions(window_partitions(dep.backlog).name)),
            "runs_detail": [_split(events[r.dagster_run.run_id]) for r in sorted(runs, key=lambda r: r.create_timestamp)]}
     say(f"deployed catch-up: {out['seconds']:.1f}s from the first run's launch to lag 0; {len(runs)} runs, "
         f"{out['partitions']} windows")
@@ -243,15 +255,15 @@ def _split(events: dict[str, float]) -> dict[str, float | None]:
 def one_record_runs(dep: Deployment, kafka: KafkaResource, procs: RunProcesses, repeats: int) -> list[dict]:
     """A one-record window, `repeats` times: produced an hour old, cut by the running sensor, launched by the
     daemon. The run's process from its start to its exit, and its events' split."""
-    wl.create_topic(kafka, ONE, partitions=1)
+    wl.create_topic(kafka, dep.one, partitions=1)
     out = []
     for i in range(repeats):
-        before = {r.dagster_run.run_id for r in dep.runs(ONE)}
-        produce_aged(kafka, ONE, 1, start=i)
+        before = {r.dagster_run.run_id for r in dep.runs(dep.one)}
+        produce_aged(kafka, dep.one, 1, start=i)
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while True:
             dep.alive()
-            new = [r for r in dep.runs(ONE) if r.dagster_run.run_id not in before]
+            new = [r for r in dep.runs(dep.one) if r.dagster_run.run_id not in before]
             if new and new[0].dagster_run.status.value in ("SUCCESS", "FAILURE", "CANCELED"):
                 break
             if time.monotonic() > deadline:
@@ -273,13 +285,13 @@ def one_record_runs(dep: Deployment, kafka: KafkaResource, procs: RunProcesses, 
 
 def cli_runs(dep: Deployment, kafka: KafkaResource, repeats: int) -> list[dict]:
     """A one-record window `repeats` times through `dagster asset materialize` (the whole command)."""
-    wl.create_topic(kafka, CLI, partitions=1)
+    wl.create_topic(kafka, dep.cli, partitions=1)
     out = []
     for i in range(repeats):
-        produce_aged(kafka, CLI, 1, start=i)
+        produce_aged(kafka, dep.cli, 1, start=i)
         key = OffsetWindow(0, i, i + 1).key
-        dep.instance.add_dynamic_partitions(window_partitions(CLI).name, [key])
-        s = dep.dagster("asset", "materialize", "-m", "s3_archive.definitions", "--select", f"kafka_archive/{CLI}",
+        dep.instance.add_dynamic_partitions(window_partitions(dep.cli).name, [key])
+        s = dep.dagster("asset", "materialize", "-m", "s3_archive.definitions", "--select", f"kafka_archive/{dep.cli}",
                         "--partition", key, log="materialize.log")
         out.append({"seconds": s})
         say(f"deployed one-record run through `dagster asset materialize`: {s:.1f}s")
@@ -287,8 +299,8 @@ def cli_runs(dep: Deployment, kafka: KafkaResource, repeats: int) -> list[dict]:
 
 
 def sustained(dep: Deployment, kafka: KafkaResource, rates: list[float], hold_s: float) -> dict[str, Any]:
-    """Each rate (MB/s) for `hold_s` s into LIVE, lag sampled each second, until one is not kept up with."""
-    wl.create_topic(kafka, LIVE)
+    """Each rate (MB/s) for `hold_s` s into dep.live, lag sampled each second, until one is not kept up with."""
+    wl.create_topic(kafka, dep.live)
     pool = list(wl.records(4096))
     size = wl.record_bytes()
     producer = kafka.producer(**wl.PRODUCER_CONF)
@@ -305,15 +317,15 @@ def sustained(dep: Deployment, kafka: KafkaResource, rates: list[float], hold_s:
                 p, k, v, h = pool[produced % len(pool)]
                 while True:
                     try:
-                        producer.produce(LIVE, value=v, key=k, headers=h, partition=produced % wl.PARTITIONS)
+                        producer.produce(dep.live, value=v, key=k, headers=h, partition=produced % wl.PARTITIONS)
                         break
                     except BufferError:
                         producer.poll(0.01)
                 produced += 1
             producer.poll(0)
             if now >= next_sample:
-                ends = kafka.offsets(LIVE, "latest")
-                samples.append((now - t0, lag(kafka, LIVE, ends) * size))
+                ends = kafka.offsets(dep.live, "latest")
+                samples.append((now - t0, lag(kafka, dep.group, dep.live, ends) * size))
                 next_sample += 1.0
                 dep.alive()
             elif due <= 0:
@@ -362,23 +374,28 @@ def warm_archive(s: Setup, topic: str, window_records: int) -> dict[str, Any]:
 
 
 def run(s: Setup, root: Path, repeats: int = 2, rates: list[float] | None = None, hold_s: float = DEPLOYED_HOLD_S,
-        cleanup_kept: bool = True) -> dict[str, Any]:
-    """The deployed figures at the Setup's size (its broker and moto; the backlog is its record count)."""
-    out: dict[str, Any] = {}
-    with ExitStack() as cleanup:
-        dep = Deployment(root, s.stack, cleanup)
-        procs = cleanup.enter_context(RunProcesses())
-        try:
-            out["catch_up"] = catch_up(dep, s.kafka, s.records)
-            out["warm"] = warm_archive(s, BACKLOG, s.window_records)
-            out["one_launcher"] = one_record_runs(dep, s.kafka, procs, repeats)
-            out["one_cli"] = cli_runs(dep, s.kafka, repeats)
-            if rates:
-                out["sustained"] = sustained(dep, s.kafka, rates, hold_s)
-        except Exception as e:  # shown on the page; the rest of the benchmark stands
-            say(f"deployed FAILED: {type(e).__name__}: {str(e)[:2000]}")
-            out["error"] = f"{type(e).__name__}: {e}"
-            out["daemon_log_tail"] = read_text(root / "daemon.log")[-4000:]
+        arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+    """The deployed figures at the Setup's size (its broker and moto; the backlog is its record count), per arm
+    (a deployment of its own each, one after the other), and the warm archive of the first arm's backlog."""
+    out: dict[str, Any] = {"arms": {}}
+    for arm in arms:
+        fig: dict[str, Any] = {}
+        out["arms"][arm] = fig
+        with ExitStack() as cleanup:
+            try:
+                dep = Deployment(root / arm, s.stack, cleanup, arm)
+                procs = cleanup.enter_context(RunProcesses())
+                fig["catch_up"] = catch_up(dep, s.kafka, s.records)
+                if "warm" not in out:
+                    out["warm"] = warm_archive(s, dep.backlog, s.window_records)
+                fig["one_launcher"] = one_record_runs(dep, s.kafka, procs, repeats)
+                fig["one_cli"] = cli_runs(dep, s.kafka, repeats)
+                if rates:
+                    fig["sustained"] = sustained(dep, s.kafka, rates, hold_s)
+            except Exception as e:  # shown on the page; the rest of the benchmark stands
+                say(f"deployed ({arm}) FAILED: {type(e).__name__}: {str(e)[:2000]}")
+                fig["error"] = f"{type(e).__name__}: {e}"
+                fig["daemon_log_tail"] = read_text(root / arm / "daemon.log")[-4000:]
     return out
 
 
@@ -388,6 +405,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="one-record runs per path")
     ap.add_argument("--rates", default=",".join(map(str, DEPLOYED_RATES_MB_S)), help="MB/s, rising; '' skips sustained")
     ap.add_argument("--hold-s", type=float, default=DEPLOYED_HOLD_S)
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -402,7 +420,7 @@ def main() -> None:
                   payload=n * wl.record_bytes(), ends={}, windows=[], per_partition=n // wl.PARTITIONS,
                   window_records=min(100_000, n // wl.PARTITIONS))
         rates = [float(r) for r in args.rates.split(",") if r]
-        out = run(s, root / "deployed", args.repeats, rates, args.hold_s)
+        out = run(s, root / "deployed", args.repeats, rates, args.hold_s, tuple(args.arms.split(",")))
     text = json.dumps(out, indent=2, default=str)
     if args.json:
         args.json.write_text(text + "\n")

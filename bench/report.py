@@ -336,7 +336,8 @@ SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "a
              "archive_vs_connect_iceberg",
              "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
              "s3_requests_per_window", "jvm_peak_16x_over_1x", "deployed_catchup_s", "deployed_warm_s",
-             "deployed_catchup_vs_warm", "deployed_one_record_launcher_s", "deployed_one_record_cli_s")
+             "deployed_catchup_vs_warm", "deployed_connect_catchup_vs_warm", "deployed_one_record_launcher_s",
+             "deployed_connect_one_record_launcher_s", "deployed_one_record_cli_s", "deployed_sustained_mb_s")
 
 
 def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]], json_dir: str) -> dict[str, str]:
