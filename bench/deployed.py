@@ -177,6 +177,13 @@ class Deployment:
                 out.setdefault(e.dagster_event.event_type_value, e.timestamp)
         return out
 
+    def timeline(self, run_id: str) -> list[tuple[float, str, str]]:
+        """Every event of the run: seconds after its first, type, message (cut to 160 characters)."""
+        logs = self.instance.all_logs(run_id)
+        t0 = logs[0].timestamp if logs else 0.0
+        return [(round(e.timestamp - t0, 3), e.dagster_event.event_type_value if e.dagster_event else "log",
+                 (e.user_message or "")[:160]) for e in logs]
+
     def alive(self) -> None:
         if self.daemon.poll() is not None:
             raise RuntimeError("dagster-daemon exited: " + read_text(self.root / "daemon.log")[-3000:])
@@ -276,7 +283,7 @@ def one_record_runs(dep: Deployment, kafka: KafkaResource, procs: RunProcesses, 
         r = {"status": run.dagster_run.status.value, "launch_to_end_s": ev["PIPELINE_SUCCESS"] -
              ev["PIPELINE_STARTING"], "process_s": None if proc is None else proc[1] - proc[0],
              "launch_to_process_start_s": None if proc is None else proc[0] - ev["PIPELINE_STARTING"],
-             "split": _split(ev)}
+             "split": _split(ev), "timeline": dep.timeline(run.dagster_run.run_id)}
         say(f"deployed one-record run through the launcher: process {r['process_s']}, launch → end "
             f"{r['launch_to_end_s']:.1f}s; {r['split']}")
         out.append(r)
