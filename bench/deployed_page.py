@@ -125,8 +125,8 @@ def _arm(a: dict[str, Any], w: dict[str, Any] | None, mb: float) -> list[str]:
             "flush.interval_seconds, so each partition's rest is cut too), then the sensor turned on. From the "
             f"first run's launch (its RUN_STARTING event) to lag 0 in the archive's consumer group: "
             f"**{c['seconds']:.1f} s**{ratio}. The sensor cut {c['partitions']} windows into {c['runs']} run(s) "
-            f"({', '.join(c['statuses'])}); the first run was requested {c['sensor_on_to_first_run_s']:.1f} s after "
-            f"the sensor was turned on and launched {c['queued_to_launch_s']:.1f} s after it was queued (the "
+            f"({', '.join(c['statuses'])}); the first run was requested {c['sensor_start_to_first_run_s']:.1f} s after "
+            f"`dagster sensor start` began (a process loading the workspace) and launched {c['queued_to_launch_s']:.1f} s after it was queued (the "
             "daemon's dequeue). Each run's events (seconds):\n\n"
             "| run | " + " | ".join(labels) + " |\n|" + " --- |" * (len(labels) + 1) + "\n" + detail)
     one, cli = a.get("one_launcher"), a.get("one_cli")

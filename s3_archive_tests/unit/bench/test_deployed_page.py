@@ -13,7 +13,7 @@ SPLIT = {"launch → run start": 2.0, "run start → step start": 0.1, "step": 1
 
 def arm(catchup: float = 9.0, sustained: bool = True) -> dict:
     out = {"catch_up": {"records": 366_972, "produce_s": 9.0, "seconds": catchup, "runs": 1, "statuses": ["SUCCESS"],
-                        "sensor_on_to_first_run_s": 4.0, "queued_to_launch_s": 1.2, "partitions": 12,
+                        "sensor_start_to_first_run_s": 4.0, "queued_to_launch_s": 1.2, "partitions": 12,
                         "runs_detail": [SPLIT]},
            "one_launcher": [{"status": "SUCCESS", "launch_to_end_s": 3.9, "process_s": 3.6,
                              "launch_to_process_start_s": 0.1, "split": SPLIT},
