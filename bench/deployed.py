@@ -192,8 +192,10 @@ class Deployment:
             raise RuntimeError("dagster-daemon exited: " + read_text(self.root / "daemon.log")[-3000:])
 
 
-def produce_aged(kafka: KafkaResource, topic: str, count: int, start: int = 0, age_ms: int = AGE_MS) -> float:
-    """The workload's records `start`..`start + count` with timestamps `age_ms` in the past; seconds taken."""
+def produce_aged(kafka: KafkaResource, topic: str, count: int, start: int = 0, age_ms: int = AGE_MS,
+                 partitions: int = wl.PARTITIONS) -> float:
+    """The workload's records `start`..`start + count` with timestamps `age_ms` in the past, round robin over
+    `partitions`; seconds taken."""
     producer = kafka.producer(**wl.PRODUCER_CONF)
     ts = int(time.time() * 1000) - age_ms
     t = time.monotonic()
@@ -202,7 +204,7 @@ def produce_aged(kafka: KafkaResource, topic: str, count: int, start: int = 0, a
             continue
         while True:
             try:
-                producer.produce(topic, value=v, key=k, headers=h, partition=p % wl.PARTITIONS, timestamp=ts)
+                producer.produce(topic, value=v, key=k, headers=h, partition=i % partitions, timestamp=ts)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -274,7 +276,7 @@ def one_record_runs(dep: Deployment, kafka: KafkaResource, procs: RunProcesses, 
     out = []
     for i in range(repeats + 1):  # the first is a warm-up (a kept Spark Connect server's first job): not counted
         before = {r.dagster_run.run_id for r in dep.runs(dep.one)}
-        produce_aged(kafka, dep.one, 1, start=i)
+        produce_aged(kafka, dep.one, 1, start=i, partitions=1)
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while True:
             dep.alive()
@@ -303,7 +305,7 @@ def cli_runs(dep: Deployment, kafka: KafkaResource, repeats: int) -> list[dict]:
     wl.create_topic(kafka, dep.cli, partitions=1)
     out = []
     for i in range(repeats):
-        produce_aged(kafka, dep.cli, 1, start=i)
+        produce_aged(kafka, dep.cli, 1, start=i, partitions=1)
         key = OffsetWindow(0, i, i + 1).key
         dep.instance.add_dynamic_partitions(window_partitions(dep.cli).name, [key])
         s = dep.dagster("asset", "materialize", "-m", "s3_archive.definitions", "--select", f"kafka_archive/{dep.cli}",
