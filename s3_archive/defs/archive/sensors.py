@@ -90,6 +90,14 @@ def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float |
     return estimate_bytes_per_record(samples)
 
 
+def bytes_per_record_by_topic(instance: dg.DagsterInstance, topics: list[str]) -> dict[str, float | None]:
+    """`recent_bytes_per_record` of each topic; one query for all of them first, so that topics with no
+    materialization yet (most of a large `topic_pattern` before its first runs) cost no query of their own."""
+    latest = instance.get_latest_materialization_events([archive_asset_key(t) for t in topics])
+    return {t: recent_bytes_per_record(instance, t) if latest.get(archive_asset_key(t)) is not None else None
+            for t in topics}
+
+
 def run_requests(topic: str, cuts: list[Cut], windows_per_run: int, bytes_per_run: int | None = None,
                  bytes_per_record: float | None = None) -> list[dg.RunRequest]:
     """One run per chunk of consecutive cuts of a topic (`run_chunks`: at most `windows_per_run` windows and
@@ -152,7 +160,7 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     if s3 is not None:
         track(context.instance, cursor, read, full)
     sized = cfg.flush.bytes is not None or cfg.bytes_per_run is not None
-    bpr = {t: recent_bytes_per_record(context.instance, t) if sized else None for t in cfg.topics}
+    bpr = bytes_per_record_by_topic(context.instance, cfg.topics) if sized else {t: None for t in cfg.topics}
     scan = scan_topics(kafka, cfg, {t: cursor.tails[t].next for t in cfg.topics}, bpr, int(now * 1000),
                        cursor.starts)
     for topic in scan.missing:
