@@ -2,6 +2,8 @@
 worker does. `dagster-daemon run -w workspace.yaml` (which starts the code server of workspace.yaml) on the shipped
 instance settings (deploy/dagster.postgres.yaml: PostgreSQL, the queued run coordinator, DefaultRunLauncher), the
 archive's offsets sensor turned on, every archive setting at its default; each run is a process the launcher starts.
+One deployment per arm, one after the other: `local` (each run starts its own Spark session, SparkResource's default)
+and `connect` (a Spark Connect server the deployment keeps; `S3_ARCHIVE_SPARK_REMOTE`, runs are thin clients).
 
 Measured, beside the warm archive of the same bytes in the same run (bench/worker.py, a warm session):
 - catch-up: the workload's records produced an hour old (a backlog: older than flush.interval_seconds, so every
@@ -13,7 +15,8 @@ Measured, beside the warm archive of the same bytes in the same run (bench/worke
 - sustained: records produced at a fixed rate for `hold_s` seconds per rate, rates rising until the lag grows
   (its slope over the hold's second half above `LAG_SLOPE_SHARE` of the produce rate); the highest rate kept.
 
-    .venv/bin/python -m bench.deployed [--mb 200] [--rates 10,25,50,75] [--hold-s 90] [--json FILE]
+    .venv/bin/python -m bench.deployed [--mb 200] [--arms local,connect] [--rates 10,25,50,75] [--hold-s 90]
+        [--repeats 2] [--json FILE]
 """
 
 from __future__ import annotations
