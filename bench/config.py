@@ -40,6 +40,19 @@ VALUE_BYTES = 500
 PRODUCER_CONF = {"enable.idempotence": True, "acks": "all", "linger.ms": 20, "message.max.bytes": 64 << 20,
                  "queue.buffering.max.messages": 200_000}
 
+# --- the deployed shape (bench/deployed.py) ---
+DEPLOYED_RATES_MB_S = (10, 25, 50, 75)  # the sustained search, rising; stops at the first rate not kept
+DEPLOYED_HOLD_S = 90  # each rate of the search held this long (`--deployed-hold-s 600`: the 10-minute hold)
+DEPLOYED_ONE_RECORD_REPEATS = 2
+DEPLOYED_DEFAULT_ARM = "local"  # the shipped shape; its figures are the headline keys `deployed_<figure>`
+DEPLOYED_TARGETS = {
+    "catchup_vs_warm": 4.0,  # first run's launch → lag 0 over the warm archive of the same bytes, at most (< 1 GB)
+    "catchup_vs_warm_1gb": 2.0,  # the same from 1 GB up
+    "sustained_mb_s": 50.0,  # at least
+    "one_record_launcher_s": 4.0,  # a fresh one-record run's process through the daemon's launcher, at most
+    "one_record_cli_s": 6.0,  # through `dagster asset materialize`, at most
+}
+
 # --- many topics (bench/many_topics.py) ---
 MANY_TOPICS = 1000
 MANY_TOPICS_PARTITIONS = 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bench import many_topics_page, windows_page
+from bench import deployed_page, many_topics_page, windows_page
 from bench import workload as wl
 from bench.config import (
     BYTES_FORMAT_RECORDS,
@@ -316,6 +316,12 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "the cost of a session start is in the run-overhead figures.\n"
             "- Records/s and MB/s are over the workload's records and their key + value + header bytes.")},
     ]
+    # The deployed shape leads: its targets, its JSON keys and its section come first.
+    dep = x.get("deployed") or {"skipped": "not run"}
+    if "skipped" not in dep:
+        targets = deployed_page.targets(dep, args.mb) | targets
+        json_out = deployed_page.figures(dep, args.mb) | {"deployed": dep} | json_out
+    lead = [deployed_page.section(dep, args.mb)]
     workload = {
         "records": n, "bytes": x["payload"], "mb": f"{args.mb:g}", "value_bytes": wl.VALUE_BYTES,
         "produce_s": x["produce_s"],
@@ -325,7 +331,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "machine": x["machine"], "workload": workload, "measures": m,
             "throughput_order": ["consume", "put", "limit", "read_native", "read_python", "spark_read", "naive",
                                  "archive", "archive_python", "archive_spark", "restore", "produce"],
-            "targets": targets, "sections": sections, "json": json_out}
+            "targets": targets, "lead_sections": lead, "sections": sections, "json": json_out}
 
 
 def _windows_body(w: dict[str, Any]) -> str:
@@ -339,7 +345,9 @@ SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "a
              "archive_vs_archive_python", "read_native_vs_read_python",
              "archive_vs_connect_iceberg",
              "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "run_overhead_s",
-             "s3_requests_per_window", "jvm_peak_16x_over_1x")
+             "s3_requests_per_window", "jvm_peak_16x_over_1x", "deployed_catchup_s", "deployed_warm_s",
+             "deployed_catchup_vs_warm", "deployed_connect_catchup_vs_warm", "deployed_one_record_launcher_s",
+             "deployed_connect_one_record_launcher_s", "deployed_one_record_cli_s", "deployed_sustained_mb_s")
 
 
 def sizes_section(runs: list[tuple[argparse.Namespace, dict[str, Any]]], json_dir: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ produces the workload once (bench/workload.py), and runs the areas of the suite 
 - run overhead per JVM flag and the whole workload in a fresh process (bench/run_overhead.py);
 - memory as the window grows (bench/memory.py);
 - catch-up of 100 windows and the sensor's tick with 100k windows (bench/sensors.py);
+- the deployed shape: daemon, offsets sensor, run processes on PostgreSQL (bench/deployed.py; first on the page);
 - a topic_pattern over 1,000 topics (bench/many_topics.py);
 - years of windows (bench/windows_scale.py: its own broker, moto and PostgreSQL; first size only);
 
@@ -31,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import formats, many_topics, memory, registry, run_overhead, sensors, throughput, windows_scale
+from bench import deployed, formats, many_topics, memory, registry, run_overhead, sensors, throughput, windows_scale
 from bench import workload as wl
 from bench.common import Setup, SparkWorker, machine, machine_at_end, say
 from bench.config import (
@@ -39,6 +40,9 @@ from bench.config import (
     CATCHUP_WINDOW_RECORDS,
     DEFAULT_MB,
     DEFAULT_REPEATS,
+    DEPLOYED_HOLD_S,
+    DEPLOYED_ONE_RECORD_REPEATS,
+    DEPLOYED_RATES_MB_S,
     OVERHEAD_REPEATS,
     PAGE,
     PEERS,
@@ -139,6 +143,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         x["memory_base"], x["memory"] = memory.peakmem_by_window_size(s, one)
         x["fresh_full"] = run_overhead.time_fresh_whole_workload(s)
 
+        # --- the deployed shape: daemon, sensor, run processes (its own PostgreSQL; page and JSON first) ---
+        if args.deployed:
+            say("deployed shape: dagster-daemon + code server, PostgreSQL instance, the offsets sensor on")
+            x["deployed"] = deployed.run(s, root / "deployed", DEPLOYED_ONE_RECORD_REPEATS,
+                                         [float(r) for r in args.deployed_rates.split(",") if r],
+                                         args.deployed_hold_s)
+        else:
+            x["deployed"] = {"skipped": "--no-deployed"}
+
         # --- the sensor side ---
         x["catchup"] = sensors.time_catchup(s, args.catchup_window_records)
         x["tick"] = sensors.time_sensor_tick(kafka, moto.endpoint_url)
@@ -166,6 +179,12 @@ def main() -> None:
     ap.add_argument("--formats", default=",".join(FORMATS), help="archive formats measured once each; '' for none")
     ap.add_argument("--registry", action=argparse.BooleanOptionalAction, default=True,
                     help="Avro (Schema Registry) decoded to parquet against raw parquet (bench/registry.py)")
+    ap.add_argument("--deployed", action=argparse.BooleanOptionalAction, default=True,
+                    help="the deployed shape: catch-up, one-record runs, the sustained search (bench/deployed.py)")
+    ap.add_argument("--deployed-rates", default=",".join(f"{r:g}" for r in DEPLOYED_RATES_MB_S),
+                    help="MB/s of the sustained search, rising ('' skips it; first size only)")
+    ap.add_argument("--deployed-hold-s", type=float, default=DEPLOYED_HOLD_S,
+                    help="seconds each rate of the sustained search is held (600: the 10-minute hold)")
     ap.add_argument("--overhead-repeats", type=int, default=OVERHEAD_REPEATS, help="fresh processes per JVM variant")
     ap.add_argument("--spark-remote", default=None, help="a running Spark Connect server (sc://host:port): adds "
                                                          "the run overhead over Connect")
@@ -201,6 +220,7 @@ def main() -> None:
     for i, (mb, reps) in enumerate(zip(sizes, repeats)):
         a = argparse.Namespace(**{**vars(args), "mb": mb, "repeats": reps})
         a.skip_windows = args.skip_windows or i > 0  # the years-of-windows figures do not depend on --mb
+        a.deployed_rates = args.deployed_rates if i == 0 else ""  # nor does the sustained rate
         t = time.monotonic()
         say(f"=== {mb:g} MB, {reps} repeat(s) ===")
         x = run(a)

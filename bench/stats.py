@@ -118,6 +118,10 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"({r['workload']['produce_s']:.1f} s) and read by every contender from the same broker; every contender "
         "writes to the same moto S3 endpoint. " + r["workload"]["size_note"],
         "",
+    ]
+    for section in r.get("lead_sections", []):  # the deployed shape: before the warm figures
+        lines += [f"## {section['title']}", "", section["body"], ""]
+    lines += [
         "## Throughput",
         "",
     ]

@@ -44,7 +44,10 @@ def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | N
     if idle:  # a topic_pattern that knows no topic yet: no assets, sensors or checks for that archive
         warnings.warn(f"archives whose topic_pattern knows no topic yet: {', '.join(idle)}; {REFRESH_HINT}",
                       stacklevel=2)
-    parts = [dg.Definitions(resources=build_resources())]
+    # Every run executes its steps in the run's own process (an archive run is one step): Dagster's default
+    # multiprocess executor would start a second Python process per step, importing and loading all of this again
+    # (seconds per run; docs/performance.md, "The deployed shape"). Step retries happen in the same process.
+    parts = [dg.Definitions(resources=build_resources(), executor=dg.in_process_executor)]
     if any(a.topic_pattern is not None for a in settings.archives):
         loaded = {a.name: a.topics for a in resolved.archives}
         parts.append(dg.Definitions(sensors=[build_topic_discovery_sensor(settings, loaded)]))

@@ -129,6 +129,28 @@ def plan_windows(states: Iterable[PartitionState], limit: int = MAX_WINDOWS_PER_
     return out
 
 
+def run_chunks(cuts: list[Cut], windows_per_run: int, bytes_per_run: int | None,
+               bytes_per_record: float | None) -> list[list[Cut]]:
+    """The cuts of one topic, in order, grouped into runs: consecutive cuts, at most `windows_per_run` of them and,
+    with `bytes_per_run`, at most that many estimated input bytes (offsets x `bytes_per_record`, or
+    DEFAULT_BYTES_PER_RECORD before any window has been archived); a single window larger than that is a run alone."""
+    if windows_per_run < 1:
+        raise ValueError(f"windows_per_run must be >= 1, got {windows_per_run}")
+    bpr = max(1.0, DEFAULT_BYTES_PER_RECORD if bytes_per_record is None else bytes_per_record)
+    out: list[list[Cut]] = []
+    size = 0.0
+    for c in cuts:
+        est = (c.window.end - c.window.start) * bpr
+        full = out and (len(out[-1]) >= windows_per_run or
+                        (bytes_per_run is not None and size + est > bytes_per_run))
+        if not out or full:
+            out.append([])
+            size = 0.0
+        out[-1].append(c)
+        size += est
+    return out
+
+
 # --- retention ---------------------------------------------------------------------------------------------------
 
 

@@ -29,8 +29,12 @@ _GROUP = re.compile(r"[!-~]{1,255}")  # printable ASCII, no space: what every Ka
 class FlushPolicy(StrictModel):
     """When a sensor cuts a window (like the connectors' flush.count / flush.size / flush.interval)."""
 
-    count: int = Field(default=10_000, ge=1, description="records per full window")
-    bytes: int | None = Field(default=None, ge=1, description="cap a window's size, estimated from recent windows")
+    # Windows are sized by bytes, as the connectors' files are (flush.size): a window of 64 MiB is a few seconds of a
+    # run's work, so a run's fixed cost is spread over it, while a write task still holds at most a quarter of it
+    # (docs/sensors.md, "Window size"; docs/performance.md, "The deployed shape"). The count caps tiny records.
+    count: int = Field(default=1_000_000, ge=1, description="records per full window at most")
+    bytes: int | None = Field(default=64 << 20, ge=1, description="cap a window's size, estimated from recent "
+                                                                  "windows; null: windows of `count` records")
     interval_seconds: float | None = Field(default=600, gt=0, description="cut a partial window once its oldest "
                                                                           "record is this old")
 
@@ -100,7 +104,12 @@ class ArchiveConfig(StrictModel):
                                       "reader built by `make setup` (native/: records straight into Arrow buffers); "
                                       "python, confluent-kafka's consumer, a Python object per record "
                                       "(docs/performance.md)")
-    windows_per_run: int = Field(default=8, ge=1, le=500, description="backfill: windows per run")
+    windows_per_run: int = Field(default=100, ge=1, le=500, description="windows per run at most (the offsets "
+                                                                        "sensor's runs and UI backfills)")
+    bytes_per_run: int | None = Field(
+        default=2 << 30, ge=1, description="the offsets sensor's runs: consecutive windows packed into one run up to "
+                                           "this many estimated input bytes (a backlog is caught up in a few runs, "
+                                           "each paying a run's fixed cost once); null: windows_per_run alone")
     retire_after_days: float | None = Field(
         default=7, gt=0, description="windows committed longer ago leave the Dagster instance's partition set once "
                                      "their manifests are verified (the manifests stay the record; docs/windows.md); "

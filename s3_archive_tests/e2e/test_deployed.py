@@ -157,7 +157,7 @@ def test_a_ui_backfill_runs_through_the_queue(deployed, kafka, s3, services):
         assert time.monotonic() < deadline, "the backfill did not finish within 420 s"
         time.sleep(3)
     assert status["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), status
-    (run,) = status["runs"]  # three windows, one run (windows_per_run 8)
+    (run,) = status["runs"]  # three windows, one run (windows_per_run 100)
     assert run["status"] == "SUCCESS" and any(t["key"] == "dagster/backfill" for t in run["tags"])
     cfg = archive_config(services.bucket, topic, "deployed-backfill/")
     assert all(manifest(s3, cfg, topic, w) for w in windows)

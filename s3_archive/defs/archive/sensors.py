@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from s3_archive.archive.cursor import SensorCursor, Tail, cron_due
-from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows
+from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, PartitionState, plan_windows, run_chunks
 from s3_archive.archive.plan import bytes_per_record as estimate_bytes_per_record
 from s3_archive.archive.scan import scan_topics
 from s3_archive.config.archive import ArchiveConfig
@@ -90,13 +90,22 @@ def recent_bytes_per_record(instance: dg.DagsterInstance, topic: str) -> float |
     return estimate_bytes_per_record(samples)
 
 
-def run_requests(topic: str, cuts: list[Cut], windows_per_run: int) -> list[dg.RunRequest]:
-    """One run per `windows_per_run` consecutive cuts of a topic: a backlog is caught up in a few Spark sessions,
-    not one per window. The cuts are added as dynamic partitions in this same order, so each chunk is a
-    contiguous slice of the insertion order, which is what a dynamic partition range means."""
+def bytes_per_record_by_topic(instance: dg.DagsterInstance, topics: list[str]) -> dict[str, float | None]:
+    """`recent_bytes_per_record` of each topic; one query for all of them first, so that topics with no
+    materialization yet (most of a large `topic_pattern` before its first runs) cost no query of their own."""
+    latest = instance.get_latest_materialization_events([archive_asset_key(t) for t in topics])
+    return {t: recent_bytes_per_record(instance, t) if latest.get(archive_asset_key(t)) is not None else None
+            for t in topics}
+
+
+def run_requests(topic: str, cuts: list[Cut], windows_per_run: int, bytes_per_run: int | None = None,
+                 bytes_per_record: float | None = None) -> list[dg.RunRequest]:
+    """One run per chunk of consecutive cuts of a topic (`run_chunks`: at most `windows_per_run` windows and
+    `bytes_per_run` estimated bytes): a backlog is caught up in a few runs, not one per window. The cuts are added
+    as dynamic partitions in this same order, so each chunk is a contiguous slice of the insertion order, which is
+    what a dynamic partition range means."""
     out = []
-    for i in range(0, len(cuts), windows_per_run):
-        chunk = cuts[i:i + windows_per_run]
+    for chunk in run_chunks(cuts, windows_per_run, bytes_per_run, bytes_per_record):
         first, last = chunk[0].window.key, chunk[-1].window.key
         tags = {TOPIC_TAG: topic, CUT_TAG: ",".join(sorted({c.reason for c in chunk}))}
         if len(chunk) > 1:
@@ -150,8 +159,8 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
                                                      context.log)
     if s3 is not None:
         track(context.instance, cursor, read, full)
-    bpr = {t: recent_bytes_per_record(context.instance, t) if cfg.flush.bytes is not None else None
-           for t in cfg.topics}
+    sized = cfg.flush.bytes is not None or cfg.bytes_per_run is not None
+    bpr = bytes_per_record_by_topic(context.instance, cfg.topics) if sized else {t: None for t in cfg.topics}
     scan = scan_topics(kafka, cfg, {t: cursor.tails[t].next for t in cfg.topics}, bpr, int(now * 1000),
                        cursor.starts)
     for topic in scan.missing:
@@ -175,7 +184,8 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
     cuts_by_topic: dict[str, list[Cut]] = {}
     for c in cuts:
         cuts_by_topic.setdefault(c.topic, []).append(c)
-    requests = [r for t, cs in cuts_by_topic.items() for r in run_requests(t, cs, cfg.windows_per_run)]
+    requests = [r for t, cs in cuts_by_topic.items()
+                for r in run_requests(t, cs, cfg.windows_per_run, cfg.bytes_per_run, bpr.get(t))]
     events: list[dg.AssetCheckEvaluation] = []
     if s3 is not None:
         for t, cs in cuts_by_topic.items():
@@ -210,7 +220,8 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Cuts offset windows of {', '.join(cfg.topics)} (flush.count {cfg.flush.count}, flush.bytes "
                     f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}{cron}) and archives "
-                    f"them, {cfg.windows_per_run} windows per run, at most {max_windows} windows per tick.",
+                    f"them, {cfg.windows_per_run} windows and {cfg.bytes_per_run} estimated bytes per run at "
+                    f"most, at most {max_windows} windows per tick.",
     )
     def _offsets_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource,
                         s3: S3Resource) -> dg.SensorResult:

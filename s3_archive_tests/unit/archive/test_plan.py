@@ -13,6 +13,7 @@ from s3_archive.archive.plan import (
     bytes_per_record,
     plan_windows,
     retention_headroom,
+    run_chunks,
     window_size,
 )
 from s3_archive.config.archive import FlushPolicy
@@ -82,6 +83,56 @@ def test_window_size_from_count_and_bytes():
     assert window_size(FlushPolicy(count=500, bytes=10), 1e6) == (1, "bytes")
     # Empty records are counted as 1 byte, not 0 (no division by zero, no unbounded window)
     assert window_size(FlushPolicy(count=10**9, bytes=1000), 0.0) == (1000, "bytes")
+
+
+def test_the_shipped_windows_are_sized_by_bytes():
+    flush = FlushPolicy()
+    assert (flush.count, flush.bytes, flush.interval_seconds) == (1_000_000, 64 << 20, 600)
+    # 500-byte records: a window of 64 MiB of them, not 10,000 records
+    assert window_size(flush, 500.0) == ((64 << 20) // 500, "bytes")
+    # tiny records: the count caps the window
+    assert window_size(flush, 2.0) == (1_000_000, "count")
+
+
+def _cuts(*sizes: int) -> list[Cut]:
+    out, pos = [], 0
+    for n in sizes:
+        out.append(Cut("t", OffsetWindow(0, pos, pos + n), "bytes"))
+        pos += n
+    return out
+
+
+def test_runs_are_packed_by_windows_and_estimated_bytes():
+    cuts = _cuts(10, 10, 10, 10, 10)
+    assert [len(c) for c in run_chunks(cuts, 2, None, 100.0)] == [2, 2, 1]
+    # 100 bytes a record: 1,000 bytes a window; 2,500 bytes a run takes two windows
+    assert [len(c) for c in run_chunks(cuts, 100, 2_500, 100.0)] == [2, 2, 1]
+    # a window larger than the cap is a run of its own; the order is kept
+    big = _cuts(5, 100, 5, 5)
+    assert [[w.window.start for w in c] for c in run_chunks(big, 100, 1_000, 100.0)] == [[0], [5], [105, 110]]
+    # before any window is archived: DEFAULT_BYTES_PER_RECORD
+    assert [len(c) for c in run_chunks(_cuts(1, 1, 1), 100, int(2 * DEFAULT_BYTES_PER_RECORD), None)] == [2, 1]
+    assert run_chunks([], 8, None, None) == []
+    with pytest.raises(ValueError, match="windows_per_run must be >= 1, got 0"):
+        run_chunks(cuts, 0, None, None)
+
+
+@given(st.lists(st.integers(1, 10_000), max_size=60), st.integers(1, 20), st.none() | st.integers(1, 10**7),
+       st.none() | st.floats(0, 5000))
+@PROPS
+def test_run_chunks_keep_every_cut_once_in_order_within_their_caps(sizes, per_run, bytes_cap, bpr):
+    cuts = _cuts(*sizes)
+    chunks = run_chunks(cuts, per_run, bytes_cap, bpr)
+    assert [c for chunk in chunks for c in chunk] == cuts
+    est = max(1.0, DEFAULT_BYTES_PER_RECORD if bpr is None else bpr)
+    for i, chunk in enumerate(chunks):
+        assert 1 <= len(chunk) <= per_run
+        size = sum((c.window.end - c.window.start) * est for c in chunk)
+        if bytes_cap is not None and len(chunk) > 1:
+            assert size <= bytes_cap
+        if i + 1 < len(chunks) and len(chunk) < per_run:  # a run ends early only when the next window would not fit
+            nxt = chunks[i + 1][0]
+            assert bytes_cap is not None and size + (nxt.window.end - nxt.window.start) * est > bytes_cap
 
 
 def test_bytes_per_record_is_weighted_by_records_and_skips_empty_windows():

@@ -92,3 +92,10 @@ def test_json_keeps_the_named_keys_and_every_contender():
     assert j["contenders"]["a"]["seconds"] == {"min": 1.0, "median": 1.5, "max": 2.0}
     assert j["contenders"]["a"]["records_per_s"]["median"] == 8
     assert j["workload"] == {"records": 10, "bytes": 2_000_000, "mb": 2, "value_bytes": 500}
+
+
+def test_lead_sections_come_before_the_throughput_and_the_other_sections():
+    r = _result() | {"lead_sections": [{"title": "Deployed", "body": "deployed body"}]}
+    page = render_markdown(r)
+    assert page.index("## Deployed\n\ndeployed body") < page.index("## Throughput") < page.index("## Extra")
+    assert "## Deployed" not in render_markdown(_result())

@@ -40,12 +40,13 @@ def test_minimal_config_gets_defaults():
     assert a.format == "parquet"
     assert a.compression is None
     assert a.codec == "snappy"
-    assert a.flush.count == 10_000
-    assert a.flush.bytes is None
+    assert a.flush.count == 1_000_000
+    assert a.flush.bytes == 64 << 20
     assert a.flush.interval_seconds == 600
     assert a.max_records_per_object is None
     assert a.on_data_loss == "fail"
-    assert a.windows_per_run == 8
+    assert a.windows_per_run == 100
+    assert a.bytes_per_run == 2 << 30
 
 
 def test_full_config_kept():

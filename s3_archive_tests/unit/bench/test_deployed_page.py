@@ -1,0 +1,82 @@
+"""The deployed shape's section of the benchmark page (bench/deployed.py): figures, targets, section; and the lag
+slope that says whether a rate was kept up with."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.deployed import _slope
+from bench.deployed_page import figures, section, targets
+
+SPLIT = {"launch → run start": 2.0, "run start → step start": 0.1, "step": 1.5, "step end → run end": 0.05}
+
+
+def arm(catchup: float = 9.0, sustained: bool = True) -> dict:
+    out = {"catch_up": {"records": 366_972, "produce_s": 9.0, "seconds": catchup, "runs": 1, "statuses": ["SUCCESS"],
+                        "sensor_start_to_first_run_s": 4.0, "queued_to_launch_s": 1.2, "partitions": 12,
+                        "runs_detail": [SPLIT]},
+           "one_launcher": [{"status": "SUCCESS", "launch_to_end_s": 3.9, "process_s": 3.6,
+                             "launch_to_process_start_s": 0.1, "split": SPLIT},
+                            {"status": "SUCCESS", "launch_to_end_s": 4.4, "process_s": None,
+                             "launch_to_process_start_s": None, "split": SPLIT}],
+           "one_cli": [{"seconds": 5.5}, {"seconds": 6.5}]}
+    if sustained:
+        out["sustained"] = {"hold_s": 90, "best_mb_s": 25, "steps": [
+            {"rate_mb_s": 25, "produced_mb_s": 25.0, "lag_slope_mb_s": 0.1, "lag_max_mb": 80, "lag_end_mb": 40,
+             "kept": True, "lag_mb": []},
+            {"rate_mb_s": 50, "produced_mb_s": 49.0, "lag_slope_mb_s": 12.0, "lag_max_mb": 900, "lag_end_mb": 900,
+             "kept": False, "lag_mb": []}]}
+    return out
+
+
+def fig(local: dict | None = None, connect: dict | None = None, warm: float = 3.0) -> dict:
+    return {"arms": {"local": local or arm(), "connect": connect or arm(catchup=6.0, sustained=False)},
+            "warm": {"seconds": warm, "records": 366_972, "windows": 4}}
+
+
+def test_figures_are_the_ratio_to_warm_and_medians_per_arm_and_the_default_arms_as_headline():
+    f = figures(fig(), 200)
+    assert f["deployed_catchup_vs_warm"] == f["deployed_local_catchup_vs_warm"] == 3.0
+    assert f["deployed_connect_catchup_vs_warm"] == 2.0 and f["deployed_catchup_vs_warm_target"] == 4.0
+    assert figures(fig(), 1000)["deployed_catchup_vs_warm_target"] == 2.0
+    # the process's lifetime where it was seen, else launch → run end
+    assert f["deployed_one_record_launcher_s"] == pytest.approx((3.6 + 4.4) / 2)
+    assert f["deployed_one_record_cli_s"] == 6.0 and f["deployed_sustained_mb_s"] == 25
+    assert f["deployed_connect_sustained_mb_s"] is None
+
+
+def test_targets_judge_each_figure_of_each_arm_default_first():
+    t = targets(fig(), 200)
+    assert next(iter(t)).startswith("deployed (local)")
+    assert t["deployed (local) catch-up / warm archive, same bytes"]["verdict"] == "reached"
+    slow = targets(fig(local=arm(catchup=13.0)), 200)
+    assert slow["deployed (local) catch-up / warm archive, same bytes"]["verdict"] == "NOT reached"
+    assert targets(fig(), 1000)["deployed (local) catch-up / warm archive, same bytes"]["verdict"] == "NOT reached"
+    assert t["deployed (local) one-record run through the daemon's launcher"]["verdict"] == "reached"  # 4.0, at most 4
+    late = arm()
+    late["one_launcher"][0]["process_s"] = 5.0
+    assert targets(fig(local=late), 200)["deployed (local) one-record run through the daemon's launcher"][
+        "verdict"] == "NOT reached"
+    assert t["deployed (local) one-record run through `dagster asset materialize`"]["verdict"] == "reached"
+    assert t["deployed (local) sustained rate, lag bounded"]["verdict"] == "NOT reached"
+    assert "deployed (connect) sustained rate, lag bounded" not in t
+    assert t["deployed (connect) catch-up / warm archive, same bytes"]["value_fmt"] == "2.00"
+
+
+def test_section_shows_every_figure_and_a_failure():
+    body = section(fig(), 200)["body"]
+    assert "**9.0 s**, against 3.0 s warm: **3.00×**" in body and "**6.0 s**, against 3.0 s warm: **2.00×**" in body
+    assert "### local:" in body and "### connect:" in body
+    assert "Highest rate kept: **25 MB/s**" in body and "| 50 | 49 | 12 | 900 | 900 | NOT kept |" in body
+    assert "5.5 s, 6.5 s" in body
+    failed = section({"arms": {"local": {"error": "RuntimeError: dagster-daemon exited"}}}, 200)["body"]
+    assert "**Failed**: RuntimeError: dagster-daemon exited" in failed
+    assert section({"skipped": "--no-deployed"}, 200)["body"] == "Not measured here: --no-deployed."
+
+
+def test_lag_slope_tells_a_growing_lag_from_a_sawtooth():
+    growing = [(t, 10_000_000 * t) for t in range(30)]
+    assert _slope(growing) == pytest.approx(10_000_000)
+    sawtooth = [(t, (t % 5) * 1_000_000) for t in range(30)]
+    assert abs(_slope(sawtooth)) < 200_000
+    assert _slope([(1.0, 5)]) == 0.0
