@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
+from bench.stats import (
+    Measure,
+    Summary,
+    best_of,
+    build_json,
+    growth,
+    paired_ratios,
+    render_markdown,
+    slower_of,
+    verdict,
+)
 
 secs = st.lists(st.floats(min_value=0.01, max_value=1e4, allow_nan=False), min_size=1, max_size=9)
 
@@ -92,3 +102,16 @@ def test_json_keeps_the_named_keys_and_every_contender():
     assert j["contenders"]["a"]["seconds"] == {"min": 1.0, "median": 1.5, "max": 2.0}
     assert j["contenders"]["a"]["records_per_s"]["median"] == 8
     assert j["workload"] == {"records": 10, "bytes": 2_000_000, "mb": 2, "value_bytes": 500}
+
+
+def test_best_of_takes_the_fastest_variant_round_by_round():
+    m = {"consume": Measure("consume", "one", seconds=[3.0, 2.0]),
+         "consume_x2": Measure("consume_x2", "two", seconds=[1.5, 2.5]),
+         "consume_x4": Measure("consume_x4", "four", seconds=[2.0, 1.8]),
+         "consumer_other": Measure("consumer_other", "not a variant", seconds=[0.1, 0.1])}
+    assert best_of(m, "consume") == [1.5, 1.8]
+    assert best_of(m, "consume", parallel_only=True) == [1.5, 1.8]
+    m["consume"].seconds = [1.0, 1.0]
+    assert best_of(m, "consume") == [1.0, 1.0] and best_of(m, "consume", parallel_only=True) == [1.5, 1.8]
+    with pytest.raises(ValueError, match="no contender 'produce' in parallel"):
+        best_of(m, "produce", parallel_only=True)
