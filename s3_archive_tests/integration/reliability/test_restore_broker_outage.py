@@ -104,29 +104,32 @@ def test_a_broker_restarted_mid_restore_is_ridden_out_exactly_once(outage_broker
     monkeypatch.setattr(rk, "TRANSACTION_CALL_TIMEOUT_S", TIMEOUT_S)
     monkeypatch.setattr(rk, "WATCHDOG_GRACE_S", GRACE_S)
     target = create_topic(archived.kafka, f"outage-rst{producers}-{unique}", partitions=PARTITIONS)
-    restarted = threading.Event()
+    stopped, back = threading.Event(), threading.Event()  # the broker was stopped (once), and is back
     produced_by: Counter = Counter()  # records handed to the producer, per group's thread
+    once = threading.Lock()
 
     def fault(step: str) -> None:
         if step.startswith("produced:"):
             produced_by[threading.current_thread().name] += 1
         # the first commit once every group is in flight: records of the next transactions follow while the
         # broker is down
-        elif not restarted.is_set() and len(produced_by) == producers:
+        elif len(produced_by) == producers:
+            with once:  # the groups' threads commit side by side: one of them stops the broker, once
+                if stopped.is_set():
+                    return
+                stopped.set()
             outage_broker.stop()
-            restarted.set()
-            threading.Thread(target=lambda: (time.sleep(DOWN_S), outage_broker.start(), stopped.set()),
+            threading.Thread(target=lambda: (time.sleep(DOWN_S), outage_broker.start(), back.set()),
                              daemon=True).start()
 
-    stopped = threading.Event()
     t0 = time.monotonic()
     with caplog.at_level("INFO", logger=log.name):
         reports = restore(archived, s3, target, fault, producers)
     elapsed = time.monotonic() - t0
     print(f"\nrestore ({producers} producers) with a {DOWN_S:.0f}s broker restart: rode it out in {elapsed:.1f}s "
           f"({sum(r.restored for r in reports)} records)")
-    assert restarted.is_set(), "the broker was never stopped"
-    assert stopped.wait(30), "the broker did not come back"
+    assert stopped.is_set(), "the broker was never stopped"
+    assert back.wait(30), "the broker did not come back"
     assert "re-initialising the producer" in caplog.text and "answers again" in caplog.text
     assert f"partitions, mapping same, {producers} producer(s))" in caplog.text  # both groups ran side by side
     # One report per window, none lost to the outage; nothing needed a re-run.
