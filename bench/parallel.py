@@ -17,14 +17,12 @@ import sys
 import time
 from typing import Any
 
+from bench.baselines import Pieces
 from bench.common import RESULT
 from bench.config import BUCKET, ROOT
 
 READY = "@@READY"
 ROLES = ("consume", "put", "naive", "produce")
-
-
-Pieces = list[tuple[int, int, int]]  # (partition, first offset, end offset): a contender's share of the topic
 
 
 def shares(ends: dict[int, int], n: int) -> list[Pieces]:
@@ -90,7 +88,7 @@ def _expect(p: subprocess.Popen, prefix: str, role: str) -> str:
 
 
 def _child(role: str, a: dict[str, Any]) -> dict[str, Any]:
-    from bench import throughput as tp
+    from bench import baselines as tp
     from bench import workload as wl
     from bench.under_test import KafkaResource, local_s3_client
 
