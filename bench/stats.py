@@ -68,6 +68,15 @@ def slower_of(a: list[float], b: list[float]) -> list[float]:
     return [max(x, y) for x, y in zip(a, b)]
 
 
+def best_of(m: dict[str, Measure], key: str, parallel_only: bool = False) -> list[float]:
+    """Round by round, the fastest of contender `key` (once) and its parallel variants (`<key>_x<N>`: N processes);
+    `parallel_only`: of the variants alone."""
+    runs = [x.seconds for k, x in m.items() if k.startswith(f"{key}_x") or (k == key and not parallel_only)]
+    if not runs:
+        raise ValueError(f"no contender {key!r}{' in parallel' if parallel_only else ''} among {sorted(m)}")
+    return [min(r) for r in zip(*runs, strict=True)]
+
+
 def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
     ok = value >= target if higher_is_better else value <= target
     return "reached" if ok else "NOT reached"

@@ -1,34 +1,34 @@
 """Throughput, the page's first table and most of its ratios: every contender moves the same workload once per round,
 rounds interleaved (round i runs every contender once), so that each ratio pairs figures taken minutes apart at most.
 
-In a round, in this order: the limits (a bare consume; a bare PUT of the same bytes), the write task's two readers
+In a round, in this order: the limits (a bare consume, once and in N parallel processes, N = the cores and twice as
+many; a bare PUT of the same bytes, in threads and in N processes: bench/parallel.py), the write task's two readers
 alone (native and python: each window's range read into envelope batches in this process, nothing written), Spark's
 own read (a batch count of the same offset ranges, in the warm worker), the naive consumer (one Python process
-writing Parquet), s3-archive (the archive asset in the warm worker, its S3 requests counted), s3-archive with
-task_reader python, s3-archive with read_path spark, restore (what round 1 archived, into a new topic), a bare
-produce of the same records, then the peers (bench/peers/rounds.py).
+writing Parquet, and N of them), s3-archive (the archive asset in the warm worker, its S3 requests counted),
+s3-archive with task_reader python, s3-archive with read_path spark, restore (what round 1 archived, into a new
+topic; with its default `producers` and the other counts), a bare produce of the same records (once and in N
+processes), then the peers (bench/peers/rounds.py). The limit and the naive baseline of a round are the best of their
+variants.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from confluent_kafka import Consumer, TopicPartition
-
 from bench import workload as wl
+from bench.baselines import time_bare_consume, time_naive_archive
 from bench.common import Setup, SparkWorker, moto_requests, say
 from bench.config import BUCKET, TOPIC
+from bench.parallel import put_shares, run_parallel, shares
 from bench.peers.rounds import Peers
-from bench.stats import Measure, slower_of
+from bench.stats import Measure, best_of, slower_of
 from bench.under_test import (
+    DEFAULT_PRODUCERS,
     ArchiveSource,
     KafkaConnection,
     KafkaResource,
@@ -41,33 +41,6 @@ from bench.under_test import (
 )
 
 RESTORE_SOURCE = "archive-r0/"  # round 1's archive, restored in every round
-
-
-def _consumer(kafka: KafkaResource, topic: str, ends: dict[int, int], **extra) -> Consumer:
-    c = Consumer(kafka.client_config(**{"group.id": f"bench-{os.urandom(4).hex()}", "enable.auto.commit": False,
-                                        "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
-                                        "queued.max.messages.kbytes": 256 << 10, **extra}))
-    c.assign([TopicPartition(topic, p, 0) for p in ends if ends[p] > 0])
-    return c
-
-
-def time_bare_consume(kafka: KafkaResource, topic: str) -> tuple[float, int]:
-    """Read every record of the topic with no processing; (seconds, records)."""
-    ends = kafka.offsets(topic, "latest")
-    want = sum(ends.values())
-    c = _consumer(kafka, topic, ends)
-    n = 0
-    t = time.monotonic()
-    try:
-        while n < want:
-            for m in c.consume(num_messages=10_000, timeout=0.1):
-                if m.error() is None:
-                    n += 1
-            if time.monotonic() - t > 1800:
-                raise TimeoutError(f"bare consume of {topic!r}: {n} of {want} records after 30 min")
-    finally:
-        c.close()
-    return time.monotonic() - t, n
 
 
 TASK_READERS = {"native": native_read.read_range, "python": kafka_read.read_range}
@@ -100,103 +73,44 @@ def time_bare_put(s3, bucket: str, prefix: str, total_bytes: int, object_bytes: 
     return time.monotonic() - t
 
 
-_SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("ms", tz="UTC")), ("timestamp_type", pa.int32()),
-])
-
-
-@dataclass
-class _Batch:
-    key: list
-    value: list
-    headers: list
-    offset: list
-    timestamp: list
-    ts_type: list
-
-    @classmethod
-    def new(cls) -> _Batch:
-        return cls([], [], [], [], [], [])
-
-
-def time_naive_archive(kafka: KafkaResource, s3, bucket: str, prefix: str, topic: str, batch_records: int,
-                  ) -> tuple[float, int, int]:
-    """The naive baseline: one Python process consumes the topic and writes each partition's records as Parquet
-    objects of `batch_records` records (the same envelope as ours, snappy) with pyarrow + boto3.
-    Returns (seconds, records, objects)."""
-    ends = kafka.offsets(topic, "latest")
-    want = sum(ends.values())
-    c = _consumer(kafka, topic, ends)
-    batches = {p: _Batch.new() for p in ends}
-    n = objects = 0
-
-    def flush(p: int) -> None:
-        nonlocal objects
-        b = batches[p]
-        if not b.offset:
-            return
-        table = pa.table({"key": b.key, "value": b.value, "headers": b.headers, "topic": [topic] * len(b.offset),
-                          "partition": [p] * len(b.offset), "offset": b.offset, "timestamp": b.timestamp,
-                          "timestamp_type": b.ts_type}, schema=_SCHEMA)
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="snappy")
-        s3.put_object(Bucket=bucket, Key=f"{prefix}{topic}/partition={p}/{b.offset[0]:019d}.parquet",
-                      Body=buf.getvalue())
-        objects += 1
-        batches[p] = _Batch.new()
-
-    t = time.monotonic()
-    try:
-        while n < want:
-            for m in c.consume(num_messages=10_000, timeout=0.1):
-                if m.error() is not None:
-                    continue
-                p = m.partition()
-                b = batches[p]
-                b.key.append(m.key())
-                b.value.append(m.value())
-                b.headers.append([{"key": k, "value": v} for k, v in (m.headers() or [])])
-                b.offset.append(m.offset())
-                ts_type, ts = m.timestamp()
-                b.timestamp.append(ts)
-                b.ts_type.append(ts_type - 1)
-                n += 1
-                if len(b.offset) >= batch_records:
-                    flush(p)
-            if time.monotonic() - t > 3600:
-                raise TimeoutError(f"naive archive of {topic!r}: {n} of {want} records after 60 min")
-        for p in list(batches):
-            flush(p)
-    finally:
-        c.close()
-    return time.monotonic() - t, n, objects
-
-
 def time_restore(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, source_topic: str, target_topic: str,
-                 windows: list[OffsetWindow]) -> dict[str, Any]:
+                 windows: list[OffsetWindow], producers: int | None = None) -> dict[str, Any]:
     """Restore `windows` of the archive under `prefix` into `target_topic` (an existing, empty topic) with
-    `restore_windows`; seconds until the last transaction is committed."""
+    `restore_windows` (`producers`: None, the restore's default); seconds until the last transaction is
+    committed."""
+    request = RestoreRequest(source_topic, target_topic, **({} if producers is None else {"producers": producers}))
     t = time.monotonic()
     reports = list(restore_windows(RestoreContext(kafka, s3, logging.getLogger("bench.restore")),
-                                   ArchiveSource(bucket, prefix), RestoreRequest(source_topic, target_topic), windows))
+                                   ArchiveSource(bucket, prefix), request, windows))
     dt = time.monotonic() - t
     return {"seconds": dt, "records": sum(r.restored for r in reports), "bytes": sum(r.bytes for r in reports),
             "transactions": sum(r.transactions for r in reports)}
+
+
+def parallel_counts() -> tuple[int, ...]:
+    """N of the parallel contenders: the machine's cores and twice as many."""
+    cores = os.cpu_count() or 1
+    return (cores, 2 * cores)
 
 
 def contenders(s: Setup) -> dict[str, Measure]:
     """The rows of the throughput table, empty (their seconds are appended round by round)."""
     n, payload, window_records = s.records, s.payload, s.window_records
     object_bytes = payload // len(s.windows)
+    ns = parallel_counts()
     return {
-        "consume": Measure("consume", "limit: bare consume (confluent-kafka, no processing)", records=n,
+        "consume": Measure("consume", "limit: one bare consumer (confluent-kafka, no processing)", records=n,
                            bytes=payload),
+        **{f"consume_x{k}": Measure(f"consume_x{k}", f"limit: {k} bare consumers, parallel processes", records=n,
+                                    bytes=payload, note="each a share of the partitions (bench/parallel.py)")
+           for k in ns},
         "put": Measure("put", f"limit: bare PUT of the same bytes (boto3, {len(s.windows)} objects of "
                               f"{object_bytes / 1e6:.1f} MB, 4 threads)", records=n, bytes=payload),
-        "limit": Measure("limit", "limit: the slower of the two, per round", records=n, bytes=payload),
+        **{f"put_x{k}": Measure(f"put_x{k}", f"limit: bare PUT of the same bytes, {k} parallel processes",
+                                records=n, bytes=payload, note="the same objects, each process a share")
+           for k in ns},
+        "limit": Measure("limit", "limit: the slower of the best consume and the best PUT, per round", records=n,
+                         bytes=payload, note="best of one and " + " and ".join(map(str, ns)) + " processes"),
         "read_native": Measure("read_native", "the write task's native reader alone: the windows' ranges into "
                                                "envelope batches", records=n, bytes=payload,
                                note="task_reader native, one range after another in one process; nothing written"),
@@ -206,6 +120,8 @@ def contenders(s: Setup) -> dict[str, Measure]:
                               records=n, bytes=payload, note="warm session; no write"),
         "naive": Measure("naive", "naive: one Python process, confluent-kafka + pyarrow + boto3 → Parquet",
                          records=n, bytes=payload, note=f"objects of ≤ {window_records:,} records"),
+        **{f"naive_x{k}": Measure(f"naive_x{k}", f"naive: {k} parallel processes", records=n, bytes=payload,
+                                  note="each a share of the partitions") for k in ns},
         "archive": Measure("archive", "s3-archive: dg.materialize of the archive asset, commit included",
                            records=n, bytes=payload,
                            note=f"{len(s.windows)} windows of ≤ {window_records:,} records in one run, parquet/"
@@ -215,10 +131,20 @@ def contenders(s: Setup) -> dict[str, Measure]:
         "archive_spark": Measure("archive_spark", "s3-archive, read_path spark (Spark's Kafka source)",
                                  records=n, bytes=payload, note="the same run and windows, right after"),
         "restore": Measure("restore", "restore: restore_windows from the archive into a new topic", records=n,
-                           bytes=payload, note="transactional, exactly once (ledger)"),
+                           bytes=payload, note=f"transactional, exactly once (ledger); producers {DEFAULT_PRODUCERS} "
+                                               "(the default)"),
+        **{f"restore_p{k}": Measure(f"restore_p{k}", f"restore with producers: {k}", records=n, bytes=payload,
+                                    note="the same restore, another `producers`") for k in restore_producers()},
         "produce": Measure("produce", "bare produce of the same records (idempotent, acks=all)", records=n,
                            bytes=payload, note="the restore's producer settings, no transaction"),
+        **{f"produce_x{k}": Measure(f"produce_x{k}", f"bare produce, {k} parallel processes", records=n,
+                                    bytes=payload, note="each a share of the partitions") for k in ns},
     }
+
+
+def restore_producers() -> list[int]:
+    """The restore's `producers` measured beside the default: 1, the cores and twice as many."""
+    return [k for k in sorted({1, *parallel_counts()}) if k != DEFAULT_PRODUCERS]
 
 
 def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[str, Any]:
@@ -227,6 +153,7 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
     n, payload, kafka, s3, wlist = s.records, s.payload, s.kafka, s.s3, s.wlist
     object_bytes = payload // len(s.windows)
     m = contenders(s)
+    ns = parallel_counts()
     profile: list[dict[str, Any]] = []
     requests: list[dict[str, int]] = []
     for r in range(repeats):
@@ -235,10 +162,20 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
         assert got == n, (got, n)
         m["consume"].seconds.append(secs)
         say(f"  bare consume: {secs:.2f}s, {n / secs:,.0f} rec/s, {payload / secs / 1e6:.1f} MB/s")
+        for k in ns:
+            out = run_parallel("consume", s.stack, [{"topic": TOPIC, "pieces": sh} for sh in shares(s.ends, k)])
+            assert out["records"] == n, out
+            m[f"consume_x{k}"].seconds.append(out["seconds"])
+            say(f"  {k} bare consumers: {out['seconds']:.2f}s, {payload / out['seconds'] / 1e6:.1f} MB/s")
         secs = time_bare_put(s3, BUCKET, f"put-r{r}/", payload, object_bytes)
         m["put"].seconds.append(secs)
         wl.empty_prefix(s3, BUCKET, f"put-r{r}/")
         say(f"  bare PUT: {secs:.2f}s, {payload / secs / 1e6:.1f} MB/s")
+        for k in ns:
+            out = run_parallel("put", s.stack, put_shares(payload, object_bytes, k, f"put-r{r}-x{k}/"))
+            m[f"put_x{k}"].seconds.append(out["seconds"])
+            wl.empty_prefix(s3, BUCKET, f"put-r{r}-x{k}/")
+            say(f"  bare PUT, {k} processes: {out['seconds']:.2f}s, {payload / out['seconds'] / 1e6:.1f} MB/s")
         for reader in TASK_READERS:
             secs, got = time_task_read(kafka, TOPIC, wlist, reader)
             assert got == n, (reader, got, n)
@@ -253,6 +190,15 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
         m["naive"].seconds.append(secs)
         wl.empty_prefix(s3, BUCKET, f"naive-r{r}/")
         say(f"  naive: {secs:.2f}s, {n / secs:,.0f} rec/s, {objs} objects")
+        for k in ns:
+            out = run_parallel("naive", s.stack, [{"topic": TOPIC, "pieces": sh, "bucket": BUCKET,
+                                                   "prefix": f"naive-r{r}-x{k}/", "batch_records": s.window_records}
+                                                  for sh in shares(s.ends, k)])
+            assert out["records"] == n, out
+            m[f"naive_x{k}"].seconds.append(out["seconds"])
+            wl.empty_prefix(s3, BUCKET, f"naive-r{r}-x{k}/")
+            say(f"  naive, {k} processes: {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s, "
+                f"{out['objects']} objects")
         before = moto_requests(s.moto_log)
         out = worker.call(cmd="archive", topic=TOPIC, prefix=f"archive-r{r}/", windows=wlist)
         requests.append({"requests": moto_requests(s.moto_log) - before, "objects": out["objects"],
@@ -287,12 +233,29 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
         wl.delete_topic(kafka, target)
         say(f"  restore: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s ({res['transactions']} "
             "transactions)")
+        for k in restore_producers():
+            target = f"restored-r{r}-p{k}"
+            wl.create_topic(kafka, target)
+            res = time_restore(kafka, s3, BUCKET, RESTORE_SOURCE, TOPIC, target, s.windows, producers=k)
+            assert res["records"] == n, res
+            m[f"restore_p{k}"].seconds.append(res["seconds"])
+            wl.delete_topic(kafka, target)
+            say(f"  restore, producers {k}: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s")
         target = f"produced-r{r}"
         wl.create_topic(kafka, target)
         secs = wl.produce(kafka, target, n)
         m["produce"].seconds.append(secs)
         wl.delete_topic(kafka, target)
         say(f"  bare produce: {secs:.2f}s, {n / secs:,.0f} rec/s")
+        for k in ns:
+            target = f"produced-r{r}-x{k}"
+            wl.create_topic(kafka, target)
+            out = run_parallel("produce", s.stack, [{"topic": target, "count": n, "pieces": sh}
+                                                    for sh in shares(s.ends, k)])
+            assert out["records"] == n, out
+            m[f"produce_x{k}"].seconds.append(out["seconds"])
+            wl.delete_topic(kafka, target)
+            say(f"  bare produce, {k} processes: {out['seconds']:.2f}s, {n / out['seconds']:,.0f} rec/s")
         peers.run_round(r, worker)
-    m["limit"].seconds = slower_of(m["consume"].seconds, m["put"].seconds)
+    m["limit"].seconds = slower_of(best_of(m, "consume"), best_of(m, "put"))
     return {"measures": m, "profile": profile, "requests": requests}

@@ -37,14 +37,14 @@ from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.model.errors import KafkaUnavailable
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.request import RestoreContext, RestoreRequest
+from s3_archive.restore.request import DEFAULT_PRODUCERS, RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 
 __all__ = [
-    "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaConnection", "KafkaResource",
-    "KafkaUnavailable", "OffsetWindow", "PostgresServer", "RestoreContext", "RestoreRequest", "Retired", "S3Resource",
-    "SchemaRegistryServer", "SparkConnectServer", "SparkResource", "TopicView", "WebserverResource",
+    "DEFAULT_PRODUCERS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaConnection",
+    "KafkaResource", "KafkaUnavailable", "OffsetWindow", "PostgresServer", "RestoreContext", "RestoreRequest", "Retired",
+    "S3Resource", "SchemaRegistryServer", "SparkConnectServer", "SparkResource", "TopicView", "WebserverResource",
     "archive_asset_key", "kafka_read", "native_read", "build_offsets_sensor", "build_topic_discovery_sensor",
     "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
     "list_objects", "local_s3_client", "objects_result", "parse_settings", "paths", "read_known_topics",

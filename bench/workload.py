@@ -19,11 +19,16 @@ def _pads(n: int = 256, seed: int = 7) -> list[str]:
     return [rnd.randbytes(VALUE_BYTES).hex() for _ in range(n)]
 
 
-def records(count: int, seed: int = 7) -> Iterator[tuple[int, bytes, bytes, list[tuple[str, bytes]]]]:
-    """(partition, key, value, headers): ≈500-byte JSON values, a key, two headers; partitions round robin."""
+def records(count: int, seed: int = 7,
+            pieces: list[tuple[int, int, int]] | None = None) -> Iterator[tuple[int, bytes, bytes, list[tuple[str, bytes]]]]:
+    """(partition, key, value, headers): ≈500-byte JSON values, a key, two headers; partitions round robin.
+    `pieces` [(partition, lo, hi)]: only record i = j × PARTITIONS + partition for j in [lo, hi) of each (a
+    parallel producer's share: those records land at offsets [lo, hi) of an empty topic)."""
     pads = _pads(seed=seed)
     t0 = 1_700_000_000_000
-    for i in range(count):
+    indices = (range(count) if pieces is None else
+               (j * PARTITIONS + p for p, lo, hi in pieces for j in range(lo, hi) if j * PARTITIONS + p < count))
+    for i in indices:
         head = (f'{{"id":{i},"user":"user-{i % 9973:05d}","event":"{("view", "click", "buy")[i % 3]}",'
                 f'"ts":{t0 + i},"amount":{(i * 37) % 10000 / 100:.2f},"pad":"')
         value = (head + pads[i % len(pads)][: VALUE_BYTES - len(head) - 2] + '"}').encode()
@@ -51,9 +56,11 @@ def delete_topic(kafka: KafkaResource, name: str) -> None:
     admin.delete_topics([name])[name].result(timeout=30)
 
 
-def produce(kafka: KafkaResource, topic: str, count: int) -> float:
-    """Bare produce of the workload's `count` records; seconds until every record is acknowledged."""
-    producer = kafka.producer(**PRODUCER_CONF, **{"delivery.report.only.error": True})
+def produce(kafka: KafkaResource, topic: str, count: int, pieces: list[tuple[int, int, int]] | None = None,
+            producer=None) -> float:
+    """Bare produce of the workload's `count` records (or of its `pieces`, see `records`); seconds until every
+    record is acknowledged. `producer`: one made beforehand (its creation then is not timed)."""
+    producer = producer or make_producer(kafka)
     failed: list[str] = []
 
     def report(err, _msg) -> None:
@@ -61,7 +68,7 @@ def produce(kafka: KafkaResource, topic: str, count: int) -> float:
             failed.append(str(err))
 
     t = time.monotonic()
-    for i, (p, k, v, h) in enumerate(records(count)):
+    for i, (p, k, v, h) in enumerate(records(count, pieces=pieces)):
         while True:
             try:
                 producer.produce(topic, value=v, key=k, headers=h, partition=p, on_delivery=report)
@@ -76,6 +83,10 @@ def produce(kafka: KafkaResource, topic: str, count: int) -> float:
         raise RuntimeError(f"producing to {topic!r}: {left} records undelivered, {len(failed)} failed "
                            f"({failed[:3]})")
     return dt
+
+
+def make_producer(kafka: KafkaResource):
+    return kafka.producer(**PRODUCER_CONF, **{"delivery.report.only.error": True})
 
 
 def empty_prefix(s3, bucket: str, prefix: str) -> int:

@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
+from bench.baselines import time_bare_consume, time_naive_archive
 from bench.common import SparkWorker
 from bench.config import BUCKET, TOPIC
 from bench.stats import Summary
-from bench.throughput import time_bare_consume, time_naive_archive, time_task_read
+from bench.throughput import time_task_read
 from bench.tools import jfr_top
 from bench.tools.procstat import Snapshot, cpu_delta, descendants, snapshot, thread_deltas, thread_group
 from bench.under_test import KafkaResource, local_s3_client, temporary_stack

@@ -34,6 +34,8 @@ class RestoreTarget(StrictModel):
     transaction_records: int = Field(default=50_000, ge=1)
     broker_outage_seconds: float = Field(default=60.0, ge=0, le=3600, description="how long a run keeps "
                                          "re-initialising its producer after the target cluster became unreachable")
+    producers: int = Field(default=1, ge=1, le=16, description="transactional producers side by side, each "
+                           "producing the source partitions of its share of the target's partitions")
     dry_run: bool = Field(default=False, description="a preview target: every run only plans (counts), "
                                                      "whatever the run config says")
     mode: Literal["manual", "follow"] = Field(default="manual", description="follow: a sensor restores each window "

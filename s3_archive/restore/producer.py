@@ -111,11 +111,13 @@ class Producer:
     `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
     client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
-    def __init__(self, kafka: KafkaResource, request: RestoreRequest) -> None:
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None) -> None:
+        """`transactional_id`: one of the restore's (restore/groups.py); default the ledger id, the first one."""
         self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
+        self.txn_id = transactional_id or request.ledger_id
         self.deadline = self.timeout + WATCHDOG_GRACE_S
         self.producer = kafka.producer(**{
-            "transactional.id": request.ledger_id,
+            "transactional.id": self.txn_id,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -134,7 +136,7 @@ class Producer:
             err = _kafka_error(e)
             unreachable = err is not None and (err.retriable() or err.code() in _UNREACHABLE)
             raise (CoordinatorUnreachable if unreachable else RestoreFailed)(
-                f"init_transactions for transactional.id {request.ledger_id!r} failed: {e}. Does the target "
+                f"init_transactions for transactional.id {self.txn_id!r} failed: {e}. Does the target "
                 "cluster allow transactions (transaction.state.log.*)?") from None
 
     def failed(self, what: str, e: KafkaException) -> RestoreFailed:
@@ -149,7 +151,7 @@ class Producer:
                 code = getattr(_kafka_error(fatal), "code", lambda: code)()
         if code in _FENCED:
             return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
-                                 f"{self.request.ledger_id!r}) started, and only one may run at a time; this run "
+                                 f"{self.txn_id!r}) started, and only one may run at a time; this run "
                                  f"stopped, and its open transaction is aborted. Kafka said: {e}")
         if code in _UNREACHABLE or (err is not None and code != KafkaError._FATAL and err.retriable()):
             return CoordinatorUnreachable(f"{what} {self.request.target_topic!r} failed: {e}")
@@ -164,7 +166,7 @@ class Producer:
         except DeadlineExceeded:
             self.abandoned = True
             raise CoordinatorUnreachable(
-                f"{name} for transactional.id {self.request.ledger_id!r} did not return within {self.deadline:.0f}s "
+                f"{name} for transactional.id {self.txn_id!r} did not return within {self.deadline:.0f}s "
                 f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
                 f"{self.who} is unreachable (is the broker down or restarting?). The run stopped; the open "
                 "transaction commits or aborts as a whole, and a re-run (whose init_transactions completes it "
@@ -196,7 +198,7 @@ class Producer:
                     if time.monotonic() - full_since > self.deadline:
                         raise CoordinatorUnreachable(
                             f"the producer's queue for {self.request.target_topic!r} (transactional.id "
-                            f"{self.request.ledger_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
+                            f"{self.txn_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
                             "records (is the broker down or restarting?). The run stopped; the open transaction "
                             "commits or aborts as a whole, and a re-run restores exactly what the ledger does not "
                             "list") from None

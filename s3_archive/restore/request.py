@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.groups import check_producers
 from s3_archive.restore.routing import PartitionMapping
 
 if TYPE_CHECKING:  # the clients' modules load with the run, not with the definitions that import this one
@@ -33,6 +34,8 @@ DEFAULT_TRANSACTION_RECORDS = 50_000
 TRANSACTION_SECONDS = 20.0
 # How long a run keeps re-initialising its producer after it found the target cluster unreachable (restore/run.py).
 DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
+# Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py).
+DEFAULT_PRODUCERS = 1
 
 
 def no_fault(step: str) -> None:
@@ -140,6 +143,7 @@ class RestoreRequest:
     allow_source_topic: bool = False
     transaction_records: int = DEFAULT_TRANSACTION_RECORDS
     broker_outage_seconds: float = DEFAULT_BROKER_OUTAGE_SECONDS
+    producers: int = DEFAULT_PRODUCERS
 
     def __post_init__(self) -> None:
         if not self.target_topic:
@@ -152,6 +156,7 @@ class RestoreRequest:
             raise InvalidRestore(f"transaction_records must be >= 1, got {self.transaction_records}")
         if not 0 <= self.broker_outage_seconds <= 3600:
             raise InvalidRestore(f"broker_outage_seconds must be between 0 and 3600, got {self.broker_outage_seconds}")
+        check_producers(self.producers)
 
     @property
     def ledger_id(self) -> str:

@@ -10,6 +10,9 @@ after a crash the ledger says exactly which source records are in the target. A 
 and skips what it lists. Why a ledger and not "the last restored record per target partition" (provenance
 headers): with murmur2 or many-to-one maps a target partition takes records from several source partitions,
 and restoring windows in several runs (or out of order) makes the last record say nothing about the others.
+
+Parallel. A run has up to `producers` transactional producers side by side (restore/groups.py), each owning the
+source partitions of whole ledger entries, each a `RestoreRun` (restore/group_run.py) in a thread of its own.
 """
 
 from __future__ import annotations
@@ -17,34 +20,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import itertools
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import KafkaException
-
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
+from s3_archive.restore.batch import Records, WindowSource
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
+from s3_archive.restore.group_run import Progress, RestoreRun, Stopped
+from s3_archive.restore.groups import plan_groups, transactional_ids
 from s3_archive.restore.ledger import RangeSet
-from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
+from s3_archive.restore.producer import Producer
 from s3_archive.restore.request import (
     NO_HOOKS,
-    PROVENANCE_OFFSET,
-    PROVENANCE_PARTITION,
-    PROVENANCE_TOPIC,
-    TRANSACTION_SECONDS,
-    PartitionCount,
     RestoreContext,
     RestoreHooks,
     RestoreRequest,
     WindowReport,
-    no_fault,
 )
 from s3_archive.restore.schema_ids import rewritten
 from s3_archive.restore.sources import (
@@ -56,9 +53,6 @@ from s3_archive.restore.sources import (
     window_objects,
 )
 from s3_archive.restore.target_topic import retention_warning, target_checks, target_partition_count
-
-# Batches the reader may run ahead of the producer (0: read inline).
-READ_AHEAD_BATCHES = 2
 
 LedgerSeen = Callable[[dict[int, RangeSet]], None]
 
@@ -89,7 +83,7 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
             target_partition_count(ctx.kafka, request.target_topic)  # a wrong target fails before any RestoreObject
             prepare_cold(s3, bucket, objects, cold, f"topic {topic!r} in s3://{bucket}/{prefix}", ctx.log)
 
-    prefetch = Prefetch(s3, bucket, [o for m in to_read for o in window_objects(m)])
+    prefetch = Prefetch(s3, bucket, [(m.partition, o) for m in to_read for o in window_objects(m)])
 
     schemas = ctx.schemas
     ids = {w: schemas.id_map(s3, bucket, manifests[w], request.target_topic)
@@ -111,29 +105,34 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
 
 def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Iterable[WindowSource],
                     on_ledger: LedgerSeen | None = None, hooks: RestoreHooks = NO_HOOKS) -> Iterator[WindowReport]:
-    """The restore itself, for windows from any archive: one transactional producer, the ledger, windows in
-    (partition, start) order."""
+    """The restore itself, for windows from any archive: the ledger, and up to `request.producers` transactional
+    producers side by side, each producing the windows of its source partitions in (partition, start) order
+    (restore/groups.py)."""
     kafka, log = ctx.kafka, ctx.log
     srcs = sorted(sources, key=lambda s: s.window)
     num_target = target_partition_count(kafka, request.target_topic)
     request.mapping.check({s.window.partition for s in srcs}, num_target, request.target_topic)
     target, parts = request.target_topic, list(range(num_target))
+    plan = plan_groups({s.window.partition for s in srcs}, num_target, request.producers) or {0: []}
     with ThreadPoolExecutor(3, thread_name_prefix="s3-archive-restore-setup") as pool:
-        # Admin round trips that need not wait for each other run beside the producer's init_transactions and
-        # the ledger's read (which must follow it); the target's offsets are only used when there is no ledger.
+        # Admin round trips that need not wait for each other run beside the producers' init_transactions and
+        # the ledger's read (which must follow them); the target's offsets are only used when there is no ledger.
         checks = pool.submit(target_checks, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
-        run = RestoreRun(kafka, request, num_target, hooks)
+        runs = start_groups(kafka, request, num_target, hooks, list(plan))
         try:
-            run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
+            first = next(iter(runs.values()))
+            ledger = first.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
+            for run in runs.values():
+                run.ledger = {p: rs.copy() for p, rs in ledger.items()}
             if on_ledger is not None:
-                on_ledger({p: rs.copy() for p, rs in run.ledger.items()})
+                on_ledger({p: rs.copy() for p, rs in ledger.items()})
             warnings, retention_ms = checks.result()
             for warning in warnings:
                 log.warning(warning)
             srcs = watch_retention(srcs, target, retention_ms, log)
-            if not run.ledger:
+            if not ledger:
                 ends, starts = latest.result(), earliest.result()
                 present = sum(ends[p] - starts.get(p, 0) for p in ends)
                 if present > 0:
@@ -142,22 +141,109 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
                                 "earlier run of this restore whose ledger expired (offsets.retention.minutes), this "
                                 "run restores them again")
         except BaseException:
-            run.close(log)
+            close_all(runs, log)
             raise
     try:
         log.info(f"restore {request.ledger_id}: {len(srcs)} windows into {request.target_topic!r} ({num_target} "
-                 f"partitions, mapping {request.mapping.mode}); the ledger already covers "
-                 f"{sum(rs.size() for rs in run.ledger.values())} source offsets"
+                 f"partitions, mapping {request.mapping.mode}, {len(runs)} producer(s)); the ledger already covers "
+                 f"{sum(rs.size() for rs in ledger.values())} source offsets"
                  + (" [dry run]" if request.dry_run else ""))
         with older_objects_frozen():
-            yield from run.restore(kafka, srcs, log)
+            if len(runs) == 1:
+                yield from first.restore(kafka, srcs, log)
+            else:
+                yield from run_groups(kafka, runs, {g: [s for s in srcs if s.window.partition in plan[g]]
+                                                    for g in runs}, log)
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
         # init_transactions aborts its transaction.)
-        run.close(log)
+        close_all(runs, log)
         raise
-    run.release()
+    for run in runs.values():
+        run.release()
+
+
+def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
+                 groups: list[int]) -> dict[int, RestoreRun]:
+    """One `RestoreRun` per group. Unless a dry run, every transactional id of the restore is initialised first, in
+    parallel (`init_transactions` aborts what a crashed run left open under it and fences any other run); the ids
+    of groups this run does not have are closed right after."""
+    progress = Progress()
+    if request.dry_run:
+        return {g: RestoreRun(kafka, request, num_target, hooks, progress=progress) for g in groups}
+    ids = transactional_ids(request.ledger_id, num_target)
+    with ThreadPoolExecutor(len(ids), thread_name_prefix="s3-archive-restore-init") as pool:
+        futures = [pool.submit(Producer, kafka, request, t) for t in ids]
+        producers: list[Producer | None] = []
+        error: BaseException | None = None
+        for fut in futures:
+            try:
+                producers.append(fut.result())
+            except BaseException as e:  # noqa: BLE001 - raised below, once every producer is closed
+                producers.append(None)
+                error = error or e
+    runs: dict[int, RestoreRun] = {}
+    for g, (t, producer) in enumerate(zip(ids, producers)):
+        if producer is None:
+            continue
+        if g in groups and error is None:
+            runs[g] = RestoreRun(kafka, request, num_target, hooks, t, producer, progress)
+        else:
+            producer.close()
+    if error is not None:
+        close_all(runs, None)
+        raise error
+    return runs
+
+
+def run_groups(kafka: KafkaResource, runs: dict[int, RestoreRun], srcs: dict[int, list[WindowSource]],
+               log: Logger) -> Iterator[WindowReport]:
+    """The groups side by side, one thread each (the client's calls and Arrow's decoding release the GIL); their
+    reports as they come. The first group to fail stops the others at their next batch; its error is raised once
+    every group has stopped (the caller then aborts their open transactions)."""
+    out: queue.Queue = queue.Queue()
+    progress = next(iter(runs.values())).progress
+
+    def work(g: int) -> None:
+        try:
+            for rep in runs[g].restore(kafka, srcs[g], log):
+                out.put(rep)
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            progress.stop.set()
+            out.put(e)
+            return
+        out.put(None)
+
+    threads = [threading.Thread(target=work, args=(g,), name=f"s3-archive-restore-group-{g}", daemon=True)
+               for g in runs]
+    for t in threads:
+        t.start()
+    left, error = len(threads), None
+    try:
+        while left:
+            item = out.get()
+            if isinstance(item, WindowReport):
+                yield item
+                continue
+            left -= 1
+            if isinstance(item, BaseException) and (error is None or isinstance(error, Stopped)):
+                error = item
+        if error is not None:
+            raise error
+    finally:
+        progress.stop.set()
+        for t in threads:
+            t.join()
+
+
+def close_all(runs: dict[int, RestoreRun], log: Logger | None) -> None:
+    """After a failure: every group's open transaction aborted, its producer and ledger consumer closed."""
+    for run in runs.values():
+        if log is None:
+            run.release()
+        else:
+            run.close(log)
 
 
 def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, log: Logger) -> list[WindowSource]:
@@ -204,273 +290,3 @@ def older_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-class RestoreRun:
-    """State of one restore run: the producer, the ledger as last committed, and what is done but unrecorded.
-
-    A transaction may span consecutive windows of one source partition (their records follow each other in the
-    target anyway): it is committed every `transaction_records` records, every TRANSACTION_SECONDS, when the next
-    window is of another source partition, and at the end of the run. A window's report is yielded once the
-    transaction holding its last records is committed."""
-
-    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks) -> None:
-        self.request, self.fault = request, hooks.fault
-        self.route = request.mapping.compiled(num_target)
-        self.producer = None if request.dry_run else Producer(kafka, request)
-        self.ledger_store = LedgerStore(kafka, request, num_target)
-        self.ledger: dict[int, RangeSet] = {}
-        # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
-        # next commit of the same source partition, so the ledger's ranges stay merged.
-        self.unrecorded: dict[int, RangeSet] = {}
-        self.committed = 0  # transactions committed by this run
-        self.outages = 0  # times this run re-initialised its producer after the cluster was unreachable
-        self.produced = 0  # records produced by this run
-        # The open transaction: its source partition, the source offsets it covers so far (records produced,
-        # plus skipped, filtered and absent offsets of windows done), its record count and start time.
-        self.txn_sp: int | None = None
-        self.txn_ranges = RangeSet()
-        self.txn_records = 0
-        self.txn_t0 = 0.0
-        self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
-        self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
-
-    def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Logger) -> Iterator[WindowReport]:
-        """Restore `srcs` in order, riding out an unreachable cluster: when a transactional call does not return
-        in time (or the producer's queue stays full), the windows not reported yet are restored again by a new
-        producer from the ledger (`reopen`), for up to `broker_outage_seconds` after the cluster was found
-        unreachable; past that the run fails with the error that stopped it."""
-        reported: set[OffsetWindow] = set()
-        first: CoordinatorUnreachable | None = None
-        since = 0.0
-        while True:
-            try:
-                for src in srcs:
-                    if src.window not in reported:
-                        for rep in self.window(src):
-                            reported.add(rep.window)
-                            first = None  # progress: a later outage gets the whole bound again
-                            yield rep
-                for rep in self.finish():
-                    reported.add(rep.window)
-                    yield rep
-                return
-            except CoordinatorUnreachable as e:
-                if first is None:
-                    first, since = e, time.monotonic()
-                self.reopen(kafka, first, since, log)
-
-    def reopen(self, kafka: KafkaResource, first: CoordinatorUnreachable, since: float, log: Logger) -> None:
-        """A new producer of the same transactional.id, whose init_transactions aborts the open transaction (or
-        completes one whose commit reached the coordinator) and fences the old producer (which a stuck call may
-        still hold); then the ledger as committed. Tried until the cluster answers, for at most
-        `broker_outage_seconds` after `since`; past that, `first` (the error that stopped the run) is raised."""
-        bound = self.request.broker_outage_seconds
-        last: Exception = first
-        while (left := bound - (time.monotonic() - since)) > 0:
-            log.warning(f"restore {self.request.ledger_id}: the target cluster is unreachable ({last}); "
-                        f"re-initialising the producer to resume from the ledger ({left:.0f}s of "
-                        "broker_outage_seconds left)")
-            try:
-                self.producer = None  # dropped: a call stuck in it keeps it alive until the new one fences it
-                self.producer = Producer(kafka, self.request)
-                self.ledger = self.ledger_store.read()
-            except RestoreFailed as e:  # still unreachable, or answering too slowly
-                last = e
-                time.sleep(min(1.0, left))
-                continue
-            self.txn_sp, self.txn_ranges, self.txn_records, self.waiting = None, RangeSet(), 0, []
-            self.outages += 1
-            log.info(f"restore {self.request.ledger_id}: the target cluster answers again; resuming from the "
-                     f"ledger ({sum(rs.size() for rs in self.ledger.values())} source offsets restored)")
-            return
-        raise RestoreFailed(f"{first}; the target cluster stayed unreachable for {bound:g}s more "
-                            "(broker_outage_seconds), so the run gave up") from None
-
-    def close(self, log: Logger) -> None:
-        """After a failure: abort the open transaction (if any), then `release`; a producer whose abort failed is
-        dropped instead of closed (closing would abort it again, and wait)."""
-        try:
-            if self.producer is not None:
-                try:
-                    self.producer.abort()
-                except Exception as e:  # the original error matters more
-                    log.warning(f"aborting the restore transaction failed too: {e}")
-                    self.producer = None
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        """Close the producer (no transaction is open) and the ledger's consumer, so neither outlives the run in a
-        frame an error's traceback keeps."""
-        try:
-            if self.producer is not None:
-                self.producer.close()
-        finally:
-            self.producer = None
-            self.ledger_store.close()
-
-    def _commit(self, rep: WindowReport) -> list[WindowReport]:
-        """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
-        it completes. `rep` is the window counted as committing it."""
-        sp = self.txn_sp
-        assert sp is not None
-        new = {p: rs.copy() for p, rs in self.ledger.items()}
-        rs = new.setdefault(sp, RangeSet())
-        for a, b in self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges():
-            rs.add(a, b)
-        self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
-        self.ledger = new
-        self.committed += 1
-        rep.transactions += 1
-        self.txn_sp, self.txn_ranges, self.txn_records = None, RangeSet(), 0
-        done, self.waiting = self.waiting, []
-        self.fault(f"committed:{self.committed}")
-        return done
-
-    def finish(self) -> list[WindowReport]:
-        """Commit what is still open; the last reports."""
-        if self.producer is not None and self.producer.in_txn:
-            return self._commit(self.waiting[-1])
-        done, self.waiting = self.waiting, []
-        return done
-
-    def window(self, src: WindowSource) -> list[WindowReport]:
-        """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
-        t0 = time.monotonic()
-        filters, producer, w = self.request.filters, self.producer, src.window
-        rep = WindowReport(w, self.request.dry_run, archived=src.record_count or 0, objects=src.objects,
-                           max_timestamp_ms=src.max_timestamp_ms)
-        ready: list[WindowReport] = []
-        scope = filters.offset_scope(w)
-        if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
-            rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
-            rep.seconds = time.monotonic() - t0
-            (self.waiting if self.waiting else ready).append(rep)
-            return ready
-        sp = w.partition
-        if producer is not None and producer.in_txn and self.txn_sp != sp:
-            ready += self._commit(self.waiting[-1])  # a transaction's ledger entry is one source partition's
-        last = self._records(src, scope, rep, ready)
-        if producer is not None:
-            # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
-            # open-ended window only up to its last record (later records may still be written by the sink).
-            seg_start, hi = self.seg_start, scope[1]
-            end = min(hi, last + 1) if src.open_end else hi
-            if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
-                self.txn_ranges.add(seg_start, max(end, seg_start))
-                rep.seconds = time.monotonic() - t0
-                self.waiting.append(rep)
-                return ready
-            if end > seg_start:
-                self.unrecorded.setdefault(sp, RangeSet()).add(seg_start, end)
-        rep.seconds = time.monotonic() - t0
-        ready.append(rep)
-        return ready
-
-    def _records(self, src: WindowSource, scope: tuple[int, int], rep: WindowReport,
-                 ready: list[WindowReport]) -> int:
-        """Read the window's records, select those in `scope` the ledger does not hold and the filters keep, count
-        them into `rep` and hand them to the producer (the reports its commits complete go to `ready`). Returns the
-        last source offset read (-1: none)."""
-        request, filters, producer, sp = self.request, self.request.filters, self.producer, src.window.partition
-        done = self.ledger.get(sp, RangeSet())
-        lo, hi = scope
-        check_done = done.overlaps(lo, hi)  # else no record of the window is in the ledger
-        # `same` and `map` send a source partition to one target partition: counted once at the end
-        per_record = request.mapping.mode == "murmur2"
-        tp = self.route(sp, None)
-        counts = rep.partitions
-        provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
-        # An open start is known at the first record (self.seg_start is where the ledger's next range begins).
-        self.seg_start, last = (hi if src.open_start else lo), -1
-        archived = restored = skipped = filtered = nbytes = replaced = 0
-        # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
-        with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
-            for batch in batches:
-                n = len(batch)
-                if not n:
-                    continue
-                if src.open_start and not archived:
-                    self.seg_start = max(lo, min(hi, batch.offsets[0]))
-                archived += n
-                last = batch.offsets[-1]
-                batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
-                skipped, filtered = skipped + skip, filtered + filt
-                if not len(batch):
-                    continue
-                restored += len(batch)
-                size = sum(batch.sizes)
-                nbytes += size
-                if min(batch.timestamps) <= 0:
-                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
-                    replaced += sum(1 for t in batch.timestamps if t <= 0)
-                    batch.timestamps = [t if t > 0 else 0 for t in batch.timestamps]
-                tps: int | list[int] = tp
-                if per_record:
-                    tps = list(map(self.route, itertools.repeat(sp), batch.keys))
-                    for p, b in zip(tps, batch.sizes):
-                        c = counts.get(p)
-                        if c is None:
-                            c = counts[p] = PartitionCount()
-                        c.records += 1
-                        c.bytes += b
-                if producer is None:
-                    continue
-                if request.provenance_headers:
-                    batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
-                                     for h, o in zip(batch.headers, batch.offsets)]
-                ready.extend(self._produce(batch, tps, sp, rep))
-        if not per_record and restored:
-            counts[tp] = PartitionCount(restored, nbytes)
-        rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
-            filtered, skipped, restored, nbytes, replaced
-        if src.record_count is None:
-            rep.archived = archived
-        return last
-
-    def _produce(self, batch: Records, tps: int | list[int], sp: int, rep: WindowReport) -> list[WindowReport]:
-        """Hand `batch` (restorable records of source partition `sp`) to the producer, target partition `tps`
-        (one for all, or one per record); commits whenever the transaction is full (`transaction_records`) or
-        older than TRANSACTION_SECONDS (checked once per batch). Returns the reports its commits complete."""
-        ready: list[WindowReport] = []
-        producer, max_txn = self.producer, self.request.transaction_records
-        n, i = len(batch), 0
-        while i < n:
-            if self.txn_records == 0:
-                producer.begin()
-                self.txn_sp, self.txn_t0 = sp, time.monotonic()
-            j = min(n, i + max_txn - self.txn_records)
-            part = batch if i == 0 and j == n else batch.slice(i, j)
-            self._send(part, tps if isinstance(tps, int) else tps[i:j])
-            self.txn_records += j - i
-            # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
-            if self.txn_records >= max_txn or time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS:
-                end = batch.offsets[j - 1] + 1
-                self.txn_ranges.add(self.seg_start, end)
-                ready += self._commit(rep)
-                self.seg_start = end
-            i = j
-        return ready
-
-    def _send(self, batch: Records, tps: int | list[int]) -> None:
-        """The producer's calls: the one loop per record (the client's own call, no Python around it)."""
-        produce, slow, topic = self.producer.producer.produce, self.producer.produce, self.request.target_topic
-        rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
-                   batch.timestamps)
-        faulty = self.fault is not no_fault
-        try:
-            for tp, k, v, h, t in rows:
-                try:
-                    # Positional (topic, value, key, partition, on_delivery, callback, timestamp, headers): ~0.5 µs
-                    # less per record than keywords, which the client matches by name on every call.
-                    produce(topic, v, k, tp, None, None, t, h)
-                except BufferError:  # the local queue is full: the slow path lets it drain
-                    slow(tp, k, v, h, t)
-                if faulty:  # tests: crash after the n-th record of the run
-                    self.produced += 1
-                    self.fault(f"produced:{self.produced}")
-        except KafkaException as e:
-            raise self.producer.failed("producing to", e) from None
-        if not faulty:
-            self.produced += len(batch)

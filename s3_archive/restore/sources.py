@@ -8,6 +8,7 @@ import heapq
 import itertools
 import operator
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -138,36 +139,65 @@ Opener = Callable[[ManifestObject], Any]  # manifest object -> spooled file (see
 
 
 class Prefetch:
-    """Downloads the next object of a run while the current one is read (one object ahead, in a thread): the
-    restore reads the objects in a known order (windows in order, each window's objects, then its dead letters),
-    and S3 then no longer waits for Kafka or the other way round. An object asked for out of that order is
-    downloaded on the spot."""
+    """Downloads the next object of each lane while the current one is read (one object ahead, in a thread): the
+    restore reads a source partition's objects in a known order (its windows in order, each window's objects, then
+    its dead letters), and S3 then no longer waits for Kafka or the other way round. A lane is a source partition:
+    a run's producer groups read their partitions side by side, each in order. When a lane's last object is taken,
+    the first object of the next lane not started yet is downloaded ahead (a group's next partition, or another
+    group's). An object asked for out of that order is downloaded on the spot. Thread-safe."""
 
-    def __init__(self, s3: S3Client, bucket: str, objects: list[ManifestObject]) -> None:
+    def __init__(self, s3: S3Client, bucket: str, objects: list[tuple[int, ManifestObject]],
+                 threads: int = 4) -> None:
+        """`objects`: (lane, object) in the order the run reads them when it reads one lane after another."""
+        from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
-        self.s3, self.bucket, self.order, self.pos = s3, bucket, objects, 0
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="s3-archive-restore-prefetch")
-        self.pending: tuple[str, Any] | None = None
-        self._next()
+        self.s3, self.bucket = s3, bucket
+        self.lanes: dict[int, deque[ManifestObject]] = {}
+        for lane, obj in objects:
+            self.lanes.setdefault(lane, deque()).append(obj)
+        self.lane_of = {obj.key: lane for lane, obj in objects}
+        self.unstarted = list(self.lanes)  # in the run's order
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="s3-archive-restore-prefetch")
+        self.pending: dict[str, Any] = {}
+        with self.lock:
+            self._start_next_lane()
 
-    def _next(self) -> None:
-        self.pending = None
-        if self.pos < len(self.order):
-            obj = self.order[self.pos]
-            self.pos += 1
-            self.pending = (obj.key, self.pool.submit(spool, self.s3, self.bucket, obj))
+    def _submit(self, lane: int) -> None:
+        if self.lanes.get(lane):
+            obj = self.lanes[lane].popleft()
+            self.pending[obj.key] = self.pool.submit(spool, self.s3, self.bucket, obj)
+        else:
+            self._start_next_lane()
+
+    def _start_next_lane(self) -> None:
+        while self.unstarted:
+            lane = self.unstarted.pop(0)
+            if self.lanes.get(lane):
+                self._submit(lane)
+                return
 
     def __call__(self, obj: ManifestObject) -> Any:
-        if self.pending is not None and self.pending[0] == obj.key:
-            fut = self.pending[1]
-            self._next()
-            return fut.result()
-        return spool(self.s3, self.bucket, obj)
+        with self.lock:
+            fut = self.pending.pop(obj.key, None)
+            lane = self.lane_of.get(obj.key)
+            if lane is not None:
+                if lane in self.unstarted:
+                    self.unstarted.remove(lane)
+                queued = self.lanes.get(lane)
+                if fut is None and queued and queued[0].key == obj.key:
+                    queued.popleft()  # taken on the spot: the lane's next one goes ahead
+                if fut is not None or not any(k for k in self.pending if self.lane_of.get(k) == lane):
+                    self._submit(lane)
+        return fut.result() if fut is not None else spool(self.s3, self.bucket, obj)
 
     def close(self) -> None:
-        if self.pending is not None:
-            fut, self.pending = self.pending[1], None
+        with self.lock:
+            pending, self.pending = list(self.pending.values()), {}
+            self.lanes.clear()
+            self.unstarted.clear()
+        for fut in pending:
             fut.cancel()
             if not fut.cancelled():
                 try:

@@ -52,6 +52,7 @@ def target_request(t: RestoreTarget, topic: str, dry_run: bool = False) -> Resto
         allow_source_topic=t.allow_source_topic,
         transaction_records=t.transaction_records,
         broker_outage_seconds=t.broker_outage_seconds,
+        producers=t.producers,
     )
 
 

@@ -70,8 +70,8 @@ def archived(outage_kafka, services, spark_resource) -> Archived:
     return Archived(kafka, topic, cfg, windows, {(r.partition, r.offset): r.value for r in recs})
 
 
-def restore(a: Archived, s3, target: str, fault=None) -> list:
-    request = RestoreRequest(a.topic, target, provenance_headers=True, transaction_records=300)
+def restore(a: Archived, s3, target: str, fault=None, producers: int = 1) -> list:
+    request = RestoreRequest(a.topic, target, provenance_headers=True, transaction_records=300, producers=producers)
     return list(restore_windows(RestoreContext(a.kafka, s3, log), ArchiveSource(a.cfg.bucket, a.cfg.prefix), request,
                                 a.windows, **({"hooks": RestoreHooks(fault)} if fault else {})))
 
@@ -83,6 +83,10 @@ def assert_exactly_once(a: Archived, target: str) -> None:
     assert set(sources) == set(a.produced)  # 0 lost
     assert all(a.produced[(int(g.header(PROVENANCE_PARTITION)), int(g.header(PROVENANCE_OFFSET)))] == g.value
                for g in got)
+    for tp, recs in consume_all(a.kafka, target).items():  # mapping same: source partition p into p, in order
+        offsets = [int(g.header(PROVENANCE_OFFSET)) for g in recs]
+        assert {int(g.header(PROVENANCE_PARTITION)) for g in recs} <= {tp}
+        assert offsets == sorted(offsets), f"target partition {tp} out of source order"
     store = LedgerStore(a.kafka, RestoreRequest(a.topic, target), PARTITIONS)
     try:
         ledger = store.read()
@@ -92,27 +96,42 @@ def assert_exactly_once(a: Archived, target: str) -> None:
         {p: [[0, WINDOW * WINDOWS_PER_PARTITION]] for p in range(PARTITIONS)}
 
 
+@pytest.mark.parametrize("producers", [1, 2])
 def test_a_broker_restarted_mid_restore_is_ridden_out_exactly_once(outage_broker, archived, s3, unique, monkeypatch,
-                                                                  caplog):
+                                                                  caplog, producers):
+    """With 2 producers both groups are in flight (each its source partition, transactions of 300 records) when
+    the first commit of either stops the broker: each rides it out on its own."""
     monkeypatch.setattr(rk, "TRANSACTION_CALL_TIMEOUT_S", TIMEOUT_S)
     monkeypatch.setattr(rk, "WATCHDOG_GRACE_S", GRACE_S)
-    target = create_topic(archived.kafka, f"outage-rst-{unique}", partitions=PARTITIONS)
-    restarted = threading.Event()
+    target = create_topic(archived.kafka, f"outage-rst{producers}-{unique}", partitions=PARTITIONS)
+    stopped, back = threading.Event(), threading.Event()  # the broker was stopped (once), and is back
+    produced_by: Counter = Counter()  # records handed to the producer, per group's thread
+    once = threading.Lock()
 
     def fault(step: str) -> None:
-        if step == "committed:1":  # records of the next transaction follow while the broker is down
+        if step.startswith("produced:"):
+            produced_by[threading.current_thread().name] += 1
+        # the first commit once every group is in flight: records of the next transactions follow while the
+        # broker is down
+        elif len(produced_by) == producers:
+            with once:  # the groups' threads commit side by side: one of them stops the broker, once
+                if stopped.is_set():
+                    return
+                stopped.set()
             outage_broker.stop()
-            threading.Thread(target=lambda: (time.sleep(DOWN_S), outage_broker.start(), restarted.set()),
+            threading.Thread(target=lambda: (time.sleep(DOWN_S), outage_broker.start(), back.set()),
                              daemon=True).start()
 
     t0 = time.monotonic()
     with caplog.at_level("INFO", logger=log.name):
-        reports = restore(archived, s3, target, fault)
+        reports = restore(archived, s3, target, fault, producers)
     elapsed = time.monotonic() - t0
-    print(f"\nrestore with a {DOWN_S:.0f}s broker restart: rode it out in {elapsed:.1f}s "
+    print(f"\nrestore ({producers} producers) with a {DOWN_S:.0f}s broker restart: rode it out in {elapsed:.1f}s "
           f"({sum(r.restored for r in reports)} records)")
-    assert restarted.wait(30), "the broker did not come back"
+    assert stopped.is_set(), "the broker was never stopped"
+    assert back.wait(30), "the broker did not come back"
     assert "re-initialising the producer" in caplog.text and "answers again" in caplog.text
+    assert f"partitions, mapping same, {producers} producer(s))" in caplog.text  # both groups ran side by side
     # One report per window, none lost to the outage; nothing needed a re-run.
     assert sorted(r.window for r in reports) == sorted(archived.windows)
     assert elapsed < DOWN_S + BOUND_S
@@ -192,4 +211,77 @@ def test_a_frozen_coordinator_fails_the_run_within_the_deadline_and_the_process_
     assert elapsed < deadline + outage + deadline + 30
 
     restore(archived, s3, target)  # the broker is back: the re-run completes
+    assert_exactly_once(archived, target)
+
+
+_KILLED_GROUPS = """
+import json, logging, os, signal, sys
+import boto3
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.windows import OffsetWindow
+from s3_archive.restore.request import RestoreContext, RestoreHooks, RestoreRequest
+from s3_archive.restore.run import restore_windows
+from s3_archive.restore.sources import ArchiveSource
+
+a = json.loads(sys.argv[1])
+s3 = boto3.client("s3", endpoint_url=a["endpoint"], **a["aws"])
+request = RestoreRequest(a["source"], a["target"], provenance_headers=True, transaction_records=a["txn"],
+                         producers=2)
+import collections, threading
+produced_by = collections.Counter()
+
+def fault(step):
+    if step.startswith("produced:"):
+        produced_by[threading.current_thread().name] += 1
+        # each group has committed a transaction and is inside its next one
+        if len(produced_by) == 2 and min(produced_by.values()) > a["txn"] + 50:
+            print("killed at", dict(produced_by), file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup at all: both groups' transactions stay open
+
+for _ in restore_windows(RestoreContext(KafkaResource(bootstrap_servers=a["bootstrap"]), s3, logging.getLogger()),
+                         ArchiveSource(a["bucket"], a["prefix"]), request, [OffsetWindow.parse(k) for k in a["windows"]],
+                         hooks=RestoreHooks(fault)):
+    pass
+"""
+
+
+@pytest.mark.parametrize("rerun_producers", [2, 1])
+def test_a_run_of_two_producers_killed_mid_transaction_then_rerun_is_exactly_once(outage_broker, archived, s3,
+                                                                                  services, unique, rerun_producers):
+    """Two groups in flight (transactions of 300 records, each group its source partition) when the process is
+    SIGKILLed: both leave a transaction open. The re-run initialises every transactional id of the restore
+    (whatever its own `producers`), which aborts both, then resumes from the ledger: every record once, in order
+    per partition."""
+    target = create_topic(archived.kafka, f"outage-kill{rerun_producers}-{unique}", partitions=PARTITIONS)
+    aws = {"region_name": LOCAL_AWS["AWS_REGION"], "aws_access_key_id": LOCAL_AWS["AWS_ACCESS_KEY_ID"],
+           "aws_secret_access_key": LOCAL_AWS["AWS_SECRET_ACCESS_KEY"]}
+    txn = 300
+    args = {"endpoint": services.s3_endpoint_url, "aws": aws, "bootstrap": archived.kafka.bootstrap_servers,
+            "bucket": archived.cfg.bucket, "prefix": archived.cfg.prefix, "source": archived.topic,
+            "target": target, "windows": [w.key for w in archived.windows], "txn": txn}
+    proc = subprocess.run([sys.executable, "-c", _KILLED_GROUPS, json.dumps(args)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert "killed at {'s3-archive-restore-group-0'" in proc.stderr, proc.stderr[-3000:]
+
+    store = LedgerStore(archived.kafka, RestoreRequest(archived.topic, target), PARTITIONS)
+    t0 = time.monotonic()
+    reports = restore(archived, s3, target, producers=rerun_producers)
+    elapsed = time.monotonic() - t0
+    try:
+        ledger = store.read()
+    finally:
+        store.close()
+    skipped, restored = sum(r.skipped for r in reports), sum(r.restored for r in reports)
+    by_partition = Counter()
+    for r in reports:
+        by_partition[r.window.partition] += r.skipped
+    print(f"\nre-run ({rerun_producers} producers) after a kill of 2 producers: {skipped} records skipped "
+          f"(committed before the kill), {restored} restored in {elapsed:.1f}s")
+    # Both groups had committed before the kill (the ledger lists whole transactions of each source partition), and
+    # their open transactions were aborted: the re-run restored exactly the rest.
+    assert all(by_partition[p] >= txn and by_partition[p] % txn == 0 for p in range(PARTITIONS)), by_partition
+    assert skipped + restored == len(archived.produced)
+    assert {p: rs.ranges() for p, rs in ledger.items()} == \
+        {p: [[0, WINDOW * WINDOWS_PER_PARTITION]] for p in range(PARTITIONS)}
     assert_exactly_once(archived, target)

@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.stats import Measure, Summary, build_json, growth, paired_ratios, render_markdown, slower_of, verdict
+from bench.stats import (
+    Measure,
+    Summary,
+    best_of,
+    build_json,
+    growth,
+    paired_ratios,
+    render_markdown,
+    slower_of,
+    verdict,
+)
 
 secs = st.lists(st.floats(min_value=0.01, max_value=1e4, allow_nan=False), min_size=1, max_size=9)
 
@@ -99,3 +109,16 @@ def test_lead_sections_come_before_the_throughput_and_the_other_sections():
     page = render_markdown(r)
     assert page.index("## Deployed\n\ndeployed body") < page.index("## Throughput") < page.index("## Extra")
     assert "## Deployed" not in render_markdown(_result())
+
+
+def test_best_of_takes_the_fastest_variant_round_by_round():
+    m = {"consume": Measure("consume", "one", seconds=[3.0, 2.0]),
+         "consume_x2": Measure("consume_x2", "two", seconds=[1.5, 2.5]),
+         "consume_x4": Measure("consume_x4", "four", seconds=[2.0, 1.8]),
+         "consumer_other": Measure("consumer_other", "not a variant", seconds=[0.1, 0.1])}
+    assert best_of(m, "consume") == [1.5, 1.8]
+    assert best_of(m, "consume", parallel_only=True) == [1.5, 1.8]
+    m["consume"].seconds = [1.0, 1.0]
+    assert best_of(m, "consume") == [1.0, 1.0] and best_of(m, "consume", parallel_only=True) == [1.5, 1.8]
+    with pytest.raises(ValueError, match="no contender 'produce' in parallel"):
+        best_of(m, "produce", parallel_only=True)

@@ -55,6 +55,8 @@ def test_the_request_is_the_declaration_and_dry_run_is_the_targets_or_the_launch
     ({"mode": "follow", "dry_run": True}, "mode 'follow' restores what the archive commits; a dry_run target only"),
     ({"mode": "mirror"}, "restore_targets[0].mode"),
     ({"broker_outage_seconds": -1}, "restore_targets[0].broker_outage_seconds"),
+    ({"producers": 17}, "restore_targets[0].producers: Input should be less than or equal to 16"),
+    ({"producers": 0}, "restore_targets[0].producers: Input should be greater than or equal to 1"),
 ])
 def test_bad_targets_are_refused_at_load_naming_the_key(target, message):
     with pytest.raises(InvalidConfig) as e:

@@ -31,6 +31,7 @@ def producer(client: FullQueue, deadline: float) -> Producer:
     """A Producer around `client`, in a transaction, without a broker (its __init__ connects)."""
     p = Producer.__new__(Producer)
     p.request, p.timeout, p.deadline, p.who = RestoreRequest("src", "dst"), 0.1, deadline, "Kafka at 127.0.0.1:9"
+    p.txn_id = p.request.ledger_id
     p.producer, p.in_txn = client, True
     return p
 

@@ -44,3 +44,41 @@ def test_an_object_over_the_one_get_size_is_read_in_ranged_parts(s3, monkeypatch
     with spool(s3, "restore-b", ManifestObject(key="a", size=len(DATA), etag="x")) as f:
         assert f.read() == DATA
     assert len(s3.gets) > 1 and all(r and r.startswith("bytes=") for r in s3.gets), s3.gets
+
+
+def test_prefetch_keeps_one_object_ahead_per_lane_and_hands_each_over_once(monkeypatch):
+    """Two producer groups read their source partitions (lanes) side by side: each object is downloaded once,
+    the next of a lane goes ahead when one is taken, and a finished lane starts the next one not started."""
+    import threading
+
+    from s3_archive.model.manifest import ManifestObject
+    from s3_archive.restore import sources
+
+    downloads: list[str] = []
+    lock = threading.Lock()
+
+    def spool(s3, bucket, obj):
+        with lock:
+            downloads.append(obj.key)
+        return obj.key
+
+    monkeypatch.setattr(sources, "spool", spool)
+    objs = {lane: [ManifestObject(key=f"p{lane}-{i}", size=1, etag="e") for i in range(3)] for lane in (0, 1, 2)}
+    pf = sources.Prefetch(None, "b", [(lane, o) for lane, os_ in objs.items() for o in os_])
+    try:
+        out: dict[int, list[str]] = {}
+
+        def read(lanes):
+            for lane in lanes:
+                for o in objs[lane]:
+                    out.setdefault(lane, []).append(pf(o))
+
+        threads = [threading.Thread(target=read, args=(ls,)) for ls in ([0, 2], [1])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        pf.close()
+    assert out == {lane: [o.key for o in os_] for lane, os_ in objs.items()}
+    assert sorted(downloads) == sorted(o.key for os_ in objs.values() for o in os_)  # each exactly once
