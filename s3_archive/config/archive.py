@@ -13,6 +13,7 @@ from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.payload import Envelope, KeyDecoding, SinkOutput, ValueDecoding
+from s3_archive.config.recovery import RecoveryCapture
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout, RecordTime
 from s3_archive.keys.objects import WindowLocation
@@ -134,6 +135,9 @@ class ArchiveConfig(StrictModel):
                                               "flush.interval_seconds is in no committed window")
     sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor is evaluated "
                                                                                   "at most this often")
+    disaster_recovery: RecoveryCapture = Field(default=RecoveryCapture(), description="topic configs, consumer "
+                                               "group offsets and ACLs kept beside the windows "
+                                               "(docs/disaster-recovery.md)")
 
     @field_validator("schedule_cron")
     @classmethod

@@ -32,6 +32,7 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
 from s3_archive.restore.ledger import RangeSet
+from s3_archive.restore.offset_map_store import OffsetMapSink
 from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
 from s3_archive.restore.request import (
     NO_HOOKS,
@@ -124,7 +125,9 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
         checks = pool.submit(target_checks, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
-        run = RestoreRun(kafka, request, num_target, hooks)
+        sink = None if request.dry_run or ctx.offset_map is None else ctx.offset_map.recorder(
+            request.source_topic, request.ledger_id)
+        run = RestoreRun(kafka, request, num_target, hooks, sink)
         try:
             run.ledger = run.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
             if on_ledger is not None:
@@ -214,10 +217,13 @@ class RestoreRun:
     window is of another source partition, and at the end of the run. A window's report is yielded once the
     transaction holding its last records is committed."""
 
-    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks) -> None:
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
+                 map_sink: OffsetMapSink | None = None) -> None:
         self.request, self.fault = request, hooks.fault
         self.route = request.mapping.compiled(num_target)
-        self.producer = None if request.dry_run else Producer(kafka, request)
+        # The offset map (restore/offset_map.py): the delivery offsets of each batch's first and last record.
+        self.map_sink = map_sink
+        self.producer = None if request.dry_run else Producer(kafka, request, delivery_reports=map_sink is not None)
         self.ledger_store = LedgerStore(kafka, request, num_target)
         self.ledger: dict[int, RangeSet] = {}
         # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
@@ -273,13 +279,15 @@ class RestoreRun:
                         "broker_outage_seconds left)")
             try:
                 self.producer = None  # dropped: a call stuck in it keeps it alive until the new one fences it
-                self.producer = Producer(kafka, self.request)
+                self.producer = Producer(kafka, self.request, delivery_reports=self.map_sink is not None)
                 self.ledger = self.ledger_store.read()
             except RestoreFailed as e:  # still unreachable, or answering too slowly
                 last = e
                 time.sleep(min(1.0, left))
                 continue
             self.txn_sp, self.txn_ranges, self.txn_records, self.waiting = None, RangeSet(), 0, []
+            if self.map_sink is not None:
+                self.map_sink.reset()
             self.outages += 1
             log.info(f"restore {self.request.ledger_id}: the target cluster answers again; resuming from the "
                      f"ledger ({sum(rs.size() for rs in self.ledger.values())} source offsets restored)")
@@ -317,8 +325,12 @@ class RestoreRun:
         assert sp is not None
         new = {p: rs.copy() for p, rs in self.ledger.items()}
         rs = new.setdefault(sp, RangeSet())
-        for a, b in self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges():
+        covers = RangeSet(self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges())
+        for a, b in covers.ranges():
             rs.add(a, b)
+        if self.map_sink is not None:  # the transaction's map is in S3 before it commits
+            self.producer.flush()
+            self.map_sink.commit(sp, covers)
         self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
         self.ledger = new
         self.committed += 1
@@ -459,6 +471,8 @@ class RestoreRun:
         rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
                    batch.timestamps)
         faulty = self.fault is not no_fault
+        if self.map_sink is not None and isinstance(tps, int) and len(batch):
+            rows = self.map_sink.tracked(self.producer, rows, tps, batch.offsets)
         try:
             for tp, k, v, h, t in rows:
                 try:
