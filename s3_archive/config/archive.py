@@ -9,11 +9,11 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.disaster_recovery import RecoveryCapture
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.payload import Envelope, KeyDecoding, SinkOutput, ValueDecoding
-from s3_archive.config.recovery import RecoveryCapture
 from s3_archive.config.restore import RestoreTarget
 from s3_archive.keys.layout import OutputLayout, RecordTime
 from s3_archive.keys.objects import WindowLocation

@@ -15,7 +15,7 @@ from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.recovery_keys import group_snapshot_prefix, topic_config_prefix
 from s3_archive.model.errors import InvalidRestore
 from s3_archive.model.logger import Logger
-from s3_archive.recovery.plan import GroupPlan, PartitionMap, TopicPlan, plan_topic, translate_group
+from s3_archive.recovery.recovery_plan import GroupPlan, PartitionMap, TopicPlan, plan_topic, translate_group
 from s3_archive.recovery.snapshots import GroupSnapshot, TopicCapture, newest_at
 from s3_archive.restore.offset_map import resolve, restored_end, uncovered_by_map
 from s3_archive.restore.offset_map_store import OffsetMapStore
