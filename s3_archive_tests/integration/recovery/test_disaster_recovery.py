@@ -30,6 +30,7 @@ from s3_archive.model.errors import InvalidRestore
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.recovery.capture import capture
 from s3_archive.recovery.recover import Recovery, RecoveryOptions
+from s3_archive.recovery.status import rpo
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import log, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, open_producer
@@ -279,6 +280,14 @@ def test_a_lost_cluster_is_recovered_exactly_through_kills(story: Story, service
     # a second run changes nothing, and says so
     again = _output(_job(story, mode="recover"))
     assert not again["changed"] and "nothing changed" in again["plan"]
+
+    # `dr status`: each topic's and group's recovery point now
+    lines = {(r.kind, r.name): r for r in rpo(story.res["s3"].get_client(), story.archives[0],
+                                               int(time.time() * 1000))}
+    for n in names:
+        assert lines[("topic", n)].age_seconds is not None and "config captured" in lines[("topic", n)].detail
+    for group in story.groups.values():
+        assert 0 <= lines[("group", group)].age_seconds < 600
     log.info(f"recovery story (plan, 3 kills, recover, verify, again): {time.monotonic() - t0:.1f}s")
 
 
