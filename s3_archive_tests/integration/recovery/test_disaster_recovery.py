@@ -104,6 +104,7 @@ def _produce(kafka: KafkaResource, topic: str, rows: list[tuple[int, bytes | Non
                 p.produce(topic, value=value, key=key, partition=part, timestamp=BASE_TS + i + j,
                           headers=[("n", str(i + j).encode()), ("dup", b"x"), ("dup", None)] if (i + j) % 3 else None)
             if txn:
+                p.flush(30)  # an abort purges what is still queued: the aborted records reach the log first
                 if abort_every and (i // 7) % abort_every == abort_every - 1:
                     p.abort_transaction(30)
                 else:
@@ -123,6 +124,11 @@ def _lost_cluster(kafka: KafkaResource, unique: str) -> dict[str, str]:
              f"dr-payments-{unique}", abort_every=3)
     _produce(kafka, names["clicks"], [(i % 6, None if i % 9 == 0 else f"u{i % 77}".encode(), f"c{i}".encode())
                                       for i in range(900)], None)
+    deadline = time.monotonic() + 10  # the coordinator writes the last markers after the calls return
+    ends = {}
+    while (now := {n: kafka.offsets(n, "latest") for n in names.values()}) != ends and time.monotonic() < deadline:
+        ends = now
+        time.sleep(0.5)
     return names
 
 
