@@ -95,6 +95,7 @@ class Recovery:
             raise InvalidRestore(f"topics {sorted(wanted - set(self.topics))} are not archived topics; the archives "
                                  f"hold {sorted(t for cfg in archives for t in cfg.topics)}")
         self.report = RecoveryReport()
+        self.cluster: str | None = None  # the target's id, read once (where its offset maps are kept)
 
     def run(self) -> RecoveryReport:
         rep = self.report
@@ -176,9 +177,9 @@ class Recovery:
                               filters=Filters(to_timestamp_ms=self.options.as_of_ms), allow_source_topic=True)
 
     def _store(self, cfg: ArchiveConfig) -> OffsetMapStore:
-        if not hasattr(self, "_cluster"):
-            self._cluster = cluster_id(self.target)
-        return OffsetMapStore(self.s3, cfg.bucket, cfg.prefix, self._cluster)
+        if self.cluster is None:
+            self.cluster = cluster_id(self.target)
+        return OffsetMapStore(self.s3, cfg.bucket, cfg.prefix, self.cluster)
 
     def _maps(self, plan: TopicPlan) -> dict[int, PartitionMap] | str:
         if plan.remapped:
