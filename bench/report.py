@@ -246,6 +246,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             targets |= many_topics_page.targets(many)
     except (KeyError, TypeError, ValueError) as e:  # a figure missing: the rest of the page still gets written
         many_body = f"Not shown: the many-topics figures lack {e}"
+    json_out["disaster_recovery"] = x.get("recovery", {"skipped": "not run"})
 
     prof = x["profile"]
     stage, commit = Summary.of([p["stage_s"] for p in prof]), Summary.of([p["commit_s"] for p in prof])
@@ -318,6 +319,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             f"instance (adding them took {tick['add_partitions_s']:.1f} s); the offsets sensor evaluated "
             f"{len(tick['tick_s'])} times: {Summary.of(tick['tick_s']).fmt(2)} s per tick.")},
         {"title": "Many topics", "body": many_body},
+        {"title": "Disaster recovery", "body": _recovery(json_out["disaster_recovery"])},
         {"title": "Years of windows", "body": _windows_body(x["windows_figures"])},
         {"title": "What the figures mean", "body": (
             "- The limit is the slower of the best bare consume (one consumer, or N in parallel processes, each a "
@@ -406,3 +408,17 @@ def _registry(r: dict[str, Any] | None, targets: dict[str, dict[str, Any]], json
             f"| raw parquet | {raw[0]:,} / {raw[1]:,} / {raw[2]:,} |\n"
             f"| Avro decoded to parquet | {dec[0]:,} / {dec[1]:,} / {dec[2]:,} |\n\n"
             f"Decoded over raw, paired per round: {lo:.2f} / {med:.2f} / {hi:.2f} (target ≥ {r['target']}×).")
+
+
+def _recovery(fig: dict[str, Any]) -> str:
+    """bench/recovery.py's rounds: the recovery's time (RTO) beside the plain restore of the same windows."""
+    if "rounds" not in fig or not fig["rounds"]:
+        return f"Not run: {fig.get('error') or fig.get('skipped') or 'no rounds'}"
+    rows = "\n".join(f"| {r['bytes'] / 1e6:,.0f} MB | {r['plain_restore_s']:.1f} s | {r['recovery_s']:.1f} s | "
+                     f"{r['ratio']:.2f}x | {r['groups_set']} set, {r['groups_skipped']} with a topic skipped |"
+                     for r in fig["rounds"])
+    return (f"{fig['mb']:g} MB of the workload over {fig['topics']} topics of 4 partitions, {fig['groups']} consumer "
+            "groups committed mid-partition, archived and captured; then on an empty second broker the plain restore "
+            "of every window (into topics made beforehand) and the recovery (`dr_recover`'s work: topics created, "
+            "windows restored with the offset map, every group's offsets translated and set). bench/recovery.py.\n\n"
+            "| restored | plain restore | recovery (RTO) | ratio | groups |\n|---|---|---|---|---|\n" + rows)

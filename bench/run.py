@@ -14,6 +14,8 @@ produces the workload once (bench/workload.py), and runs the areas of the suite 
 - the deployed shape: daemon, offsets sensor, run processes on PostgreSQL (bench/deployed.py; first on the page);
 - a topic_pattern over 1,000 topics (bench/many_topics.py);
 - years of windows (bench/windows_scale.py: its own broker, moto and PostgreSQL; first size only);
+- a whole cluster's recovery beside a plain restore (bench/recovery.py: its own brokers and moto; first size only,
+  `--recovery-mb`);
 
 then stops everything it started and renders the page (bench/report.py). Progress goes to stdout. Run it under
 `flock /tmp/locks/heavy` on a shared machine: the page says whether it held the lock. Defaults: bench/config.py.
@@ -32,7 +34,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import deployed, formats, many_topics, memory, registry, run_overhead, sensors, throughput, windows_scale
+from bench import (
+    deployed,
+    formats,
+    many_topics,
+    memory,
+    recovery,
+    registry,
+    run_overhead,
+    sensors,
+    throughput,
+    windows_scale,
+)
 from bench import workload as wl
 from bench.common import Setup, SparkWorker, machine, machine_at_end, say
 from bench.config import (
@@ -67,6 +80,17 @@ def years_of_windows(args: argparse.Namespace) -> dict[str, Any]:
         return {"figures": windows_scale.run(args.windows, keep=args.keep)}
     except Exception as e:  # shown on the page; the rest of the benchmark stands
         say(f"years of windows FAILED: {type(e).__name__}: {str(e)[:1000]}")
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def disaster_recovery(args: argparse.Namespace) -> dict[str, Any]:
+    """The recovery's RTO beside a plain restore (bench/recovery.py: its own brokers and moto); first size only."""
+    if args.skip_windows or not args.recovery_mb:  # like the years of windows, it does not depend on --mb
+        return {"skipped": "--recovery-mb 0" if not args.recovery_mb else "first size only"}
+    try:
+        return recovery.run(args.recovery_mb)
+    except Exception as e:  # shown on the page; the rest of the benchmark stands
+        say(f"disaster recovery FAILED: {type(e).__name__}: {str(e)[:1000]}")
         return {"error": f"{type(e).__name__}: {e}"}
 
 
@@ -191,6 +215,8 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=WINDOWS, help="archived windows of the years-of-windows "
                     "section (bench/windows_scale.py, about 17 min at 1M here); 0 skips it")
     ap.add_argument("--skip-windows", action="store_true", help="skip the years-of-windows section")
+    ap.add_argument("--recovery-mb", type=float, default=1000, help="MB of the disaster-recovery figures "
+                    "(bench/recovery.py: 10 topics, 20 groups, RTO beside a plain restore); 0 skips them")
     ap.add_argument("--out", type=Path, default=None, help="write the page (benchmarks.md) and the JSON into this "
                     f"directory instead (default: the page to {PAGE.relative_to(ROOT)}, the JSON to "
                     f"{RESULTS.relative_to(ROOT)}/); for a trial run that must not replace the published figures")
@@ -225,6 +251,7 @@ def main() -> None:
         say(f"=== {mb:g} MB, {reps} repeat(s) ===")
         x = run(a)
         x["windows_figures"] = years_of_windows(a)  # after run(): its broker and moto have stopped
+        x["recovery"] = disaster_recovery(a)
         r = report(a, x, command, wall_s=time.monotonic() - t)
         runs.append((a, r))
         (args.json_dir / f"benchmarks-{mb:g}mb.json").write_text(json.dumps(build_json(r), indent=2) + "\n")

@@ -29,6 +29,7 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.spark import SparkResource
 from s3_archive.io.topic_state import read_known_topics
 from s3_archive.local.fault_proxy import FaultProxy
+from s3_archive.local.kafka_broker import KafkaBroker
 from s3_archive.local.postgres import PostgresServer
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
 from s3_archive.local.registry_server import SchemaRegistryServer
@@ -37,15 +38,18 @@ from s3_archive.local.stack import LOCAL_AWS, local_s3_client, temporary_stack
 from s3_archive.model.errors import KafkaUnavailable
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
+from s3_archive.recovery.capture import capture
+from s3_archive.recovery.recover import Recovery, RecoveryOptions
 from s3_archive.restore.request import DEFAULT_PRODUCERS, RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
-from s3_archive.restore.sources import ArchiveSource
+from s3_archive.restore.sources import ArchiveSource, archived_windows
 
 __all__ = [
-    "DEFAULT_PRODUCERS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaConnection",
-    "KafkaResource", "KafkaUnavailable", "OffsetWindow", "PostgresServer", "RestoreContext", "RestoreRequest", "Retired",
-    "S3Resource", "SchemaRegistryServer", "SparkConnectServer", "SparkResource", "TopicView", "WebserverResource",
-    "archive_asset_key", "kafka_read", "native_read", "build_offsets_sensor", "build_topic_discovery_sensor",
+    "DEFAULT_PRODUCERS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaBroker",
+    "KafkaConnection", "KafkaResource", "KafkaUnavailable", "OffsetWindow", "PostgresServer", "Recovery",
+    "RecoveryOptions", "RestoreContext", "RestoreRequest", "Retired", "S3Resource", "SchemaRegistryServer",
+    "SparkConnectServer", "SparkResource", "TopicView", "WebserverResource", "archive_asset_key", "kafka_read",
+    "native_read", "build_offsets_sensor", "build_topic_discovery_sensor", "archived_windows", "capture",
     "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
     "list_objects", "local_s3_client", "objects_result", "parse_settings", "paths", "read_known_topics",
     "record_retired", "resolve_topic_patterns", "restore_windows", "retention_result", "spawn", "stop_pid",

@@ -15,6 +15,7 @@ from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
 from s3_archive.model.errors import (
     InvalidConfig,
+    InvalidRestore,
     KafkaUnavailable,
     MissingJars,
     TopicStateUnreadable,
@@ -67,6 +68,69 @@ def refresh_topics_command(config: Path, forget: list[str]) -> int:
             print(f"  no longer in Kafka (kept; --forget TOPIC removes one): {', '.join(result.gone[a.name])}")
     print(f"topic state: {state}" + (f"; {RELOAD_HINT}" if result.added else ""))
     return 0
+
+
+def dr_command(args: argparse.Namespace) -> int:
+    """`s3-archive dr status|plan|recover`: the RPO of each topic and group, or the recovery job's work from here,
+    with the runs' Kafka and S3 settings ($S3_ARCHIVE_KAFKA_*, $S3_ARCHIVE_S3_*; the target: --target-bootstrap)."""
+    import time
+
+    import dagster as dg
+
+    from s3_archive.config.settings import load_settings
+    from s3_archive.defs.recovery.jobs import chosen_archives
+    from s3_archive.defs.resources import kafka_resource, s3_resource
+    from s3_archive.recovery.recover import Recovery, RecoveryOptions
+    from s3_archive.recovery.status import rpo
+
+    settings = load_settings(_config_path(args))
+    archives = chosen_archives(settings.archives, args.archive or None)
+    with dg.build_resources({"s3": s3_resource()}) as res:
+        s3 = res.s3.get_client()
+        if args.action == "status":
+            for cfg in archives:
+                for line in rpo(s3, cfg, int(time.time() * 1000)):
+                    print(f"{cfg.name}: {line.line()}")
+            return 0
+        if not (args.target_bootstrap or os.environ.get("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS")):
+            raise KafkaUnavailable("set --target-bootstrap or S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS")
+        overrides = {"bootstrap_servers": args.target_bootstrap} if args.target_bootstrap else {}
+        with dg.build_resources({"kafka": kafka_resource()}) as kres:
+            target = kres.kafka.model_copy(update=overrides)
+            options = RecoveryOptions(args.action == "recover", tuple(args.topic) if args.topic else None,
+                                      args.as_of_ms, args.allow_config_changes, skip_groups=tuple(args.skip_group))
+            try:
+                report = Recovery(archives, target, s3, _Print(), options).run()
+            finally:
+                target.close()
+    for line in report.lines():
+        print(line)
+    return 0
+
+
+class _Print:
+    """The recovery's log on the terminal."""
+
+    def info(self, msg: str) -> None:
+        print(msg)
+
+    def warning(self, msg: str) -> None:
+        print(f"warning: {msg}", file=sys.stderr)
+
+    debug = info
+    error = warning
+
+
+def _dr_arguments(dr: argparse.ArgumentParser) -> None:
+    dr.add_argument("action", choices=["status", "plan", "recover"])
+    dr.add_argument("--config", type=Path, help=_CONFIG_HELP)
+    dr.add_argument("--archive", action="append", default=[], help="only this archive (repeatable)")
+    dr.add_argument("--topic", action="append", default=[], help="only this archived topic (repeatable)")
+    dr.add_argument("--target-bootstrap", help="the target cluster (default $S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS)")
+    dr.add_argument("--as-of-ms", type=int, help="point in time: the newest group snapshot at or before it")
+    dr.add_argument("--allow-config-changes", action="store_true",
+                    help="restore into existing topics whose cleanup.policy or timestamp type differ")
+    dr.add_argument("--skip-group", action="append", default=[], help="leave this group's offsets alone")
 
 
 def import_connect_command(file: Path, out: Path | None, name: str | None, take_over: bool = False) -> int:
@@ -210,6 +274,8 @@ COMMANDS: dict[str, Command] = {
         lambda args: refresh_topics_command(_config_path(args), args.forget)),
     "iam-policy": Command("print the least-privilege IAM policy for the configured archives", _iam_arguments,
                           iam_policy_command),
+    "dr": Command("disaster recovery: the RPO of each topic and group (status), a cluster's recovery planned (plan) "
+                  "or done (recover) (docs/disaster-recovery.md)", _dr_arguments, dr_command),
     "import-connect": Command(
         "turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, Lenses KCQL) into an archive YAML block "
         "(docs/import-connect.md)", _import_arguments,
@@ -229,11 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
-    except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable, UnsupportedConnectConfig) as e:
+    except (StackError, MissingJars, InvalidConfig, TopicStateUnreadable, UnsupportedConnectConfig,
+            InvalidRestore) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KafkaUnavailable as e:  # only refresh-topics reaches Kafka
-        print(f"error: {e}; the known topics are unchanged", file=sys.stderr)
+    except KafkaUnavailable as e:  # refresh-topics and dr reach Kafka
+        print(f"error: {e}" + ("; the known topics are unchanged" if args.command == "refresh-topics" else ""),
+              file=sys.stderr)
         return 1
 
 

@@ -24,6 +24,8 @@ from s3_archive.defs.archive.automation import build_archive_automation
 from s3_archive.defs.archive.discovery import build_topic_discovery_sensor
 from s3_archive.defs.catalog.assets import build_catalog_defs
 from s3_archive.defs.lifecycle.assets import build_lifecycle_defs
+from s3_archive.defs.recovery.jobs import build_recovery_job
+from s3_archive.defs.recovery.sensors import build_capture_sensors
 from s3_archive.defs.resources import build_resources
 from s3_archive.defs.restore.assets import build_restore_defs
 from s3_archive.io.paths import topic_state_file
@@ -60,6 +62,7 @@ def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | N
             build_catalog_defs(active, paths=KeyPaths.of(settings)),
             build_lifecycle_defs(active, paths=KeyPaths.of(settings)),
             build_restore_defs(active),
+            dg.Definitions(jobs=[build_recovery_job(active.archives)], sensors=build_capture_sensors(active.archives)),
             # Dagster's default automation sensor starts stopped; the catalog and lifecycle assets are "kept in
             # sync", so theirs runs from the start (the archive itself is driven by the offsets sensors, off by
             # default).

@@ -121,6 +121,18 @@ def outage_kafka(outage_broker: KafkaBroker) -> Iterator[KafkaResource]:
     kafka.close()
 
 
+@pytest.fixture(scope="session")
+def replacement_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """An empty plaintext broker started like the session's: the cluster that replaces a lost one in the disaster
+    recovery tests (integration/recovery/). Started only by the tests that ask for it, stopped by PID."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("replacement") / "kafka")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 @dataclass
 class SecureServices:
     """A broker whose only listener is SASL_SSL (SCRAM-SHA-512, a local CA) and a moto server on HTTPS with a

@@ -9,6 +9,7 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.disaster_recovery import RecoveryCapture
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
@@ -148,6 +149,9 @@ class ArchiveConfig(StrictModel):
                                               "flush.interval_seconds is in no committed window")
     sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor is evaluated "
                                                                                   "at most this often")
+    disaster_recovery: RecoveryCapture = Field(default=RecoveryCapture(), description="topic configs, consumer "
+                                               "group offsets and ACLs kept beside the windows "
+                                               "(docs/disaster-recovery.md)")
 
     @field_validator("schedule_cron")
     @classmethod

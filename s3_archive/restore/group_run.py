@@ -19,6 +19,7 @@ from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
 from s3_archive.restore.ledger import RangeSet
+from s3_archive.restore.offset_map_store import OffsetMapSink
 from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
@@ -78,6 +79,9 @@ class RestoreRun:
         self.route = request.mapping.compiled(num_target)
         self.producer = producer if producer is not None or request.dry_run else Producer(kafka, request,
                                                                                           self.txn_id)
+        # The offset map (restore/offset_map.py): the delivery offsets of each batch's first and last record; set by
+        # restore/run.py's start_groups, whose producers then report every delivery.
+        self.map_sink: OffsetMapSink | None = None
         self.ledger_store = LedgerStore(kafka, request, num_target)
         self.ledger: dict[int, RangeSet] = {}
         # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
@@ -135,13 +139,15 @@ class RestoreRun:
                         "broker_outage_seconds left)")
             try:
                 self.producer = None  # dropped: a call stuck in it keeps it alive until the new one fences it
-                self.producer = Producer(kafka, self.request, self.txn_id)
+                self.producer = Producer(kafka, self.request, self.txn_id, self.map_sink is not None)
                 self.ledger = self.ledger_store.read()
             except RestoreFailed as e:  # still unreachable, or answering too slowly
                 last = e
                 time.sleep(min(1.0, left))
                 continue
             self.txn_sp, self.txn_ranges, self.txn_records, self.waiting = None, RangeSet(), 0, []
+            if self.map_sink is not None:
+                self.map_sink.reset()
             self.outages += 1
             log.info(f"restore {self.txn_id}: the target cluster answers again; resuming from the "
                      f"ledger ({sum(rs.size() for rs in self.ledger.values())} source offsets restored)")
@@ -179,8 +185,12 @@ class RestoreRun:
         assert sp is not None
         new = {p: rs.copy() for p, rs in self.ledger.items()}
         rs = new.setdefault(sp, RangeSet())
-        for a, b in self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges():
+        covers = RangeSet(self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges())
+        for a, b in covers.ranges():
             rs.add(a, b)
+        if self.map_sink is not None:  # the transaction's map is in S3 before it commits
+            self.producer.flush()
+            self.map_sink.commit(sp, covers)
         self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
         self.ledger = new
         rep.transactions += 1
@@ -324,6 +334,8 @@ class RestoreRun:
         rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
                    batch.timestamps)
         faulty = self.fault is not no_fault
+        if self.map_sink is not None and isinstance(tps, int) and len(batch):
+            rows = self.map_sink.tracked(self.producer, rows, tps, batch.offsets)
         try:
             for tp, k, v, h, t in rows:
                 try:

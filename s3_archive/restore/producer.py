@@ -111,8 +111,10 @@ class Producer:
     `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
     client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
-    def __init__(self, kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None) -> None:
-        """`transactional_id`: one of the restore's (restore/groups.py); default the ledger id, the first one."""
+    def __init__(self, kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None,
+                 delivery_reports: bool = False) -> None:
+        """`transactional_id`: one of the restore's (restore/groups.py); default the ledger id, the first one.
+        `delivery_reports`: every delivery is reported (the offset map's callbacks need it); else errors only."""
         self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
         self.txn_id = transactional_id or request.ledger_id
         self.deadline = self.timeout + WATCHDOG_GRACE_S
@@ -123,7 +125,7 @@ class Producer:
             "linger.ms": 20,
             "message.max.bytes": 64 << 20,
             "queue.buffering.max.messages": 200_000,
-            "delivery.report.only.error": True,
+            "delivery.report.only.error": not delivery_reports,
             "transaction.timeout.ms": 300_000,
         })
         self.in_txn = False
@@ -181,7 +183,7 @@ class Producer:
             self.in_txn = True
 
     def produce(self, partition: int, key: bytes | None, value: bytes | None,
-                headers: list[tuple[str, bytes | None]], timestamp_ms: int) -> None:
+                headers: list[tuple[str, bytes | None]], timestamp_ms: int, on_delivery: Any = None) -> None:
         """The slow path of `_Run.window`'s produce call (which calls the client directly): waits while the
         local queue is full, up to our deadline (else only message.timeout.ms, 5 min, would end the wait while the
         broker takes no records)."""
@@ -192,7 +194,8 @@ class Producer:
                 try:
                     # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept (the caller counts them)
                     self.producer.produce(self.request.target_topic, value=value, key=key, partition=partition,
-                                          headers=headers or None, timestamp=max(timestamp_ms, 0))
+                                          headers=headers or None, timestamp=max(timestamp_ms, 0),
+                                          on_delivery=on_delivery)
                     return
                 except BufferError:  # the local queue is full: let it drain
                     if time.monotonic() - full_since > self.deadline:
@@ -205,6 +208,13 @@ class Producer:
                     self.producer.poll(0.05)
         except KafkaException as e:
             raise self.failed("producing to", e) from None
+
+    def flush(self) -> None:
+        """Deliver what is queued (its delivery callbacks run here), within our deadline."""
+        left = self.producer.flush(self.timeout)
+        if left:
+            raise CoordinatorUnreachable(f"{left} records for {self.request.target_topic!r} were not delivered "
+                                         f"within {self.timeout:g}s: {self.who} takes no records")
 
     def commit(self, offsets: list, group_metadata: Any) -> None:
         try:

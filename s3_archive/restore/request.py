@@ -18,6 +18,7 @@ from s3_archive.restore.routing import PartitionMapping
 if TYPE_CHECKING:  # the clients' modules load with the run, not with the definitions that import this one
     from s3_archive.io.kafka import KafkaResource
     from s3_archive.io.s3 import S3Client
+    from s3_archive.restore.offset_map_store import OffsetMapStore
     from s3_archive.restore.schema_ids import SchemaRewrite
 
 Fault = Callable[[str], None]
@@ -46,12 +47,14 @@ def no_fault(step: str) -> None:
 class RestoreContext:
     """What a restore run carries from its start to its last commit: the target cluster, the S3 client of the
     archive, the log, and, for our archives only, the Schema Registry rewrite (restore/schema_ids.py; None:
-    byte-exact)."""
+    byte-exact); `offset_map`: where the run keeps its source -> target offset map (restore/offset_map.py; None:
+    not kept)."""
 
     kafka: KafkaResource
     s3: S3Client
     log: Logger
     schemas: SchemaRewrite | None = None
+    offset_map: OffsetMapStore | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_clas
 from s3_archive.restore.group_run import Progress, RestoreRun, Stopped
 from s3_archive.restore.groups import plan_groups, transactional_ids
 from s3_archive.restore.ledger import RangeSet
+from s3_archive.restore.offset_map_store import OffsetMapStore
 from s3_archive.restore.producer import Producer
 from s3_archive.restore.request import (
     NO_HOOKS,
@@ -120,7 +121,8 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
         checks = pool.submit(target_checks, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
-        runs = start_groups(kafka, request, num_target, hooks, list(plan))
+        store = None if request.dry_run else ctx.offset_map
+        runs = start_groups(kafka, request, num_target, hooks, list(plan), store)
         try:
             first = next(iter(runs.values()))
             ledger = first.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
@@ -165,16 +167,17 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
 
 
 def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
-                 groups: list[int]) -> dict[int, RestoreRun]:
+                 groups: list[int], map_store: OffsetMapStore | None = None) -> dict[int, RestoreRun]:
     """One `RestoreRun` per group. Unless a dry run, every transactional id of the restore is initialised first, in
     parallel (`init_transactions` aborts what a crashed run left open under it and fences any other run); the ids
-    of groups this run does not have are closed right after."""
+    of groups this run does not have are closed right after. With `map_store`, each group records its offset map
+    (restore/offset_map.py) with its own recorder: the groups own disjoint source partitions."""
     progress = Progress()
     if request.dry_run:
         return {g: RestoreRun(kafka, request, num_target, hooks, progress=progress) for g in groups}
     ids = transactional_ids(request.ledger_id, num_target)
     with ThreadPoolExecutor(len(ids), thread_name_prefix="s3-archive-restore-init") as pool:
-        futures = [pool.submit(Producer, kafka, request, t) for t in ids]
+        futures = [pool.submit(Producer, kafka, request, t, map_store is not None) for t in ids]
         producers: list[Producer | None] = []
         error: BaseException | None = None
         for fut in futures:
@@ -189,6 +192,8 @@ def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int,
             continue
         if g in groups and error is None:
             runs[g] = RestoreRun(kafka, request, num_target, hooks, t, producer, progress)
+            if map_store is not None:
+                runs[g].map_sink = map_store.recorder(request.source_topic, request.ledger_id)
         else:
             producer.close()
     if error is not None:

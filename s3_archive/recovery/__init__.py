@@ -1,0 +1,1 @@
+"""Disaster recovery: capture beside the archive, plan and run a cluster's recovery; see docs/architecture.md."""
