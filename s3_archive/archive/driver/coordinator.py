@@ -38,7 +38,7 @@ from s3_archive.archive.protocol import (
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
-from s3_archive.io.store_probe import ensure_conditional_writes
+from s3_archive.io.store_probe import ensure_conditional_writes, ensure_object_lock
 from s3_archive.keys.objects import DEAD_LETTER, WindowLocation
 from s3_archive.model.errors import (
     ArchiveIntegrityError,
@@ -173,6 +173,8 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
     if not todo:
         return results
     ensure_conditional_writes(run.ctx.s3, run.cfg.bucket, run.cfg.prefix)  # before anything is written
+    if run.cfg.retention_lock is not None:
+        ensure_object_lock(run.ctx.s3, run.cfg.bucket, run.cfg.name)
     parts = sorted({w.partition for w in todo})
     pending = _plan(run, topic, todo, parts, results)
     decode = None
@@ -339,9 +341,10 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
         schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids)
     draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas)
     _report_dropped(run.ctx.log, p.where, stats, job_out)
-    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
-               for r in job_out.objects("object")]
-    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"]) for r in job_out.objects("dead")]
+    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"],
+                              sha256=r.get("sha256")) for r in job_out.objects("object")]
+    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], sha256=r.get("sha256"))
+            for r in job_out.objects("dead")]
     result = commit_window(s3, p.where, draft, objects, dead, uploads, run.hooks.fault,
                            dead_letters=run.out.dead_letters)
     return _result(run, p.where, result)
