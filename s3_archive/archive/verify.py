@@ -25,6 +25,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from s3_archive.archive.health import Verdict
 from s3_archive.archive.integrity import (
     Committed,
     Differs,
@@ -245,3 +246,25 @@ def verify_topic(s3: S3Client, cfg: ArchiveConfig, topic: str, full: bool = Fals
     windows = [w.key for k in read if (w := window_of_manifest_key(k)) is not None]
     return VerifyReport(topic, cfg.bucket, len(found.keys), windows, spent, time.monotonic() - began, findings,
                         completed, runs, state_key)
+
+
+def verify_verdict(report: VerifyReport, cfg: ArchiveConfig) -> Verdict:
+    """The `verify` check's answer: each finding that fails it (naming the window, the object and what differs);
+    else, a WARN when at this budget a pass over every window takes longer than `verify.period_days` (the check
+    runs daily)."""
+    problems = [f.text(report.bucket) for f in report.failures]
+    slow = report.runs_per_pass is not None and report.runs_per_pass > cfg.verify.period_days
+    meta = {"windows_read": len(report.read), "windows": report.windows, "bytes_read": report.bytes_read,
+            "mb_per_s": round(report.mb_per_s, 2), "unhashed_windows": len(report.unhashed_windows),
+            "runs_per_pass": report.runs_per_pass, "completed_pass": report.completed_pass,
+            "findings": [f"{f.window} {f.differs} {f.key}" for f in report.findings[:50]],
+            "state": f"s3://{report.bucket}/{report.state_key}"}
+    if not problems and slow:
+        return Verdict([f"at verify.bytes_per_run {cfg.verify.bytes_per_run} a pass over the {report.windows} windows "
+                        f"takes about {report.runs_per_pass} daily runs, more than verify.period_days "
+                        f"{cfg.verify.period_days:g}: raise bytes_per_run"], "", meta, warn=True)
+    ok = (f"{len(report.read)} of {report.windows} window(s) re-read ({report.bytes_read} bytes): every object "
+          "hash, size and key and every manifest link as committed"
+          + (f"; {len(report.unhashed_windows)} unhashed window(s) checked by size and ETag"
+             if report.unhashed_windows else ""))
+    return Verdict(problems, ok, meta)
