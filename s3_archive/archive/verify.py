@@ -81,7 +81,7 @@ class VerifyReport:
     seconds: float
     findings: list[Finding]
     completed_pass: bool  # this run reached the end of a pass over every window
-    runs_per_pass: int | None  # estimated from this run's bytes per window; None: nothing read
+    runs_per_pass: int | None  # runs a pass over every window takes at this run's pace; None: nothing read
     state_key: str
 
     @property
@@ -241,8 +241,7 @@ def verify_topic(s3: S3Client, cfg: ArchiveConfig, topic: str, full: bool = Fals
     state.heads = {p: {"key": k, "sha256": c.sha256} for p, k in found.newest().items()
                    if (c := found.get(k)) is not None}
     _save(s3, cfg.bucket, state_key, state, etag)
-    per_window = spent / len(read) if read else None
-    runs = None if not per_window else max(1, math.ceil(per_window * len(found.keys) / cfg.verify.bytes_per_run))
+    runs = math.ceil(len(found.keys) / len(read)) if read else None  # at this run's pace
     windows = [w.key for k in read if (w := window_of_manifest_key(k)) is not None]
     return VerifyReport(topic, cfg.bucket, len(found.keys), windows, spent, time.monotonic() - began, findings,
                         completed, runs, state_key)

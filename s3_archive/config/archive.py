@@ -9,8 +9,8 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.compliance import RetentionLock, VerifyOptions
 from s3_archive.config.iceberg import IcebergOptions
-from s3_archive.config.integrity import RetentionLock, VerifyOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
 from s3_archive.config.names import TOPIC, check_name
 from s3_archive.config.payload import Envelope, KeyDecoding, SinkOutput, ValueDecoding

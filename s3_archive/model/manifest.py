@@ -179,9 +179,10 @@ class Manifest(StrictModel):
         late = [n for n in _HASHED_FIELDS if getattr(self, n) is not None] + (["supersedes"] if self.supersedes
                                                                                 else [])
         late += ["objects[].sha256"] * any(o.sha256 for o in self.all_objects)
-        if not hashed and late:
-            raise ValueError(f"{', '.join(f'`{n}`' for n in dict.fromkeys(late))} belong to manifest_version "
-                             f"{MANIFEST_VERSION}; this manifest is version {self.manifest_version}")
+        names = [f"`{n}`" for n in dict.fromkeys(late)]
+        if not hashed and names:
+            raise ValueError(f"{', '.join(names)} {'is a field' if len(names) == 1 else 'are fields'} of "
+                             f"manifest_version {MANIFEST_VERSION}; this manifest is version {self.manifest_version}")
         if hashed and self.generation is None:
             raise ValueError(f"`generation` is required in manifest_version {MANIFEST_VERSION}")
         return self
