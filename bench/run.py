@@ -8,6 +8,7 @@ produces the workload once (bench/workload.py), and runs the areas of the suite 
 
 - throughput (bench/throughput.py, the peers in its rounds: bench/peers/), with a warm Spark worker (bench/worker.py);
 - every format (bench/formats.py), in the same warm worker;
+- tamper evidence: the SHA-256's share of archive time and `verify`'s throughput (bench/integrity.py), same worker;
 - run overhead per JVM flag and the whole workload in a fresh process (bench/run_overhead.py);
 - memory as the window grows (bench/memory.py);
 - catch-up of 100 windows and the sensor's tick with 100k windows (bench/sensors.py);
@@ -31,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import formats, many_topics, memory, registry, run_overhead, sensors, throughput, windows_scale
+from bench import formats, integrity, many_topics, memory, registry, run_overhead, sensors, throughput, windows_scale
 from bench import workload as wl
 from bench.common import Setup, SparkWorker, machine, machine_at_end, say
 from bench.config import (
@@ -118,6 +119,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # --- every format, once, in the warm session ---
         x["formats"] = formats.time_every_format(s, worker, [f for f in args.formats.split(",") if f])
+
+        # --- tamper evidence: the hash's share of archive time, verify's throughput ---
+        x["integrity"] = integrity.time_tamper_evidence(s, worker, args.repeats)
 
         # --- Schema Registry decoding: Avro decoded to parquet against raw parquet of the same records ---
         if args.registry:

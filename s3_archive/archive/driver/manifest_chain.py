@@ -5,12 +5,15 @@ offset), read, and hashed as committed. One LIST and one GET per commit in the u
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from itertools import takewhile
+from typing import Any, Protocol
 
 from s3_archive.archive.integrity import link_to, pick_previous
 from s3_archive.io.s3 import S3Client, list_objects, read_bytes
 from s3_archive.keys.objects import WindowLocation, manifests_from, partition_manifest_prefix
-from s3_archive.model.manifest import ManifestLink
+from s3_archive.model.manifest import MANIFEST_VERSION, ManifestLink
+from s3_archive.model.windows import OffsetWindow
 
 # How far before the window a listing starts, in window sizes: the previous window is usually the one just before.
 _REACHES = (4, 1024)
@@ -40,3 +43,36 @@ def previous_link(s3: S3Client, where: WindowLocation) -> ManifestLink | None:
     raise RuntimeError(f"the previous manifest of window {w.key} of {where.topic!r} kept disappearing while it was "
                        "read (3 tries); run the window again")
 
+
+
+class Committing(Protocol):
+    def __call__(self, window: OffsetWindow, previous: ManifestLink | None) -> Any: ...
+
+
+def commit_in_chain_order(commit: Committing, windows: list[OffsetWindow]) -> dict[OffsetWindow, Any]:
+    """commit(window, previous) for every window of a run: a partition's windows one after the other in offset
+    order, so that each manifest links to the one committed just before it, partitions 16 at a time. `previous` is
+    the link to the manifest this run committed for the window ending where this one starts (no LIST, no GET), or
+    None (put_manifest looks it up). An exception is the window's result; the next window then looks its link up."""
+    by_partition: dict[int, list[OffsetWindow]] = {}
+    for w in sorted(windows):
+        by_partition.setdefault(w.partition, []).append(w)
+
+    def chain(ws: list[OffsetWindow]) -> dict[OffsetWindow, Any]:
+        out: dict[OffsetWindow, Any] = {}
+        last: tuple[int, ManifestLink] | None = None
+        for w in ws:
+            try:
+                r = out[w] = commit(w, last[1] if last is not None and last[0] == w.start else None)
+            except Exception as e:  # reported per window: the other windows still commit
+                out[w], last = e, None
+                continue
+            m = r.manifest
+            ours = getattr(r, "outcome", None) == "committed" and m.manifest_version == MANIFEST_VERSION
+            last = (w.end, link_to(r.where.manifest_key, m.dumps())) if ours else None
+        return out
+
+    if not by_partition:
+        return {}
+    with ThreadPoolExecutor(min(16, len(by_partition))) as pool:
+        return {w: r for part in pool.map(chain, by_partition.values()) for w, r in part.items()}
