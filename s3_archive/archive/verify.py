@@ -105,6 +105,11 @@ class _Manifests:
         self.keys = [o["Key"] for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, topic))
                      if window_of_manifest_key(o["Key"]) is not None]
         self.listed = set(self.keys)
+        self._first: dict[int, int] = {}  # partition -> the start of its oldest listed window
+        for k in self.keys:
+            w = window_of_manifest_key(k)
+            if w is not None:
+                self._first[w.partition] = min(w.start, self._first.get(w.partition, w.start))
         self._read: dict[str, Committed | None] = {}
 
     def get(self, key: str) -> Committed | None:
@@ -123,8 +128,7 @@ class _Manifests:
     def older_than(self, key: str) -> bool:
         """Whether the partition of manifest `key` has a listed manifest of an earlier window."""
         w = window_of_manifest_key(key)
-        return w is not None and any((o := window_of_manifest_key(k)) is not None and o.partition == w.partition
-                                     and o.start < w.start for k in self.keys)
+        return w is not None and self._first.get(w.partition, w.start) < w.start
 
     def newest(self) -> dict[str, str]:
         """Each partition's newest manifest key."""
