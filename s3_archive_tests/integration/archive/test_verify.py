@@ -86,7 +86,9 @@ def test_each_kind_of_tampering_is_caught_naming_the_window(kafka, s3, services,
     assert w[5].key in by_window[w[4].key].detail and w[7].key in by_window[w[6].key].detail  # whose link
     verdict = verify_verdict(report, cfg)
     assert not verdict.passed and not verdict.warn and len(verdict.problems) == 5
-    assert all(f"window {f.window}: {f.differs} s3://{cfg.bucket}/{f.key}" in verdict.problems for f in report.failures)
+    assert sorted(verdict.problems) == sorted(f.text(cfg.bucket) for f in report.failures)
+    assert all(p.startswith(f"window {f.window}: {f.differs} s3://{cfg.bucket}/{f.key}: ")
+               for p, f in zip(verdict.problems, report.failures, strict=True))
 
     config = tmp_path / "archives.yaml"
     config.write_text(yaml.safe_dump({"archives": [cfg.model_dump(mode="json", exclude_defaults=True)]}))
