@@ -55,7 +55,7 @@ TIERS = {("unit",): ("unit",), ("integration",): ("integration",), ("e2e",): ("e
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The locked bucket's commit is the same on both read paths: it runs on one (librdkafka), to keep the suite short.
     twice = [i for i in items if getattr(i, "callspec", None) is not None
-             and i.callspec.params.get("store") == "moto-locked" and i.callspec.params.get("read_path") == "spark"]
+             and str(i.callspec.params.get("store")).endswith("-locked") and i.callspec.params.get("read_path") == "spark"]
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [i for i in items if i not in twice]
@@ -303,6 +303,32 @@ def versitygw_fault_proxy(versitygw_store: Store, services: Services) -> Iterato
 
 
 @pytest.fixture(scope="session")
+def versitygw_locked_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """versitygw keeping versions, with a bucket created with S3 Object Lock; archives on it locked (compliance)."""
+    gateway = VersityGateway(tmp_path_factory.mktemp("versitygw-locked"), TEST_AWS["AWS_ACCESS_KEY_ID"],
+                             TEST_AWS["AWS_SECRET_ACCESS_KEY"], versioning=True)
+    gateway.start()
+    try:
+        store = Store("versitygw-locked", services.bootstrap_servers, gateway.endpoint_url, LOCKED_BUCKET,
+                      {"mode": "compliance", "days": 1})
+        store.client().create_bucket(Bucket=LOCKED_BUCKET, ObjectLockEnabledForBucket=True)
+        yield store
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def versitygw_locked_fault_proxy(versitygw_locked_store: Store, services: Services) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of the versioned versitygw."""
+    proxy = FaultProxy(services.data_dir / "versitygw-locked-fault-proxy", versitygw_locked_store.s3_endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture(scope="session")
 def moto_locked_store(services: Services) -> Store:
     """moto with a bucket created with S3 Object Lock (so versioned), archives on it locked in compliance mode."""
     s3 = Store("moto-locked", services.bootstrap_servers, services.s3_endpoint_url, LOCKED_BUCKET).client()
@@ -314,14 +340,14 @@ def moto_locked_store(services: Services) -> Store:
                  {"mode": "compliance", "days": 1})
 
 
-@pytest.fixture(params=["moto", "versitygw", "moto-locked"])
+@pytest.fixture(params=["moto", "versitygw", "moto-locked", "versitygw-locked"])
 def store(request: pytest.FixtureRequest, services: Services) -> Store:
     """Each S3 server in turn: the tests of the commit protocol run against both, and on a versioned bucket with
-    Object Lock (moto), where the archives lock their windows (`store.archive_options`)."""
+    Object Lock on each, where the archives lock their windows (`store.archive_options`)."""
     if request.param == "moto":
         return Store("moto", services.bootstrap_servers, services.s3_endpoint_url, services.bucket)
-    if request.param == "moto-locked":
-        return request.getfixturevalue("moto_locked_store")
+    if request.param in ("moto-locked", "versitygw-locked"):
+        return request.getfixturevalue(f"{request.param.replace('-', '_')}_store")
     return request.getfixturevalue("versitygw_store")
 
 

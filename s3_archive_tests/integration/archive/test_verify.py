@@ -2,7 +2,7 @@
 tampered with in each way (a byte flipped, an object deleted, a stray added, a manifest edited, a manifest removed
 from the middle of a chain), each caught by `verify` naming its window; an untouched archive verifies clean; the
 rotation reads every window in turn within its budget; a locked window's objects cannot be deleted or overwritten in
-place, and a bucket without Object Lock is refused."""
+place (moto and versitygw), and a bucket without Object Lock is refused."""
 
 from __future__ import annotations
 
@@ -142,10 +142,16 @@ def test_a_manifest_without_hashes_verifies_as_unhashed(s3, services, unique):
     assert _failures(verify_topic(s3, cfg, "old", full=True)) == {(w.key, Differs.CHANGED)}
 
 
-def test_a_locked_window_cannot_be_deleted_or_overwritten_in_place(kafka, spark, moto_locked_store, unique):
-    s3 = moto_locked_store.client()
-    cfg, topic = _archived(kafka, spark, s3, moto_locked_store.bucket, "locked", unique, WINDOWS[:2],
-                           **moto_locked_store.archive_options)
+@pytest.fixture(params=["moto_locked_store", "versitygw_locked_store"])
+def locked_store(request):
+    """A bucket with S3 Object Lock on each server that has it."""
+    return request.getfixturevalue(request.param)
+
+
+def test_a_locked_window_cannot_be_deleted_or_overwritten_in_place(kafka, spark, locked_store, unique):
+    s3 = locked_store.client()
+    cfg, topic = _archived(kafka, spark, s3, locked_store.bucket, "locked", unique, WINDOWS[:2],
+                           **locked_store.archive_options)
     m = manifest(s3, cfg, topic, WINDOWS[1])
     assert m.retention is not None and m.retention.mode == "COMPLIANCE"
     assert (m.retention.until - datetime.fromisoformat(m.committed_at)).days == 1

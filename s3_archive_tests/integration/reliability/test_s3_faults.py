@@ -32,7 +32,9 @@ def proxy(fault_proxy):
 @pytest.fixture
 def store_proxy(store, request):
     """The fault proxy in front of `store`'s server."""
-    proxy = request.getfixturevalue("fault_proxy" if store.name.startswith("moto") else "versitygw_fault_proxy")
+    proxy = request.getfixturevalue({"moto": "fault_proxy", "moto-locked": "fault_proxy",
+                                     "versitygw": "versitygw_fault_proxy",
+                                     "versitygw-locked": "versitygw_locked_fault_proxy"}[store.name])
     proxy.clear()
     yield proxy
     proxy.clear()
