@@ -154,11 +154,26 @@ def _hash_object(s3: S3Client, bucket: str, key: str) -> str | None:
 
 
 def _listed(s3: S3Client, cfg: ArchiveConfig, topic: str, m: Manifest) -> dict[str, Listed]:
-    """Every object whose key belongs to the window (data, and dead letters), as the bucket lists it."""
+    """Every object whose key belongs to the window (data, and dead letters), as the bucket lists it. Format
+    iceberg: the table's data files are Iceberg's, named by Iceberg in its warehouse, so each one the manifest lists
+    is looked at (HEAD) instead; nothing else there belongs to the window."""
     where = cfg.location(topic, m.window)
-    entries = [o for o in list_objects(s3, cfg.bucket, where.scan_prefix) if where.owns(o["Key"])]
-    entries += list(list_objects(s3, cfg.bucket, where.dead_letter_stem))
+    entries = list(list_objects(s3, cfg.bucket, where.dead_letter_stem))
+    if m.iceberg_table is None:
+        entries += [o for o in list_objects(s3, cfg.bucket, where.scan_prefix) if where.owns(o["Key"])]
+    else:
+        entries += [h for o in m.objects if (h := _head(s3, cfg.bucket, o.key)) is not None]
     return {o["Key"]: Listed(o["Key"], int(o["Size"]), str(o.get("ETag", "")).strip('"')) for o in entries}
+
+
+def _head(s3: S3Client, bucket: str, key: str) -> dict[str, Any] | None:
+    try:
+        h = s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if error_code(e) in NOT_FOUND:
+            return None
+        raise
+    return {"Key": key, "Size": h["ContentLength"], "ETag": h.get("ETag", "")}
 
 
 def _window_findings(s3: S3Client, cfg: ArchiveConfig, topic: str, found: _Manifests, key: str,
