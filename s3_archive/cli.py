@@ -214,8 +214,8 @@ def verify_command(args: argparse.Namespace) -> int:
         known = sorted(t for a in settings.archives for t in a.topics)
         raise InvalidConfig(f"--topic {args.topic!r} is not a topic of any configured archive; known topics: "
                             f"{', '.join(known) or 'none'}") from None
-    with dg.build_resources({"s3": s3_resource()}) as resources:
-        report = verify_topic(resources.s3.get_client(), cfg, args.topic, full=args.full)
+    with dg.build_resources({"s3": s3_resource()}) as resources:  # resources.s3: the resource's boto3 client
+        report = verify_topic(resources.s3, cfg, args.topic, full=args.full)
     for f in report.findings:
         print(f.text(report.bucket))
     print(f"{args.topic}: {len(report.read)} of {report.windows} window(s) read, {report.bytes_read} bytes in "
