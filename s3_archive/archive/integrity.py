@@ -44,6 +44,8 @@ class Finding:
         return self.differs != Differs.UNHASHED
 
     def text(self, bucket: str) -> str:
+        if self.differs == Differs.UNHASHED:  # about the window's manifest as a whole
+            return f"window {self.window}: {self.differs}: {self.detail}"
         return f"window {self.window}: {self.differs} s3://{bucket}/{self.key}: {self.detail}"
 
 
