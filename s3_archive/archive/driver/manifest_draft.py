@@ -20,6 +20,12 @@ def iso(ms: int | None) -> str | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
+def _until(committed: datetime, days: int) -> str:
+    """committed + days, up to the next whole second: stores keep a RetainUntilDate to the second (versitygw), so
+    that two attempts compare their locks as the store does."""
+    return ((committed + timedelta(days=days)).replace(microsecond=0) + timedelta(seconds=1)).isoformat()
+
+
 def manifest_draft(cfg: ArchiveConfig, p: PendingWindow, stats: RecordStats, spark_schema: str, attempt: str,
                    schemas: list[ManifestSchema] | None = None) -> Manifest:
     """The manifest of window `p` of archive `cfg` but for its objects (and `bytes_written`): its records'
@@ -31,8 +37,7 @@ def manifest_draft(cfg: ArchiveConfig, p: PendingWindow, stats: RecordStats, spa
     return Manifest(
         manifest_version=MANIFEST_VERSION,
         generation=1,
-        retention=None if lock is None else Retention(mode=lock.s3_mode,
-                                                      retain_until=(now + timedelta(days=lock.days)).isoformat()),
+        retention=None if lock is None else Retention(mode=lock.s3_mode, retain_until=_until(now, lock.days)),
         schemas=schemas,
         writer=f"s3-archive {__version__}",
         topic=p.where.topic,
