@@ -165,7 +165,7 @@ def object_findings(m: Manifest, listed: Mapping[str, Listed], read: Mapping[str
                                                                         f"{o.size}"))
         elif o.sha256 is None:
             unhashed += 1
-            if there.etag != o.etag:
+            if there.etag != o.etag.strip('"'):  # format iceberg's manifests keep the ETag quoted
                 out.append(Finding(m.window_key, Differs.CHANGED, o.key, f"ETag {there.etag}, the manifest lists "
                                                                             f"{o.etag} (no SHA-256 recorded)"))
         elif o.key not in read:

@@ -370,7 +370,7 @@ def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_re
     evaluations = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
                    for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True, HEADROOM: True, MANIFESTS: True,
-                           FRESH: True}
+                           FRESH: True, VERIFY: True}
     assert result.get_asset_materialization_events() == []
 
 
