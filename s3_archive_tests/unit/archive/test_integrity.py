@@ -107,6 +107,8 @@ def test_an_old_manifest_without_hashes_is_unhashed_not_failed():
     assert "manifest_version 1" in f.detail and "size and ETag" in f.detail
     changed = object_findings(old, {a: Listed(a, 3, "other")}, {})
     assert [x.differs for x in changed] == [Differs.CHANGED, Differs.UNHASHED]
+    quoted = hand_manifest("t", W1, [{"key": a, "size": 3, "etag": '"ea"'}])  # as format iceberg keeps it
+    assert [x.differs for x in object_findings(quoted, {a: Listed(a, 3, "ea")}, {})] == [Differs.UNHASHED]
 
 
 def test_the_rotation_goes_on_after_the_cursor_and_wraps():

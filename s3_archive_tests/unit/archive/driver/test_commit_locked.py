@@ -67,3 +67,10 @@ def test_the_link_is_found_however_far_back_the_previous_window_ends(s3):
     _commit(s3, OffsetWindow(1, 10, 20))  # another partition: never linked
     link = previous_link(s3, WindowLocation(BUCKET, PREFIX, TOPIC, far, ".parquet"))  # past the first reach
     assert link.key == manifest_key(PREFIX, TOPIC, w1)
+
+
+def test_a_window_is_locked_at_least_days_after_its_commit_to_the_whole_second():
+    from s3_archive.archive.driver.manifest_draft import _until
+
+    committed = datetime(2026, 1, 1, 12, 0, 0, 250_000, tzinfo=UTC)
+    assert _until(committed, 30) == datetime(2026, 1, 31, 12, 0, 1, tzinfo=UTC).isoformat()
