@@ -228,6 +228,9 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
                         f"{out['bytes_written'] / 1e6:,.1f} MB, {out['requests']:,} S3 requests |")
     json_out["formats"] = fmt_json
     reg_body = _registry(x.get("registry"), targets, json_out)
+    from bench.integrity import section as integrity_section
+
+    integrity_body = integrity_section(x.get("integrity"), targets, json_out)
 
     c, tick = x["catchup"], x["tick"]
     json_out |= {"catchup_100_spark_sessions": c["spark_sessions"], "catchup_100_runs": c["runs"],
@@ -280,6 +283,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "| format | records | seconds | seconds, read_path spark | records/s | MB/s | objects | written |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- |\n" + "\n".join(fmt_rows))},
         {"title": "Schema Registry decoding", "body": reg_body},
+        {"title": "Tamper evidence", "body": integrity_body},
         {"title": "Run overhead, one JVM flag at a time", "body": (
             "A one-record window materialized first thing in a fresh process (`dg.materialize`, commit included): "
             "the seconds of that run (the Spark session starts inside it, as in a deployed run), and from the "

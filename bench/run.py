@@ -8,6 +8,7 @@ produces the workload once (bench/workload.py), and runs the areas of the suite 
 
 - throughput (bench/throughput.py, the peers in its rounds: bench/peers/), with a warm Spark worker (bench/worker.py);
 - every format (bench/formats.py), in the same warm worker;
+- tamper evidence: the SHA-256's share of archive time and `verify`'s throughput (bench/integrity.py), same worker;
 - run overhead per JVM flag and the whole workload in a fresh process (bench/run_overhead.py);
 - memory as the window grows (bench/memory.py);
 - catch-up of 100 windows and the sensor's tick with 100k windows (bench/sensors.py);
@@ -37,6 +38,7 @@ from typing import Any
 from bench import (
     deployed,
     formats,
+    integrity,
     many_topics,
     memory,
     recovery,
@@ -146,6 +148,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # --- every format, once, in the warm session ---
         x["formats"] = formats.time_every_format(s, worker, [f for f in args.formats.split(",") if f])
+
+        # --- tamper evidence: the hash's share of archive time, verify's throughput ---
+        x["integrity"] = integrity.time_tamper_evidence(s, worker, args.repeats)
 
         # --- Schema Registry decoding: Avro decoded to parquet against raw parquet of the same records ---
         if args.registry:

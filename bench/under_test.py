@@ -8,6 +8,7 @@ from __future__ import annotations
 from s3_archive.archive.executor import kafka_read, native_read
 from s3_archive.archive.protocol import KafkaConnection
 from s3_archive.archive.retirement import Retired
+from s3_archive.archive.verify import verify_topic
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import parse_settings, resolve_topic_patterns
 from s3_archive.defs.archive.checks import (
@@ -53,5 +54,5 @@ __all__ = [
     "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
     "list_objects", "local_s3_client", "objects_result", "parse_settings", "paths", "read_known_topics",
     "record_retired", "resolve_topic_patterns", "restore_windows", "retention_result", "spawn", "stop_pid",
-    "temporary_stack", "wait_until", "window_partitions",
+    "temporary_stack", "verify_topic", "wait_until", "window_partitions",
 ]

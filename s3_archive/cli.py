@@ -1,5 +1,5 @@
-"""`s3-archive`: the local stack, the demo, the topics of `topic_pattern`s, the IAM policy, and Kafka Connect S3
-sink configs imported as archives."""
+"""`s3-archive`: the local stack, the demo, the topics of `topic_pattern`s, the IAM policy, Kafka Connect S3
+sink configs imported as archives, and `verify` (an archive's windows checked against their manifests)."""
 
 from __future__ import annotations
 
@@ -235,6 +235,9 @@ def _iam_arguments(iam: argparse.ArgumentParser) -> None:
     iam.add_argument("--config", type=Path, help=_CONFIG_HELP)
     iam.add_argument("--region", default="*")
     iam.add_argument("--account-id", default="*")
+    iam.add_argument("--governance-bypass", action="store_true",
+                     help="also grant s3:BypassGovernanceRetention on the objects of archives with retention_lock "
+                          "mode governance (lets the holder shorten or remove their locks; off by default)")
 
 
 def iam_policy_command(args: argparse.Namespace) -> int:
@@ -242,9 +245,49 @@ def iam_policy_command(args: argparse.Namespace) -> int:
     from s3_archive.config.settings import load_settings
     from s3_archive.iam import iam_policy
 
-    print(json.dumps(iam_policy(load_settings(_config_path(args)), region=args.region, account_id=args.account_id),
-                     indent=2))
+    print(json.dumps(iam_policy(load_settings(_config_path(args)), region=args.region, account_id=args.account_id,
+                                governance_bypass=args.governance_bypass), indent=2))
     return 0
+
+
+def _verify_arguments(verify: argparse.ArgumentParser) -> None:
+    verify.add_argument("--config", type=Path, help=_CONFIG_HELP)
+    verify.add_argument("--topic", required=True, help="a topic of a configured archive")
+    verify.add_argument("--full", action="store_true",
+                        help="read every window (default: the next ones of the daily check's rotation, within its "
+                             "verify.bytes_per_run)")
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    """`s3-archive verify --topic T [--full]`: the `verify` check on demand, with the runs' S3 settings
+    ($S3_ARCHIVE_S3_*). Exit status 0: nothing differs; 2: something does (each finding printed)."""
+    import dagster as dg
+
+    from s3_archive.archive.verify import verify_topic
+    from s3_archive.config.settings import load_settings, resolve_topic_patterns
+    from s3_archive.defs.resources import s3_resource
+    from s3_archive.io.paths import topic_state_file
+    from s3_archive.io.topic_state import read_known_topics
+
+    settings = load_settings(_config_path(args))
+    if any(a.topic_pattern for a in settings.archives):
+        settings = resolve_topic_patterns(settings, read_known_topics(topic_state_file()))
+    try:
+        cfg = settings.archive_for(args.topic)
+    except KeyError:
+        known = sorted(t for a in settings.archives for t in a.topics)
+        raise InvalidConfig(f"--topic {args.topic!r} is not a topic of any configured archive; known topics: "
+                            f"{', '.join(known) or 'none'}") from None
+    with dg.build_resources({"s3": s3_resource()}) as resources:  # resources.s3: the resource's boto3 client
+        report = verify_topic(resources.s3, cfg, args.topic, full=args.full)
+    for f in report.findings:
+        print(f.text(report.bucket))
+    print(f"{args.topic}: {len(report.read)} of {report.windows} window(s) read, {report.bytes_read} bytes in "
+          f"{report.seconds:.1f} s ({report.mb_per_s:.1f} MB/s); {len(report.failures)} finding(s), "
+          f"{len(report.unhashed_windows)} unhashed window(s)" + ("" if args.full else
+                                                               f"; rotation kept in s3://{report.bucket}/"
+                                                               f"{report.state_key}"))
+    return 2 if report.failures else 0
 
 
 def _import_arguments(imp: argparse.ArgumentParser) -> None:
@@ -276,6 +319,8 @@ COMMANDS: dict[str, Command] = {
                           iam_policy_command),
     "dr": Command("disaster recovery: the RPO of each topic and group (status), a cluster's recovery planned (plan) "
                   "or done (recover) (docs/disaster-recovery.md)", _dr_arguments, dr_command),
+    "verify": Command("check an archive's windows against their manifests: objects hashed, manifests' chain walked "
+                      "(docs/compliance.md)", _verify_arguments, verify_command),
     "import-connect": Command(
         "turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, Lenses KCQL) into an archive YAML block "
         "(docs/import-connect.md)", _import_arguments,

@@ -7,6 +7,11 @@ listing is refused. Bucket level: the multipart-upload
 listing the s3a committer uses, GetBucketLocation, and the lifecycle configuration. Glue: the calls the catalog
 assets make, on the catalog, the databases and the exact tables of the configured topics.
 
+Archives with `retention_lock`: PutObjectRetention and GetObjectRetention on their objects (the commit locks each
+object, and reads a lock another attempt set), GetBucketObjectLockConfiguration on their buckets (the store check).
+Never s3:BypassGovernanceRetention, unless asked (`governance_bypass`: `s3-archive iam-policy --governance-bypass`),
+and then only for archives in governance mode: it lets the holder shorten or remove their locks.
+
 `archive.check_bucket` probes a bucket by listing at most one key under the archive's prefix, not with
 HeadBucket (which S3 authorizes as a whole-bucket `s3:ListBucket` that this policy refuses).
 
@@ -27,6 +32,9 @@ OBJECT_ACTIONS = ("s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject", 
                   "s3:PutObject", "s3:RestoreObject")
 BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucketMultipartUploads")
 LIFECYCLE_ACTIONS = ("s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration")  # Put covers DeleteBucketLifecycle
+LOCK_OBJECT_ACTIONS = ("s3:GetObjectRetention", "s3:PutObjectRetention")
+LOCK_BUCKET_ACTIONS = ("s3:GetBucketObjectLockConfiguration",)
+BYPASS_ACTION = "s3:BypassGovernanceRetention"
 GLUE_ACTIONS = ("glue:BatchCreatePartition", "glue:CreateDatabase", "glue:CreateTable", "glue:GetDatabase",
                 "glue:GetPartitions", "glue:GetTable", "glue:UpdateTable")
 
@@ -44,9 +52,11 @@ def _bucket_arn(bucket: str) -> str:
 
 def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
                catalog_options: Mapping[str, CatalogOptions] | None = None,
-               include_lifecycle: bool = True, include_catalog: bool = True) -> dict[str, Any]:
+               include_lifecycle: bool = True, include_catalog: bool = True,
+               governance_bypass: bool = False) -> dict[str, Any]:
     """An IAM policy document (JSON-ready dict) granting exactly what the archive, restore, lifecycle and catalog
-    assets call. `region`/`account_id` narrow the Glue ARNs; "*" matches any."""
+    assets call. `region`/`account_id` narrow the Glue ARNs; "*" matches any. `governance_bypass`: also
+    s3:BypassGovernanceRetention on the objects of archives locked in governance mode."""
     prefixes: dict[str, set[str]] = {}
     for a in settings.archives:
         prefixes.setdefault(a.bucket, set()).add(a.prefix)
@@ -66,6 +76,7 @@ def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
         statements.append(listing)
     statements.append({"Sid": "ArchiveBuckets", "Effect": "Allow", "Action": list(BUCKET_ACTIONS),
                        "Resource": [_bucket_arn(b) for b in buckets]})
+    statements += _lock_statements(settings, governance_bypass)
     if include_lifecycle:
         statements.append({"Sid": "LifecycleRules", "Effect": "Allow", "Action": list(LIFECYCLE_ACTIONS),
                            "Resource": [_bucket_arn(b) for b in buckets]})
@@ -88,3 +99,20 @@ def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
                          *sorted(f"{glue}:table/{t}" for t in tables)],
         })
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+def _lock_statements(settings: Settings, governance_bypass: bool) -> list[dict[str, Any]]:
+    """What `retention_lock` needs (and the bypass, when asked, for governance-mode archives only)."""
+    locked = [a for a in settings.archives if a.retention_lock is not None]
+    if not locked:
+        return []
+    out: list[dict[str, Any]] = [
+        {"Sid": "ObjectLock", "Effect": "Allow", "Action": list(LOCK_OBJECT_ACTIONS),
+         "Resource": sorted({f"{_bucket_arn(a.bucket)}/{a.prefix}*" for a in locked})},
+        {"Sid": "ObjectLockBuckets", "Effect": "Allow", "Action": list(LOCK_BUCKET_ACTIONS),
+         "Resource": sorted({_bucket_arn(a.bucket) for a in locked})}]
+    governed = sorted({f"{_bucket_arn(a.bucket)}/{a.prefix}*" for a in locked
+                       if a.retention_lock is not None and a.retention_lock.mode == "governance"})
+    if governance_bypass and governed:
+        out.append({"Sid": "GovernanceBypass", "Effect": "Allow", "Action": [BYPASS_ACTION], "Resource": governed})
+    return out

@@ -38,6 +38,7 @@ from s3_archive.local.versitygw import VersityGateway
 from s3_archive_tests.credentials import TEST_AWS
 
 BUCKET = "s3-archive-test"
+LOCKED_BUCKET = "s3-archive-test-locked"  # created with S3 Object Lock (moto_locked_store)
 SECURE_BUCKET = "s3-archive-secure"
 # A SCRAM user whose name and password hold quotes, spaces and backslashes: every client (librdkafka, and Spark's
 # Java client through its JAAS config) must pass them through unchanged.
@@ -51,7 +52,13 @@ TIERS = {("unit",): ("unit",), ("integration",): ("integration",), ("e2e",): ("e
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The locked bucket's commit is the same on both read paths: it runs on one (librdkafka), to keep the suite short.
+    twice = [i for i in items if getattr(i, "callspec", None) is not None
+             and str(i.callspec.params.get("store")).endswith("-locked") and i.callspec.params.get("read_path") == "spark"]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [i for i in items if i not in twice]
     for item in items:
         parts = item.path.relative_to(TESTS).parts
         folder = max((f for f in TIERS if parts[:len(f)] == f), key=len, default=None)
@@ -266,6 +273,12 @@ class Store:
     bootstrap_servers: str
     s3_endpoint_url: str
     bucket: str
+    retention_lock: dict | None = None  # the bucket has Object Lock: archives on it lock their windows
+
+    @property
+    def archive_options(self) -> dict:
+        """What an archive on this store sets besides its bucket (`retention_lock` on a locked bucket)."""
+        return {} if self.retention_lock is None else {"retention_lock": self.retention_lock}
 
     def client(self):
         from botocore.config import Config
@@ -301,11 +314,52 @@ def versitygw_fault_proxy(versitygw_store: Store, services: Services) -> Iterato
         proxy.stop()
 
 
-@pytest.fixture(params=["moto", "versitygw"])
+@pytest.fixture(scope="session")
+def versitygw_locked_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """versitygw keeping versions, with a bucket created with S3 Object Lock; archives on it locked (compliance)."""
+    gateway = VersityGateway(tmp_path_factory.mktemp("versitygw-locked"), TEST_AWS["AWS_ACCESS_KEY_ID"],
+                             TEST_AWS["AWS_SECRET_ACCESS_KEY"], versioning=True)
+    gateway.start()
+    try:
+        store = Store("versitygw-locked", services.bootstrap_servers, gateway.endpoint_url, LOCKED_BUCKET,
+                      {"mode": "compliance", "days": 1})
+        store.client().create_bucket(Bucket=LOCKED_BUCKET, ObjectLockEnabledForBucket=True)
+        yield store
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def versitygw_locked_fault_proxy(versitygw_locked_store: Store, services: Services) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of the versioned versitygw."""
+    proxy = FaultProxy(services.data_dir / "versitygw-locked-fault-proxy", versitygw_locked_store.s3_endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_locked_store(services: Services) -> Store:
+    """moto with a bucket created with S3 Object Lock (so versioned), archives on it locked in compliance mode."""
+    s3 = Store("moto-locked", services.bootstrap_servers, services.s3_endpoint_url, LOCKED_BUCKET).client()
+    try:
+        s3.create_bucket(Bucket=LOCKED_BUCKET, ObjectLockEnabledForBucket=True)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    return Store("moto-locked", services.bootstrap_servers, services.s3_endpoint_url, LOCKED_BUCKET,
+                 {"mode": "compliance", "days": 1})
+
+
+@pytest.fixture(params=["moto", "versitygw", "moto-locked", "versitygw-locked"])
 def store(request: pytest.FixtureRequest, services: Services) -> Store:
-    """Each S3 server in turn: the tests of the commit protocol run against both."""
+    """Each S3 server in turn: the tests of the commit protocol run against both, and on a versioned bucket with
+    Object Lock on each, where the archives lock their windows (`store.archive_options`)."""
     if request.param == "moto":
         return Store("moto", services.bootstrap_servers, services.s3_endpoint_url, services.bucket)
+    if request.param in ("moto-locked", "versitygw-locked"):
+        return request.getfixturevalue(f"{request.param.replace('-', '_')}_store")
     return request.getfixturevalue("versitygw_store")
 
 

@@ -24,7 +24,10 @@ def hand_manifest(topic: str = "t", window: OffsetWindow = OffsetWindow(0, 0, 10
         "lost_offsets": [], "schema": "{}", "attempt": "by-hand", "committed_at": "2024-01-01T00:00:00+00:00",
         "objects": objs,
     }
-    return Manifest.model_validate({**values, **fields})
+    values = {**values, **fields}
+    if values["manifest_version"] == MANIFEST_VERSION:
+        values.setdefault("generation", 1)
+    return Manifest.model_validate(values)
 
 
 def put_jsonl_window(s3: Any, bucket: str, prefix: str, topic: str, window: OffsetWindow,

@@ -385,6 +385,7 @@ class ObjectRow:
     etag: str
     records: int
     record_offset: int | None = None  # format bytes: the record the object holds
+    sha256: str | None = None  # of the object's bytes, as the task wrote them (the manifest's tamper evidence)
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -395,7 +396,8 @@ _SPARK_TYPES = {"int": "long", "int | None": "long", "bool": "boolean", "list[li
 # The rows every task sends back (DataFrame.mapInArrow's output schema): an object's fields, and a slice's
 # RecordStats under the same names (absent as JSON).
 RESULT_SCHEMA = ", ".join(
-    ["kind string", "window string", "slice int", "key string", "size long", "etag string", "record_offset long"]
+    ["kind string", "window string", "slice int", "key string", "size long", "etag string", "record_offset long",
+     "sha256 string"]
     + [f"{f.name} {_SPARK_TYPES[str(f.type)]}" for f in fields(RecordStats)])
 
 

@@ -9,6 +9,7 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
+from s3_archive.config.compliance import RetentionLock, VerifyOptions
 from s3_archive.config.disaster_recovery import RecoveryCapture
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
@@ -116,6 +117,9 @@ class ArchiveConfig(StrictModel):
                                      "their manifests are verified (the manifests stay the record; docs/windows.md); "
                                      "null: every window stays a partition")
     lifecycle: LifecyclePolicy | None = Field(default=None, description="S3 lifecycle rules; None: defaults")
+    retention_lock: RetentionLock | None = Field(default=None, description="S3 Object Lock on every committed "
+                                                 "window (docs/compliance.md)")
+    verify: VerifyOptions = Field(default=VerifyOptions(), description="the daily `verify` check's budget and pace")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
     iceberg: IcebergOptions | None = Field(default=None, description="format iceberg only: the Iceberg catalog "
@@ -272,7 +276,17 @@ class ArchiveConfig(StrictModel):
                 raise ValueError(f"layout.template: {e}") from None
         self._check_error_policy()
         self._check_restore_targets()
+        self._check_lock()
         return self
+
+    def _check_lock(self) -> None:
+        """An expiration must not hide a window while it is locked: S3 would put a delete marker over it."""
+        lock, policy = self.retention_lock, self.lifecycle
+        if lock is not None and policy is not None and policy.expiration_days is not None \
+                and policy.expiration_days <= lock.days:
+            raise ValueError(f"lifecycle.expiration_days {policy.expiration_days} must be more than "
+                             f"retention_lock.days {lock.days}: an expiration would hide windows that are still "
+                             f"locked (set it to at least {lock.days + 1}, or remove it)")
 
     def _check_registry_decoding(self) -> None:
         sides = [(n, d) for n, d in (("value_decoding", self.value_decoding), ("key_decoding", self.key_decoding))
@@ -372,10 +386,10 @@ class ArchiveConfig(StrictModel):
 
     def _check_table_format(self) -> None:
         """What a table format (Iceberg) cannot honour: its data files are Iceberg's, not objects of ours."""
-        for option in ("max_records_per_object", "max_bytes_per_object", "layout"):
+        for option in ("max_records_per_object", "max_bytes_per_object", "layout", "retention_lock"):
             if getattr(self, option) is not None:
-                raise ValueError(f"{option} does not apply to format {self.format!r} (Iceberg names and sizes its "
-                                 "own data files); remove it")
+                raise ValueError(f"{option} does not apply to format {self.format!r} (Iceberg names, sizes and "
+                                 "removes its own data files); remove it")
         ice = self.iceberg
         if ice is not None and ice.warehouse and not ice.warehouse.startswith(f"s3://{self.bucket}/"):
             raise ValueError(f"iceberg.warehouse {ice.warehouse!r} must be in the archive's bucket "

@@ -63,16 +63,21 @@ def error_message(e: ClientError) -> str:
     return str(e.response.get("Error", {}).get("Message", ""))
 
 
-def read_manifest(s3: S3Client, bucket: str, key: str) -> Manifest | None:
-    """The window's manifest at `key`; None when there is none (not committed). Raises InvalidManifest when it
-    does not parse (model/manifest.py)."""
+def read_bytes(s3: S3Client, bucket: str, key: str) -> bytes | None:
+    """The object's bytes; None when there is no such object."""
     try:
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as e:
         if error_code(e) in NOT_FOUND:
             return None
         raise
-    return parse_manifest(body, f"s3://{bucket}/{key}")
+
+
+def read_manifest(s3: S3Client, bucket: str, key: str) -> Manifest | None:
+    """The window's manifest at `key`; None when there is none (not committed). Raises InvalidManifest when it
+    does not parse (model/manifest.py)."""
+    body = read_bytes(s3, bucket, key)
+    return None if body is None else parse_manifest(body, f"s3://{bucket}/{key}")
 
 
 def verify_manifest(s3: S3Client, bucket: str, manifest: Manifest) -> list[str]:

@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from s3_archive.io.s3 import NO_SUCH_UPLOAD, NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code
 from s3_archive.keys.objects import store_probe_key
-from s3_archive.model.errors import ConditionalWritesUnsupported
+from s3_archive.model.errors import ConditionalWritesUnsupported, ObjectLockMissing
 
 # An ETag no object has: a condition on it must fail.
 _OTHER_ETAG = '"00000000000000000000000000000000"'
@@ -50,6 +50,26 @@ def ensure_conditional_writes(s3: S3Client, bucket: str, prefix: str) -> None:
                 "archived. Use a store that supports S3 conditional writes: If-None-Match: * on PutObject and "
                 "CompleteMultipartUpload, If-Match on PutObject and DeleteObject (AWS S3 does)")
         _checked.add(where)
+
+
+def ensure_object_lock(s3: S3Client, bucket: str, archive: str) -> None:
+    """Raise ObjectLockMissing unless the bucket has S3 Object Lock enabled (`retention_lock` of archive `archive`
+    needs it: a lock on an object of a bucket without it is refused by S3, and only a bucket created with it, or
+    with it turned on, versions every object so that a locked version survives an overwrite or a delete)."""
+    try:
+        enabled = s3.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration", {}).get(
+            "ObjectLockEnabled")
+    except ClientError as e:
+        if error_code(e) not in ("ObjectLockConfigurationNotFoundError", "NoSuchObjectLockConfiguration"):
+            raise
+        enabled = None
+    if enabled != "Enabled":
+        raise ObjectLockMissing(
+            f"archive {archive!r} sets retention_lock, but bucket {bucket!r} at {endpoint_of(s3)} does not have S3 "
+            f"Object Lock enabled (ObjectLockConfiguration.ObjectLockEnabled is {enabled or 'not set'}, must be "
+            "Enabled). Create the bucket with Object Lock (aws s3api create-bucket --object-lock-enabled-for-bucket) "
+            "or enable it (aws s3api put-object-lock-configuration --object-lock-configuration "
+            "ObjectLockEnabled=Enabled), or remove retention_lock; docs/compliance.md. Nothing was archived")
 
 
 def forget_checked() -> None:

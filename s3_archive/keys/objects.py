@@ -31,12 +31,17 @@ STAGING = "_staging"
 DEAD_LETTER = "_dead_letter"
 SCHEMAS = "_schemas"
 STORE_PROBE = "_store_probe"  # io/store_probe.py: one object for a moment, removed again
+VERIFY = "_verify"  # archive/verify.py: where the `verify` check's rotation goes on, per topic
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
 
 
 def schema_key(prefix: str, sha256: str) -> str:
     """A Schema Registry schema that windows used, named by its content's hash: written once, shared by windows."""
     return f"{prefix}{SCHEMAS}/{sha256}.json"
+
+
+def verify_state_key(prefix: str, topic: str) -> str:
+    return f"{prefix}{VERIFY}/{topic}.json"
 
 
 def store_probe_key(prefix: str, token: str) -> str:

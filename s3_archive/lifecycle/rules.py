@@ -36,6 +36,7 @@ from s3_archive.model.formats import FORMATS
 MAX_RULES = 1000  # per bucket, S3's limit
 MAX_ID = 255
 ID_PREFIX = "s3-archive"
+NONCURRENT_DAYS = 1  # locked archives: an unlocked noncurrent version (a losing attempt's) is removed after a day
 
 
 def policy_for(cfg: ArchiveConfig, policies: Mapping[str, LifecyclePolicy] | None = None) -> LifecyclePolicy:
@@ -65,17 +66,23 @@ def _rule(rid: str, prefix: str, **actions: Any) -> dict[str, Any]:
             **{k: v for k, v in actions.items() if v is not None}}
 
 
-def build_rules(archive: str, prefix: str, topics: Sequence[str], policy: LifecyclePolicy) -> list[dict[str, Any]]:
-    """The archive's desired rules, as `put_bucket_lifecycle_configuration` takes them, sorted by ID."""
+def build_rules(archive: str, prefix: str, topics: Sequence[str], policy: LifecyclePolicy,
+                locked: bool = False) -> list[dict[str, Any]]:
+    """The archive's desired rules, as `put_bucket_lifecycle_configuration` takes them, sorted by ID. `locked`
+    (`retention_lock`, a versioned bucket): the data rule also removes noncurrent versions a day after they became
+    noncurrent: what a losing attempt left (unlocked: the tasks write unlocked, the commit locks). S3 never lets a
+    lifecycle rule remove a version before its RetainUntilDate, so a committed window's locked version stays."""
     abort = (None if policy.abort_incomplete_multipart_days is None
              else {"DaysAfterInitiation": policy.abort_incomplete_multipart_days})
     expire = None if policy.expiration_days is None else {"Days": policy.expiration_days}
     transitions = [{"Days": t.days, "StorageClass": t.storage_class} for t in policy.ordered_transitions()] or None
+    noncurrent = {"NoncurrentDays": NONCURRENT_DAYS} if locked else None
     rules = []
     for topic in topics:
-        if transitions or expire or abort:
+        if transitions or expire or abort or noncurrent:
             rules.append(_rule(rule_id(archive, "data", topic), f"{prefix}{topic}/", Transitions=transitions,
-                               Expiration=expire, AbortIncompleteMultipartUpload=abort))
+                               Expiration=expire, AbortIncompleteMultipartUpload=abort,
+                               NoncurrentVersionExpiration=noncurrent))
         if expire:
             rules.append(_rule(rule_id(archive, "manifests", topic), manifest_prefix(prefix, topic),
                                Expiration=expire))

@@ -29,13 +29,16 @@ def versitygw_binary() -> Path:
 
 @dataclass
 class VersityGateway:
-    """The gateway's posix backend: each bucket a directory under `data_dir/buckets`, metadata in xattrs."""
+    """The gateway's posix backend: each bucket a directory under `data_dir/buckets`, metadata in xattrs. With
+    `versioning`, object versions are kept under `data_dir/versions`: buckets can be versioned, and created with
+    S3 Object Lock (docs/compliance.md)."""
 
     data_dir: Path
     access_key_id: str
     secret_access_key: str
     port: int = 0
     proc: subprocess.Popen | None = None
+    versioning: bool = False
 
     @property
     def endpoint_url(self) -> str:
@@ -48,8 +51,12 @@ class VersityGateway:
         log = self.data_dir / "versitygw.log"
         # Credentials through the environment, not the command line: the process list shows no secret.
         env = {"ROOT_ACCESS_KEY_ID": self.access_key_id, "ROOT_SECRET_ACCESS_KEY": self.secret_access_key}
+        versions = self.data_dir / "versions"
+        if self.versioning:
+            versions.mkdir(parents=True, exist_ok=True)
         self.proc = spawn([str(versitygw_binary()), "--port", f"127.0.0.1:{self.port}", "--quiet", "posix",
-                           str(buckets)], log, env=env)
+                           *(["--versioning-dir", str(versions)] if self.versioning else []), str(buckets)],
+                          log, env=env)
         try:
             wait_until(self._ready, timeout, self.proc, f"versitygw on {self.endpoint_url}", log)
         except BaseException:

@@ -47,6 +47,10 @@ class ConditionalWritesUnsupported(UserError, RuntimeError):
     """The S3 store ignores a conditional request the exactly-once commit relies on (io/store_probe.py)."""
 
 
+class ObjectLockMissing(UserError, RuntimeError):
+    """An archive with `retention_lock` on a bucket without S3 Object Lock enabled (io/store_probe.py)."""
+
+
 class InvalidForeignObject(UserError, ValueError):
     """An object of a foreign archive whose name or contents do not fit its configured layout."""
 

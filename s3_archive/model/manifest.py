@@ -4,7 +4,12 @@
 as a dict.
 
 Versions. Version 2 is version 1 plus `schemas` (the Schema Registry schemas a window used, by id and content
-hash), written only by archives that decode registry payloads; every other manifest says `manifest_version` 1.
+hash), written only by archives that decode registry payloads. Version 3, what this code writes, adds tamper
+evidence: each object's `sha256` (computed by the write task as it wrote the bytes), the window's `generation` (1;
+a rewrite of the window, e.g. an erasure, commits generation 2 and lists the generations it `supersedes`), the link
+to the previous committed manifest of the partition (`previous_manifest`: its key, generation and the SHA-256 of its
+committed bytes: a chain per partition) and, under `retention_lock`, the window's Object Lock (`retention`); its
+`schemas` are optional. Versions 1 and 2 are read as they are ("unhashed" to `verify`).
 Those written before the output options
 (value decoding, envelope selection, dead letters) lack `envelope`, `value_decoding`, `undecodable_records`,
 `restorable` and `dead_letter_objects`, and their objects lack `offset`: they parse with those fields None (empty
@@ -26,16 +31,19 @@ from s3_archive.model.base import StrictModel
 from s3_archive.model.errors import InvalidManifest
 from s3_archive.model.windows import InvalidWindow, OffsetWindow
 
-MANIFEST_VERSION = 1  # the version this code writes (REGISTRY_VERSION when the window lists schemas)
-REGISTRY_VERSION = 2
-KNOWN_VERSIONS = (1, 2)  # the versions it reads
+MANIFEST_VERSION = 3  # the version this code writes: hashed and chained, with or without registry schemas
+PLAIN_VERSION = 1  # before hashes
+REGISTRY_VERSION = 2  # before hashes, with registry schemas
+KNOWN_VERSIONS = (1, 2, 3)  # the versions it reads
 
 # A `[from, to)` offset range, as JSON writes it: a two-element list.
 OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
 
 # Fields absent from manifests written before the output options; None means absent and is not written back.
 _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
-                 "iceberg_snapshot_id", "schemas", "unplaceable_records", "skipped_records", "tombstones_skipped")
+                 "iceberg_snapshot_id", "schemas", "unplaceable_records", "skipped_records", "tombstones_skipped",
+                 "generation", "previous_manifest", "retention")
+_HASHED_FIELDS = ("generation", "previous_manifest", "retention")  # version 3's (with `supersedes`, objects' sha256)
 
 
 class ManifestObject(StrictModel):
@@ -45,13 +53,41 @@ class ManifestObject(StrictModel):
     size: int = Field(ge=0)
     etag: str
     offset: int | None = None  # the `bytes` format (one object per record): the record's offset
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # version 3: of the bytes, as written
 
     @model_serializer(mode="wrap")
     def _without_absent(self, handler: Any) -> dict[str, Any]:
         out = handler(self)
-        if self.offset is None:
-            out.pop("offset", None)
+        for name in ("offset", "sha256"):
+            if getattr(self, name) is None:
+                out.pop(name, None)
         return out
+
+
+class ManifestLink(StrictModel):
+    """A committed manifest named by another one: its key, its generation and the SHA-256 of its bytes as
+    committed (the chain of a partition; an erasure's earlier generations)."""
+
+    key: str
+    generation: int = Field(ge=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Retention(StrictModel):
+    """The Object Lock a window's objects and manifest carry (`retention_lock`): S3's mode and RetainUntilDate."""
+
+    mode: Literal["GOVERNANCE", "COMPLIANCE"]
+    retain_until: str  # ISO-8601, UTC: committed_at + retention_lock.days
+
+    @field_validator("retain_until")
+    @classmethod
+    def _iso(cls, v: str) -> str:
+        datetime.fromisoformat(v)
+        return v
+
+    @property
+    def until(self) -> datetime:
+        return datetime.fromisoformat(self.retain_until)
 
 
 class ManifestSchema(StrictModel):
@@ -74,7 +110,7 @@ class Manifest(StrictModel):
     # `schema` is a BaseModel attribute: the field is `spark_schema` in Python, `schema` in JSON.
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
-    manifest_version: Literal[1, 2]
+    manifest_version: Literal[1, 2, 3]
     writer: str
     topic: str
     partition: int
@@ -113,7 +149,12 @@ class Manifest(StrictModel):
     # format iceberg: the table (catalog.database.table) and the snapshot that committed the window's rows
     iceberg_table: str | None = None
     iceberg_snapshot_id: int | None = None
-    schemas: list[ManifestSchema] | None = None  # manifest_version 2: the registry schemas the window used
+    schemas: list[ManifestSchema] | None = None  # manifest_version 2 (3: optional): the registry schemas used
+    # manifest_version 3: tamper evidence (the objects' sha256 with them) and the window's Object Lock
+    generation: int | None = Field(default=None, ge=1)
+    previous_manifest: ManifestLink | None = None  # None: the first committed manifest of its partition
+    supersedes: list[ManifestLink] = []  # the earlier generations of this window's manifest (a rewrite)
+    retention: Retention | None = None
 
     @field_validator("committed_at")
     @classmethod
@@ -130,9 +171,20 @@ class Manifest(StrictModel):
         if key != self.window_key:
             raise ValueError(f"window_key {self.window_key!r} is not the window of partition {self.partition} "
                              f"offsets [{self.start_offset}, {self.end_offset}) ({key})")
-        if (self.schemas is not None) != (self.manifest_version == REGISTRY_VERSION):
-            raise ValueError(f"`schemas` is a field of manifest_version {REGISTRY_VERSION} (and required there); "
-                             f"this manifest is version {self.manifest_version}")
+        if (self.manifest_version == REGISTRY_VERSION and self.schemas is None) or (
+                self.manifest_version == PLAIN_VERSION and self.schemas is not None):
+            raise ValueError(f"`schemas` is a field of manifest_version {REGISTRY_VERSION} (and required there) and "
+                             f"{MANIFEST_VERSION}; this manifest is version {self.manifest_version}")
+        hashed = self.manifest_version == MANIFEST_VERSION
+        late = [n for n in _HASHED_FIELDS if getattr(self, n) is not None] + (["supersedes"] if self.supersedes
+                                                                                else [])
+        late += ["objects[].sha256"] * any(o.sha256 for o in self.all_objects)
+        names = [f"`{n}`" for n in dict.fromkeys(late)]
+        if not hashed and names:
+            raise ValueError(f"{', '.join(names)} {'is a field' if len(names) == 1 else 'are fields'} of "
+                             f"manifest_version {MANIFEST_VERSION}; this manifest is version {self.manifest_version}")
+        if hashed and self.generation is None:
+            raise ValueError(f"`generation` is required in manifest_version {MANIFEST_VERSION}")
         return self
 
     @model_serializer(mode="wrap")
@@ -143,6 +195,8 @@ class Manifest(StrictModel):
                 out.pop(name, None)
         if not self.dead_letter_objects:
             out.pop("dead_letter_objects", None)
+        if not self.supersedes:
+            out.pop("supersedes", None)
         return out
 
     @property
@@ -169,12 +223,18 @@ class Manifest(StrictModel):
         return self.model_copy(update={"objects": list(objects), "dead_letter_objects": list(dead_letter_objects),
                                        "bytes_written": sum(o.size for o in objects)})
 
+    @property
+    def hashed(self) -> bool:
+        """Whether every object the window published carries its SHA-256 (versions 1 and 2 never do; format
+        iceberg's data files, written by Iceberg, do not)."""
+        return all(o.sha256 for o in self.all_objects)
+
     def dumps(self) -> bytes:
         """The JSON written to S3 (one-space indent, sorted keys)."""
         return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True).encode()
 
 
-def _problems(errors: list[Any]) -> list[str]:
+def _problems(errors: list[Any], version: int) -> list[str]:
     """Validation errors as `field: what is wrong (got value)`, the missing fields named together."""
     missing, out = [], []
     for err in errors:
@@ -185,7 +245,7 @@ def _problems(errors: list[Any]) -> list[str]:
         elif err["type"] == "missing":
             missing.append(f"`{where}`")
         elif err["type"] == "extra_forbidden":
-            out.append(f"`{where}` is not a field of manifest_version {MANIFEST_VERSION}")
+            out.append(f"`{where}` is not a field of manifest_version {version}")
         else:
             out.append(f"`{where}`: {msg} (got {err['input']!r:.80})")
     if missing:
@@ -219,4 +279,4 @@ def parse_manifest(data: bytes | str | Mapping[str, Any], source: str = "") -> M
         return Manifest.model_validate(dict(data))
     except ValidationError as e:
         raise InvalidManifest(f"{what} (manifest_version {version}) is malformed: "
-                              + "; ".join(_problems(e.errors(include_url=False)))) from None
+                              + "; ".join(_problems(e.errors(include_url=False), version))) from None

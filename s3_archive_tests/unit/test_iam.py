@@ -93,3 +93,22 @@ def test_every_catalogued_format_gets_its_table_in_the_glue_statement():
     s = statements(iam_policy(per_format))["GlueCatalog"]
     assert {r for r in s["Resource"] if ":table/" in r} == {f"arn:aws:glue:*:*:table/s3_archive/t_{f}"
                                                             for f in FORMATS if f not in NO_TABLE}
+
+
+def test_retention_lock_grants_and_the_bypass_only_when_asked():
+    locked = Settings(archives=[
+        ArchiveConfig(name="gov", topics=["g"], bucket="bkt-one", prefix="gov/",
+                      retention_lock={"mode": "governance", "days": 30}),
+        ArchiveConfig(name="comp", topics=["c"], bucket="bkt-two", prefix="comp/",
+                      retention_lock={"mode": "compliance", "days": 30}),
+        ArchiveConfig(name="plain", topics=["p"], bucket="bkt-three"),
+    ])
+    s = statements(iam_policy(locked))
+    assert s["ObjectLock"]["Action"] == ["s3:GetObjectRetention", "s3:PutObjectRetention"]
+    assert s["ObjectLock"]["Resource"] == ["arn:aws:s3:::bkt-one/gov/*", "arn:aws:s3:::bkt-two/comp/*"]
+    assert s["ObjectLockBuckets"]["Resource"] == ["arn:aws:s3:::bkt-one", "arn:aws:s3:::bkt-two"]
+    assert "s3:BypassGovernanceRetention" not in json.dumps(iam_policy(locked))
+    bypass = statements(iam_policy(locked, governance_bypass=True))["GovernanceBypass"]
+    assert bypass["Action"] == ["s3:BypassGovernanceRetention"]
+    assert bypass["Resource"] == ["arn:aws:s3:::bkt-one/gov/*"]  # compliance locks cannot be bypassed anyway
+    assert "ObjectLock" not in statements(iam_policy(SETTINGS))

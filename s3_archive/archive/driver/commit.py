@@ -5,10 +5,12 @@
     2. Remove strays: objects whose key belongs to this window but that this attempt did not write (left by an
        earlier attempt with other parts), each deleted only if unchanged since the LIST (`If-Match`); and abort
        multipart uploads left open under the window by a killed attempt.
-    3. PUT the manifest with `If-None-Match: *` (`put_manifest`, format iceberg's step 3 too): the first attempt
-       to get there commits; any other gets 412 and adopts the committed manifest (its objects are the same keys
-       with the same bytes; checked). A 412 that finds this attempt's own manifest (a lost answer, retried by the
-       SDK) is our commit.
+    3. Under `retention_lock`, lock each object until the window's retain-until (PutObjectRetention; the tasks put
+       them unlocked, so what a losing attempt leaves is deleted as before). Then PUT the manifest, linked to the
+       previous committed manifest of the partition (manifest_chain.py) and locked itself, with `If-None-Match: *`
+       (`put_manifest`, format iceberg's step 3 too): the first attempt to get there commits; any other gets 412
+       and adopts the committed manifest (its objects are the same keys with the same bytes; checked). A 412 that
+       finds this attempt's own manifest (a lost answer, retried by the SDK) is our commit.
 
 A crash before 3 leaves no manifest: the next attempt writes the same keys (same bytes: kept as they are) and
 removes what it does not write. `fault` lets tests stop the protocol after any step (`CommitStep`;
@@ -18,13 +20,17 @@ docs/commit-protocol.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from botocore.exceptions import ClientError
 
+from s3_archive.archive.driver.manifest_chain import previous_link
 from s3_archive.io.s3 import (
     CONFLICT,
+    DENIED,
     NO_SUCH_UPLOAD,
     NOT_FOUND,
     PRECONDITION_FAILED,
@@ -35,7 +41,7 @@ from s3_archive.io.s3 import (
 )
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.errors import ArchiveIntegrityError
-from s3_archive.model.manifest import Manifest, ManifestObject
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject, Retention
 
 
 class CommitStep(StrEnum):
@@ -147,9 +153,13 @@ def put_manifest(s3: S3Client, where: WindowLocation, manifest: Manifest, listed
     concurrent conditional write), the manifest another attempt wrote first is adopted (with `listed`, its objects
     checked: adopt), unless it is this very manifest (the same attempt and time: the PUT reached S3, its answer was
     lost and the SDK's retry got 412), which is our commit."""
+    if manifest.manifest_version == MANIFEST_VERSION and manifest.previous_manifest is None:
+        manifest = manifest.model_copy(update={"previous_manifest": previous_link(s3, where)})
+    lock = {} if manifest.retention is None else {"ObjectLockMode": manifest.retention.mode,
+                                                  "ObjectLockRetainUntilDate": manifest.retention.until}
     try:
         s3.put_object(Bucket=where.bucket, Key=where.manifest_key, Body=manifest.dumps(),
-                      ContentType="application/json", IfNoneMatch="*")
+                      ContentType="application/json", IfNoneMatch="*", **lock)
     except ClientError as e:
         if error_code(e) in PRECONDITION_FAILED + CONFLICT and (won := adopt(s3, where, listed)) is not None:
             m = won.manifest
@@ -181,4 +191,26 @@ def commit_window(s3: S3Client, where: WindowLocation, draft: Manifest, objects:
     fault(CommitStep.CLEANED)
 
     manifest = draft.with_objects(sorted(objects, key=lambda o: o.key), sorted(dead_objects, key=lambda o: o.key))
+    if manifest.retention is not None:
+        lock_objects(s3, where.bucket, manifest.all_objects, manifest.retention)
     return put_manifest(s3, where, manifest, listed, fault)
+
+
+def lock_objects(s3: S3Client, bucket: str, objects: list[ManifestObject], retention: Retention) -> None:
+    """Lock each object (its current version: the one the LIST just checked) until the window's retain-until. A
+    lock an attempt of the same window set later than ours stays: S3 refuses to shorten it, which is fine."""
+    def lock(o: ManifestObject) -> None:
+        try:
+            s3.put_object_retention(Bucket=bucket, Key=o.key, Retention={"Mode": retention.mode,
+                                                                         "RetainUntilDate": retention.until})
+        except ClientError as e:
+            if error_code(e) not in (*DENIED, "InvalidRequest") or _locked_until(s3, bucket, o.key) < retention.until:
+                raise
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(objects)))) as pool:
+        list(pool.map(lock, objects))
+
+
+def _locked_until(s3: S3Client, bucket: str, key: str) -> datetime:
+    until = s3.head_object(Bucket=bucket, Key=key).get("ObjectLockRetainUntilDate")
+    return until or datetime.min.replace(tzinfo=UTC)

@@ -23,6 +23,7 @@ from s3_archive.archive.driver.archive_run import (
 from s3_archive.archive.driver.commit import CommitResult, Outcome, adopt, commit_window, open_uploads, remove_objects
 from s3_archive.archive.driver.dead_letter_topic import publish as publish_dead_letters
 from s3_archive.archive.driver.group_offsets import advance_group_offsets
+from s3_archive.archive.driver.manifest_chain import commit_in_chain_order
 from s3_archive.archive.driver.manifest_draft import manifest_draft
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.protocol import (
@@ -38,7 +39,7 @@ from s3_archive.archive.protocol import (
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import read_manifest, verify_manifest
-from s3_archive.io.store_probe import ensure_conditional_writes
+from s3_archive.io.store_probe import ensure_conditional_writes, ensure_object_lock
 from s3_archive.keys.objects import DEAD_LETTER, WindowLocation
 from s3_archive.model.errors import (
     ArchiveIntegrityError,
@@ -50,7 +51,7 @@ from s3_archive.model.errors import (
 )
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.logger import Logger
-from s3_archive.model.manifest import Manifest, ManifestObject
+from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject
 from s3_archive.model.windows import OffsetWindow
 
 if TYPE_CHECKING:  # pyspark is imported by a run that writes (_write), not when the definitions load
@@ -173,6 +174,8 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
     if not todo:
         return results
     ensure_conditional_writes(run.ctx.s3, run.cfg.bucket, run.cfg.prefix)  # before anything is written
+    if run.cfg.retention_lock is not None:
+        ensure_object_lock(run.ctx.s3, run.cfg.bucket, run.cfg.name)
     parts = sorted({w.partition for w in todo})
     pending = _plan(run, topic, todo, parts, results)
     decode = None
@@ -195,8 +198,9 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
     uploads = open_uploads(run.ctx.s3, run.cfg.bucket, [f"{run.cfg.prefix}{topic}/"] + (
         [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
     ready = {p.window: p for p in pending if p.window not in results}
-    return results | _each(lambda w: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode),
-                           list(ready))
+    return results | commit_in_chain_order(
+        lambda w, previous: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode, previous),
+        list(ready))
 
 
 def _plan(run: ArchiveRun, topic: str, todo: list[OffsetWindow], parts: list[int],
@@ -318,10 +322,11 @@ def _write(run: ArchiveRun, topic: str, pending: list[PendingWindow], results: d
 
 
 def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_after: int, uploads: list[dict],
-                decode: DecodePlan | None = None) -> WindowResult:
+                decode: DecodePlan | None = None, previous: ManifestLink | None = None) -> WindowResult:
     """Commit one written window (commit.py): unless another attempt did, or a record policy refuses it, or Kafka
     deleted records before the write read them that the archive does not accept losing (then nothing of this
-    attempt's is left behind)."""
+    attempt's is left behind). `previous`: the link to the manifest this run committed just before, in the chain
+    (None: looked up)."""
     s3 = run.ctx.s3
     stats: RecordStats = window_stats(p.slices, job_out.slice_rows())
     if stats.committed_elsewhere and (won := adopt(s3, p.where)) is not None:
@@ -337,11 +342,13 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
         from s3_archive.archive.driver.registry_plan import keep_schemas
 
         schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids)
-    draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas)
+    draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas).model_copy(
+        update={"previous_manifest": previous})
     _report_dropped(run.ctx.log, p.where, stats, job_out)
-    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
-               for r in job_out.objects("object")]
-    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"]) for r in job_out.objects("dead")]
+    objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"],
+                              sha256=r.get("sha256")) for r in job_out.objects("object")]
+    dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], sha256=r.get("sha256"))
+            for r in job_out.objects("dead")]
     result = commit_window(s3, p.where, draft, objects, dead, uploads, run.hooks.fault,
                            dead_letters=run.out.dead_letters)
     return _result(run, p.where, result)

@@ -5,19 +5,25 @@ snapshot; both then write it with commit.py::put_manifest.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from s3_archive.__init__ import __version__
 from s3_archive.archive.driver.archive_run import PendingWindow
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.protocol import RecordStats
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.model.manifest import MANIFEST_VERSION, REGISTRY_VERSION, Manifest, ManifestSchema
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestSchema, Retention
 
 
 def iso(ms: int | None) -> str | None:
     """A record timestamp (epoch milliseconds) as the manifest writes it."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _until(committed: datetime, days: int) -> str:
+    """committed + days, up to the next whole second: stores keep a RetainUntilDate to the second (versitygw), so
+    that two attempts compare their locks as the store does."""
+    return ((committed + timedelta(days=days)).replace(microsecond=0) + timedelta(seconds=1)).isoformat()
 
 
 def manifest_draft(cfg: ArchiveConfig, p: PendingWindow, stats: RecordStats, spark_schema: str, attempt: str,
@@ -26,9 +32,12 @@ def manifest_draft(cfg: ArchiveConfig, p: PendingWindow, stats: RecordStats, spa
     statistics (`stats`, whose `absent` ranges are listed), the offsets lost before it was read (`p.lost`), the
     stored columns' Spark schema, the attempt whose commit it records (format iceberg: the snapshot's), the registry
     schemas its records used (`schemas`: registry decoding)."""
-    w, out = p.window, Output.of(cfg)
+    w, out, now = p.window, Output.of(cfg), datetime.now(UTC)
+    lock = cfg.retention_lock
     return Manifest(
-        manifest_version=MANIFEST_VERSION if schemas is None else REGISTRY_VERSION,
+        manifest_version=MANIFEST_VERSION,
+        generation=1,
+        retention=None if lock is None else Retention(mode=lock.s3_mode, retain_until=_until(now, lock.days)),
         schemas=schemas,
         writer=f"s3-archive {__version__}",
         topic=p.where.topic,
@@ -60,6 +69,6 @@ def manifest_draft(cfg: ArchiveConfig, p: PendingWindow, stats: RecordStats, spa
         lost_offsets=p.lost,
         spark_schema=spark_schema,
         attempt=attempt,
-        committed_at=datetime.now(UTC).isoformat(),
+        committed_at=now.isoformat(),
         objects=[],
     )

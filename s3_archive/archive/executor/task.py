@@ -155,7 +155,7 @@ class _SliceWriter:
         obj.encoder.close()
         written: Written = obj.upload.finish()
         self.results.append(ObjectRow(kind, self.window.key, self.slice.index, written.key, written.size,
-                                      written.etag, obj.records).row())
+                                      written.etag, obj.records, sha256=written.sha256).row())
         self.objects += 1
         if self.job.fault == TaskFault.after_objects(self.objects):
             raise InjectedFault(f"write task stopped after {self.objects} object(s) (test fault)")
@@ -204,7 +204,7 @@ class _SliceWriter:
             upload.write(values[i] or b"")
             w = upload.finish()
             return ObjectRow("object", self.window.key, self.slice.index, w.key, w.size, w.etag, 1,
-                             record_offset=int(offsets[i])).row()
+                             record_offset=int(offsets[i]), sha256=w.sha256).row()
 
         self.results += pool.map(put, range(len(values)))
 

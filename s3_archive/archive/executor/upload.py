@@ -1,10 +1,11 @@
 """One object written once to its final key, from an executor: a single conditional PutObject, or a multipart upload
 for a large one. Runs where Spark runs the write tasks (executors), so it imports nothing of Spark or Dagster.
 
-An object's bytes go into a spool (memory, then a local temp file past SPOOL_MEMORY), so a task's memory stays
-flat whatever the object's size. At close, an object of at most `multipart_threshold` bytes is one PutObject with
-`If-None-Match: *` (one request); a larger one became a multipart upload when it crossed the threshold, its parts
-uploaded as they fill and completed with `If-None-Match: *`.
+An object's bytes are hashed (SHA-256, the manifest's tamper evidence) as the encoder writes them, and go into a
+spool (memory, then a local temp file past SPOOL_MEMORY), so a task's memory stays flat whatever the object's size.
+At close, an object of at most `multipart_threshold` bytes is one PutObject with `If-None-Match: *` (one request);
+a larger one became a multipart upload when it crossed the threshold, its parts uploaded as they fill and completed
+with `If-None-Match: *`.
 
 `If-None-Match: *` never overwrites a committed window's object by accident: when the key exists (412), the
 existing object is examined (`ObjectExists`): if it holds the same bytes (same ETag) it is kept as is; if the
@@ -37,6 +38,7 @@ class Written:
     key: str
     size: int
     etag: str
+    sha256: str  # of the bytes written, computed while writing them (no second read)
 
 
 def _etag(response: dict) -> str:
@@ -54,6 +56,7 @@ class ObjectUpload:
         self.threshold, self.part_size, self.fault = multipart_threshold, part_size, fault
         self._spool = self._new_spool()
         self._size = 0
+        self._hash = hashlib.sha256()
         self._upload_id: str | None = None
         self._parts: list[dict] = []
         self.closed = False
@@ -66,6 +69,7 @@ class ObjectUpload:
     # --- file-like -------------------------------------------------------------------------------------------
     def write(self, data: Any) -> int:
         n = self._spool.write(data)
+        self._hash.update(data)
         self._size += n
         if self._upload_id is None and self._size > self.threshold:
             self._start_multipart()
@@ -173,7 +177,7 @@ class ObjectUpload:
         try:
             for _ in range(5):
                 try:
-                    return Written(self.key, self._size, self._store(**condition))
+                    return Written(self.key, self._size, self._store(**condition), self._hash.hexdigest())
                 except ClientError as e:
                     code = error_code(e)
                     if code in CONFLICT:
@@ -190,7 +194,7 @@ class ObjectUpload:
                 if existing == self._md5_etag():
                     if self._upload_id is not None:
                         self.abort()
-                    return Written(self.key, self._size, existing)  # the same bytes: keep them
+                    return Written(self.key, self._size, existing, self._hash.hexdigest())  # the same bytes: kept
                 if self._committed():
                     raise WindowAlreadyCommitted(self.key)
                 condition = {"IfMatch": f'"{existing}"'}  # a leftover of an uncommitted attempt: replace it

@@ -22,6 +22,7 @@ import dagster as dg
 
 from s3_archive.archive import health
 from s3_archive.archive.health import Verdict, WindowsView
+from s3_archive.archive.verify import verify_topic, verify_verdict
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.defs.archive.instance import TopicView
@@ -38,6 +39,7 @@ HEADROOM = "retention_headroom"
 MANIFESTS = "manifests_present"
 FRESH = "archive_fresh"
 TAKE_OVER = "take_over_boundary"
+VERIFY = "verify"
 
 
 def check_result(v: Verdict) -> dg.AssetCheckResult:
@@ -103,6 +105,9 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | N
                   "the topic's retention.ms.",
         MANIFESTS: "Every window Dagster saw committed still has its manifest in S3 (also reported by the offsets "
                    "sensor, which archives such windows again while Kafka holds their records).",
+        VERIFY: f"Committed windows re-read (at most {cfg.verify.bytes_per_run} bytes a run, going on where the last "
+                "run stopped): each object's SHA-256, size and key against its manifest, and each manifest against "
+                "the hash the next one recorded (docs/compliance.md).",
         FRESH: "No record older than "
                + (f"{cfg.freshness_bound_seconds:g} s (flush.interval_seconds x freshness_factor)"
                   if cfg.freshness_bound_seconds is not None else "flush.interval_seconds x freshness_factor")
@@ -128,6 +133,7 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | N
             MANIFESTS: lambda: health.manifests_present(s3.get_client(), cfg, topic, view,
                                                     health.log_start(kafka, topic)),
             FRESH: lambda: health.freshness(kafka, cfg, topic, view),
+            VERIFY: lambda: verify_verdict(verify_topic(s3.get_client(), cfg, topic), cfg),
             TAKE_OVER: lambda: take_over_verdict(kafka, s3.get_client(), cfg, topic, sink, view),  # type: ignore[arg-type]
         }
         for name in specs:

@@ -39,7 +39,7 @@ def lifecycle_asset_key(archive: str) -> dg.AssetKey:
 
 
 def desired_rules(cfg: ArchiveConfig, policy: LifecyclePolicy) -> list[dict[str, Any]]:
-    return build_rules(cfg.name, cfg.prefix, cfg.topics, policy)
+    return build_rules(cfg.name, cfg.prefix, cfg.topics, policy, locked=cfg.retention_lock is not None)
 
 
 def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.AssetsDefinition:

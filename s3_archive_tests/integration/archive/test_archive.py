@@ -81,7 +81,8 @@ def test_crash_at_each_commit_step_then_rerun_is_exactly_once(step, kafka, store
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(50), [("i", str(i).encode())])
                                       for i in range(30)])
     # Three parts per window, so "object:1" stops the write task with one object written and two not.
-    cfg = archive_config(store.bucket, topic, f"crash/{unique}/", max_records_per_object=10, read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"crash/{unique}/", max_records_per_object=10, read_path=read_path,
+                         **store.archive_options)
     window = OffsetWindow(0, 0, 30)
 
     class Crash(Exception):
@@ -118,7 +119,8 @@ def test_an_attempt_killed_mid_upload_then_rerun_is_exactly_once(kafka, store, s
     s3 = store.client()
     topic = create_topic(kafka, f"killed-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(200_000), []) for i in range(60)])
-    cfg = archive_config(store.bucket, topic, f"killed/{unique}/", max_records_per_object=40, read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"killed/{unique}/", max_records_per_object=40, read_path=read_path,
+                         **store.archive_options)
     window = OffsetWindow(0, 0, 60)
     small_parts = {"multipart_threshold": 5 << 20, "part_size": 5 << 20}  # S3's smallest part: 5 MiB
 
@@ -143,7 +145,7 @@ def test_a_stale_extra_part_from_an_earlier_attempt_is_removed(kafka, store, spa
     topic = create_topic(kafka, f"orphan-{unique}")
     produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(20)])
     window = OffsetWindow(0, 0, 20)
-    cfg = archive_config(store.bucket, topic, f"orphan/{unique}/", read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"orphan/{unique}/", read_path=read_path, **store.archive_options)
     orphan = object_key(cfg.prefix, topic, window, 7, ".parquet")  # as if an earlier attempt wrote 8 parts
     s3.put_object(Bucket=cfg.bucket, Key=orphan, Body=b"stale")
 
@@ -157,7 +159,8 @@ def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, store, 
     s3 = store.client()
     topic = create_topic(kafka, f"race-{unique}")
     produced = produce(kafka, topic, [(0, f"{i}".encode(), os.urandom(100), []) for i in range(500)])
-    cfg = archive_config(store.bucket, topic, f"race/{unique}/", max_records_per_object=200, read_path=read_path)
+    cfg = archive_config(store.bucket, topic, f"race/{unique}/", max_records_per_object=200, read_path=read_path,
+                         **store.archive_options)
     window = OffsetWindow(0, 0, 500)
     barrier = threading.Barrier(2)
     results, errors = [], []

@@ -12,6 +12,7 @@ from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
 from s3_archive.archive.driver.commit import no_fault
 from s3_archive.archive.driver.coordinator import archive_windows
 from s3_archive.archive.protocol import S3Connection
+from s3_archive.archive.verify import verify_topic
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.io.iceberg_catalog import WINDOWS_PROPERTY, S3Endpoint, table_ident
 from s3_archive.io.s3 import verify_manifest
@@ -95,6 +96,8 @@ def test_iceberg_windows_read_back_byte_exact_and_exactly_once(spark, kafka, s3,
     # the manifest lists the window's data files: the table's own, under its location
     table_files = {t.file.file_path for t in table.scan().plan_files()}
     assert m.objects and {f"s3://{BUCKET}/{o.key}" for o in m.objects} <= table_files
+    verified = verify_topic(s3, cfg, topic, full=True)  # the table's data files: unhashed, by size and ETag
+    assert verified.failures == [] and verified.unhashed_windows == sorted(w.key for w in windows)
 
     # Restore reads the windows back from the table's data files, byte-exact and in order
     target = create_topic(kafka, f"ice-target-{unique}", partitions=2)

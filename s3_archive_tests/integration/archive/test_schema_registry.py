@@ -90,7 +90,7 @@ def test_avro_values_become_typed_columns_one_schema_per_window(registry_server,
     assert t.column("status").to_pylist()[:2] == ["PAID", "NEW"]
     assert t.column("ship").to_pylist()[:2] == [{"city": "Oslo"}, None]
     assert t.column("value").to_pylist()[:3] == first  # the raw framed bytes stay: restore is byte-exact
-    assert m1.manifest_version == 2 and m1.value_decoding == "avro"
+    assert m1.manifest_version == 3 and m1.schemas and m1.value_decoding == "avro"
     ids = {s.id for s in m1.schemas}
     v1_id, v2_id = sr.get_version(f"{topic}-value", 1).schema_id, sr.get_version(f"{topic}-value", 2).schema_id
     assert ids == {v1_id, v2_id} and [s.id for s in m1.schemas if s.reader] == [v2_id]
@@ -317,7 +317,7 @@ def test_avro_evolution_in_iceberg(registry_server, registry, kafka, s3, service
                          value_decoding={"type": "avro", "on_error": "dead_letter"})
     ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log, registry)
     w1 = archive_window(ctx, cfg, topic, OffsetWindow(0, 0, 2)).manifest
-    assert w1.manifest_version == 2 and [s.reader for s in w1.schemas] == [True]
+    assert w1.manifest_version == 3 and [s.reader for s in w1.schemas] == [True]
     produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small2, [{"id": 3, "tag": "new"}])]
             + [(0, None, b"not framed", [])])
     w2 = archive_window(ctx, cfg, topic, OffsetWindow(0, 2, 4)).manifest

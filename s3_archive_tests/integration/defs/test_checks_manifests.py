@@ -23,7 +23,7 @@ def test_a_manifest_that_does_not_parse_is_a_problem_naming_its_key(s3, services
     s3.put_object(Bucket=cfg.bucket, Key=key, Body=b"12345")
     bodies = {good: hand_manifest(topic, good, [{"key": key, "size": 5, "etag": "x"}]).dumps(),
               broken: b'{"manifest_version": 1, "topic": ',
-              future: json.dumps({**json.loads(hand_manifest(topic, future).dumps()), "manifest_version": 3})}
+              future: json.dumps({**json.loads(hand_manifest(topic, future).dumps()), "manifest_version": 4})}
     for w, body in bodies.items():
         s3.put_object(Bucket=cfg.bucket, Key=manifest_key(cfg.prefix, topic, w), Body=body)
     instance = dg.DagsterInstance.ephemeral()
@@ -36,6 +36,6 @@ def test_a_manifest_that_does_not_parse_is_a_problem_naming_its_key(s3, services
     assert not r.passed and r.metadata["problems"].value == 2
     assert (r.metadata["manifests"].value, r.metadata["objects"].value) == (1, 1)  # the good one is still checked
     assert f"manifest s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, broken)} is not JSON" in r.description
-    assert (f"manifest s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, future)} has manifest_version 3"
+    assert (f"manifest s3://{cfg.bucket}/{manifest_key(cfg.prefix, topic, future)} has manifest_version 4"
             in r.description) and "upgrade" in r.description
     assert "has no manifest" not in r.description  # an unreadable manifest is not a missing one

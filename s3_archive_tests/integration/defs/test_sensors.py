@@ -24,6 +24,7 @@ from s3_archive.defs.archive.checks import (
     MANIFESTS,
     OBJECTS,
     RETENTION,
+    VERIFY,
     build_archive_checks,
     contiguity_result,
     headroom_result,
@@ -289,8 +290,11 @@ def test_the_checks_job_runs_every_check_in_one_step(archived):
     result = defs.get_job_def(checks_job_name(cfg)).execute_in_process(instance=instance)
     assert result.success and len(result.get_step_success_events()) == 1
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert sorted(evaluations) == sorted([CONTIGUOUS, OBJECTS, RETENTION, HEADROOM, MANIFESTS, FRESH])
+    assert sorted(evaluations) == sorted([CONTIGUOUS, OBJECTS, RETENTION, HEADROOM, MANIFESTS, FRESH, VERIFY])
     assert all(e.passed for e in evaluations.values()), evaluations
+    verified = evaluations[VERIFY].metadata  # every committed window re-read, hashed, its link checked
+    assert verified["windows_read"].value == verified["windows"].value > 0
+    assert verified["bytes_read"].value > 0 and verified["unhashed_windows"].value == 0
 
 
 def test_contiguity_check_names_overlaps_holes_and_bad_keys(services, unique):
@@ -369,7 +373,7 @@ def test_the_daily_job_runs_every_check_of_the_archive(kafka, services, spark_re
     evaluations = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
                    for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
     assert evaluations == {CONTIGUOUS: True, OBJECTS: True, RETENTION: True, HEADROOM: True, MANIFESTS: True,
-                           FRESH: True}
+                           FRESH: True, VERIFY: True}
     assert result.get_asset_materialization_events() == []
 
 

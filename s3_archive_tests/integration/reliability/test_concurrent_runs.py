@@ -45,7 +45,7 @@ def test_two_runs_of_the_same_windows_at_once_commit_each_window_exactly_once(ka
     topic = create_topic(kafka, f"race-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, k, v, h) for i, (k, v, h) in enumerate(NASTY * 2)])
     # Several objects per window: more keys the two runs race for.
-    cfg = archive_config(store.bucket, topic, f"race/{unique}/", max_records_per_object=3)
+    cfg = archive_config(store.bucket, topic, f"race/{unique}/", max_records_per_object=3, **store.archive_options)
     spark = {"master": "local[2]", "driver_memory": "1g", "s3_endpoint_url": store.s3_endpoint_url,
              "s3_path_style": True, "s3_access_key_id": TEST_AWS["AWS_ACCESS_KEY_ID"],
              "s3_secret_access_key": TEST_AWS["AWS_SECRET_ACCESS_KEY"]}

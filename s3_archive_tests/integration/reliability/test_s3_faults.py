@@ -32,7 +32,9 @@ def proxy(fault_proxy):
 @pytest.fixture
 def store_proxy(store, request):
     """The fault proxy in front of `store`'s server."""
-    proxy = request.getfixturevalue("fault_proxy" if store.name == "moto" else "versitygw_fault_proxy")
+    proxy = request.getfixturevalue({"moto": "fault_proxy", "moto-locked": "fault_proxy",
+                                     "versitygw": "versitygw_fault_proxy",
+                                     "versitygw-locked": "versitygw_locked_fault_proxy"}[store.name])
     proxy.clear()
     yield proxy
     proxy.clear()
@@ -43,7 +45,7 @@ def _archive_with(proxy, rule, kafka, store, spark, unique, name, records, job_o
     topic = create_topic(kafka, f"{name}-{unique}")
     produced = produce(kafka, topic, records)
     window = OffsetWindow(0, 0, len(records))
-    cfg = archive_config(store.bucket, topic, f"{name}/{unique}/", max_records_per_object=40)
+    cfg = archive_config(store.bucket, topic, f"{name}/{unique}/", max_records_per_object=40, **store.archive_options)
     if setup:
         setup(cfg, topic, window)
     res = proxied_s3(proxy)

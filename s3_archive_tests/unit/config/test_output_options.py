@@ -171,3 +171,12 @@ def test_sink_output_is_lossy_but_a_header_row_or_a_level_is_not():
 ])
 def test_sink_output_options_are_checked(kw, message):
     assert message in err(**kw)
+
+
+def test_retention_lock_and_verify_are_checked():
+    assert cfg(retention_lock={"mode": "compliance", "days": 365}).retention_lock.s3_mode == "COMPLIANCE"
+    assert "retention_lock.mode" in err(retention_lock={"mode": "legal", "days": 1})
+    assert "retention_lock.days" in err(retention_lock={"mode": "governance", "days": 0})
+    assert "retention_lock does not apply to format 'iceberg'" in err(
+        format="iceberg", retention_lock={"mode": "governance", "days": 1})
+    assert cfg().verify.bytes_per_run == 10 << 30 and "verify.period_days" in err(verify={"period_days": 0})

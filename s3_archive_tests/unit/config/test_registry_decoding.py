@@ -80,7 +80,7 @@ def test_json_schema_columns_and_the_union_of_versions():
 
 
 def test_a_manifest_listing_schemas_is_version_2():
-    m = json.loads(hand_manifest("t").dumps())
+    m = json.loads(hand_manifest("t", manifest_version=1).dumps())
     listed = [{"part": "value", "id": 7, "schema_type": "AVRO", "subject": "t-value", "version": 1,
                "sha256": "ab", "key": "_schemas/ab.json", "reader": True}]
     v2 = parse_manifest({**m, "manifest_version": 2, "schemas": listed})
@@ -88,7 +88,11 @@ def test_a_manifest_listing_schemas_is_version_2():
     assert parse_manifest(v2.dumps()) == v2
     with pytest.raises(Exception, match="`schemas` is a field of manifest_version 2"):
         parse_manifest({**m, "schemas": listed})
+    with pytest.raises(Exception, match="`schemas` is a field of manifest_version 2"):
+        parse_manifest({**m, "manifest_version": 2})
     assert "schemas" not in json.loads(parse_manifest(m).dumps())  # version 1 stays as it was
+    v3 = parse_manifest({**m, "manifest_version": 3, "generation": 1, "schemas": listed})
+    assert v3.schemas == v2.schemas and "schemas" not in json.loads(hand_manifest("t").dumps())
 
 
 def test_restore_rewrites_framed_ids_only():

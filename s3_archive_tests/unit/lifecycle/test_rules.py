@@ -291,3 +291,16 @@ def test_manifests_expire_with_their_data():
     assert rules["s3-archive:a:manifests:t"]["Expiration"] == rules["s3-archive:a:data:t"]["Expiration"] == {
         "Days": 30}
     assert rules["s3-archive:a:manifests:t"]["Filter"] == {"Prefix": "k/_manifests/t/"}
+
+
+def test_a_locked_archive_removes_noncurrent_versions_and_never_expires_a_window_while_locked():
+    rules = {r["ID"]: r for r in build_rules("o", "", ["t"], policy(), locked=True)}
+    # the losing attempts' versions (written unlocked); S3 keeps a locked version whatever a rule says
+    assert rules["s3-archive:o:data:t"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert "NoncurrentVersionExpiration" not in {k for r in build_rules("o", "", ["t"], policy()) for k in r}
+    with pytest.raises(ValueError, match="lifecycle.expiration_days 30 must be more than retention_lock.days 30: "
+                                         "an expiration would hide windows that are still locked"):
+        ArchiveConfig(name="o", topics=["t"], bucket="bkt", lifecycle={"expiration_days": 30},
+                      retention_lock={"mode": "compliance", "days": 30})
+    ArchiveConfig(name="o", topics=["t"], bucket="bkt", lifecycle={"expiration_days": 31},
+                  retention_lock={"mode": "compliance", "days": 30})

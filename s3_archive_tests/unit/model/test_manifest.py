@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from s3_archive.model.errors import InvalidManifest
-from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject, parse_manifest
+from s3_archive.model.manifest import PLAIN_VERSION, Manifest, ManifestObject, parse_manifest
 from s3_archive.model.windows import OffsetWindow
 
 HERE = Path(__file__).parent / "manifests"
@@ -33,7 +33,7 @@ def test_every_shape_written_so_far_is_here():
 @pytest.mark.parametrize("name", WRITTEN)
 def test_written_manifests_parse_and_write_back_byte_for_byte(name):
     m = parse_manifest(raw(name), name)
-    assert m.manifest_version == MANIFEST_VERSION
+    assert m.manifest_version == PLAIN_VERSION
     assert m.dumps() == raw(name)  # same keys, same values, same layout (indent=1, sort_keys)
     assert parse_manifest(m.dumps()) == m == parse_manifest(json.loads(raw(name)))  # bytes, str or mapping
     assert m.window == OffsetWindow.parse(m.window_key)
@@ -91,11 +91,11 @@ def _without(key: str) -> dict:
 
 
 @pytest.mark.parametrize("data,message", [
-    (_v1(manifest_version=3), "has manifest_version 3; this s3-archive reads versions 1, 2; it was written by a "
+    (_v1(manifest_version=4), "has manifest_version 4; this s3-archive reads versions 1, 2, 3; it was written by a "
                               "newer s3-archive: upgrade to read it"),
-    (_v1(manifest_version="1"), "has manifest_version '1'; this s3-archive reads versions 1, 2$"),
+    (_v1(manifest_version="1"), "has manifest_version '1'; this s3-archive reads versions 1, 2, 3$"),
     (_v1(manifest_version=True), "has manifest_version True"),
-    (_without("manifest_version"), "has no manifest_version; this s3-archive reads versions 1, 2"),
+    (_without("manifest_version"), "has no manifest_version; this s3-archive reads versions 1, 2, 3"),
     (_without("record_count"), r"is malformed: `record_count` is missing"),
     (_without("schema"), r"is malformed: `schema` is missing"),
     (_v1(record_count="4"), r"is malformed: `record_count`: Input should be a valid integer \(got '4'\)"),

@@ -3,6 +3,7 @@ into Arrow batches, and match a per-record reference."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -42,7 +43,7 @@ class FakeUpload(io.RawIOBase):
 
     def finish(self) -> Written:
         FakeUpload.store[self.key] = bytes(self.buf)
-        return Written(self.key, len(self.buf), "etag")
+        return Written(self.key, len(self.buf), "etag", hashlib.sha256(self.buf).hexdigest())
 
     def abort(self) -> None:
         pass

@@ -1,0 +1,76 @@
+"""commit_window on a versioned bucket with Object Lock, and the chain's link found by listing (moto in-process: the
+S3 semantics of Object Lock and conditional writes, no server). The integration twins run the commit protocol's
+tests on moto's server (integration/archive/test_archive.py, `store` moto-locked; test_verify.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from s3_archive.archive.driver.commit import commit_window
+from s3_archive.archive.driver.manifest_chain import previous_link
+from s3_archive.archive.integrity import sha256_hex
+from s3_archive.keys.objects import WindowLocation, manifest_key, object_key
+from s3_archive.model.manifest import ManifestObject, Retention
+from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.manifests import hand_manifest
+
+BUCKET, PREFIX, TOPIC = "locked-commit", "p/", "t"
+
+
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET, ObjectLockEnabledForBucket=True)
+        yield client
+
+
+def _commit(s3, window: OffsetWindow, retention: Retention | None = None, stray: bool = False):
+    key = object_key(PREFIX, TOPIC, window, 0, ".parquet")
+    etag = s3.put_object(Bucket=BUCKET, Key=key, Body=b"data")["ETag"].strip('"')  # written unlocked, as the tasks do
+    if stray:
+        s3.put_object(Bucket=BUCKET, Key=object_key(PREFIX, TOPIC, window, 7, ".parquet"), Body=b"stale")
+    draft = hand_manifest(TOPIC, window, retention=None if retention is None else retention.model_dump())
+    return commit_window(s3, WindowLocation(BUCKET, PREFIX, TOPIC, window, ".parquet"), draft,
+                         [ManifestObject(key=key, size=4, etag=etag, sha256=sha256_hex(b"data"))], [], [])
+
+
+def test_the_commit_locks_objects_and_manifest_and_still_removes_a_loser_s_stray(s3):
+    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+    w = OffsetWindow(0, 0, 10)
+    result = _commit(s3, w, Retention(mode="COMPLIANCE", retain_until=until.isoformat()), stray=True)
+
+    assert result.committed_by_us and result.manifest.retention.until == until
+    for key in (object_key(PREFIX, TOPIC, w, 0, ".parquet"), manifest_key(PREFIX, TOPIC, w)):
+        head = s3.head_object(Bucket=BUCKET, Key=key)
+        assert (head["ObjectLockMode"], head["ObjectLockRetainUntilDate"]) == ("COMPLIANCE", until)
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}{TOPIC}/")["Contents"]]
+    assert listed == [object_key(PREFIX, TOPIC, w, 0, ".parquet")]  # the unlocked stray deleted (a delete marker)
+    version = s3.head_object(Bucket=BUCKET, Key=manifest_key(PREFIX, TOPIC, w))["VersionId"]
+    with pytest.raises(ClientError, match="AccessDenied"):
+        s3.delete_object(Bucket=BUCKET, Key=manifest_key(PREFIX, TOPIC, w), VersionId=version)
+
+
+def test_the_link_is_found_however_far_back_the_previous_window_ends(s3):
+    w0, w1, far = OffsetWindow(0, 0, 10), OffsetWindow(0, 10, 20), OffsetWindow(0, 100_000, 100_010)
+    assert previous_link(s3, WindowLocation(BUCKET, PREFIX, TOPIC, w0, ".parquet")) is None
+    first = _commit(s3, w0)
+    body = s3.get_object(Bucket=BUCKET, Key=manifest_key(PREFIX, TOPIC, w0))["Body"].read()
+    assert first.manifest.previous_manifest is None
+    second = _commit(s3, w1)
+    assert second.manifest.previous_manifest.sha256 == sha256_hex(body)
+    _commit(s3, OffsetWindow(1, 10, 20))  # another partition: never linked
+    link = previous_link(s3, WindowLocation(BUCKET, PREFIX, TOPIC, far, ".parquet"))  # past the first reach
+    assert link.key == manifest_key(PREFIX, TOPIC, w1)
+
+
+def test_a_window_is_locked_at_least_days_after_its_commit_to_the_whole_second():
+    from s3_archive.archive.driver.manifest_draft import _until
+
+    committed = datetime(2026, 1, 1, 12, 0, 0, 250_000, tzinfo=UTC)
+    assert _until(committed, 30) == datetime(2026, 1, 31, 12, 0, 1, tzinfo=UTC).isoformat()
