@@ -134,6 +134,12 @@ class ArchiveConfig(StrictModel):
                                               "flush.interval_seconds is in no committed window")
     sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor is evaluated "
                                                                                   "at most this often")
+    sensor_default: Literal["running", "stopped"] = Field(
+        default="running", description="the offsets sensor's status when Dagster first loads it: running archives "
+                                       "with no human step; stopped waits for a click in the UI")
+    broker_outage_seconds: float = Field(
+        default=60.0, ge=0, le=3600, description="how long a run's driver keeps asking Kafka (offsets, metadata) "
+                                                 "while the cluster is unreachable before the run fails")
 
     @field_validator("schedule_cron")
     @classmethod

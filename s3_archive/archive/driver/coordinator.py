@@ -191,7 +191,7 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
             results[p.window] = r if isinstance(r, BaseException) else WindowResult(p.where, *r, run.seconds())
         return results
     written = _write(run, topic, pending, results, decode)
-    after = run.ctx.kafka.offsets(topic, "earliest", parts)
+    after = _offsets(run, topic, "earliest", parts)
     uploads = open_uploads(run.ctx.s3, run.cfg.bucket, [f"{run.cfg.prefix}{topic}/"] + (
         [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
     ready = {p.window: p for p in pending if p.window not in results}
@@ -199,13 +199,18 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
                            list(ready))
 
 
+def _offsets(run: ArchiveRun, topic: str, spec: str, parts: list[int]) -> dict[int, int]:
+    """Kafka's offsets, waited for through a broker outage of up to the archive's broker_outage_seconds."""
+    kafka = run.ctx.kafka
+    return kafka.riding(run.cfg.broker_outage_seconds, lambda: kafka.offsets(topic, spec, parts), run.ctx.log)
+
+
 def _plan(run: ArchiveRun, topic: str, todo: list[OffsetWindow], parts: list[int],
           results: dict[OffsetWindow, WindowOutcome]) -> list[PendingWindow]:
     """Where Kafka has each window's records: its slices and what retention deleted before the run looked; a window
     Kafka has not reached yet, or whose loss the archive does not accept, fails (in `results`)."""
-    kafka = run.ctx.kafka
-    earliest = kafka.offsets(topic, "earliest", parts)
-    latest = kafka.offsets(topic, "latest", parts)
+    earliest = _offsets(run, topic, "earliest", parts)
+    latest = _offsets(run, topic, "latest", parts)
     from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
 
     min_partitions = run.ctx.spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)

@@ -100,7 +100,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
         try:
             client = s3.get_client()
             check_bucket(client, cfg.bucket, cfg.prefix)
-            partitions = kafka.partitions(topic)
+            # a broker restarting as the run starts: wait for it (broker_outage_seconds) rather than fail the step
+            partitions = kafka.riding(cfg.broker_outage_seconds, lambda: kafka.partitions(topic), context.log)
             missing = [w for w in windows if w.partition not in partitions]
             if missing:
                 raise WindowNotAvailable(f"window {missing[0].key}: topic {topic!r} has no partition "
