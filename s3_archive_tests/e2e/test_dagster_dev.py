@@ -106,7 +106,9 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
     create_topic(kafka, follow_source(), partitions=2)
     create_topic(kafka, f"{follow_source()}.mirror", partitions=2)
     config = root / "archives.yaml"
+    # Each archive's sensor waits for its test to turn it on (sensor_default: stopped), as each test sets up first.
     config.write_text(json.dumps({"topic_discovery": {"interval_seconds": DISCOVERY_S}, "archives": [
+        {**a, "sensor_default": "stopped"} for a in [
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
         # Every minute, the sensor also cuts every partition's rest (a cron tick, gated by its cursor).
         {"name": "e2e_sensed", "topics": [sensed], "bucket": services.bucket, "prefix": "e2e-sensed/",
@@ -124,7 +126,7 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         {"name": "e2e_follow", "topics": [follow_source()], "bucket": services.bucket, "prefix": "e2e-follow/",
          "format": "jsonl", "restore_targets": [{"name": "mirror", "target_topic": "{topic}.mirror",
                                                  "mode": "follow"}]},
-    ]}))
+    ]]}))
     port = free_port()
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
            "S3_ARCHIVE_STATE_DIR": str(root / "state"), "S3_ARCHIVE_S3_ENDPOINT_URL": fault_proxy.endpoint_url,

@@ -347,6 +347,7 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
     objects = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], offset=r["record_offset"])
                for r in job_out.objects("object")]
     dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"]) for r in job_out.objects("dead")]
+    run.ctx.still_running()  # the run this step belongs to has not ended (an orphaned step commits nothing)
     result = commit_window(s3, p.where, draft, objects, dead, uploads, run.hooks.fault,
                            dead_letters=run.out.dead_letters)
     return _result(run, p.where, result)

@@ -7,7 +7,7 @@ does not request it again either (docs/sensors.md, "Retries").
 
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -27,7 +27,7 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import partition_dir
-from s3_archive.model.errors import WindowNotAvailable
+from s3_archive.model.errors import RunEnded, WindowNotAvailable
 from s3_archive.model.windows import OffsetWindow
 
 
@@ -66,6 +66,24 @@ def failure(context: dg.AssetExecutionContext, lines: list[str], hopeless: bool)
     context.instance.add_run_tags(context.run_id, {GAVE_UP_TAG: "true"})
     return dg.Failure(description=text + "\n\nNot retried: trying again cannot fix this (docs/sensors.md, Retries).",
                       allow_retries=False)
+
+
+ENDED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING)
+
+
+def still_running(instance: dg.DagsterInstance, run_id: str) -> Callable[[], None]:
+    """What the step asks before each window's commit: RunEnded once Dagster has marked its run failed or canceled
+    (its run process died, monitoring gave up on it, a person canceled it). A step outlives its run process when
+    only that process is killed; without this it would commit windows of a run whose failure already had them
+    requested again. One read of the run's status per commit."""
+
+    def check() -> None:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in ENDED:
+            raise RunEnded(f"run {run_id} is {run.status.value} (its process died or it was canceled); this step "
+                           "of it commits nothing more. The offsets sensor requests its windows again")
+
+    return check
 
 
 def attempt_metadata(context: dg.AssetExecutionContext) -> dict[str, int]:
@@ -108,7 +126,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                                          f"{missing[0].partition} (partitions: {partitions[0]}..{partitions[-1]})")
             ctx = ArchiveContext(spark.session(), kafka, client, S3Connection.of_resource(s3),
                                  S3Endpoint.of_resource(s3), context.log,
-                                 registry.connection() if registry is not None else None)
+                                 registry.connection() if registry is not None else None,
+                                 still_running(context.instance, context.run_id))
             results = archive_windows(ctx, cfg, topic, windows)
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
