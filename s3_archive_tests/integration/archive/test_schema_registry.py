@@ -466,3 +466,81 @@ def test_a_recursive_protobuf_message_is_refused_naming_it(registry_server, regi
     assert str(r) == (f"topic {topic!r}: subject '{topic}-value': Protobuf message 't.Tree' is recursive; columns "
                       "cannot hold a recursive type")
     assert final_objects(s3, cfg, topic) == {}  # refused before anything was written
+
+
+# --- key decoding, format avro and format iceberg, end to end with the same serializers ---------------------------
+KEY = {"type": "record", "name": "Key", "namespace": "bank", "fields": [{"name": "tenant", "type": "string"},
+                                                                        {"name": "n", "type": "int"}]}
+
+
+def _keyed(sr: SchemaRegistryClient, topic: str, values: list[bytes]) -> list[tuple]:
+    ser = AvroSerializer(sr, json.dumps(KEY))
+    return [(0, ser({"tenant": f"t{i}", "n": i}, SerializationContext(topic, MessageField.KEY)), v, [("h", b"1")])
+            for i, v in enumerate(values)]
+
+
+def test_format_avro_with_key_and_value_decoding_reads_as_the_deserializers_and_restores_byte_exact(
+        registry_server, registry, kafka, s3, services, spark, unique):
+    import fastavro
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+    from s3_archive.restore.request import RestoreContext, RestoreRequest
+    from s3_archive.restore.run import restore_windows
+    from s3_archive.restore.sources import ArchiveSource
+    from s3_archive_tests.integration.restore.test_restore import consume_all
+
+    topic = create_topic(kafka, f"sr-avrofmt-{unique}")
+    sr = _registry_client(registry_server.url)
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    ser = JSONSerializer(json.dumps(JSON_SHAPES), sr)
+    values = [ser({"id": i, "meta": {"i": i, "tags": ["x"]}, "counts": {"a": i}}, vctx) for i in range(3)]
+    produced = produce(kafka, topic, _keyed(sr, topic, values))
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", format="avro",
+                         value_decoding={"type": "json_schema"}, key_decoding={"type": "avro"})
+    window = OffsetWindow(0, 0, 3)
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, window).manifest
+    assert {s.part for s in m.schemas} == {"key", "value"}
+    [key] = final_objects(s3, cfg, topic)
+    rows = list(fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())))
+    kde, vde = AvroDeserializer(sr), JSONDeserializer(None, schema_registry_client=sr)
+    for row, p in zip(rows, produced, strict=True):
+        k = kde(p.key, SerializationContext(topic, MessageField.KEY))
+        v = vde(p.value, vctx)
+        assert (row["key_tenant"], row["key_n"]) == (k["tenant"], k["n"])
+        assert row["id"] == v["id"] and json.loads(row["meta"]) == v["meta"] and dict(row["counts"]) == v["counts"]
+        assert row["value"] == p.value and row["key"] == p.key  # the raw bytes stay
+    target = create_topic(kafka, f"sr-avrofmt-back-{unique}")
+    list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                         RestoreRequest(topic, target), [window]))
+    back = consume_all(kafka, target)[0]
+    assert [(g.key, g.value) for g in back] == [(p.key, p.value) for p in produced]
+
+
+def test_format_iceberg_with_key_decoding_and_a_removed_avro_field(registry_server, registry, kafka, s3, services,
+                                                                   spark, unique):
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    from s3_archive.io.iceberg_catalog import S3Endpoint
+    from s3_archive_tests.credentials import TEST_AWS
+    from s3_archive_tests.integration.archive.test_iceberg import _table as iceberg_table
+
+    endpoint = S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
+    topic = create_topic(kafka, f"sr-icekey-{unique}")
+    sr = _registry_client(registry_server.url)
+    values = _avro(sr, topic, AVRO_PAY_V1, [_pay(1, 1)]) + _avro(sr, topic, AVRO_PAY_V3, [_pay(2, 3)])
+    produced = produce(kafka, topic, _keyed(sr, topic, values))
+    cfg = archive_config(services.bucket, topic, f"sricekey-{unique}/", format="iceberg",
+                         value_decoding={"type": "avro"}, key_decoding={"type": "avro"})
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log, registry)
+    archive_window(ctx, cfg, topic, OffsetWindow(0, 0, 2))
+    rows = sorted(iceberg_table(services, cfg, topic).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    kde, vde = AvroDeserializer(sr), AvroDeserializer(sr)
+    for row, p in zip(rows, produced, strict=True):
+        k = kde(p.key, SerializationContext(topic, MessageField.KEY))
+        v = vde(p.value, SerializationContext(topic, MessageField.VALUE))
+        assert (row["key_tenant"], row["key_n"]) == (k["tenant"], k["n"])
+        assert (row["id"], row["name"], row["email"], row["raw"], row["digest"]) == \
+            (v["id"], v.get("name"), v.get("email"), v["raw"], v["digest"])
+        assert json.loads(row["via"]) == v["via"]
+    assert [r["name"] for r in rows] == ["n1", None]  # v1's value of the field v3 removed is a column
