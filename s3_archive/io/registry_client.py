@@ -1,5 +1,5 @@
 """A Schema Registry (Confluent's REST API: Confluent Schema Registry, Apicurio's `/apis/ccompat/v7`, Karapace),
-reached with confluent-kafka's `SchemaRegistryClient`: by the driver (a window's reader schema), the write tasks
+reached with confluent-kafka's `SchemaRegistryClient`: by the driver (the subject's versions), the write tasks
 (a writer schema by id) and the restore (re-registering archived schemas in a target registry).
 
 `RegistryConnection` is picklable (it travels with each write task) and keeps the password out of its repr; every
