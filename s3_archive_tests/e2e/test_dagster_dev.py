@@ -381,11 +381,16 @@ def test_a_run_killed_with_its_whole_process_tree_is_failed_and_its_windows_arch
     (run, match) = started[0]
     tree = _tree(int(match[1]))
     assert len(tree) >= 2, tree  # the run process and its step's process at least
-    for pid in tree:  # stopped first, so that none goes on (or is reparented) while the others are killed
-        os.kill(pid, signal.SIGSTOP)
+    def signal_all(sig: int) -> None:
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # a short-lived child that has already gone
+                pass
+
+    signal_all(signal.SIGSTOP)  # first, so that none goes on (or is reparented) while the others are killed
     assert not any(manifest(s3, cfg, topic, w) for w in windows), "the run committed before it could be killed"
-    for pid in tree:
-        os.kill(pid, signal.SIGKILL)
+    signal_all(signal.SIGKILL)
     print(f"\nkilled run {run['runId']}: {len(tree)} processes")
 
     # The run is failed; the offsets sensor requests its windows again and the rerun commits every one once.
