@@ -269,10 +269,10 @@ class KafkaResource(dg.ConfigurableResource):
             except KafkaUnavailable as e:
                 elapsed = time.monotonic() - start
                 if elapsed >= outage_s:
-                    raise KafkaUnavailable(f"{e} The cluster stayed unreachable for {elapsed:.1f}s "
+                    raise KafkaUnavailable(f"{e}; Kafka stayed unreachable for {elapsed:.1f}s "
                                            f"(broker_outage_seconds: {outage_s:g})") from e
                 if log is not None and not warned:
-                    log.warning(f"{e} Trying again for up to {outage_s - elapsed:.0f}s more (broker_outage_seconds)")
+                    log.warning(f"{e}; trying again for up to {outage_s - elapsed:.0f}s more (broker_outage_seconds)")
                     warned = True
                 time.sleep(min(1.0, outage_s - elapsed))
 

@@ -154,12 +154,12 @@ def test_riding_waits_out_an_outage_up_to_its_bound_and_never_a_refusal():
     t0 = time.monotonic()
     assert k.riding(10, call, Log()) == {0: 5}
     assert 1.5 < time.monotonic() - t0 < 5  # a second apart
-    assert len(warned) == 1 and "Trying again for up to" in warned[0]
+    assert len(warned) == 1 and "; trying again for up to" in warned[0]
 
     def down():
         raise KafkaUnavailable("cannot reach Kafka at b:9092 (after 0.0s, request timeout 15s): down.")
 
-    with pytest.raises(KafkaUnavailable, match=r"The cluster stayed unreachable for 1\.\ds \(broker_outage_seconds: "
+    with pytest.raises(KafkaUnavailable, match=r"; Kafka stayed unreachable for 1\.\ds \(broker_outage_seconds: "
                                                r"1\)"):
         k.riding(1, down)
     calls = []
