@@ -156,6 +156,12 @@ class ArchiveConfig(StrictModel):
     disaster_recovery: RecoveryCapture = Field(default=RecoveryCapture(), description="topic configs, consumer "
                                                "group offsets and ACLs kept beside the windows "
                                                "(docs/disaster-recovery.md)")
+    sensor_default: Literal["running", "stopped"] = Field(
+        default="running", description="the offsets sensor's status when Dagster first loads it: running archives "
+                                       "with no human step; stopped waits for a click in the UI")
+    broker_outage_seconds: float = Field(
+        default=60.0, ge=0, le=3600, description="how long a run's driver keeps asking Kafka (offsets, metadata) "
+                                                 "while the cluster is unreachable before the run fails")
 
     @field_validator("schedule_cron")
     @classmethod

@@ -42,7 +42,7 @@ class ValueDecoding(StrictModel):
     column_prefix: str = Field(default="", description="json and the registry types: prepended to each decoded "
                                                        "field's column name")
     subject: str | None = Field(
-        default=None, description="registry types: the subject whose newest version is the window's reader schema; "
+        default=None, description="registry types: the subject whose versions' fields are the window's columns; "
                                   "None: '<topic>-value' (TopicNameStrategy)")
     on_error: Literal["fail", "dead_letter", "skip"] = Field(
         default="fail", description="a value that does not decode (not UTF-8; for json also not a JSON object; for "
@@ -77,8 +77,8 @@ class KeyDecoding(StrictModel):
 
     type: Literal["bytes", "avro", "protobuf", "json_schema"] = "bytes"
     column_prefix: str = Field(default="key_", description="prepended to each decoded key field's column name")
-    subject: str | None = Field(default=None, description="the subject whose newest version is the window's "
-                                                          "reader schema; None: '<topic>-key'")
+    subject: str | None = Field(default=None, description="the subject whose versions' fields are the "
+                                                          "window's columns; None: '<topic>-key'")
 
     @property
     def registry(self) -> bool:

@@ -47,6 +47,10 @@ class RestoreTarget(StrictModel):
         default="keep_ids", description="Schema Registry payloads: keep_ids restores them byte for byte; a subject "
                                         "name strategy registers each archived schema in the restore's Schema "
                                         "Registry under its subject and rewrites each record's schema id")
+    unlisted_schema_ids: Literal["refuse", "keep"] = Field(
+        default="refuse", description="with a subject name strategy, a framed record whose schema id its window's "
+                                      "manifest does not list (a dead letter): refuse fails the run before "
+                                      "producing it; keep restores it as it is")
 
     @field_validator("name")
     @classmethod

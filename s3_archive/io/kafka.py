@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dagster as dg
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -18,6 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, Resou
 from pydantic import Field, PrivateAttr
 
 from s3_archive.model.errors import InvalidConfig, KafkaRefused, KafkaUnavailable, UnknownTopic
+from s3_archive.model.logger import Logger
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -39,6 +41,7 @@ KAFKA_ENV = {
 }
 _AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 _REFUSALS = _AUTH_CODES | {KafkaError._SSL}
+T = TypeVar("T")
 
 
 class _Refusals:
@@ -226,9 +229,11 @@ class KafkaResource(dg.ConfigurableResource):
         """The copy Dagster made for a run or a sensor tick closes its admin client when they end."""
         self.close()
 
-    def unavailable(self, e: BaseException, client: Any = None, what: str = "") -> KafkaUnavailable:
-        """One clear KafkaUnavailable for a failed call of `client` (made by `admin`): refused credentials or a
-        failed TLS handshake say so, naming the servers and the user, never a secret."""
+    def unavailable(self, e: BaseException, client: Any = None, what: str = "", since: float | None = None,
+                    ) -> KafkaUnavailable:
+        """One clear KafkaUnavailable for a failed call of `client` (made by `admin`) that started at `since`
+        (time.monotonic(); the message says how long it really took): refused credentials or a failed TLS handshake
+        say so, naming the servers and the user, never a secret."""
         err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
         refusals = getattr(client, "refusals", None)
         refused = refusals.first(client) if refusals is not None else None
@@ -246,24 +251,46 @@ class KafkaResource(dg.ConfigurableResource):
                    else f"Check the client certificate {_env('ssl_certificate_location')} and key")
             return KafkaRefused(f"{self.who} refused the login{doing}: {reason}. {fix}")
         reason = self.scrub(err.str() if err is not None else str(e))
-        return KafkaUnavailable(f"cannot reach {self.who} within {self.timeout_s:.0f}s{doing}: {reason}. Check "
-                                "bootstrap_servers, the network and the credentials")
+        took = f"after {time.monotonic() - since:.1f}s, " if since is not None else ""
+        return KafkaUnavailable(f"cannot reach {self.who}{doing} ({took}request timeout {self.timeout_s:.0f}s): "
+                                f"{reason}. Check bootstrap_servers, the network and the credentials")
+
+    def riding(self, outage_s: float, call: Callable[[], T], log: Logger | None = None) -> T:
+        """`call()` (a request of this resource), made again while the cluster cannot be reached — a broker
+        restarting, its partitions' leaders not elected yet — until `outage_s` seconds after the first try; then
+        the last KafkaUnavailable, saying how long the cluster stayed unreachable. A refused login or TLS handshake
+        (KafkaRefused) and any other error are raised at once."""
+        start, warned = time.monotonic(), False
+        while True:
+            try:
+                return call()
+            except KafkaRefused:
+                raise
+            except KafkaUnavailable as e:
+                elapsed = time.monotonic() - start
+                if elapsed >= outage_s:
+                    raise KafkaUnavailable(f"{e}; Kafka stayed unreachable for {elapsed:.1f}s "
+                                           f"(broker_outage_seconds: {outage_s:g})") from e
+                if log is not None and not warned:
+                    log.warning(f"{e}; trying again for up to {outage_s - elapsed:.0f}s more (broker_outage_seconds)")
+                    warned = True
+                time.sleep(min(1.0, outage_s - elapsed))
 
     def topics(self) -> list[str]:
         """Every topic on the cluster (one metadata request)."""
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         try:
             return sorted(admin.list_topics(timeout=self.timeout_s).topics)
         except KafkaException as e:
-            raise self.unavailable(e, admin) from e
+            raise self.unavailable(e, admin, since=since) from e
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, or UnknownTopic / KafkaUnavailable."""
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         try:
             md = admin.list_topics(topic=topic, timeout=self.timeout_s)
         except KafkaException as e:
-            raise self.unavailable(e, admin) from e
+            raise self.unavailable(e, admin, f"reading the metadata of topic {topic!r}", since=since) from e
         t = md.topics.get(topic)
         if t is None or t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise UnknownTopic(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
@@ -289,7 +316,7 @@ class KafkaResource(dg.ConfigurableResource):
         """`list_offsets` for partitions of any topics at once: one request per broker, not one per topic."""
         if not specs:
             return {}
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -301,7 +328,8 @@ class KafkaResource(dg.ConfigurableResource):
             except (KafkaException, TimeoutError) as e:
                 err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
                 if err is None or err.code() not in _LEADER_MOVED or time.monotonic() > deadline:
-                    raise self.unavailable(e, admin) from e
+                    topics = ", ".join(repr(t) for t in sorted({t for t, _ in specs}))
+                    raise self.unavailable(e, admin, f"listing the offsets of {topics}", since=since) from e
                 # The kept client's view of the leaders is older than the request (a topic just created, a
                 # leader moved): ask for the topics' metadata again, then retry.
                 for topic in sorted({t for t, _ in specs}):
@@ -313,11 +341,11 @@ class KafkaResource(dg.ConfigurableResource):
 
     def topic_partitions(self, topics: list[str]) -> dict[str, list[int]]:
         """The partition ids of each of `topics` that exists, from one metadata request for the whole cluster."""
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         try:
             md = admin.list_topics(timeout=self.timeout_s)
         except KafkaException as e:
-            raise self.unavailable(e, admin) from e
+            raise self.unavailable(e, admin, since=since) from e
         out = {}
         for topic in topics:
             t = md.topics.get(topic)
@@ -328,13 +356,14 @@ class KafkaResource(dg.ConfigurableResource):
     def group_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
         """The consumer group's committed offsets of the topic's partitions (absent: none committed). Admin API:
         nothing joins the group."""
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
         try:
             result = admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group].result(
                 timeout=self.timeout_s + 5)
         except (KafkaException, TimeoutError) as e:
-            raise self.unavailable(e, admin, f"reading the offsets of consumer group {group!r}") from e
+            what = f"reading the offsets of consumer group {group!r}"
+            raise self.unavailable(e, admin, what, since=since) from e
         return {tp.partition: tp.offset for tp in result.topic_partitions if tp.error is None and tp.offset >= 0}
 
     def set_group_offsets(self, group: str, topic: str, offsets: dict[int, int], note: str = "") -> None:
@@ -343,14 +372,15 @@ class KafkaResource(dg.ConfigurableResource):
         active members (someone else consumes with that group id)."""
         if not offsets:
             return
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o, metadata=note)
                                                         for p, o in sorted(offsets.items())])]
         try:
             result = admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group].result(
                 timeout=self.timeout_s + 5)
         except (KafkaException, TimeoutError) as e:
-            raise self.unavailable(e, admin, f"committing the offsets of consumer group {group!r}") from e
+            what = f"committing the offsets of consumer group {group!r}"
+            raise self.unavailable(e, admin, what, since=since) from e
         failed = [f"partition {tp.partition}: {tp.error.str()}" for tp in result.topic_partitions
                   if tp.error is not None]
         if failed:
@@ -359,7 +389,7 @@ class KafkaResource(dg.ConfigurableResource):
     def group_members(self, group: str) -> int:
         """How many members the consumer group has now (a running consumer, e.g. a connector's task, is one); 0 for
         a group Kafka does not know."""
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         try:
             desc = admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group].result(
                 timeout=self.timeout_s + 5)
@@ -367,9 +397,9 @@ class KafkaResource(dg.ConfigurableResource):
             err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
                 return 0
-            raise self.unavailable(e, admin, f"describing consumer group {group!r}") from e
+            raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
         except TimeoutError as e:
-            raise self.unavailable(e, admin, f"describing consumer group {group!r}") from e
+            raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
         return len(desc.members)
 
     def count_records(self, topic: str, partition: int, start: int, end: int, timeout_s: float = 30.0) -> int:
@@ -405,13 +435,13 @@ class KafkaResource(dg.ConfigurableResource):
 
     def retention_ms(self, topic: str) -> int:
         """The topic's `retention.ms` (broker default included); -1: infinite. One DescribeConfigs round trip."""
-        admin = self.admin()
+        admin, since = self.admin(), time.monotonic()
         resource = ConfigResource(ResourceType.TOPIC, topic)
         try:
             entries = admin.describe_configs([resource], request_timeout=self.timeout_s)[resource].result(
                 timeout=self.timeout_s + 5)
         except (KafkaException, TimeoutError) as e:
-            raise self.unavailable(e, admin, f"describing the configs of topic {topic!r}") from e
+            raise self.unavailable(e, admin, f"describing the configs of topic {topic!r}", since=since) from e
         return int(entries["retention.ms"].value)
 
     def first_record_timestamps(self, topic: str, offsets: dict[int, int], timeout_s: float = 10.0) -> dict[int, int]:

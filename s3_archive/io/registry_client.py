@@ -1,5 +1,5 @@
 """A Schema Registry (Confluent's REST API: Confluent Schema Registry, Apicurio's `/apis/ccompat/v7`, Karapace),
-reached with confluent-kafka's `SchemaRegistryClient`: by the driver (a window's reader schema), the write tasks
+reached with confluent-kafka's `SchemaRegistryClient`: by the driver (the subject's versions), the write tasks
 (a writer schema by id) and the restore (re-registering archived schemas in a target registry).
 
 `RegistryConnection` is picklable (it travels with each write task) and keeps the password out of its repr; every
@@ -16,6 +16,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,7 @@ class RegistryClient:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         last: BaseException | None = None
+        start = time.monotonic()
         for _ in range(self.conn.attempts):
             try:
                 return fn(*args)
@@ -114,7 +116,8 @@ class RegistryClient:
             except Exception as e:  # timeouts and refused connections (httpx's), retried
                 last = e
         raise SchemaRegistryUnavailable(
-            f"cannot reach {self.conn.who} ({what}) after {self.conn.attempts} tries of {self.conn.timeout_s:.0f}s: "
+            f"cannot reach {self.conn.who} ({what}): {self.conn.attempts} tries in {time.monotonic() - start:.1f}s "
+            f"(timeout {self.conn.timeout_s:g}s each): "
             f"{type(last).__name__}: {self._scrub(str(last))}. Check $S3_ARCHIVE_SCHEMA_REGISTRY_URL, the network "
             "and the credentials") from None
 

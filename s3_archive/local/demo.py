@@ -151,8 +151,8 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
     kafka.close()  # the UI's processes make their own; this one would outlive the stack it reaches
     print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack; the next `make demo` "
-          "finds everything as it was, `s3-archive local down --purge` removes it). Turn on the sensor "
-          f"{', '.join(sensor_name(a) for a in settings.archives)} under Automation to archive new records as they "
+          "finds everything as it was, `s3-archive local down --purge` removes it). The sensor "
+          f"{', '.join(sensor_name(a) for a in settings.archives)} (under Automation) archives new records as they "
           "arrive." + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""), flush=True)
     workspace = Path.cwd() / "workspace.yaml"
     target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]

@@ -31,6 +31,10 @@ class UnplaceableRecord(UserError, ValueError):
     """A record lacks a value the layout places it by (layout.on_missing: fail)."""
 
 
+class RunEnded(UserError, RuntimeError):
+    """The Dagster run a step belongs to has ended (its process died, or it was canceled) while the step went on."""
+
+
 class WindowNotAvailable(UserError, ValueError):
     """A window reaches past what Kafka has written (or names a partition the topic lacks)."""
 

@@ -101,7 +101,7 @@ class ManifestSchema(StrictModel):
     version: int | None = None
     sha256: str
     key: str
-    reader: bool = False  # the schema the window's values were read as (avro: the subject's newest version)
+    reader: bool = False  # the one schema all the window's values were read as; false: each read with its own
 
 
 class Manifest(StrictModel):

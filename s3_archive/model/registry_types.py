@@ -1,6 +1,7 @@
-"""The columns a Schema Registry payload decodes into: each schema (Avro, JSON Schema; Protobuf in
-archive/protobuf_schemas.py) as a Spark type, as JSON (`StructType.jsonValue()`), the one vocabulary the
-manifest's `schema`, the objects' metadata and the catalog share. Pure.
+"""The columns a Schema Registry payload decodes into: each schema (Avro; JSON Schema in model/json_schema_types.py,
+Protobuf in archive/protobuf_schemas.py) as a Spark type, as JSON (`StructType.jsonValue()`), the one vocabulary
+the manifest's `schema`, the objects' metadata and the catalog share, and the union of a subject's versions'
+fields (`merge_types`). Pure.
 
 Avro follows Spark's own mapping (spark-avro's SchemaConverters): records are structs, a union with "null" is a
 nullable field, enums and uuids are strings, fixed and bytes are binary, decimals are decimals, date is a date,
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from s3_archive.model.json_schema_types import json_schema_to_spark
 
 _AVRO_PRIMITIVES = {"boolean": "boolean", "int": "integer", "long": "long", "float": "float", "double": "double",
                     "bytes": "binary", "string": "string", "null": "null"}
@@ -56,10 +59,10 @@ def avro_to_spark(schema: Any, named: dict[str, Any] | None = None) -> tuple[Any
             return "null", True
         if len(types) == 1:
             return avro_to_spark(types[0], named)[0], nullable
-        converted = [avro_to_spark(t, named)[0] for t in types]
-        if set(converted) <= {"integer", "long"}:
+        converted = {json.dumps(avro_to_spark(t, named)[0]) for t in types}  # a record's type is a dict
+        if converted <= {'"integer"', '"long"'}:
             return "long", nullable
-        if set(converted) <= {"float", "double"}:
+        if converted <= {'"float"', '"double"'}:
             return "double", nullable
         return UNION_AS_JSON, True
     kind = schema.get("type")
@@ -104,9 +107,6 @@ def avro_columns(schema_text: str) -> dict[str, Any]:
     if isinstance(t, dict) and t.get("type") == "struct":
         return t
     return struct([field(NOT_A_RECORD, t, nullable)])
-
-
-_JSON_TYPES = {"integer": "long", "number": "double", "string": "string", "boolean": "boolean"}
 
 
 def avro_type(data_type: Any, nullable: bool, record_name: str, namespace: str) -> Any:
@@ -158,40 +158,9 @@ def avro_schema(spark_schema_json: str) -> str:
                       separators=(",", ":"))
 
 
-def json_schema_to_spark(schema: Any, root: Any = None) -> tuple[Any, bool]:
-    """(Spark type JSON, nullable) of a JSON Schema: objects with `properties` are structs, arrays with `items`
-    arrays, integer long, number double; a type list with "null" is nullable; `$ref`s within the schema
-    (`#/definitions/...`, `#/$defs/...`) are followed; anything else (oneOf, an object without properties, several
-    types) is stored as its JSON text."""
-    root = schema if root is None else root
-    if schema is True or schema == {}:
-        return "string", True
-    if not isinstance(schema, dict):
-        return "string", True
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target.get(part, {}) if isinstance(target, dict) else {}
-        return json_schema_to_spark(target, root)
-    kind = schema.get("type")
-    nullable = True
-    if isinstance(kind, list):
-        types = [t for t in kind if t != "null"]
-        kind = types[0] if len(types) == 1 else None
-    if kind == "object" and isinstance(schema.get("properties"), dict):
-        # every field nullable: a JSON value may be null or absent whatever `required` says
-        fields = [field(name, json_schema_to_spark(sub, root)[0], True) for name, sub in schema["properties"].items()]
-        return struct(fields), nullable
-    if kind == "array" and isinstance(schema.get("items"), dict):
-        t, _ = json_schema_to_spark(schema["items"], root)
-        return {"type": "array", "elementType": t, "containsNull": True}, nullable
-    if kind in _JSON_TYPES:
-        return _JSON_TYPES[kind], nullable
-    return "string", True
-
-
 def json_schema_columns(schema_text: str) -> dict[str, Any]:
+    """The Spark struct a JSON Schema's values decode into (model/json_schema_types.py): an object's properties, or
+    one field `decoded` holding a value that is not one."""
     t, nullable = json_schema_to_spark(json.loads(schema_text))
     if isinstance(t, dict) and t.get("type") == "struct":
         return t
@@ -210,9 +179,13 @@ def _show(t: Any) -> str:
     return t if isinstance(t, str) else t.get("type", "?")
 
 
+_NUMBERS = {"integer": 0, "long": 1, "float": 2, "double": 3}
+
+
 def merge_types(a: Any, b: Any, path: str = "") -> Any:
     """The union of two Spark types' fields (structs merged by field name, in first-seen order; arrays and maps by
-    their element types); IncompatibleFields where a field's type differs."""
+    their element types; numbers as the wider of the two, Avro's promotions int → long → float → double);
+    IncompatibleFields where a field's type differs otherwise."""
     if a == b:
         return a
     if isinstance(a, dict) and isinstance(b, dict) and a.get("type") == b.get("type"):
@@ -227,6 +200,10 @@ def merge_types(a: Any, b: Any, path: str = "") -> Any:
                     mine["nullable"] = mine["nullable"] or f["nullable"]
                 else:
                     by_name[f["name"]] = {**f, "nullable": True}  # absent from older values
+            in_b = {f["name"] for f in b["fields"]}
+            for name, f in by_name.items():
+                if name not in in_b:
+                    f["nullable"] = True  # absent from newer values
             fields = [by_name[f["name"]] for f in a["fields"]]
             fields += [by_name[f["name"]] for f in b["fields"] if f["name"] not in {x["name"] for x in a["fields"]}]
             return struct(fields)
@@ -236,6 +213,6 @@ def merge_types(a: Any, b: Any, path: str = "") -> Any:
         if kind == "map":
             return {**a, "valueType": merge_types(a["valueType"], b["valueType"], path + "{}"),
                     "valueContainsNull": a["valueContainsNull"] or b["valueContainsNull"]}
-    if isinstance(a, str) and isinstance(b, str) and {a, b} <= {"integer", "long"}:
-        return "long"
+    if isinstance(a, str) and isinstance(b, str) and {a, b} <= _NUMBERS.keys():
+        return max(a, b, key=_NUMBERS.__getitem__)  # the wider, as Avro's promotions widen
     raise IncompatibleFields(path or "(the value)", a, b)

@@ -44,7 +44,6 @@ from s3_archive.restore.request import (
     RestoreRequest,
     WindowReport,
 )
-from s3_archive.restore.schema_ids import rewritten
 from s3_archive.restore.sources import (
     ArchiveSource,
     Prefetch,
@@ -87,13 +86,14 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
     prefetch = Prefetch(s3, bucket, [(m.partition, o) for m in to_read for o in window_objects(m)])
 
     schemas = ctx.schemas
-    ids = {w: schemas.id_map(s3, bucket, manifests[w], request.target_topic)
+    ids = {w: schemas.id_map(s3, bucket, w, manifests[w], request.target_topic)
            for w in ws} if schemas is not None and not request.dry_run else {}
 
     def source(w: OffsetWindow, m: Manifest) -> WindowSource:
         def batches() -> Iterator[Records]:
             read = window_batches(s3, bucket, w, m, archive.interleaved, prefetch)
-            return rewritten(read, ids[w]) if w in ids else read
+            return schemas.rewritten(w, read, ids[w], request.target_topic) if schemas is not None and w in ids \
+                else read
 
         return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
                             objects=len(window_objects(m)))

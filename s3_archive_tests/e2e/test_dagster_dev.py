@@ -61,6 +61,11 @@ def outage_topic() -> str:
     return f"e2e-outage-{os.getpid()}"
 
 
+def killed_topic() -> str:
+    """The topic of the e2e archive whose first run's whole process tree is killed."""
+    return f"e2e-killed-{os.getpid()}"
+
+
 def follow_source() -> str:
     """The source topic of the e2e archive with a `mode: follow` restore target (windows committed by hand)."""
     return f"e2e-fw-{os.getpid()}"
@@ -103,10 +108,13 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
     create_topic(kafka, f"{pattern}.a")
     create_topic(kafka, restore_source(), partitions=2)
     create_topic(kafka, outage_topic(), partitions=2)
+    create_topic(kafka, killed_topic())
     create_topic(kafka, follow_source(), partitions=2)
     create_topic(kafka, f"{follow_source()}.mirror", partitions=2)
     config = root / "archives.yaml"
+    # Each archive's sensor waits for its test to turn it on (sensor_default: stopped), as each test sets up first.
     config.write_text(json.dumps({"topic_discovery": {"interval_seconds": DISCOVERY_S}, "archives": [
+        {**a, "sensor_default": "stopped"} for a in [
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
         # Every minute, the sensor also cuts every partition's rest (a cron tick, gated by its cursor).
         {"name": "e2e_sensed", "topics": [sensed], "bucket": services.bucket, "prefix": "e2e-sensed/",
@@ -117,6 +125,10 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         {"name": "e2e_outage", "topics": [outage_topic()], "bucket": services.bucket, "prefix": "e2e-outage/",
          "flush": {"count": 20, "interval_seconds": None}, "windows_per_run": 2, "sensor_interval_seconds": 5,
          "retries": {"max": 3, "backoff_seconds": 5, "reruns": 3}},
+        # A run killed with its whole process tree: no step retry, the sensor requests its windows again 2 s later.
+        {"name": "e2e_killed", "topics": [killed_topic()], "bucket": services.bucket, "prefix": "e2e-killed/",
+         "flush": {"count": 20, "interval_seconds": None}, "windows_per_run": 4, "sensor_interval_seconds": 5,
+         "retries": {"max": 0, "backoff_seconds": 2, "reruns": 2}},
         # A restore the UI launches over selected windows with no run config.
         {"name": "e2e_restore", "topics": [restore_source()], "bucket": services.bucket, "prefix": "e2e-restore/",
          "format": "jsonl", "restore_targets": [{"name": "ui", "target_topic": "{topic}.ui"}]},
@@ -124,7 +136,7 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         {"name": "e2e_follow", "topics": [follow_source()], "bucket": services.bucket, "prefix": "e2e-follow/",
          "format": "jsonl", "restore_targets": [{"name": "mirror", "target_topic": "{topic}.mirror",
                                                  "mode": "follow"}]},
-    ]}))
+    ]]}))
     port = free_port()
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
            "S3_ARCHIVE_STATE_DIR": str(root / "state"), "S3_ARCHIVE_S3_ENDPOINT_URL": fault_proxy.endpoint_url,
@@ -323,6 +335,76 @@ def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_comm
                                       for e in r["eventConnection"]["events"])
                or any(t["key"] == "s3_archive/rerun_of" for t in r["tags"])]
     assert retried, [(r["runId"], r["status"]) for r in runs]
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process below it."""
+    from s3_archive_tests.integration.process_list import cmdlines
+
+    procs = cmdlines()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [c for c, (ppid, _) in procs.items() if ppid == p]
+    return out
+
+
+def test_a_run_killed_with_its_whole_process_tree_is_failed_and_its_windows_archived_by_the_sensors_rerun(
+        dagster_dev, kafka, s3, services):
+    import re
+
+    url, *_ = dagster_dev
+    topic = killed_topic()
+    produced = produce(kafka, topic, [(0, None, f"k{i}".encode(), []) for i in range(80)])  # 4 windows, one run
+    cfg = archive_config(services.bucket, topic, "e2e-killed/")
+    windows = [OffsetWindow(0, s, s + 20) for s in range(0, 80, 20)]
+    query = """query($t: String!) { runsOrError(filter: {tags: [{key: "s3_archive/topic", value: $t}]})
+        { ... on Runs { results { runId status tags { key value } eventConnection { events {
+          __typename ... on EngineEvent { message } } } } } } }"""
+
+    def runs() -> list[dict]:
+        return graphql(url, query, {"t": topic})["runsOrError"]["results"]
+
+    start_sensor(url, "archive_e2e_killed_offsets")
+    deadline = time.monotonic() + 300
+    while True:  # the first run's step has started: its process tree is the run process, the step's, Spark's JVM
+        found = [(r, m) for r in runs() for e in r["eventConnection"]["events"]
+                 if e["__typename"] == "EngineEvent" and (m := re.search(r"Started process for run \(pid: (\d+)\)",
+                                                                         e.get("message") or ""))]
+        started = [(r, m) for r, m in found
+                   if any(e["__typename"] == "ExecutionStepStartEvent" for e in r["eventConnection"]["events"])]
+        if started:
+            break
+        assert time.monotonic() < deadline, f"no run of {topic!r} started its step within 300 s: {runs()}"
+        time.sleep(0.5)
+    (run, match) = started[0]
+    tree = _tree(int(match[1]))
+    assert len(tree) >= 2, tree  # the run process and its step's process at least
+    def signal_all(sig: int) -> None:
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:  # a short-lived child that has already gone
+                pass
+
+    signal_all(signal.SIGSTOP)  # first, so that none goes on (or is reparented) while the others are killed
+    assert not any(manifest(s3, cfg, topic, w) for w in windows), "the run committed before it could be killed"
+    signal_all(signal.SIGKILL)
+    print(f"\nkilled run {run['runId']}: {len(tree)} processes")
+
+    # The run is failed; the offsets sensor requests its windows again and the rerun commits every one once.
+    while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert time.monotonic() < deadline + 300, f"the killed run's windows were not archived: {runs()}"
+        time.sleep(3)
+    assert archived_records(s3, cfg, topic) == produced  # 0 lost, 0 duplicated
+    mine = {r["runId"]: r for r in runs()}
+    assert mine[run["runId"]]["status"] == "FAILURE"
+    reruns = [r for r in mine.values() if {"key": "s3_archive/rerun_of", "value": run["runId"]} in r["tags"]]
+    assert reruns and {r["status"] for r in reruns} <= {"SUCCESS", "STARTED"}, mine
+    # the killed run committed nothing: every window's manifest was written by the rerun
+    attempts = {manifest(s3, cfg, topic, w).attempt for w in windows}
+    assert len(attempts) == 1, attempts
 
 
 def test_ui_launch_of_a_declared_restore_target_over_windows_with_no_run_config_restores_exactly_once(

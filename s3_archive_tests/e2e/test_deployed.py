@@ -40,7 +40,8 @@ def deployed(services, kafka, postgres, tmp_path_factory):
     config.write_text(f"""archives:
   - {{name: deployed_sensed, topics: [{sensed}], bucket: {services.bucket}, prefix: deployed-sensed/,
      flush: {{count: 40, interval_seconds: null}}, windows_per_run: 2}}
-  - {{name: deployed_backfill, topics: [{filled}], bucket: {services.bucket}, prefix: deployed-backfill/}}
+  - {{name: deployed_backfill, topics: [{filled}], bucket: {services.bucket}, prefix: deployed-backfill/,
+     sensor_default: stopped}}
 """)
     env = {**os.environ, **services.env(), **postgres.env(), "DAGSTER_PG_DB": DATABASE, "DAGSTER_HOME": str(home),
            "S3_ARCHIVE_CONFIG": str(config), "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
@@ -106,15 +107,16 @@ def test_the_instance_is_postgres_with_queued_runs_and_a_healthy_daemon(deployed
     assert postgres.password not in ps
 
 
-def test_a_sensor_launched_archive_runs_through_the_queue(deployed, kafka, s3, services):
+def test_a_deployed_archive_archives_with_no_human_step_through_the_queue(deployed, kafka, s3, services):
     url, _, _, topic, _, _, daemon = deployed
     produced = produce(kafka, topic, [(i % 2, None, f"v{i}".encode(), []) for i in range(160)])  # 80 per partition
-    started = graphql(url, """
-        mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
-          __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
-                      {"s": {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__",
-                             "sensorName": "archive_deployed_sensed_offsets"}})["startSensor"]
-    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
+    # No one turns the sensor on: a deployed archive runs from the start (sensor_default: running)
+    sensor = {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__"}
+    states = {name: graphql(url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
+        __typename ... on Sensor { sensorState { status } } } }""", {"s": {**sensor, "sensorName": name}}
+                            )["sensorOrError"]["sensorState"]["status"]
+              for name in ("archive_deployed_sensed_offsets", "archive_deployed_backfill_offsets")}
+    assert states == {"archive_deployed_sensed_offsets": "RUNNING", "archive_deployed_backfill_offsets": "STOPPED"}
 
     cfg = archive_config(services.bucket, topic, "deployed-sensed/")
     windows = [OffsetWindow(p, s, s + 40) for p in (0, 1) for s in (0, 40)]

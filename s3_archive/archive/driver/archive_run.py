@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,9 @@ class ArchiveContext:
     endpoint: S3Endpoint
     log: Logger
     registry: RegistryConnection | None = None
+    # asked before each window's commit; raises RunEnded once the run this step belongs to has ended (a step whose
+    # run process died goes on as an orphan: it must not commit what the run's failure says was not)
+    still_running: Callable[[], None] = lambda: None
 
     @classmethod
     def of_client(cls, spark: SparkSession, kafka: KafkaResource, s3: S3Client, log: Logger,

@@ -194,7 +194,7 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
             results[p.window] = r if isinstance(r, BaseException) else WindowResult(p.where, *r, run.seconds())
         return results
     written = _write(run, topic, pending, results, decode)
-    after = run.ctx.kafka.offsets(topic, "earliest", parts)
+    after = _offsets(run, topic, "earliest", parts)
     uploads = open_uploads(run.ctx.s3, run.cfg.bucket, [f"{run.cfg.prefix}{topic}/"] + (
         [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
     ready = {p.window: p for p in pending if p.window not in results}
@@ -203,13 +203,18 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
         list(ready))
 
 
+def _offsets(run: ArchiveRun, topic: str, spec: str, parts: list[int]) -> dict[int, int]:
+    """Kafka's offsets, waited for through a broker outage of up to the archive's broker_outage_seconds."""
+    kafka = run.ctx.kafka
+    return kafka.riding(run.cfg.broker_outage_seconds, lambda: kafka.offsets(topic, spec, parts), run.ctx.log)
+
+
 def _plan(run: ArchiveRun, topic: str, todo: list[OffsetWindow], parts: list[int],
           results: dict[OffsetWindow, WindowOutcome]) -> list[PendingWindow]:
     """Where Kafka has each window's records: its slices and what retention deleted before the run looked; a window
     Kafka has not reached yet, or whose loss the archive does not accept, fails (in `results`)."""
-    kafka = run.ctx.kafka
-    earliest = kafka.offsets(topic, "earliest", parts)
-    latest = kafka.offsets(topic, "latest", parts)
+    earliest = _offsets(run, topic, "earliest", parts)
+    latest = _offsets(run, topic, "latest", parts)
     from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
 
     min_partitions = run.ctx.spark.conf.get(KAFKA_MIN_PARTITIONS_CONF, None)
@@ -349,6 +354,7 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
                               sha256=r.get("sha256")) for r in job_out.objects("object")]
     dead = [ManifestObject(key=r["key"], size=r["size"], etag=r["etag"], sha256=r.get("sha256"))
             for r in job_out.objects("dead")]
+    run.ctx.still_running()  # the run this step belongs to has not ended (an orphaned step commits nothing)
     result = commit_window(s3, p.where, draft, objects, dead, uploads, run.hooks.fault,
                            dead_letters=run.out.dead_letters)
     return _result(run, p.where, result)

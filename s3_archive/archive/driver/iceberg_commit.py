@@ -362,6 +362,7 @@ def _write_table(run: ArchiveRun, topic: str, pending: list[PendingWindow], deco
         table.schema = frame.schema.json()
         _ensure_table(spark, table.ident, frame, cfg.codec, cfg.iceberg or IcebergOptions(),
                       f"{warehouse(cfg)}/{table.ident.split('.', 1)[1].replace('.', '/')}")
+        run.ctx.still_running()  # an orphaned step (its run ended) neither writes nor commits
         committed, before = _commit(run, topic, table.ident, frame, group)
         table.done |= committed
         table.earlier |= before
@@ -392,6 +393,7 @@ def _window_manifest(cfg: ArchiveConfig, p: PendingWindow, table: _Table, attemp
 def _commit_manifest(run: ArchiveRun, p: PendingWindow, table: _Table) -> tuple[Manifest, Outcome]:
     """Step 3 for window `p`: its manifest (_window_manifest) written; the window's outcome."""
     draft = _window_manifest(run.cfg, p, table, run.attempt)
+    run.ctx.still_running()
     result = put_manifest(run.ctx.s3, p.where, draft, fault=run.hooks.fault)
     if result.committed_by_us and run.out.on_error == "dead_letter":
         _remove_stray_dead_letters(run.ctx.s3, p.where, result.manifest)

@@ -2,11 +2,12 @@
 registry, and each committed window's schemas kept in the bucket.
 
 One schema per window and part, known before any object is written: the subject's versions when the run starts
-(TopicNameStrategy: `<topic>-value`, `<topic>-key`; or the configured subject). Avro values are read as the newest
-version (Avro's resolution: a field added with a default gets it, a removed one is dropped); Protobuf and JSON Schema
-values into the union of every version's fields. A producer registers (or looks up) its schema before it produces,
-so every record of a window cut before the run has an id among those versions, and none is read as an older
-schema than its own: no field of a record is lost to the window's schema. Finding them costs a few registry
+(TopicNameStrategy: `<topic>-value`, `<topic>-key`; or the configured subject), their fields' union (Avro, Protobuf
+and JSON Schema alike): each record is decoded with its own writer schema and its fields matched by name, a field
+its version lacks null. A producer registers (or looks up) its schema before it produces, so every record of a
+window cut before the run has an id among those versions: no field of a record is lost to the window's columns,
+not even one a later version removed. A version that changes a field's type fails the run before anything is
+written. Finding them costs a few registry
 requests per run and no read of the window (docs/formats.md, "Schema Registry").
 """
 
@@ -47,10 +48,8 @@ def _columns_of(kind: str, schema: RegistrySchema) -> dict[str, Any]:
 
 
 def _struct(kind: str, topic: str, subject: str, versions: list[RegistrySchema]) -> dict[str, Any]:
-    """The decoded struct of a part: the newest version's (avro), or the union of every version's fields."""
+    """The decoded struct of a part: the union of every version's fields, in first-seen order."""
     try:
-        if kind == "avro":
-            return _columns_of(kind, versions[-1])
         merged = _columns_of(kind, versions[0])
         for older, v in zip(versions, versions[1:], strict=False):
             try:
@@ -96,7 +95,7 @@ def decode_plan(conn: RegistryConnection, out: Output, topic: str) -> DecodePlan
                 meta[PART_FIELD] = "key"
             stored.append({**f, "nullable": True, "metadata": meta})  # null for a tombstone
         taken += [names[p] for p in prefixed]
-        parts.append(DecodedPart(part, kind, subject, versions[-1] if kind == "avro" else None, tuple(versions),
+        parts.append(DecodedPart(part, kind, subject, None, tuple(versions),
                                  json.dumps({"type": "struct", "fields": stored}),
                                  tuple(names[p] for p in prefixed)))
     return DecodePlan(topic, tuple(parts), conn)
@@ -120,7 +119,7 @@ def dead_letter_schema(envelope_json: str) -> str:
 
 def keep_schemas(s3: S3Client, bucket: str, prefix: str, plan: DecodePlan, used: dict[str, list[int]],
                  ) -> list[ManifestSchema]:
-    """Every schema the window used (and each part's reader schema) stored once in the bucket by content hash, and
+    """Every schema the window used stored once in the bucket by content hash, and
     listed for the manifest: the archive stays readable and restorable without the registry."""
     listed: dict[tuple[str, int], ManifestSchema] = {}
     for part in plan.parts:

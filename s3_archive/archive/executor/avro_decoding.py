@@ -1,6 +1,6 @@
 """Avro payloads of a Schema Registry decoded in the write task (registry_decode.py): fastavro reads each payload
-with its writer schema, resolved into the window's reader schema; logical types Arrow converts faster than Python
-are left as numbers here and cast afterwards (`cast_times`).
+with its own writer schema (its fields are matched by name to the columns, the union of the subject's versions);
+logical types Arrow converts faster than Python are left as numbers here and cast afterwards (`cast_times`).
 """
 
 from __future__ import annotations
@@ -66,21 +66,19 @@ def _union_converter(schema: Any, named: dict[str, Any]) -> Any:
 
 
 class AvroDecoder:
-    def __init__(self, writer: RegistrySchema, reader: RegistrySchema | None) -> None:
+    """Payloads of one writer schema into dicts of its fields (or `decoded`, for a value that is not a record)."""
+
+    def __init__(self, writer: RegistrySchema) -> None:
         from fastavro import parse_schema, schemaless_reader
 
         self._read = schemaless_reader
         self.writer_id = writer.id
         self._writer = parse_schema(_plain(json.loads(writer.text)), named_schemas={})
-        target = reader if reader is not None else writer
-        self._reader = None if reader is None or reader.text == writer.text else parse_schema(
-            _plain(json.loads(reader.text)), named_schemas={})
-        self._convert = _union_converter(json.loads(target.text), {})
-        self.record = _is_record(json.loads(target.text))
-        self.reader_id = target.id
+        self._convert = _union_converter(json.loads(writer.text), {})
+        self.record = _is_record(json.loads(writer.text))
 
     def __call__(self, payload: bytes) -> Any:
-        value = self._read(io.BytesIO(payload), self._writer, self._reader)
+        value = self._read(io.BytesIO(payload), self._writer, None)
         if self._convert is not None:
             value = self._convert(value)
         return value if self.record else {NOT_A_RECORD: value}

@@ -4,13 +4,13 @@ fields as the plan's columns, and marks each record that does not decode (`_good
 
 A payload is Confluent-framed: magic byte 0, the writer schema's id (4 bytes, big-endian), the encoded record
 (Protobuf: message indexes first). The writer schema comes from the plan (the subject's versions when the job was
-planned) or, for an id the plan lacks, from the registry (cached per process). Each part decodes into one schema:
-Avro values are resolved into the plan's reader schema (fastavro), Protobuf and JSON Schema values are decoded with
-their writer schema and their fields matched by name to the plan's columns (the union of the subject's versions).
+planned) or, for an id the plan lacks, from the registry (cached per process). Every value, Avro, Protobuf or JSON
+Schema, is decoded with its own writer schema and its fields matched by name to the plan's columns (the union of the
+subject's versions' fields): a field its version lacks is null.
 
 A record does not decode when it is not framed, names an id the registry does not know, fails to decode with its
-schema, or its writer schema cannot be read as the reader schema (a field's type changed): `_reason` says which,
-naming the ids and the field. A null payload (a tombstone, a null key) decodes to nulls.
+schema, or a field's value does not fit its column (a schema the plan lacks that gives the field another type):
+`_reason` says which, naming the id or the field. A null payload (a tombstone, a null key) decodes to nulls.
 
 Dead letters: `_raw` is the record's raw envelope (with `reason`), built from the batch's envelope columns, which
 the driver sends whole when an archive keeps dead letters (driver/spark_job.py).
@@ -31,7 +31,8 @@ from s3_archive.archive.executor.avro_decoding import AvroDecoder, cast_times, t
 from s3_archive.archive.protocol import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import HEADER_BYTES, RegistrySchema, UnknownSchemaId
 from s3_archive.keys.buckets import decoded_placeholder
-from s3_archive.model.registry_types import NOT_A_RECORD, json_schema_to_spark
+from s3_archive.model.json_schema_types import json_reader
+from s3_archive.model.registry_types import NOT_A_RECORD
 
 GOOD, REASON, RAW = "_good", "_reason", "_raw"
 _MISFIT = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
@@ -66,27 +67,31 @@ def arrow_type(t: Any) -> pa.DataType:
 
 
 class _JsonDecoder:
+    """Payloads of one JSON Schema: parsed, and the values its schema gives no fixed type made JSON text
+    (model/json_schema_types.py)."""
+
     def __init__(self, writer: RegistrySchema) -> None:
-        t, _ = json_schema_to_spark(json.loads(writer.text))
-        self.record = isinstance(t, dict) and t.get("type") == "struct"
+        self.record, self._convert = json_reader(json.loads(writer.text))
 
     def __call__(self, payload: bytes) -> Any:
         value = json.loads(payload)
         if self.record and not isinstance(value, dict):
             raise ValueError(f"not a JSON object but {type(value).__name__}")
+        if self._convert is not None:
+            value = self._convert(value)
         return value if self.record else {NOT_A_RECORD: value}
 
 
 class Incompatible(ValueError):
-    """A writer schema cannot be read as the reader schema."""
+    """A schema id names a schema of another type than the part's."""
 
 
 @dataclass
 class _Decoders:
-    """Decoders by (type, writer schema, reader schema), made on first use; per process, shared by a worker's tasks
+    """Decoders by (type, writer schema), made on first use; per process, shared by a worker's tasks
     (keyed by the schemas' text, not their ids: two registries may give one id to different schemas)."""
 
-    by_key: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    by_key: dict[tuple[str, str], Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -106,7 +111,7 @@ def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
     """The decoder of payloads written with `schema_id` into the part's columns; UnknownSchemaId, or Incompatible
     (a message naming both ids and why) when it cannot be made."""
     writer = _writer_schema(plan, part, schema_id)
-    key = (part.kind, writer.text, part.reader.text if part.reader is not None else "")
+    key = (part.kind, writer.text)
     with _DECODERS.lock:
         found = _DECODERS.by_key.get(key)
     if found is not None:
@@ -117,9 +122,7 @@ def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
         if writer.schema_type != {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}[part.kind]:
             raise Incompatible(f"schema id {schema_id} is a {writer.schema_type} schema, not {part.kind}")
         if part.kind == "avro":
-            dec: Any = AvroDecoder(writer, part.reader)
-            if part.reader is not None and writer.id != part.reader.id:
-                _check_resolution(writer, part.reader)
+            dec: Any = AvroDecoder(writer)
         elif part.kind == "protobuf":
             from s3_archive.archive.protobuf_schemas import ProtobufDecoder
 
@@ -133,40 +136,6 @@ def _decoder(plan: DecodePlan, part: DecodedPart, schema_id: int) -> Any:
     with _DECODERS.lock:
         _DECODERS.by_key[key] = dec
     return dec
-
-
-def _check_resolution(writer: RegistrySchema, reader: RegistrySchema) -> None:
-    """Incompatible, naming the field, when Avro's resolution rules cannot read `writer` as `reader`."""
-    from s3_archive.model.registry_types import IncompatibleFields, avro_columns
-
-    try:
-        _resolvable(avro_columns(writer.text), avro_columns(reader.text), "")
-    except IncompatibleFields as e:
-        raise Incompatible(f"schema id {writer.id} cannot be read as schema id {reader.id} (subject "
-                           f"{reader.subject!r} version {reader.version}): {e}") from None
-
-
-_PROMOTIONS = {("integer", "long"), ("integer", "float"), ("integer", "double"), ("long", "float"),
-               ("long", "double"), ("float", "double"), ("string", "binary"), ("binary", "string")}
-
-
-def _resolvable(w: Any, r: Any, path: str) -> None:
-    from s3_archive.model.registry_types import IncompatibleFields
-
-    if w == r or (isinstance(w, str) and isinstance(r, str) and (w, r) in _PROMOTIONS):
-        return
-    if isinstance(w, dict) and isinstance(r, dict) and w.get("type") == r.get("type"):
-        if w["type"] == "struct":
-            mine = {f["name"]: f["type"] for f in w["fields"]}
-            for f in r["fields"]:
-                if f["name"] in mine:
-                    _resolvable(mine[f["name"]], f["type"], f"{path}.{f['name']}" if path else f["name"])
-            return
-        if w["type"] == "array":
-            return _resolvable(w["elementType"], r["elementType"], path + "[]")
-        if w["type"] == "map":
-            return _resolvable(w["valueType"], r["valueType"], path + "{}")
-    raise IncompatibleFields(path or "(the value)", w, r)
 
 
 # --- decoding a batch ------------------------------------------------------------------------------------------
@@ -229,41 +198,63 @@ def _build_type(t: Any, raw: bool) -> pa.DataType:
     return arrow_type(t)
 
 
-def _columns(part: DecodedPart, values: list[Any], reasons: list[str | None]) -> list[pa.Array]:
+def _columns(plan: DecodePlan, part: DecodedPart, values: list[Any], ids: list[int | None],
+             reasons: list[str | None]) -> list[pa.Array]:
     """The part's stored columns from its decoded values (one struct array built from the dicts in Arrow's C++,
     then flattened); a value that does not fit the columns' types makes its record bad (its reason names the
     field)."""
     spark = json.loads(part.struct_type)
     t = _build_type(spark, part.kind == "avro")
     try:
-        return _stored(part, pa.array(values, type=t), spark)
+        built = pa.array(values, type=t)
     except _MISFIT:
-        pass
-    for i, v in enumerate(values):  # find the records that do not fit
-        if v is None:
-            continue
-        for f in t:
-            try:
-                pa.array([v.get(f.name)], type=f.type)
-            except _MISFIT as e:
-                if reasons[i] is None:
-                    reasons[i] = f"{part.part}: field {f.name!r} does not fit the column type {f.type}: {e}"
-                values[i] = None
-                break
-    return _stored(part, pa.array(values, type=t), spark)
+        for i, v in enumerate(values):  # find the records that do not fit
+            if v is None:
+                continue
+            for f in t:
+                try:
+                    pa.array([v.get(f.name)], type=f.type)
+                except _MISFIT as e:
+                    if reasons[i] is None:
+                        reasons[i] = (f"{part.part}: field {f.name!r} of schema id {ids[i]} does not fit the column "
+                                      f"type {f.type}: {e}")
+                    values[i] = None
+                    break
+        built = pa.array(values, type=t)
+    if part.kind != "avro":
+        return built.flatten()
+    decoded_ids = [i if v is not None else None for i, v in zip(ids, values, strict=True)]
+    return _timed(plan, part, built, decoded_ids, spark).flatten()
 
 
-def _stored(part: DecodedPart, built: pa.StructArray, spark: Any) -> list[pa.Array]:
-    """The built struct's fields as the stored columns: Avro's date and timestamp numbers cast by their unit (the
-    reader schema's logical types)."""
+def _timed(plan: DecodePlan, part: DecodedPart, built: pa.StructArray, ids: list[int | None], spark: Any,
+           ) -> pa.StructArray:
+    """`ids`: each decoded row's writer schema id (None: a null row)."""
+    """Avro's date and timestamp numbers cast by their unit, which is each record's writer schema's (two versions
+    may give one field timestamp-millis and timestamp-micros): one cast when the batch's writers agree on every
+    unit, else one per group of writers that do, put back in row order."""
+    units = {i: time_units(json.loads(_writer_schema(plan, part, i).text)) for i in {i for i in ids if i is not None}}
+    by_id = {i: repr(u) for i, u in units.items()}
+    distinct = {k: units[i] for i, k in by_id.items()}
+    if len(distinct) <= 1:
+        return _cast_struct(built, next(iter(distinct.values()), {}), spark)
+    first = next(iter(distinct))
+    groups: dict[str, list[int]] = {k: [] for k in distinct}
+    for row, i in enumerate(ids):  # a row without an id holds nulls: any group's cast fits it
+        groups[by_id[i] if i is not None else first].append(row)
+    order = [row for rows in groups.values() for row in rows]
+    pieces = [_cast_struct(built.take(pa.array(rows, pa.int64())), distinct[k], spark)
+              for k, rows in groups.items() if rows]
+    return pa.concat_arrays(pieces).take(pc.sort_indices(pa.array(order, pa.int64())))
+
+
+def _cast_struct(built: pa.StructArray, units: dict[str, Any], spark: Any) -> pa.StructArray:
     columns = built.flatten()
-    if part.kind != "avro" or part.reader is None:
-        return columns
-    units = time_units(json.loads(part.reader.text))
-    out = []
-    for f, col, sf in zip(built.type, columns, spark["fields"], strict=True):
-        out.append(cast_times(col, units.get(f.name), arrow_type(sf["type"])))
-    return out
+    cast = [cast_times(col, units.get(f.name), arrow_type(sf["type"]))
+            for f, col, sf in zip(built.type, columns, spark["fields"], strict=True)]
+    return pa.StructArray.from_arrays(cast, fields=[f.with_type(c.type) for f, c in zip(built.type, cast,
+                                                                                          strict=True)],
+                                      mask=built.is_null() if built.null_count else None)
 
 
 def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -277,7 +268,7 @@ def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
         decoded.append((part, values, ids))
     names, arrays = list(batch.schema.names), list(batch.columns)
     for part, values, ids in decoded:
-        cols = _columns(part, values, reasons)
+        cols = _columns(plan, part, values, ids, reasons)
         names += list(part.columns)
         arrays += cols
         names.append(schema_id_column(part.part))

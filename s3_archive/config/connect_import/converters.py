@@ -72,7 +72,7 @@ def converters(props: Props) -> Decodings:
         strategy = props.get(f"{part}.converter.{_STRATEGY.split('.', 1)[1]}")
         if strategy and not strategy.endswith("TopicNameStrategy"):
             out.notes.append((yaml_key, f"{part}.converter.{_STRATEGY.split('.', 1)[1]}", strategy,
-                              f"set {yaml_key}.subject to the subject whose newest version reads the topic's "
+                              f"set {yaml_key}.subject to the subject whose versions describe the topic's "
                               f"{part}s (the default is '<topic>-{part}')"))
         for option in [o for o in props.data if o.startswith(f"{part}.converter.") and is_secret(o)]:
             props.get(option)

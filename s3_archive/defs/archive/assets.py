@@ -7,7 +7,7 @@ does not request it again either (docs/sensors.md, "Retries").
 
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -27,7 +27,7 @@ from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
 from s3_archive.keys.objects import partition_dir
-from s3_archive.model.errors import WindowNotAvailable
+from s3_archive.model.errors import RunEnded, WindowNotAvailable
 from s3_archive.model.windows import OffsetWindow
 
 
@@ -68,6 +68,24 @@ def failure(context: dg.AssetExecutionContext, lines: list[str], hopeless: bool)
                       allow_retries=False)
 
 
+ENDED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.CANCELING)
+
+
+def still_running(instance: dg.DagsterInstance, run_id: str) -> Callable[[], None]:
+    """What the step asks before each window's commit: RunEnded once Dagster has marked its run failed or canceled
+    (its run process died, monitoring gave up on it, a person canceled it). A step outlives its run process when
+    only that process is killed; without this it would commit windows of a run whose failure already had them
+    requested again. One read of the run's status per commit."""
+
+    def check() -> None:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in ENDED:
+            raise RunEnded(f"run {run_id} is {run.status.value} (its process died or it was canceled); this step "
+                           "of it commits nothing more. The offsets sensor requests its windows again")
+
+    return check
+
+
 def attempt_metadata(context: dg.AssetExecutionContext) -> dict[str, int]:
     """`run_attempt`: which run of these windows this is (1, or more when the sensor requested them again);
     `step_retry`: which retry of the run's step (0: the first try)."""
@@ -100,14 +118,16 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
         try:
             client = s3.get_client()
             check_bucket(client, cfg.bucket, cfg.prefix)
-            partitions = kafka.partitions(topic)
+            # a broker restarting as the run starts: wait for it (broker_outage_seconds) rather than fail the step
+            partitions = kafka.riding(cfg.broker_outage_seconds, lambda: kafka.partitions(topic), context.log)
             missing = [w for w in windows if w.partition not in partitions]
             if missing:
                 raise WindowNotAvailable(f"window {missing[0].key}: topic {topic!r} has no partition "
                                          f"{missing[0].partition} (partitions: {partitions[0]}..{partitions[-1]})")
             ctx = ArchiveContext(spark.session(), kafka, client, S3Connection.of_resource(s3),
                                  S3Endpoint.of_resource(s3), context.log,
-                                 registry.connection() if registry is not None else None)
+                                 registry.connection() if registry is not None else None,
+                                 still_running(context.instance, context.run_id))
             results = archive_windows(ctx, cfg, topic, windows)
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e

@@ -217,7 +217,8 @@ def build_offsets_sensor(cfg: ArchiveConfig, max_windows: int = MAX_WINDOWS_PER_
         name=sensor_name(cfg),
         asset_selection=[archive_asset_key(t) for t in cfg.topics],
         minimum_interval_seconds=cfg.sensor_interval_seconds,
-        default_status=dg.DefaultSensorStatus.STOPPED,
+        default_status=dg.DefaultSensorStatus.RUNNING if cfg.sensor_default == "running"
+        else dg.DefaultSensorStatus.STOPPED,
         description=f"Cuts offset windows of {', '.join(cfg.topics)} (flush.count {cfg.flush.count}, flush.bytes "
                     f"{cfg.flush.bytes}, flush.interval_seconds {cfg.flush.interval_seconds}{cron}) and archives "
                     f"them, {cfg.windows_per_run} windows and {cfg.bytes_per_run} estimated bytes per run at "

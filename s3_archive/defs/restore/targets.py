@@ -104,7 +104,7 @@ def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.A
                 if conn is None:
                     raise InvalidRestore(f"schema_subjects {t.schema_subjects!r} needs the target's Schema "
                                          "Registry: set $S3_ARCHIVE_SCHEMA_REGISTRY_URL")
-                schemas = SchemaRewrite(conn, t.schema_subjects)
+                schemas = SchemaRewrite(conn, t.schema_subjects, t.unlisted_schema_ids)
         except (UserError, ValueError) as e:
             kind = type(e).__name__ if isinstance(e, UserError) else InvalidRestore.__name__
             raise dg.Failure(description=f"{kind}: restore target {t.name!r} of topic {topic!r}: {e}") from None

@@ -63,7 +63,9 @@ def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic:
                                    ArchiveSource(cfg.bucket, cfg.prefix, splits_windows(cfg)), request, windows,
                                    cold, plan.ledger_seen):
             plan.add(rep)
-            meta = typed({"target_topic": request.target_topic, **rep.metadata()})
+            ids = schemas.counts.get(rep.window) if schemas is not None else None
+            meta = typed({"target_topic": request.target_topic, **rep.metadata(),
+                          **(ids.metadata() if ids is not None else {})})
             context.log.info(f"window {rep.window.key}: {rep.restored} restored, {rep.skipped} already "
                              f"present, {rep.filtered} filtered" + (" [dry run]" if request.dry_run else ""))
             if request.dry_run:

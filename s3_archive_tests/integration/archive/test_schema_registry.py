@@ -79,7 +79,7 @@ def test_avro_values_become_typed_columns_one_schema_per_window(registry_server,
     m1 = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, w1).manifest
     [key] = final_objects(s3, cfg, topic)
     t = _table(s3, cfg.bucket, key)
-    # read as v2, the newest version when the window was archived: v1's records get email's default
+    # each record read with its own version, into the union of the versions' fields: v1's records have no email
     assert t.column("id").to_pylist() == [1, 2, 3, None]  # the tombstone decodes to nulls
     assert t.column("name").to_pylist() == ["n1", "n2", "n3", None]
     assert t.column("email").to_pylist() == [None, None, "c@x", None]
@@ -93,20 +93,20 @@ def test_avro_values_become_typed_columns_one_schema_per_window(registry_server,
     assert m1.manifest_version == 3 and m1.schemas and m1.value_decoding == "avro"
     ids = {s.id for s in m1.schemas}
     v1_id, v2_id = sr.get_version(f"{topic}-value", 1).schema_id, sr.get_version(f"{topic}-value", 2).schema_id
-    assert ids == {v1_id, v2_id} and [s.id for s in m1.schemas if s.reader] == [v2_id]
+    assert ids == {v1_id, v2_id} and not any(s.reader for s in m1.schemas)  # no reader schema: each its own
     for s in m1.schemas:  # each kept in the bucket by its content hash
         kept = json.loads(s3.get_object(Bucket=cfg.bucket, Key=s.key)["Body"].read())
         assert kept["schemaType"] == "AVRO" and json.loads(kept["schema"])["name"] == "Order"
     assert {f["name"] for f in json.loads(m1.spark_schema)["fields"]} >= {"key", "value", "id", "email", "ship"}
 
-    # v3 removes `name`: the next window is read as v3
+    # v3 removes `name`: the next window's columns are still every version's fields, `name` null for v3's record
     later = _avro(sr, topic, V3, [{k: v for k, v in _order(5).items() if k != "name"}])
     produce(kafka, topic, [(0, b"k5", later[0], [])])
     m2 = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
                         OffsetWindow(0, 4, 5)).manifest
     fields = [f["name"] for f in json.loads(m2.spark_schema)["fields"]]
-    assert "name" not in fields and "email" in fields
-    assert [s.id for s in m2.schemas if s.reader] == [sr.get_version(f"{topic}-value", 3).schema_id]
+    assert "name" in fields and "email" in fields
+    assert [s.id for s in m2.schemas] == [sr.get_version(f"{topic}-value", 3).schema_id]
 
 
 def test_bad_records_follow_on_error(registry_server, registry, kafka, s3, services, spark, unique):
@@ -317,10 +317,230 @@ def test_avro_evolution_in_iceberg(registry_server, registry, kafka, s3, service
                          value_decoding={"type": "avro", "on_error": "dead_letter"})
     ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log, registry)
     w1 = archive_window(ctx, cfg, topic, OffsetWindow(0, 0, 2)).manifest
-    assert w1.manifest_version == 3 and [s.reader for s in w1.schemas] == [True]
+    assert w1.manifest_version == 3 and [s.reader for s in w1.schemas] == [False]
     produce(kafka, topic, [(0, None, v, []) for v in _avro(sr, topic, small2, [{"id": 3, "tag": "new"}])]
             + [(0, None, b"not framed", [])])
     w2 = archive_window(ctx, cfg, topic, OffsetWindow(0, 2, 4)).manifest
     assert w2.record_count == 2 and w2.undecodable_records == 1 and len(w2.dead_letter_objects) == 1
     rows = sorted(iceberg_table(services, cfg, topic).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
     assert [(r["offset"], r["id"], r.get("tag")) for r in rows] == [(0, 1, None), (1, 2, None), (2, 3, "new")]
+
+
+# --- every shape compared with what confluent-kafka's deserializers read -----------------------------------------
+def _by_name(value):
+    """A column value as the deserializers give it: Arrow's maps (lists of pairs) as dicts."""
+    if isinstance(value, list) and value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
+        return {k: _by_name(v) for k, v in value}
+    if isinstance(value, dict):
+        return {k: _by_name(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_by_name(x) for x in value]
+    return value
+
+
+JSON_SHAPES = {"type": "object", "title": "Event", "properties": {
+    "id": {"type": "integer"},
+    "meta": {"type": "object"},  # free-form: a very common "metadata" field
+    "extra": {"type": "object", "additionalProperties": True},
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "lines": {"type": "array", "items": {"$ref": "#/$defs/Line"}},
+    "node": {"$ref": "#/$defs/Node"},
+}, "$defs": {
+    "Line": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"},
+                                              "attrs": {"type": "object"}}},
+    "Node": {"type": "object", "properties": {"name": {"type": "string"},
+                                              "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}}}
+JSON_TEXT = ("meta", "extra", "either")  # no fixed type: the value's JSON text
+
+
+def test_json_schema_shapes_equal_what_the_json_deserializer_reads(registry_server, registry, kafka, s3, services,
+                                                                   spark, unique):
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+    topic = create_topic(kafka, f"sr-jshapes-{unique}")
+    sr = _registry_client(registry_server.url)
+    ser = JSONSerializer(json.dumps(JSON_SHAPES), sr)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    records = [
+        {"id": 1, "meta": {"source": "web", "tags": ["a", "b"], "nested": {"x": None}, "ü": "é"},
+         "extra": {"k": 1}, "counts": {"a": 1, "b": 2}, "either": "text", "maybe": "yes",
+         "lines": [{"sku": "s1", "qty": 2, "attrs": {"color": "red"}}, {"sku": "s2", "qty": 1}],
+         "node": {"name": "root", "kids": [{"name": "leaf", "kids": []}]}},
+        {"id": 2, "meta": {}, "either": 7, "maybe": None, "lines": []},
+        {"id": 3},
+    ]
+    values = [ser(r, ctx) for r in records]
+    produce(kafka, topic, [(0, None, v, []) for v in values])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "json_schema",
+                                                                                  "on_error": "dead_letter"})
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
+                       OffsetWindow(0, 0, len(values))).manifest
+    assert m.undecodable_records == 0 and [s.schema_type for s in m.schemas] == ["JSON"]  # none dead-lettered
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key).to_pylist()
+    de = JSONDeserializer(None, schema_registry_client=sr)
+    read = [de(v, ctx) for v in values]
+    def text(v):
+        return None if v is None else json.loads(v)
+
+    for row, want in zip(t, read, strict=True):
+        assert row["id"] == want["id"] and row["maybe"] == want.get("maybe")
+        assert {n: text(row[n]) for n in JSON_TEXT} == {n: want.get(n) for n in JSON_TEXT}
+        assert _by_name(row["counts"]) == want.get("counts")  # additionalProperties of one type: a map
+        # arrays of objects: structs, their free-form field as JSON text
+        assert (None if row["lines"] is None else [{**x, "attrs": text(x["attrs"])} for x in row["lines"]]) == \
+            (None if "lines" not in want else [{"sku": x.get("sku"), "qty": x.get("qty"), "attrs": x.get("attrs")}
+                                               for x in want["lines"]])
+        # a recursive $ref: the first level a struct, the levels below it JSON text
+        assert (None if row["node"] is None else {**row["node"], "kids": [text(k) for k in row["node"]["kids"]]}) \
+            == want.get("node")
+    assert t[0]["meta"] == '{"source":"web","tags":["a","b"],"nested":{"x":null},"ü":"é"}'  # compact, as produced
+
+
+AVRO_PAY_V1 = {"type": "record", "name": "Pay", "namespace": "bank", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": "string"},
+    {"name": "raw", "type": "bytes"},
+    {"name": "digest", "type": {"type": "fixed", "name": "Digest", "size": 4}},
+    {"name": "via", "type": [
+        {"type": "record", "name": "Card", "fields": [{"name": "number", "type": "string"}]},
+        {"type": "record", "name": "Iban", "fields": [{"name": "iban", "type": "string"}]}]},
+]}
+AVRO_PAY_V2 = {**AVRO_PAY_V1, "fields": [*AVRO_PAY_V1["fields"],
+                                         {"name": "email", "type": ["null", "string"], "default": None}]}
+AVRO_PAY_V3 = {**AVRO_PAY_V2, "fields": [f for f in AVRO_PAY_V2["fields"] if f["name"] != "name"]}  # name removed
+
+
+def _pay(i: int, v: int) -> dict:
+    out = {"id": i, "name": f"n{i}", "raw": bytes([0, i, 255]), "digest": f"d{i:03d}".encode(),
+           "via": {"number": f"4{i}"} if i % 2 else {"iban": f"NO{i}"}}
+    if v >= 2:
+        out["email"] = f"u{i}@x"
+    if v == 3:
+        del out["name"]
+    return out
+
+
+def test_avro_v1_v2_v3_a_removed_field_keeps_its_values_bytes_fixed_and_unions_of_records(
+        registry_server, registry, kafka, s3, services, spark, unique):
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    topic = create_topic(kafka, f"sr-avro3-{unique}")
+    sr = _registry_client(registry_server.url)
+    values = (_avro(sr, topic, AVRO_PAY_V1, [_pay(1, 1), _pay(2, 1)]) + _avro(sr, topic, AVRO_PAY_V2, [_pay(3, 2)])
+              + _avro(sr, topic, AVRO_PAY_V3, [_pay(4, 3), _pay(5, 3)]))
+    produce(kafka, topic, [(0, None, v, []) for v in values])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+    # archived after v3 is registered: v1's and v2's `name` is still a column, with their values
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
+                       OffsetWindow(0, 0, len(values))).manifest
+    assert len(m.schemas) == 3
+    [key] = final_objects(s3, cfg, topic)
+    t = _table(s3, cfg.bucket, key).to_pylist()
+    de = AvroDeserializer(sr)
+    read = [de(v, SerializationContext(topic, MessageField.VALUE)) for v in values]
+    assert [r["name"] for r in t] == ["n1", "n2", "n3", None, None]
+    assert [r["email"] for r in t] == [None, None, "u3@x", "u4@x", "u5@x"]
+    for row, want in zip(t, read, strict=True):
+        assert row["id"] == want["id"] and row["raw"] == want["raw"] and row["digest"] == want["digest"]
+        assert row["name"] == want.get("name") and row["email"] == want.get("email")
+        assert json.loads(row["via"]) == want["via"]  # a union of several records: its JSON text
+
+
+def test_a_recursive_protobuf_message_is_refused_naming_it(registry_server, registry, kafka, s3, services, spark,
+                                                           unique):
+    from s3_archive.model.errors import IncompatibleSchema
+
+    topic = create_topic(kafka, f"sr-tree-{unique}")
+    sr = _registry_client(registry_server.url)
+    sid = sr.register_schema(f"{topic}-value", Schema('syntax = "proto3";\npackage t;\nmessage Tree {\n'
+                                                      '  string name = 1;\n  repeated Tree kids = 2;\n}\n',
+                                                      "PROTOBUF"))
+    produce(kafka, topic, [(0, None, b"\x00" + sid.to_bytes(4, "big") + b"\x00\x0a\x01a", [])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "protobuf"})
+    [r] = archive_windows(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic,
+                          [OffsetWindow(0, 0, 1)]).values()
+    assert isinstance(r, IncompatibleSchema)
+    assert str(r) == (f"topic {topic!r}: subject '{topic}-value': Protobuf message 't.Tree' is recursive; columns "
+                      "cannot hold a recursive type")
+    assert final_objects(s3, cfg, topic) == {}  # refused before anything was written
+
+
+# --- key decoding, format avro and format iceberg, end to end with the same serializers ---------------------------
+KEY = {"type": "record", "name": "Key", "namespace": "bank", "fields": [{"name": "tenant", "type": "string"},
+                                                                        {"name": "n", "type": "int"}]}
+
+
+def _keyed(sr: SchemaRegistryClient, topic: str, values: list[bytes]) -> list[tuple]:
+    ser = AvroSerializer(sr, json.dumps(KEY))
+    return [(0, ser({"tenant": f"t{i}", "n": i}, SerializationContext(topic, MessageField.KEY)), v, [("h", b"1")])
+            for i, v in enumerate(values)]
+
+
+def test_format_avro_with_key_and_value_decoding_reads_as_the_deserializers_and_restores_byte_exact(
+        registry_server, registry, kafka, s3, services, spark, unique):
+    import fastavro
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+    from s3_archive.restore.request import RestoreContext, RestoreRequest
+    from s3_archive.restore.run import restore_windows
+    from s3_archive.restore.sources import ArchiveSource
+    from s3_archive_tests.integration.restore.test_restore import consume_all
+
+    topic = create_topic(kafka, f"sr-avrofmt-{unique}")
+    sr = _registry_client(registry_server.url)
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    ser = JSONSerializer(json.dumps(JSON_SHAPES), sr)
+    values = [ser({"id": i, "meta": {"i": i, "tags": ["x"]}, "counts": {"a": i}}, vctx) for i in range(3)]
+    produced = produce(kafka, topic, _keyed(sr, topic, values))
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", format="avro",
+                         value_decoding={"type": "json_schema"}, key_decoding={"type": "avro"})
+    window = OffsetWindow(0, 0, 3)
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, registry), cfg, topic, window).manifest
+    assert {s.part for s in m.schemas} == {"key", "value"}
+    [key] = final_objects(s3, cfg, topic)
+    rows = list(fastavro.reader(io.BytesIO(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())))
+    kde, vde = AvroDeserializer(sr), JSONDeserializer(None, schema_registry_client=sr)
+    for row, p in zip(rows, produced, strict=True):
+        k = kde(p.key, SerializationContext(topic, MessageField.KEY))
+        v = vde(p.value, vctx)
+        assert (row["key_tenant"], row["key_n"]) == (k["tenant"], k["n"])
+        assert row["id"] == v["id"] and json.loads(row["meta"]) == v["meta"] and dict(row["counts"]) == v["counts"]
+        assert row["value"] == p.value and row["key"] == p.key  # the raw bytes stay
+    target = create_topic(kafka, f"sr-avrofmt-back-{unique}")
+    list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                         RestoreRequest(topic, target), [window]))
+    back = consume_all(kafka, target)[0]
+    assert [(g.key, g.value) for g in back] == [(p.key, p.value) for p in produced]
+
+
+def test_format_iceberg_with_key_decoding_and_a_removed_avro_field(registry_server, registry, kafka, s3, services,
+                                                                   spark, unique):
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    from s3_archive.io.iceberg_catalog import S3Endpoint
+    from s3_archive_tests.credentials import TEST_AWS
+    from s3_archive_tests.integration.archive.test_iceberg import _table as iceberg_table
+
+    endpoint = S3Endpoint(TEST_AWS["AWS_REGION"], services.s3_endpoint_url, services.s3_endpoint_url, True)
+    topic = create_topic(kafka, f"sr-icekey-{unique}")
+    sr = _registry_client(registry_server.url)
+    values = _avro(sr, topic, AVRO_PAY_V1, [_pay(1, 1)]) + _avro(sr, topic, AVRO_PAY_V3, [_pay(2, 3)])
+    produced = produce(kafka, topic, _keyed(sr, topic, values))
+    cfg = archive_config(services.bucket, topic, f"sricekey-{unique}/", format="iceberg",
+                         value_decoding={"type": "avro"}, key_decoding={"type": "avro"})
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log, registry)
+    archive_window(ctx, cfg, topic, OffsetWindow(0, 0, 2))
+    rows = sorted(iceberg_table(services, cfg, topic).scan().to_arrow().to_pylist(), key=lambda r: r["offset"])
+    kde, vde = AvroDeserializer(sr), AvroDeserializer(sr)
+    for row, p in zip(rows, produced, strict=True):
+        k = kde(p.key, SerializationContext(topic, MessageField.KEY))
+        v = vde(p.value, SerializationContext(topic, MessageField.VALUE))
+        assert (row["key_tenant"], row["key_n"]) == (k["tenant"], k["n"])
+        assert (row["id"], row["name"], row["email"], row["raw"], row["digest"]) == \
+            (v["id"], v.get("name"), v.get("email"), v["raw"], v["digest"])
+        assert json.loads(row["via"]) == v["via"]
+    assert [r["name"] for r in rows] == ["n1", None]  # v1's value of the field v3 removed is a column

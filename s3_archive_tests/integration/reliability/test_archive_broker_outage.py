@@ -79,3 +79,60 @@ def test_broker_restarted_mid_archive_then_rerun_is_exactly_once(outage_broker, 
     assert [manifest(s3, cfg, topic, w).record_count for w in windows] == [WINDOW] * len(windows)
     assert archived_records(s3, cfg, topic) == produced  # 0 lost, 0 duplicated, byte for byte
     assert staging_objects(s3, cfg, topic) == []
+
+
+START_DOWN_S = 20.0  # stopped before the run starts, started again this long after (its start takes seconds more)
+
+
+def test_a_broker_down_as_the_run_starts_is_waited_for_with_no_step_retry(outage_broker, outage_kafka, services,
+                                                                           spark_resource, s3, unique):
+    kafka = outage_kafka
+    topic = create_topic(kafka, f"outage-start-{unique}", partitions=2)
+    produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(200)])
+    # no step retry: only the run's own wait (broker_outage_seconds, 60 s by default) can carry it through
+    cfg = archive_config(services.bucket, topic, f"outage-start/{unique}/", retries={"max": 0, "reruns": 0})
+    windows = [OffsetWindow(p, 0, 100) for p in (0, 1)]
+    back = threading.Event()
+
+    def restart() -> None:
+        time.sleep(START_DOWN_S)
+        outage_broker.start()
+        back.set()
+
+    outage_broker.stop()
+    threading.Thread(target=restart, daemon=True).start()
+    t0 = time.monotonic()
+    result = materialize(cfg, topic, windows, resources(services, kafka, spark_resource), raise_on_error=False)
+    elapsed = time.monotonic() - t0
+    print(f"\narchive run started with the broker down for {START_DOWN_S:.0f}s: "
+          f"{'committed' if result.success else 'failed'} after {elapsed:.1f}s")
+    assert back.wait(60), "the broker did not come back"
+    assert result.success and elapsed > START_DOWN_S  # it waited for the broker rather than failing
+    meta = window_metadata(result)
+    assert sorted(meta) == sorted(w.key for w in windows)
+    assert {m["outcome"] for m in meta.values()} == {"committed"} and {m["step_retry"] for m in meta.values()} == {0}
+    # every record once (archived_records is in (partition, offset) order)
+    assert archived_records(s3, cfg, topic) == sorted(produced, key=lambda r: (r.partition, r.offset))
+
+
+def test_a_broker_down_past_broker_outage_seconds_fails_the_run_saying_how_long(outage_broker, outage_kafka, services,
+                                                                                 spark_resource, unique):
+    kafka = outage_kafka
+    topic = create_topic(kafka, f"outage-bound-{unique}")
+    produce(kafka, topic, [(0, None, b"v", [])])
+    cfg = archive_config(services.bucket, topic, f"outage-bound/{unique}/", broker_outage_seconds=3,
+                         retries={"max": 0, "reruns": 0})
+    outage_broker.stop()
+    t0 = time.monotonic()
+    try:
+        result = materialize(cfg, topic, [OffsetWindow(0, 0, 1)], resources(services, kafka, spark_resource),
+                             raise_on_error=False)
+    finally:
+        elapsed = time.monotonic() - t0
+        outage_broker.start()
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.event_specific_data.error.message
+    assert "KafkaUnavailable: cannot reach Kafka at" in message and "(broker_outage_seconds: 3)" in message, message
+    # bounded: the bound plus one request's timeout (outage_kafka's 5 s), plus the run's own start
+    assert elapsed < 3 + 5 + 30, elapsed

@@ -87,3 +87,61 @@ def test_dr_restore_rewrites_ids_into_a_new_registry(registry_server, target_reg
                          RestoreRequest(topic, named), [window]))
     assert {"crm.User", "crm.UserKey"} <= set(target.get_subjects())
     assert len(consume_all(kafka, named)[0]) == 5
+
+
+def test_a_window_whose_framed_records_are_all_dead_letters_is_never_restored_with_ids_no_one_vouches_for(
+        registry_server, target_registry_server, kafka, s3, services, spark, unique):
+    import pytest
+
+    from s3_archive.model.errors import InvalidRestore
+
+    topic = create_topic(kafka, f"sr-dr-dead-{unique}")
+    source = SchemaRegistryClient({"url": registry_server.url, "timeout": 10})
+    target = SchemaRegistryClient({"url": target_registry_server.url, "timeout": 10})
+    target.register_schema(f"other-dead-{unique}", Schema(json.dumps({"type": "record", "name": "Y", "fields": []}),
+                                                          "AVRO"))  # the target's ids differ from the source's
+    good = AvroSerializer(source, json.dumps(USER))({"id": 1, "email": None},
+                                                    SerializationContext(topic, MessageField.VALUE))
+    sid = int.from_bytes(good[1:5], "big")
+    # framed with a real id, but bodies that do not decode: every record is a dead letter, the manifest lists no
+    # schema
+    values = [good[:5] + b"\xff\xff\xff" + bytes([i]) for i in range(3)]
+    produced = produce(kafka, topic, [(0, None, v, []) for v in values])
+    cfg = archive_config(services.bucket, topic, f"srdead/{unique}/",
+                         value_decoding={"type": "avro", "on_error": "dead_letter"})
+    window = OffsetWindow(0, 0, 3)
+    m = archive_window(ArchiveContext.of_client(spark, kafka, s3, log, RegistryConnection(registry_server.url,
+                                                                                          timeout_s=10)),
+                       cfg, topic, window).manifest
+    assert m.undecodable_records == 3 and not m.schemas
+
+    def restore(rewrite: SchemaRewrite) -> str:
+        dr = create_topic(kafka, f"sr-dr-dead-{rewrite.unlisted}-{rewrite.source is not None}-{unique}")
+        list(restore_windows(RestoreContext(kafka, s3, log, schemas=rewrite), ArchiveSource(cfg.bucket, cfg.prefix),
+                             RestoreRequest(topic, dr), [window]))
+        return dr
+
+    into = RegistryConnection(target_registry_server.url, timeout_s=10)
+    refused = SchemaRewrite(into, "topic_name")
+    with pytest.raises(InvalidRestore) as e:
+        restore(refused)
+    assert (f"window {window.key}: the value of the record at offset 0 is framed with schema id {sid}, which the "
+            "window's manifest does not list") in str(e.value) and "nothing was restored" in str(e.value)
+    dr = f"sr-dr-dead-refuse-False-{unique}"
+    assert consume_all(kafka, dr)[0] == []  # refused before producing anything
+
+    # the source registry still knows the id: its schema is registered in the target and the ids rewritten
+    resolved = SchemaRewrite(into, "topic_name", source=RegistryConnection(registry_server.url, timeout_s=10))
+    dr = restore(resolved)
+    got = consume_all(kafka, dr)[0]
+    new_id = target.get_latest_version(f"{dr}-value").schema_id
+    assert new_id != sid and [g.value for g in got] == [b"\x00" + new_id.to_bytes(4, "big") + v[5:] for v in values]
+    assert resolved.counts[window].metadata() == {"schemas_registered": 1, "schema_ids_rewritten": 3,
+                                                  "records_kept_with_unlisted_ids": 0}
+
+    # told to keep them: restored as they are, and counted
+    kept = SchemaRewrite(into, "topic_name", "keep")
+    dr = restore(kept)
+    assert [g.value for g in consume_all(kafka, dr)[0]] == [r.value for r in produced]
+    assert kept.counts[window].metadata() == {"schemas_registered": 0, "schema_ids_rewritten": 0,
+                                              "records_kept_with_unlisted_ids": 3}

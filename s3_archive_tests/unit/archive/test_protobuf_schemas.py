@@ -69,3 +69,15 @@ def test_a_schema_given_as_a_serialized_descriptor():
     compile_schema(SCHEMA).CopyToProto(fdp)
     serialized = RegistrySchema(4, "PROTOBUF", base64.b64encode(fdp.SerializeToString()).decode())
     assert json.dumps(protobuf_columns(serialized)) == json.dumps(protobuf_columns(SCHEMA))
+
+
+def test_a_recursive_message_is_refused_naming_it():
+    import pytest
+
+    from s3_archive.model.registry_types import UnsupportedSchema
+
+    tree = RegistrySchema(4, "PROTOBUF", 'syntax = "proto3";\npackage t;\nmessage Tree {\n  string name = 1;\n'
+                                         '  repeated Tree kids = 2;\n}\n')
+    with pytest.raises(UnsupportedSchema, match="Protobuf message 't.Tree' is recursive; columns cannot hold a "
+                                                "recursive type"):
+        protobuf_columns(tree)

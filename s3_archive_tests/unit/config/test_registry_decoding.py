@@ -17,7 +17,7 @@ from s3_archive.model.errors import InvalidConfig
 from s3_archive.model.manifest import parse_manifest
 from s3_archive.model.registry_types import IncompatibleFields, json_schema_columns, merge_types
 from s3_archive.restore.batch import Records
-from s3_archive.restore.schema_ids import rewritten, subject
+from s3_archive.restore.schema_ids import SchemaRewrite, subject
 from s3_archive_tests.manifests import hand_manifest
 
 
@@ -95,14 +95,28 @@ def test_a_manifest_listing_schemas_is_version_2():
     assert v3.schemas == v2.schemas and "schemas" not in json.loads(hand_manifest("t").dumps())
 
 
-def test_restore_rewrites_framed_ids_only():
-    ids = {"value": {7: 42}, "key": {8: 43}}
+def test_restore_rewrites_framed_ids_and_refuses_or_keeps_an_unlisted_one():
+    from s3_archive.io.registry_client import RegistryConnection
+    from s3_archive.model.errors import InvalidRestore
+    from s3_archive.model.windows import OffsetWindow
+
+    window = OffsetWindow(0, 0, 3)
     batch = Records([0, 0, 0], [0, 1, 2], [b"\x00\x00\x00\x00\x08k", None, b"raw"],
                     [b"\x00\x00\x00\x00\x07v", b"plain", b"\x00\x00\x00\x00\x09u"], [[], [], []], [1, 2, 3],
                     [1, 1, 1])
-    [out] = rewritten(iter([batch]), ids)
-    assert out.values == [b"\x00\x00\x00\x00\x2av", b"plain", b"\x00\x00\x00\x00\x09u"]
-    assert out.keys == [b"\x00\x00\x00\x00\x2bk", None, b"raw"]
+    target = RegistryConnection("http://127.0.0.1:9", timeout_s=1, attempts=1)  # never asked: no schema to register
+    keep = SchemaRewrite(target, "topic_name", "keep")
+    [out] = keep.rewritten(window, iter([batch]), {"value": {7: 42}, "key": {8: 43}}, "t2")
+    assert out.values == [b"\x00\x00\x00\x00\x2av", b"plain", b"\x00\x00\x00\x00\x09u"]  # 9: kept as it is
+    assert out.keys == [b"\x00\x00\x00\x00\x2bk", None, b"raw"]  # b"raw" is not framed
+    assert keep.counts[window].metadata() == {"schemas_registered": 0, "schema_ids_rewritten": 2,
+                                              "records_kept_with_unlisted_ids": 1}
+    refuse = SchemaRewrite(target, "topic_name")
+    with pytest.raises(InvalidRestore, match="window p00000-0+-0+3: the value of the record at offset 2 is framed "
+                                             "with schema id 9, which the window's manifest does not list"):
+        list(refuse.rewritten(window, iter([batch]), {"value": {7: 42}, "key": {8: 43}}, "t2"))
+    with pytest.raises(InvalidRestore, match="unlisted_schema_ids 'drop' is not known; allowed: refuse, keep"):
+        SchemaRewrite(target, "topic_name", "drop")
 
 
 def test_subject_name_strategies():

@@ -40,3 +40,22 @@ def test_with_schedule_cron_the_offsets_sensor_is_the_one_path_that_cuts_windows
     for schedule in repo.schedule_defs:
         job = repo.get_job(schedule.job_name)
         assert not set(job.asset_layer.selected_asset_keys) & archive_keys, schedule.name
+
+
+def test_the_offsets_sensor_runs_from_the_start_unless_the_archive_says_stopped():
+    import dagster as dg
+    import pytest
+
+    from s3_archive.defs.archive.sensors import build_offsets_sensor
+    from s3_archive.model.errors import InvalidConfig
+
+    def archive(**kw):
+        return parse_settings({"archives": [{"name": "a", "topics": ["t"], "bucket": "b-1", **kw}]}).archives[0]
+
+    assert build_offsets_sensor(archive()).default_status == dg.DefaultSensorStatus.RUNNING
+    assert build_offsets_sensor(archive(sensor_default="running")).default_status == dg.DefaultSensorStatus.RUNNING
+    assert build_offsets_sensor(archive(sensor_default="stopped")).default_status == dg.DefaultSensorStatus.STOPPED
+    with pytest.raises(InvalidConfig, match=r"archives\[0\]\.sensor_default.*'running' or 'stopped'"):
+        archive(sensor_default="on")
+    with pytest.raises(InvalidConfig, match=r"archives\[0\]\.broker_outage_seconds"):
+        archive(broker_outage_seconds=-1)

@@ -3,6 +3,9 @@ librdkafka and for Spark's Java client (JAAS quoting); errors that never carry a
 
 from __future__ import annotations
 
+import re
+import time
+
 import dagster as dg
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -10,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from s3_archive.io.kafka import KafkaResource, jaas_config, jaas_string
-from s3_archive.model.errors import InvalidConfig
+from s3_archive.model.errors import InvalidConfig, KafkaRefused, KafkaUnavailable
 
 SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "archiver",
         "sasl_password": "pw-never-shown"}
@@ -122,7 +125,52 @@ def test_a_refused_login_names_servers_and_user_never_the_password():
     assert tls.startswith("the TLS handshake with Kafka at b:9096 as user 'archiver'") and \
         "$S3_ARCHIVE_KAFKA_SSL_CA_LOCATION" in tls
     down = str(k.unavailable(KafkaException(KafkaError(KafkaError._TRANSPORT, "Broker transport failure"))))
-    assert down.startswith("cannot reach Kafka at b:9096 as user 'archiver' (SCRAM-SHA-512) within 15s")
+    assert down.startswith("cannot reach Kafka at b:9096 as user 'archiver' (SCRAM-SHA-512) (request timeout 15s): "
+                           "Broker transport failure")
+    # the time the failed call really took, not its timeout
+    took = str(k.unavailable(KafkaException(KafkaError(KafkaError._TRANSPORT, "No leaders found")),
+                             what="listing the offsets of 't'", since=time.monotonic() - 0.25))
+    assert re.match(r"cannot reach Kafka at b:9096 .* \(listing the offsets of 't'\) \(after 0\.[23]s, request "
+                    r"timeout 15s\): No leaders found", took), took
+
+
+def test_riding_waits_out_an_outage_up_to_its_bound_and_never_a_refusal():
+    k = KafkaResource(bootstrap_servers="b:9092")
+    answers = iter([KafkaUnavailable("cannot reach Kafka at b:9092 (after 0.0s, request timeout 15s): down."),
+                    KafkaUnavailable("cannot reach Kafka at b:9092 (after 0.0s, request timeout 15s): down."),
+                    {0: 5}])
+    warned: list[str] = []
+
+    class Log:
+        def warning(self, msg: str) -> None:
+            warned.append(msg)
+
+    def call():
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    t0 = time.monotonic()
+    assert k.riding(10, call, Log()) == {0: 5}
+    assert 1.5 < time.monotonic() - t0 < 5  # a second apart
+    assert len(warned) == 1 and "; trying again for up to" in warned[0]
+
+    def down():
+        raise KafkaUnavailable("cannot reach Kafka at b:9092 (after 0.0s, request timeout 15s): down.")
+
+    with pytest.raises(KafkaUnavailable, match=r"; Kafka stayed unreachable for 1\.\ds \(broker_outage_seconds: "
+                                               r"1\)"):
+        k.riding(1, down)
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise KafkaRefused("Kafka at b:9092 refused the login")
+
+    with pytest.raises(KafkaRefused):
+        k.riding(30, refused)
+    assert calls == [1]
 
 
 def test_the_admin_client_is_made_once_per_resource_and_process(monkeypatch):
