@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
+from s3_archive.metrics.command import metrics_arguments, metrics_command
 from s3_archive.model.errors import (
     InvalidConfig,
     KafkaUnavailable,
@@ -214,6 +215,8 @@ COMMANDS: dict[str, Command] = {
         "turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, Lenses KCQL) into an archive YAML block "
         "(docs/import-connect.md)", _import_arguments,
         lambda args: import_connect_command(args.file, args.out, args.name, args.take_over)),
+    "metrics": Command("serve the archives' metrics for Prometheus (docs/metrics.md)", metrics_arguments,
+                       metrics_command),
 }
 
 
