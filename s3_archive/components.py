@@ -29,8 +29,8 @@ class ArchiveAttributes(BaseModel):
     """`attributes:` of a KafkaArchive's defs.yaml: one archive, validated by `ArchiveConfig` in `load` (so the
     errors are the config file's)."""
 
-    model_config = ConfigDict(extra="allow", json_schema_extra=lambda schema: schema.update(
-        {k: v for k, v in ArchiveConfig.model_json_schema().items() if k in ("properties", "required", "$defs")}))
+    model_config = ConfigDict(extra="allow", title="KafkaArchive attributes: one archive's settings "
+                                                   "(docs/configuration.md)")
 
 
 class ScaffoldParams(BaseModel):

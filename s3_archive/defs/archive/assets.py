@@ -91,7 +91,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             retry_policy=retry_policy(cfg.retries),
             metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
                       "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
-            description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
+            description=f"Kafka topic {topic} archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
                         "Each partition is one offset window, written exactly once (manifest = commit point).\n\n"
                         + _where_to_look(cfg, topic) + archive_links(cfg, topic, "docs/commit-protocol.md"),
         )
