@@ -1,4 +1,4 @@
-"""`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI.
+"""`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI (`dg dev`).
 
 Everything the demo makes lives in the local dir (`$S3_ARCHIVE_LOCAL_DIR`): the broker's topics, moto's bucket,
 the Dagster instance (`dagster_home/`) and the topic state (`state/`). A second run starts the same stack again
@@ -138,7 +138,7 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
     hint = (f"Turn on the sensor {', '.join(sensor_name(a) for a in archives)} under Automation to archive new "
             "records as they arrive. The archives' checks were evaluated now (an archive asset's Checks tab); they "
             f"run daily once the schedule {', '.join(checks_job_name(a) + '_daily' for a in archives)} is on.")
-    return _serve(root, port, hint + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""))
+    return _serve(port, hint + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""))
 
 
 def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path) -> list[ArchiveConfig]:
@@ -174,20 +174,22 @@ def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path) 
     return archives
 
 
-def _serve(root: Path, port: int, hint: str) -> int:
-    """`dagster dev` on `port` until Ctrl-C; the UI's URL is printed once it answers. It runs in DAGSTER_HOME, where
+def _serve(port: int, hint: str) -> int:
+    """`dg dev` on `port` until Ctrl-C; the UI's URL is printed once it answers. It runs in DAGSTER_HOME, where
     the demo copied the repository's dagster.yaml, so the instance is configured by it (and Dagster does not warn
     that a dagster.yaml in the working directory is not used)."""
     workspace = Path.cwd() / "workspace.yaml"
     target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
-    proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port), *target],
+    # `dg dev`, as Dagster 1.13 recommends (`dagster dev` says it is superseded), with the workspace as its target.
+    dg_cli = Path(sys.executable).with_name("dg")
+    proc = subprocess.Popen([str(dg_cli), "dev", "-h", "127.0.0.1", "-p", str(port), *target],
                             cwd=os.environ["DAGSTER_HOME"])
     try:
         if _answers(proc, f"http://127.0.0.1:{port}/server_info"):
             print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack; the next "
                   f"`make demo` finds everything as it was, `{purge_command()}` removes it). {hint}", flush=True)
         return proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C reached dagster dev too: give it time to stop its webserver and daemon
+    except KeyboardInterrupt:  # Ctrl-C reached dg dev too: give it time to stop its webserver and daemon
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
