@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 import yaml
 
+from s3_archive.cli import main
 from s3_archive.config.settings import parse_settings
 from s3_archive.definitions import build_defs
 from s3_archive.model.errors import InvalidConfig
@@ -26,9 +27,11 @@ def project(tmp_path, monkeypatch) -> Path:
 
 
 def _declare(project: Path, folder: str, attributes: dict) -> None:
+    """A KafkaArchive, or a KafkaRestoreTarget when the attributes name an `archive`."""
     where = project / "defs" / folder
     where.mkdir(parents=True)
-    (where / "defs.yaml").write_text(yaml.safe_dump({"type": "s3_archive.KafkaArchive", "attributes": attributes}))
+    kind = "s3_archive.KafkaRestoreTarget" if "archive" in attributes else "s3_archive.KafkaArchive"
+    (where / "defs.yaml").write_text(yaml.safe_dump({"type": kind, "attributes": attributes}))
 
 
 def _load(project: Path) -> dg.Definitions:
@@ -84,3 +87,36 @@ def _chain(e: BaseException) -> list[BaseException]:
         out.append(e)
         e = e.__cause__ or e.__context__
     return out
+
+
+def test_a_restore_target_component_is_its_archives_restore_target(project):
+    _declare(project, "orders", {k: v for k, v in ORDERS.items() if k != "restore_targets"})
+    _declare(project, "orders_dr", {"archive": "orders", "name": "replay", "target_topic": "{topic}.restored"})
+    assert _shape(_load(project)) == _shape(build_defs(parse_settings({"archives": [ORDERS]})))
+
+
+def test_a_bad_restore_target_names_its_defs_yaml(project):
+    _declare(project, "orders", {k: v for k, v in ORDERS.items() if k != "restore_targets"})
+    _declare(project, "orders_dr", {"archive": "orders", "name": "Bad Name", "target_topic": "x"})
+    with pytest.raises(Exception) as got:
+        dg.Definitions.merge(_load(project)).get_repository_def()
+    text = "\n".join(str(e) for e in _chain(got.value) if isinstance(e, InvalidConfig))
+    assert "orders_dr/defs.yaml: attributes.name: " in text
+    _declare(project, "ghost_dr", {"archive": "ghost", "name": "replay", "target_topic": "x"})
+    with pytest.raises(Exception) as got:
+        dg.Definitions.merge(_load(project)).get_repository_def()
+    text = "\n".join(str(e) for e in _chain(got.value) if isinstance(e, InvalidConfig))
+    assert "ghost_dr/defs.yaml: attributes.archive: no KafkaArchive is named 'ghost' (archives: orders)" in text
+
+
+def test_a_config_file_converted_by_the_command_loads_as_the_same_definitions(project, tmp_path, capsys):
+    config = tmp_path / "archives.yaml"
+    config.write_text(yaml.safe_dump({"archives": [ORDERS, CLICKS]}))
+    assert main(["components", str(config), "--out", str(project / "defs")]) == 0
+    assert "orders/defs.yaml" in capsys.readouterr().out
+    assert _shape(_load(project)) == _shape(build_defs(parse_settings({"archives": [ORDERS, CLICKS]})))
+    assert main(["components", str(config), "--out", str(project / "defs")]) == 1  # not overwritten
+    assert "exists already; not overwritten" in capsys.readouterr().err
+    config.write_text(yaml.safe_dump({"archives": [ORDERS], "foreign_sources": []}))
+    assert main(["components", str(config), "--out", str(tmp_path / "other")]) == 1
+    assert "foreign_sources have no component form yet" in capsys.readouterr().err
