@@ -65,3 +65,10 @@ def capture_lineage(monkeypatch, path: Path) -> Path:
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__LOG_FILE_PATH", str(path))
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__APPEND", "true")
     return path
+
+
+def stop_capturing(monkeypatch) -> None:
+    """Lineage off again (what `capture_lineage` set, removed)."""
+    for var in ("OPENLINEAGE__TRANSPORT__TYPE", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH",
+                "OPENLINEAGE__TRANSPORT__APPEND"):
+        monkeypatch.delenv(var, raising=False)

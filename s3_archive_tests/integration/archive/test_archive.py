@@ -32,7 +32,7 @@ from s3_archive_tests.integration.archive_helpers import (
     window_metadata,
 )
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, open_producer, parquet_records, produce
-from s3_archive_tests.lineage_events import capture_lineage, read_events, validate_event
+from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 
 
 @pytest.fixture
@@ -354,7 +354,7 @@ def test_missing_bucket_and_unknown_topic_fail_with_one_clear_error(kafka, servi
     assert [e["eventType"] for e in events] == ["START", "FAIL"]
     validate_event(events[1])
     assert f"no-such-bucket-{unique}' does not exist" in events[1]["run"]["facets"]["errorMessage"]["message"]
-    monkeypatch.delenv("OPENLINEAGE__TRANSPORT__TYPE")
+    stop_capturing(monkeypatch)
 
     ghost = f"ghost-{unique}"
     result = materialize(archive_config(services.bucket, ghost, "", read_path=read_path), ghost, [OffsetWindow(0, 0, 1)], res,

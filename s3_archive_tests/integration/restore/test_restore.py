@@ -37,7 +37,7 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, open_producer, produce
-from s3_archive_tests.lineage_events import capture_lineage, read_events, validate_event
+from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 from s3_archive_tests.manifests import hand_manifest
 
 
@@ -271,7 +271,7 @@ def test_backfill_range_with_murmur2_keeps_order_and_a_rerun_skips_everything(ka
     first = restore_metadata(materialize_restore(shared.cfg, shared.topic, shared.windows, res, config))
     elapsed = time.monotonic() - t0
     _check_restore_lineage(read_events(lineage), shared, kafka, target)
-    monkeypatch.delenv("OPENLINEAGE__TRANSPORT__TYPE")
+    stop_capturing(monkeypatch)
     again = restore_metadata(materialize_restore(shared.cfg, shared.topic, shared.windows, res, config))
 
     got = consume_all(kafka, target)
