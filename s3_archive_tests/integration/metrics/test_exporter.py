@@ -51,7 +51,10 @@ def _p(partition: int, topic: str) -> tuple:
 
 @pytest.fixture
 def exporter(kafka, tmp_path):
-    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:
+    """A Dagster instance on disk (runs and event log in SQLite), as the runs and the exporter share one."""
+    home = tmp_path / "dagster"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
         yield instance
 
 
