@@ -167,8 +167,8 @@ def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path) 
                 print(f"demo: archived {len(new)} windows of {topic} in one run "
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
             if archived:  # so that the UI shows them evaluated, not "Not Evaluated", on its first view
-                checks = defs.get_job_def(checks_job_name(archive)).execute_in_process(instance=instance,
-                                                                                     raise_on_error=False)
+                checks = defs.resolve_job_def(checks_job_name(archive)).execute_in_process(instance=instance,
+                                                                                         raise_on_error=False)
                 print(f"demo: checks of archive {archive.name} evaluated "
                       f"({'ok' if checks.success else 'FAILED'})", flush=True)
     return archives
