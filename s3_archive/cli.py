@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
+from s3_archive.metrics.command import metrics_arguments, metrics_command
 from s3_archive.model.errors import (
     InvalidConfig,
     InvalidRestore,
@@ -301,6 +302,14 @@ def _import_arguments(imp: argparse.ArgumentParser) -> None:
                           "\"Taking over\")")
 
 
+def _print_written(config: Path, out: Path) -> int:
+    from s3_archive.components import write_components
+
+    for path in write_components(config, out):
+        print(f"wrote {path}")
+    return 0
+
+
 class Command(NamedTuple):
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
@@ -325,6 +334,13 @@ COMMANDS: dict[str, Command] = {
         "turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, Lenses KCQL) into an archive YAML block "
         "(docs/import-connect.md)", _import_arguments,
         lambda args: import_connect_command(args.file, args.out, args.name, args.take_over)),
+    "metrics": Command("serve the archives' metrics for Prometheus (docs/metrics.md)", metrics_arguments,
+                       metrics_command),
+    "components": Command(
+        "write each archive of a config file as a KafkaArchive component's defs.yaml (docs/components.md)",
+        lambda p: (p.add_argument("config", type=Path), p.add_argument("--out", type=Path, required=True,
+                                                                        help="the project's defs folder")),
+        lambda args: _print_written(args.config, args.out)),
 }
 
 

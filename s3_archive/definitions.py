@@ -76,11 +76,16 @@ def build_defs(settings: Settings, known_topics: Mapping[str, Sequence[str]] | N
     return dg.Definitions.merge(*parts)
 
 
+def known_topics(settings: Settings) -> Mapping[str, Sequence[str]] | None:
+    """The topic state (for archives with a `topic_pattern`; None when none has one)."""
+    patterns = any(a.topic_pattern is not None for a in settings.archives)
+    return read_known_topics(topic_state_file()) if patterns else None
+
+
 def load_defs() -> dg.Definitions:
     """The code location's definitions from the environment: config file, connection settings, topic state."""
     settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
-    patterns = any(a.topic_pattern is not None for a in settings.archives)
-    return build_defs(settings, read_known_topics(topic_state_file()) if patterns else None)
+    return build_defs(settings, known_topics(settings))
 
 
 defs = load_defs()

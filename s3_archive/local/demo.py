@@ -1,4 +1,4 @@
-"""`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI.
+"""`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI (`dg dev`).
 
 Everything the demo makes lives in the local dir (`$S3_ARCHIVE_LOCAL_DIR`): the broker's topics, moto's bucket,
 the Dagster instance (`dagster_home/`) and the topic state (`state/`). A second run starts the same stack again
@@ -16,17 +16,19 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import dagster as dg
 from confluent_kafka.admin import NewTopic
 
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.config.settings import load_settings, resolve_topic_patterns
+from s3_archive.config.settings import Settings, load_settings, resolve_topic_patterns
 from s3_archive.definitions import DEMO_CONFIG, build_defs
 from s3_archive.defs.archive.discovery import describe
 from s3_archive.defs.archive.instance import materialized_windows, read_windows
 from s3_archive.defs.archive.partitions import RANGE_END, RANGE_START, archive_asset_key, window_partitions
+from s3_archive.defs.archive.schedules import checks_job_name
 from s3_archive.defs.archive.sensors import evaluate, sensor_name
 from s3_archive.defs.resources import kafka_resource
 from s3_archive.io.kafka import KafkaResource
@@ -35,7 +37,7 @@ from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.io.topic_state import refresh_topics
 from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.local import stack
-from s3_archive.local.processes import StackError
+from s3_archive.local.processes import StackError, purge_command
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
 # The demo config's restore target (`restore_targets`) produces into this topic: created empty.
@@ -94,7 +96,7 @@ def check_consistent(instance: dg.DagsterInstance, s3: S3Client, archives: list[
         shown = "; ".join(f"{t}: {len(keys)} (first {keys[0]})" for t, keys in sorted(lost.items()))
         raise StackError(f"the Dagster instance in {home} has committed windows whose manifests are not in the "
                          f"local bucket ({shown}): the instance and the bucket are not from the same stack. To start "
-                         "over with empty local state: `s3-archive local down --purge`, then `make demo` again")
+                         f"over with empty local state: `{purge_command()}`, then `make demo` again")
 
 
 RESTORE_HINT = ("To restore: open kafka_restore_target/replay/demo.orders, click Materialize, click All in the "
@@ -129,6 +131,18 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
     settings = load_settings(config)
     with dg.build_resources({"kafka": kafka_resource()}) as resources:  # as the runs connect: from state.env()
         kafka = resources.kafka
+    try:
+        archives = _archive_demo(settings, kafka, dagster_home)
+    finally:
+        kafka.close()  # before the stack stops (a refused start too): librdkafka would log refused connections
+    hint = (f"The sensor {', '.join(sensor_name(a) for a in archives)} (under Automation) archives new records as "
+            "they arrive. The archives' checks were evaluated now (an archive asset's Checks tab); they "
+            f"run daily once the schedule {', '.join(checks_job_name(a) + '_daily' for a in archives)} is on.")
+    return _serve(port, hint + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""))
+
+
+def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path) -> list[ArchiveConfig]:
+    """Seed the demo topics, refresh the topic state, cut the new windows and archive them (one run per topic)."""
     seed_topics(kafka)
     # Definitions read the topics of topic_patterns from the topic state: refresh it before the UI loads them.
     known = refresh_topics(settings, kafka, topic_state_file()).known
@@ -137,8 +151,10 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
     defs = build_defs(settings, known)
     archives = resolve_topic_patterns(settings, known).archives
     with dg.DagsterInstance.get() as instance:
-        check_consistent(instance, stack.local_s3_client(state.s3_endpoint_url), archives, dagster_home)
+        check_consistent(instance, stack.local_s3_client(os.environ["S3_ARCHIVE_S3_ENDPOINT_URL"]), archives,
+                         dagster_home)
         for archive in archives:
+            archived = False
             for topic, new in cut_windows(instance, kafka, archive).items():
                 print(f"demo: {topic}: {len(new)} new windows", flush=True)
                 if not new:
@@ -147,19 +163,33 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
                 result = dg.materialize(
                     [defs.get_assets_def(archive_asset_key(topic))], instance=instance, resources=defs.resources,
                     tags={RANGE_START: new[0], RANGE_END: new[-1]}, raise_on_error=False)
+                archived = True
                 print(f"demo: archived {len(new)} windows of {topic} in one run "
                       f"({'ok' if result.success else 'FAILED'}, {time.monotonic() - t:.1f}s)", flush=True)
-    kafka.close()  # the UI's processes make their own; this one would outlive the stack it reaches
-    print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack; the next `make demo` "
-          "finds everything as it was, `s3-archive local down --purge` removes it). The sensor "
-          f"{', '.join(sensor_name(a) for a in settings.archives)} (under Automation) archives new records as they "
-          "arrive." + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""), flush=True)
+            if archived:  # so that the UI shows them evaluated, not "Not Evaluated", on its first view
+                checks = defs.resolve_job_def(checks_job_name(archive)).execute_in_process(instance=instance,
+                                                                                         raise_on_error=False)
+                print(f"demo: checks of archive {archive.name} evaluated "
+                      f"({'ok' if checks.success else 'FAILED'})", flush=True)
+    return archives
+
+
+def _serve(port: int, hint: str) -> int:
+    """`dg dev` on `port` until Ctrl-C; the UI's URL is printed once it answers. It runs in DAGSTER_HOME, where
+    the demo copied the repository's dagster.yaml, so the instance is configured by it (and Dagster does not warn
+    that a dagster.yaml in the working directory is not used)."""
     workspace = Path.cwd() / "workspace.yaml"
     target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
-    proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port), *target])
+    # `dg dev`, as Dagster 1.13 recommends (`dagster dev` says it is superseded), with the workspace as its target.
+    dg_cli = Path(sys.executable).with_name("dg")
+    proc = subprocess.Popen([str(dg_cli), "dev", "-h", "127.0.0.1", "-p", str(port), *target],
+                            cwd=os.environ["DAGSTER_HOME"])
     try:
+        if _answers(proc, f"http://127.0.0.1:{port}/server_info"):
+            print(f"demo: Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it and the local stack; the next "
+                  f"`make demo` finds everything as it was, `{purge_command()}` removes it). {hint}", flush=True)
         return proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C reached dagster dev too: give it time to stop its webserver and daemon
+    except KeyboardInterrupt:  # Ctrl-C reached dg dev too: give it time to stop its webserver and daemon
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -168,3 +198,15 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _answers(proc: subprocess.Popen, url: str, timeout_s: float = 300) -> bool:
+    """Whether the webserver answers `url` before `proc` exits (or `timeout_s` passes)."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except OSError:
+            time.sleep(0.5)
+    return False

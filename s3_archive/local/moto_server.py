@@ -23,7 +23,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from s3_archive.local.processes import StackError, ensure_port_free, free_port, spawn, stop_pid, wait_until
+from s3_archive.local.processes import (
+    StackError,
+    ensure_port_free,
+    free_port,
+    purge_command,
+    spawn,
+    stop_pid,
+    wait_until,
+)
 
 # Requests that change no state: dropped from the recording before a replay, so it grows with writes only.
 _READS = ("GET", "HEAD", "OPTIONS")
@@ -78,7 +86,7 @@ class MotoServer:
             replay_recording(self.recording, self.port)
         except (OSError, ValueError, KeyError) as e:
             raise StackError(f"the moto server could not replay its recording {self.recording} ({e}); to start "
-                             "over with empty local state: `s3-archive local down --purge`") from None
+                             f"over with empty local state: `{purge_command()}`") from None
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -20,6 +20,21 @@ class StackError(RuntimeError):
     """Something the local stack cannot do; the message says what is wrong and what to do."""
 
 
+def purge_command() -> str:
+    """`s3-archive local down --purge` as it runs when typed where the user is: by name if `s3-archive` on PATH is
+    this one, else by its path (after `make demo`, `.venv/bin/s3-archive` from the repository)."""
+    import sys
+
+    ours = Path(sys.executable).parent / "s3-archive"
+    found = shutil.which("s3-archive")
+    if found and Path(found).resolve() == ours.resolve():
+        return "s3-archive local down --purge"
+    try:
+        return f"{ours.relative_to(Path.cwd())} local down --purge"
+    except ValueError:
+        return f"{ours} local down --purge"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

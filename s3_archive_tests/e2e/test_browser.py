@@ -41,6 +41,7 @@ class Demo:
     url: str
     root: Path  # the demo's local dir ($S3_ARCHIVE_LOCAL_DIR)
     logs: list[Path]
+    proc: subprocess.Popen  # the running (second) demo
 
 
 def start_demo(root: Path, port: int, log: Path) -> subprocess.Popen:
@@ -83,7 +84,7 @@ def demo(tmp_path_factory) -> Iterator[Demo]:
         assert stop_demo(proc) == 0, logs[0].read_text()[-4000:]
         assert read_state(root) is None  # the stack stopped with the demo
         proc = start_demo(root, port, logs[1])
-        yield Demo(f"http://127.0.0.1:{port}", root, logs)
+        yield Demo(f"http://127.0.0.1:{port}", root, logs, proc)
     finally:
         if proc.poll() is None:
             stop_demo(proc)
@@ -100,6 +101,15 @@ def kafka_of(demo: Demo) -> KafkaResource:
 def test_a_second_demo_start_finds_the_ui_and_the_bucket_in_agreement(demo):
     first, second = (log.read_text() for log in demo.logs)
     assert f"demo: {TOPIC}: 6 new windows" in first and "demo: archived 6 windows of demo.orders in one run (ok" in first
+    assert "demo: checks of archive demo evaluated (ok)" in first  # so the UI shows them evaluated
+    # The UI's address is printed once the webserver answers it (after dg dev says it serves); the first demo may
+    # be stopped before it prints it (the test stops it as soon as the UI answers).
+    assert second.index("Serving dagster-webserver") < second.index("demo: Dagster UI on http://127.0.0.1:")
+    both = first + second
+    assert "will not be used to configure Dagster" not in both  # the copied dagster.yaml is the one used
+    assert "Use 'dg dev' instead" not in both  # the demo runs what Dagster 1.13 recommends
+    assert "Connection refused" not in both  # every Kafka client is closed before the stack stops (Ctrl-C)
+    assert "UserWarning" not in both
     assert f"demo: {TOPIC}: 0 new windows" in second and "demo: demo.clicks: 0 new windows" in second
     statuses = graphql(demo.url, """query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
         assetPartitionStatuses { ... on DefaultPartitionStatuses { materializedPartitions } } } } }""",
@@ -143,6 +153,11 @@ def open_archive_window(b: Browser, url: str) -> None:
     b.click(f"//a[contains(@href, '/assets/kafka_archive/{TOPIC}')]", timeout=60)
     b.visible(starting_with(f"Kafka topic {TOPIC} archived"))  # the description
     b.shot("archive-asset")
+    b.click(with_text("Checks"))
+    b.visible(with_text("windows_contiguous"))
+    b.shot("archive-checks")
+    assert "Not evaluated" not in b.text(), "the demo evaluates the checks once, so none is left unevaluated"
+    b.driver.back()
     b.click(with_text("Partitions"))
     b.click(starting_with("p00000-"))
     b.visible(with_text("outcome"))
@@ -176,3 +191,16 @@ def wait_for_restore_run(url: str, timeout: float = 300) -> str:
             return ours[0]["runId"]
         assert time.monotonic() < deadline, f"no finished restore run within {timeout} s: {runs}"
         time.sleep(2)
+
+
+def test_the_printed_reset_command_runs_as_printed(demo):
+    """Last in this module: it stops the demo. The reset command the demo printed, run as typed where `make demo`
+    runs, removes the demo's local state."""
+    assert stop_demo(demo.proc) == 0
+    printed = demo.logs[1].read_text()
+    command = printed.split("the next `make demo` finds everything as it was, `", 1)[1].split("` removes it", 1)[0]
+    assert command.endswith(" local down --purge"), command
+    env = {**os.environ, "S3_ARCHIVE_LOCAL_DIR": str(demo.root)}
+    done = subprocess.run(command, shell=True, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{command!r} as printed: {done.stdout}{done.stderr}"
+    assert not demo.root.exists()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import dagster as dg
 
+from s3_archive.archive.archive_lineage import archive_datasets
 from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.coordinator import archive_windows
 from s3_archive.archive.failures import permanent
@@ -22,6 +23,7 @@ from s3_archive.defs.restore.assets import restore_asset_key
 from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.lineage import LineageRun, lineage_run, run_uuid
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
@@ -107,7 +109,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             retry_policy=retry_policy(cfg.retries),
             metadata={"topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix, "format": cfg.format,
                       "compression": cfg.codec, "layout": partition_dir(cfg.prefix, topic, 0) + "…"},
-            description=f"Kafka topic `{topic}` archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
+            description=f"Kafka topic {topic} archived to s3://{cfg.bucket}/{cfg.prefix}{topic}/ as {cfg.format}. "
                         "Each partition is one offset window, written exactly once (manifest = commit point).\n\n"
                         + _where_to_look(cfg, topic) + archive_links(cfg, topic, "docs/commit-protocol.md"),
         )
@@ -115,6 +117,14 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
     def run(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,
             registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization]:
         windows = [OffsetWindow.parse(k) for k in context.partition_keys]
+        inputs, outputs = archive_datasets(cfg, topic, kafka.bootstrap_servers, windows)
+        with lineage_run(f"archive.{cfg.name}.{topic}", "ARCHIVE", run_uuid(context.run_id, context.retry_number),
+                         inputs, outputs, context.log) as lineage:
+            yield from archive_run(context, windows, spark, kafka, s3, registry, lineage)
+
+    def archive_run(context: dg.AssetExecutionContext, windows: list[OffsetWindow], spark: SparkResource,
+                    kafka: KafkaResource, s3: S3Resource, registry: SchemaRegistryResource | None,
+                    lineage: LineageRun) -> Iterator[dg.AssetMaterialization]:
         try:
             client = s3.get_client()
             check_bucket(client, cfg.bucket, cfg.prefix)
@@ -131,6 +141,8 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
             results = archive_windows(ctx, cfg, topic, windows)
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
+        done = {w: r.manifest for w, r in results.items() if not isinstance(r, BaseException)}
+        lineage.inputs, lineage.outputs = archive_datasets(cfg, topic, kafka.bootstrap_servers, windows, done)
         failed: list[BaseException] = []
         lines: list[str] = []
         attempts = attempt_metadata(context)

@@ -78,7 +78,7 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
     table = table_name(topic, options)
     qualified = f"{options.database}.{table}"
-    keys = ", ".join(f"`{k['Name']}`" for k in partition_keys(cfg))
+    keys = ", ".join(k["Name"] for k in partition_keys(cfg))
 
     @dg.asset(
         key=catalog_asset_key(topic),
@@ -88,7 +88,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
         group_name=f"archive_{cfg.name}",
         kinds={"glue", "athena"},
         metadata={"table": qualified, "location": location(cfg, topic), "partition_mode": options.partitions},
-        description=f"Glue table `{qualified}` over s3://{cfg.bucket}/{cfg.prefix}{topic}/ ({cfg.format}), "
+        description=f"Glue table {qualified} over s3://{cfg.bucket}/{cfg.prefix}{topic}/ ({cfg.format}), "
                     f"partitioned by {keys} ({options.partitions}); queryable from Athena.",
     )
     def _catalog(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource) -> dg.MaterializeResult:

@@ -57,7 +57,7 @@ def build_lifecycle_asset(cfg: ArchiveConfig, policy: LifecyclePolicy) -> dg.Ass
         # once. Give this pool a limit of 1 in the instance's concurrency settings (the write also re-checks).
         pool=f"s3_lifecycle__{cfg.bucket}",
         metadata={"bucket": cfg.bucket, "rule_id_prefix": owner, "rule_count": len(rules)},
-        description=f"S3 lifecycle rules `{owner}*` of archive {cfg.name!r} in bucket {cfg.bucket}: "
+        description=f"S3 lifecycle rules {owner}* of archive {cfg.name!r} in bucket {cfg.bucket}: "
                     f"{len(rules)} rules. Rules of other owners in the bucket are left unchanged.",
     )
     def _lifecycle(context: dg.AssetExecutionContext, s3: S3Resource) -> dg.MaterializeResult:

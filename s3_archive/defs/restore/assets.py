@@ -31,9 +31,9 @@ def build_restore_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
     restore_asset = restore_asset_spec(
         cfg, topic, restore_asset_key(topic),
         metadata={"source_topic": topic, "bucket": cfg.bucket, "prefix": cfg.prefix},
-        description=f"Archived windows of `{topic}` (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
-                    "Kafka topic chosen at launch (launchpad: `target_topic`), exactly once (transactions + a "
-                    "restore ledger). Declared targets (`restore_targets`) launch with no config.",
+        description=f"Archived windows of {topic} (s3://{cfg.bucket}/{cfg.prefix}{topic}/) produced back into a "
+                    "Kafka topic chosen at launch (launchpad: target_topic), exactly once (transactions + a "
+                    "restore ledger). Declared targets (restore_targets) launch with no config.",
     )
 
     @restore_asset

@@ -74,7 +74,7 @@ def build_foreign_restore_asset(source: ForeignSource, successor: ArchiveConfig 
         metadata={"source_topic": source.topic, "bucket": source.bucket, "prefix": source.key_prefix,
                   "layout": source.layout, "format": source.format,
                   **({"successor_archive": successor.name} if successor is not None else {})},
-        description=f"Records of `{source.topic}` archived by the {source.layout} S3 sink under {where}, produced "
+        description=f"Records of {source.topic} archived by the {source.layout} S3 sink under {where}, produced "
                     "into a Kafka topic chosen at launch, exactly once (transactions + a restore ledger); each run "
                     f"restores what earlier runs did not.{then}",
     )

@@ -88,8 +88,8 @@ def build_target_asset(cfg: ArchiveConfig, topic: str, t: RestoreTarget) -> dg.A
         cfg, topic, target_asset_key(t.name, topic),
         metadata={"source_topic": topic, "target_topic": target_topic, "restore_target": t.name,
                   "bucket": cfg.bucket, "prefix": cfg.prefix, "dry_run_only": t.dry_run},
-        description=f"Archived windows of `{topic}` restored into `{target_topic}` (restore target "
-                    f"`{t.name}` of archive `{cfg.name}`: {_describe(t, topic)}), exactly once, with no config.\n\n"
+        description=f"Archived windows of {topic} restored into {target_topic} (restore target "
+                    f"{t.name} of archive {cfg.name}: {_describe(t, topic)}), exactly once, with no config.\n\n"
                     + _how_to(t),
     )
 

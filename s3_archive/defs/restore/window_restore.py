@@ -11,12 +11,14 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.metadata import archive_links, typed, ui_page
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.lineage import LineageRun, lineage_run, run_uuid
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import RestoreContext, RestoreRequest
+from s3_archive.restore.restore_lineage import restore_datasets
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.schema_ids import SchemaRewrite
 from s3_archive.restore.sources import ArchiveSource, splits_windows
@@ -49,20 +51,44 @@ def restore_asset_spec(cfg: ArchiveConfig, topic: str, key: dg.AssetKey, metadat
         )
 
 
+def _source(cfg: ArchiveConfig, request: RestoreRequest) -> tuple[str, str]:
+    """The restored archive's S3 location: its bucket and the source topic's folder."""
+    return cfg.bucket, f"{cfg.prefix}{request.source_topic}"
+
+
 def restore_events(context: dg.AssetExecutionContext, cfg: ArchiveConfig, topic: str, request: RestoreRequest,
                    cold: ColdOptions, kafka: KafkaResource, s3: S3Resource,
                    schemas: SchemaRewrite | None = None) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
     """The run of a restore asset (ad hoc or a declared target) over the run's window partitions: a
-    materialization per window once committed; a dry run records an observation per window and the plan."""
+    materialization per window once committed; a dry run records an observation per window and the plan. A run
+    that is not a dry run emits its lineage (io/lineage.py)."""
+    windows = [OffsetWindow.parse(k) for k in context.partition_keys]
+    if request.dry_run:
+        yield from _restore_run(context, cfg, request, cold, kafka, s3, schemas, None)
+        return
+    inputs, outputs = restore_datasets(_source(cfg, request), kafka.bootstrap_servers, request.target_topic, windows)
+    with lineage_run(f"restore.{cfg.name}.{topic}.{request.target_topic}", "RESTORE",
+                     run_uuid(context.run_id, context.retry_number), inputs, outputs, context.log) as lineage:
+        yield from _restore_run(context, cfg, request, cold, kafka, s3, schemas, lineage)
+
+
+def _restore_run(context: dg.AssetExecutionContext, cfg: ArchiveConfig, request: RestoreRequest, cold: ColdOptions,
+                 kafka: KafkaResource, s3: S3Resource, schemas: SchemaRewrite | None,
+                 lineage: LineageRun | None) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
+    windows = [OffsetWindow.parse(k) for k in context.partition_keys]
     try:
-        windows = [OffsetWindow.parse(k) for k in context.partition_keys]
         client = s3.get_client()
         check_bucket(client, cfg.bucket, cfg.prefix)
         plan = RunSummary(request)
+        reports = []
         for rep in restore_windows(RestoreContext(kafka, client, context.log, schemas),
                                    ArchiveSource(cfg.bucket, cfg.prefix, splits_windows(cfg)), request, windows,
                                    cold, plan.ledger_seen):
             plan.add(rep)
+            reports.append(rep)
+            if lineage is not None:
+                lineage.inputs, lineage.outputs = restore_datasets(_source(cfg, request), kafka.bootstrap_servers,
+                                                                   request.target_topic, windows, reports)
             ids = schemas.counts.get(rep.window) if schemas is not None else None
             meta = typed({"target_topic": request.target_topic, **rep.metadata(),
                           **(ids.metadata() if ids is not None else {})})

@@ -32,6 +32,7 @@ from s3_archive_tests.integration.archive_helpers import (
     window_metadata,
 )
 from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, open_producer, parquet_records, produce
+from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 
 
 @pytest.fixture
@@ -190,11 +191,13 @@ def test_two_concurrent_runs_of_one_window_store_each_record_once(kafka, store, 
     assert max(Counter(r.offset for r in records).values()) == 1
 
 
-def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, unique, read_path):
+def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, unique, read_path, monkeypatch,
+                                                    tmp_path):
     topic = create_topic(kafka, f"range-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, None, f"{i}".encode(), []) for i in range(120)])
     cfg = archive_config(services.bucket, topic, f"range/{unique}/", read_path=read_path)
     windows = [OffsetWindow(p, s, s + 20) for p in (0, 1) for s in (0, 20, 40)]
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
 
     result = materialize(cfg, topic, windows, res)
 
@@ -203,6 +206,22 @@ def test_backfill_range_runs_many_windows_in_one_run(kafka, s3, services, res, u
     assert all(m["records"] == 20 and m["outcome"] == "committed" for m in meta.values())
     assert all(m["records_per_second"] > 0 and m["seconds"] > 0 for m in meta.values())
     assert archived_records(s3, cfg, topic) == produced
+    # The run's lineage: START, then COMPLETE with the topic's offset ranges in, the S3 location out.
+    start, complete = read_events(lineage)
+    for e in (start, complete):
+        validate_event(e)
+    assert (start["eventType"], complete["eventType"]) == ("START", "COMPLETE")
+    assert start["run"]["runId"] == complete["run"]["runId"] == result.run_id
+    [source], [target] = complete["inputs"], complete["outputs"]
+    assert (source["namespace"], source["name"]) == (f"kafka://{kafka.bootstrap_servers.split(',')[0]}", topic)
+    assert (target["namespace"], target["name"]) == (f"s3://{cfg.bucket}", f"{cfg.prefix}{topic}")
+    ranges = [{"key": w.key, "partition": w.partition, "startOffset": w.start, "endOffset": w.end, "records": 20}
+              for w in sorted(windows)]
+    assert source["inputFacets"]["s3archive_windows"]["windows"] == ranges
+    assert target["outputFacets"]["s3archive_windows"]["windows"] == ranges
+    stats = target["outputFacets"]["outputStatistics"]
+    assert (stats["rowCount"], stats["size"]) == (120, sum(o["size"] for o in final_objects(s3, cfg, topic).values()))
+    assert {"key", "value", "offset"} <= {f["name"] for f in target["facets"]["schema"]["fields"]}
 
 
 def test_kafka_min_partitions_splits_a_window_into_objects_in_offset_order(kafka, s3, services, spark, unique, read_path):
@@ -324,13 +343,21 @@ def test_window_deleted_by_retention_fails_clearly_or_records_the_gap(kafka, s3,
     assert archived_records(s3, tolerant, topic) == produced[12:]
 
 
-def test_missing_bucket_and_unknown_topic_fail_with_one_clear_error(kafka, services, res, unique, read_path):
+def test_missing_bucket_and_unknown_topic_fail_with_one_clear_error(kafka, services, res, unique, read_path,
+                                                                   monkeypatch, tmp_path):
     topic = create_topic(kafka, f"err-{unique}")
     produce(kafka, topic, [(0, None, b"x", [])])
     no_bucket = archive_config("no-such-bucket-" + unique, topic, "", read_path=read_path)
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
     result = materialize(no_bucket, topic, [OffsetWindow(0, 0, 1)], res, raise_on_error=False)
     assert not result.success
     assert f"bucket 'no-such-bucket-{unique}' does not exist" in _failure_text(result)
+    # Its lineage ends in FAIL, with the same error (not retried: one attempt, one START and one FAIL).
+    events = read_events(lineage)
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    validate_event(events[1])
+    assert f"no-such-bucket-{unique}' does not exist" in events[1]["run"]["facets"]["errorMessage"]["message"]
+    stop_capturing(monkeypatch)
 
     ghost = f"ghost-{unique}"
     result = materialize(archive_config(services.bucket, ghost, "", read_path=read_path), ghost, [OffsetWindow(0, 0, 1)], res,

@@ -37,6 +37,7 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
 from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, open_producer, produce
+from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 from s3_archive_tests.manifests import hand_manifest
 
 
@@ -260,14 +261,17 @@ def test_zstd_jsonl_objects_written_by_another_tool_restore(kafka, s3, services,
 
 
 def test_backfill_range_with_murmur2_keeps_order_and_a_rerun_skips_everything(kafka, s3, services, res, shared,
-                                                                               unique):
+                                                                               unique, monkeypatch, tmp_path):
     target = create_topic(kafka, f"rmurmur-{unique}", partitions=4)
     config = RestoreConfig(target_topic=target, partition_mapping="murmur2", provenance_headers=True,
                            transaction_records=700)
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
 
     t0 = time.monotonic()
     first = restore_metadata(materialize_restore(shared.cfg, shared.topic, shared.windows, res, config))
     elapsed = time.monotonic() - t0
+    _check_restore_lineage(read_events(lineage), shared, kafka, target)
+    stop_capturing(monkeypatch)
     again = restore_metadata(materialize_restore(shared.cfg, shared.topic, shared.windows, res, config))
 
     got = consume_all(kafka, target)
@@ -293,6 +297,22 @@ def test_backfill_range_with_murmur2_keeps_order_and_a_rerun_skips_everything(ka
     print(f"\nrestore throughput (Dagster run incl. start-up): {n / elapsed:,.0f} records/s "
           f"({n} records, {elapsed:.2f} s); per-window median "
           f"{sorted(m['records_per_second'] for m in first.values())[len(first) // 2]:,.0f} records/s")
+
+
+def _check_restore_lineage(events: list[dict], shared: Shared, kafka, target: str) -> None:
+    """START, then COMPLETE: the archive's S3 location in (each window's offsets and records as archived), the
+    target topic out (each window's records restored), validated against the OpenLineage schema."""
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    for e in events:
+        validate_event(e)
+    [source], [out] = events[1]["inputs"], events[1]["outputs"]
+    assert (source["namespace"], source["name"]) == (f"s3://{shared.cfg.bucket}", f"{shared.cfg.prefix}{shared.topic}")
+    assert (out["namespace"], out["name"]) == (f"kafka://{kafka.bootstrap_servers.split(',')[0]}", target)
+    ranges = [{"key": w.key, "partition": w.partition, "startOffset": w.start, "endOffset": w.end,
+               "records": SHARED_WINDOW} for w in sorted(shared.windows)]
+    assert source["inputFacets"]["s3archive_windows"]["windows"] == ranges
+    assert out["outputFacets"]["s3archive_windows"]["windows"] == ranges
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == len(shared.produced)
 
 
 def test_restore_failing_after_the_first_commit_then_rerun_is_exactly_once(kafka, s3, shared, unique):

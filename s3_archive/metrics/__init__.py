@@ -1,0 +1,1 @@
+"""The metrics exporter (`s3-archive metrics serve`); docs/architecture.md is the map."""

@@ -1,0 +1,62 @@
+"""`s3-archive metrics serve` refuses what it cannot run with, in one line naming the value; the lag's arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from s3_archive.archive.lag import PartitionLag
+from s3_archive.cli import main
+
+
+@pytest.mark.parametrize("argv,env,message", [
+    (["--interval", "0.5"], {}, "--interval must be at least 1 second, got 0.5"),
+    ([], {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": ""}, "$S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS is not set"),
+    ([], {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "DAGSTER_HOME": ""}, "$DAGSTER_HOME is not set"),
+])
+def test_serve_refuses_with_one_clear_error(argv, env, message, monkeypatch, capsys):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(["metrics", "serve", *argv]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_lag_is_never_negative():
+    assert PartitionLag(end=100, archived=40).records == 60
+    assert PartitionLag(end=100, archived=120).records == 0  # the end moved back (a truncated topic)
+
+
+def test_every_metric_is_documented_and_the_dashboard_uses_only_exported_ones():
+    """The exposition of a refresh that reached neither Kafka (nothing listens) nor any run: every family the
+    exporter serves is in docs/metrics.md's table, and the Grafana dashboard queries only those."""
+    import json
+    import re
+    from pathlib import Path
+
+    import dagster as dg
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from s3_archive.config.archive import ArchiveConfig
+    from s3_archive.config.settings import Settings
+    from s3_archive.io.kafka import KafkaResource
+    from s3_archive.metrics.exporter import ArchiveCollector
+
+    root = Path(__file__).resolve().parents[3]
+    settings = Settings(archives=[ArchiveConfig(name="a", topics=["t"], bucket="bucket")])
+    lines: list[str] = []
+    with dg.instance_for_test() as instance:
+        collector = ArchiveCollector(settings, lambda: instance, KafkaResource(bootstrap_servers="127.0.0.1:1",
+                                                                                timeout_s=1), log=lines.append)
+        collector.refresh()
+        collector.kafka.close()
+        registry = CollectorRegistry()
+        registry.register(collector)
+        text = generate_latest(registry).decode()
+    assert "s3_archive_exporter_kafka_up 0.0" in text
+    assert any("127.0.0.1:1" in line for line in lines)  # the refresh said why, naming the brokers
+    served = set(re.findall(r"^# TYPE (\S+) \S+$", text, re.M))
+    documented = set(re.findall(r"^\| `(s3_archive_[a-z_]+)` \|", (root / "docs/metrics.md").read_text(), re.M))
+    assert served == documented
+    queried = set(re.findall(r"s3_archive_[a-z_]+", json.dumps(json.loads(
+        (root / "deploy/grafana-dashboard.json").read_text())["panels"])))
+    assert queried <= served, queried - served
