@@ -94,12 +94,13 @@ def attempt_metadata(context: dg.AssetExecutionContext) -> dict[str, int]:
     return {"run_attempt": int(context.run.tags.get(RUN_ATTEMPT_TAG, "1")), "step_retry": context.retry_number}
 
 
-def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
+def _archive_asset_decorator(cfg: ArchiveConfig, topic: str) -> Callable:
+    """`dg.asset(...)` with the archive asset's key, partitions, policies and description."""
     with warnings.catch_warnings():
         # backfill_policy is beta: we use it so that a UI backfill runs windows_per_run windows per run (one Spark
         # session each), not one run per window. Silenced here only, so run logs are not flooded with it.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        archive_asset = dg.asset(
+        return dg.asset(
             key=archive_asset_key(topic),
             partitions_def=window_partitions(topic),
             backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=cfg.windows_per_run),
@@ -113,6 +114,10 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                         "Each partition is one offset window, written exactly once (manifest = commit point).\n\n"
                         + _where_to_look(cfg, topic) + archive_links(cfg, topic, "docs/commit-protocol.md"),
         )
+
+
+def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
+    archive_asset = _archive_asset_decorator(cfg, topic)
 
     def run(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,
             registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization]:

@@ -46,7 +46,8 @@ class FakeClient:
 class FakeProducer:
     broker: Broker
 
-    def __init__(self, kafka, request, transactional_id=None) -> None:
+    def __init__(self, kafka, request, transactional_id=None, delivery_reports=False) -> None:
+        assert not delivery_reports  # these runs record no offset map
         self.txn_id = transactional_id or request.ledger_id
         self.producer = FakeClient(self)
         self.pending: list[tuple[int, bytes]] = []
