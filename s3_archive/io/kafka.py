@@ -41,6 +41,10 @@ KAFKA_ENV = {
 }
 _AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 _REFUSALS = _AUTH_CODES | {KafkaError._SSL}
+# A group coordinator that is not ready yet: a cluster just started (its offsets topic still being made) or a
+# coordinator moving. Asked again.
+_COORDINATOR_NOT_READY = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                          KafkaError.COORDINATOR_LOAD_IN_PROGRESS}
 T = TypeVar("T")
 
 
@@ -250,7 +254,10 @@ class KafkaResource(dg.ConfigurableResource):
             fix = (f"Check {_env('sasl_username')} and {_env('sasl_password')}" if self.sasl
                    else f"Check the client certificate {_env('ssl_certificate_location')} and key")
             return KafkaRefused(f"{self.who} refused the login{doing}: {reason}. {fix}")
-        reason = self.scrub(err.str() if err is not None else str(e))
+        text = err.str() if err is not None else str(e)
+        if err is not None and text.rstrip().endswith(":"):  # the request's name alone ("ConsumerGroupDescribe: ")
+            text += err.name()
+        reason = self.scrub(text)
         took = f"after {time.monotonic() - since:.1f}s, " if since is not None else ""
         return KafkaUnavailable(f"cannot reach {self.who}{doing} ({took}request timeout {self.timeout_s:.0f}s): "
                                 f"{reason}. Check bootstrap_servers, the network and the credentials")
@@ -388,19 +395,24 @@ class KafkaResource(dg.ConfigurableResource):
 
     def group_members(self, group: str) -> int:
         """How many members the consumer group has now (a running consumer, e.g. a connector's task, is one); 0 for
-        a group Kafka does not know."""
+        a group Kafka does not know. A group coordinator not ready yet (a cluster just started, a coordinator
+        moving) is asked again until the request timeout."""
         admin, since = self.admin(), time.monotonic()
-        try:
-            desc = admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group].result(
-                timeout=self.timeout_s + 5)
-        except KafkaException as e:
-            err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-            if err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
-                return 0
-            raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
-        except TimeoutError as e:
-            raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
-        return len(desc.members)
+        while True:
+            try:
+                desc = admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group].result(
+                    timeout=self.timeout_s + 5)
+                return len(desc.members)
+            except KafkaException as e:
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                if err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                    return 0
+                if err is None or err.code() not in _COORDINATOR_NOT_READY or \
+                        time.monotonic() - since > self.timeout_s:
+                    raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
+                time.sleep(0.2)
+            except TimeoutError as e:
+                raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
 
     def count_records(self, topic: str, partition: int, start: int, end: int, timeout_s: float = 30.0) -> int:
         """How many committed records (read_committed: no transaction markers, no aborted records) the partition

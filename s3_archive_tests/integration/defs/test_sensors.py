@@ -408,7 +408,7 @@ def test_at_each_cron_tick_the_sensor_also_cuts_every_rest_up_to_the_last_stable
     assert sorted(s.name for s in repo.schedule_defs) == [f"{checks_job_name(cfg)}_daily",
                                                           f"{retire_job_name(cfg)}_daily"]
     sensor = repo.get_sensor_def(sensor_name(cfg))
-    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED and f"at each tick of {cron!r} (UTC)" in \
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING and f"at each tick of {cron!r} (UTC)" in \
         sensor.description
 
     def spans(data) -> list[tuple[str, int, int, int, str]]:

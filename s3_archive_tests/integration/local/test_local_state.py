@@ -16,7 +16,7 @@ from s3_archive.defs.archive.partitions import archive_asset_key, window_partiti
 from s3_archive.keys.objects import manifest_key
 from s3_archive.local.demo import check_consistent, lost_windows
 from s3_archive.local.moto_server import MotoServer, compact_recording
-from s3_archive.local.processes import StackError
+from s3_archive.local.processes import StackError, purge_command
 from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.model.windows import OffsetWindow
 
@@ -101,7 +101,7 @@ def test_the_demo_refuses_to_start_when_committed_windows_are_not_in_the_bucket(
     assert str(e.value) == (
         f"the Dagster instance in /x/dagster_home has committed windows whose manifests are not in the local bucket "
         f"({topic}: 1 (first {windows[1].key})): the instance and the bucket are not from the same stack. To start "
-        "over with empty local state: `s3-archive local down --purge`, then `make demo` again")
+        f"over with empty local state: `{purge_command()}`, then `make demo` again")
 
     s3.put_object(Bucket=services.bucket, Key=manifest_key(prefix, topic, windows[1]), Body=b"{}")
     check_consistent(instance, s3, [cfg], Path("/x/dagster_home"))
