@@ -101,7 +101,7 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
             return rewritten(read, ids[w]) if w in ids else read
 
         return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
-                            objects=len(window_objects(m)))
+                            objects=len(window_objects(m)), erased=m.erased_count)
 
     try:
         yield from restore_sources(ctx, request, [source(w, manifests[w]) for w in ws], on_ledger, hooks)
@@ -340,7 +340,7 @@ class RestoreRun:
         t0 = time.monotonic()
         filters, producer, w = self.request.filters, self.producer, src.window
         rep = WindowReport(w, self.request.dry_run, archived=src.record_count or 0, objects=src.objects,
-                           max_timestamp_ms=src.max_timestamp_ms)
+                           max_timestamp_ms=src.max_timestamp_ms, erased=src.erased)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
         if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
