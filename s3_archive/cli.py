@@ -178,6 +178,9 @@ def _iam_arguments(iam: argparse.ArgumentParser) -> None:
     iam.add_argument("--governance-bypass", action="store_true",
                      help="also grant s3:BypassGovernanceRetention on the objects of archives with retention_lock "
                           "mode governance (lets the holder shorten or remove their locks; off by default)")
+    iam.add_argument("--erasure", action="store_true",
+                     help="also grant what `s3-archive erase` needs: the bucket's versioning read, and old object "
+                          "versions listed and deleted (off by default)")
 
 
 def iam_policy_command(args: argparse.Namespace) -> int:
@@ -186,7 +189,7 @@ def iam_policy_command(args: argparse.Namespace) -> int:
     from s3_archive.iam import iam_policy
 
     print(json.dumps(iam_policy(load_settings(_config_path(args)), region=args.region, account_id=args.account_id,
-                                governance_bypass=args.governance_bypass), indent=2))
+                                governance_bypass=args.governance_bypass, erasure=args.erasure), indent=2))
     return 0
 
 
