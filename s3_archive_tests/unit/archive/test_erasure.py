@@ -175,3 +175,4 @@ def test_a_table_loses_the_erased_rows_or_has_them_nulled():
     assert nulled["offset"] == [10, 11, 12]
     for col in ("key", "value", "headers", "user"):
         assert nulled[col][0] is None and nulled[col][2] is None and nulled[col][1] is not None
+
