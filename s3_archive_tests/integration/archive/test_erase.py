@@ -53,6 +53,10 @@ def _archived(kafka, spark, s3, bucket: str, name: str, unique: str, windows=WIN
     return cfg, topic, produced
 
 
+def _text(v: object) -> str:
+    return v.decode("latin-1") if isinstance(v, bytes) else str(v)  # bytes kept as they are, one char per byte
+
+
 def _every_value_under(s3, bucket: str, prefix: str) -> tuple[list[bytes], list[bytes]]:
     """Every cell of every Parquet object under `prefix` (decompressed, as bytes), and every other object's bytes."""
     cells, others = [], []
@@ -63,8 +67,7 @@ def _every_value_under(s3, bucket: str, prefix: str) -> tuple[list[bytes], list[
                 others.append(body)
                 continue
             for row in pq.read_table(io.BytesIO(body)).to_pylist():
-                cells += [json.dumps(v, default=lambda b: b.hex()).encode() if not isinstance(v, bytes) else v
-                          for v in row.values()]
+                cells += [v if isinstance(v, bytes) else json.dumps(v, default=_text).encode() for v in row.values()]
     return cells, others
 
 
