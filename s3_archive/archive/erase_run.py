@@ -15,7 +15,8 @@ Per window, until it commits or holds nothing to erase:
 
 A run killed anywhere leaves each window at one generation: before 4 the old manifest and objects stand (the new
 objects are orphans, swept by 5 of the next commit); after 4 the new ones do, and the next run's 1 or 5 deletes
-what remains of the old. Then one audit record under `<prefix>_erasure/<topic>/`.
+what remains of the old. Then one audit record under `<prefix>_erasure/<topic>/` for the windows erased, even when
+others failed (the first failure is raised after it).
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool
                   if window_of_manifest_key(k := o["Key"]) is not None)
     run = _Eraser(s3, cfg, request, dry_run, hooks)
     with ThreadPoolExecutor(WINDOWS_AT_ONCE) as pool:
-        done = list(pool.map(run.window, [window_of_manifest_key(k) for k in keys]))
-    report = EraseReport(request.topic, dry_run, len(keys), [d for d in done if d is not None])
+        done = list(pool.map(run.window_or_error, [window_of_manifest_key(k) for k in keys]))
+    report = EraseReport(request.topic, dry_run, len(keys), [d for d in done if isinstance(d, WindowErasure)])
     if report.erased and not dry_run:
         now = datetime.now(UTC)
         report.audit_key = erasure_audit_key(cfg.prefix, request.topic,
@@ -107,6 +108,9 @@ def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool
         s3.put_object(Bucket=cfg.bucket, Key=report.audit_key, ContentType="application/json",
                       Body=audit_record(request, salt(s3, cfg), report.erased, cfg.erasure.mode, now, run.attempt),
                       **run.lock_of(None))
+    failed = [d for d in done if isinstance(d, BaseException)]
+    if failed:  # the windows erased so far are in the audit record; a new run goes on with the others
+        raise failed[0]
     return report
 
 
@@ -145,6 +149,12 @@ class _Eraser:
         return {"ObjectLockMode": lock.s3_mode,
                 "ObjectLockRetainUntilDate": datetime.now(UTC) + timedelta(days=lock.days)}
 
+    def window_or_error(self, w: OffsetWindow) -> WindowErasure | Exception | None:
+        try:
+            return self.window(w)
+        except Exception as e:  # noqa: BLE001 - raised once every window ended and the audit record is written
+            return e
+
     def window(self, w: OffsetWindow) -> WindowErasure | None:
         where = self.cfg.location(self.request.topic, w)
         for _ in range(TRIES):
@@ -153,7 +163,8 @@ class _Eraser:
                 return None  # gone meanwhile (deleted by hand): nothing to erase
             body, etag, old = got
             gen = old.generation or 1
-            self._sweep(where, old, gen)
+            if not self.dry_run:
+                self._sweep(where, old, gen)
             matched = self._matches(old)
             if not matched:
                 return None
