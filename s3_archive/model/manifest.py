@@ -21,6 +21,7 @@ never half read. A new field therefore comes with a new `manifest_version` (and 
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -217,7 +218,9 @@ class Manifest(StrictModel):
         return sum(b - a for a, b in self.erased_offsets)
 
     def is_erased(self, offset: int) -> bool:
-        return any(a <= offset < b for a, b in self.erased_offsets)
+        """Whether an erasure removed the record at `offset` (erased_offsets are sorted and disjoint)."""
+        i = bisect_right(self.erased_offsets, offset, key=lambda r: r[0]) - 1
+        return i >= 0 and offset < self.erased_offsets[i][1]
 
     @property
     def lost_offset_count(self) -> int:
