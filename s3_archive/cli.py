@@ -1,5 +1,6 @@
 """`s3-archive`: the local stack, the demo, the topics of `topic_pattern`s, the IAM policy, Kafka Connect S3
-sink configs imported as archives, and `verify` (an archive's windows checked against their manifests)."""
+sink configs imported as archives, `verify` (an archive's windows checked against their manifests) and `erase`
+(records erased from an archive on request)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from s3_archive.io.paths import local_stack_dir
 from s3_archive.local.processes import StackError
@@ -22,6 +23,9 @@ from s3_archive.model.errors import (
     TopicStateUnreadable,
     UnsupportedConnectConfig,
 )
+
+if TYPE_CHECKING:
+    from s3_archive.config.archive import ArchiveConfig
 
 # The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
 DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
@@ -239,6 +243,9 @@ def _iam_arguments(iam: argparse.ArgumentParser) -> None:
     iam.add_argument("--governance-bypass", action="store_true",
                      help="also grant s3:BypassGovernanceRetention on the objects of archives with retention_lock "
                           "mode governance (lets the holder shorten or remove their locks; off by default)")
+    iam.add_argument("--erasure", action="store_true",
+                     help="also grant what `s3-archive erase` needs: the bucket's versioning read, and old object "
+                          "versions listed and deleted (off by default)")
 
 
 def iam_policy_command(args: argparse.Namespace) -> int:
@@ -247,7 +254,7 @@ def iam_policy_command(args: argparse.Namespace) -> int:
     from s3_archive.iam import iam_policy
 
     print(json.dumps(iam_policy(load_settings(_config_path(args)), region=args.region, account_id=args.account_id,
-                                governance_bypass=args.governance_bypass), indent=2))
+                                governance_bypass=args.governance_bypass, erasure=args.erasure), indent=2))
     return 0
 
 
@@ -265,20 +272,9 @@ def verify_command(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from s3_archive.archive.verify import verify_topic
-    from s3_archive.config.settings import load_settings, resolve_topic_patterns
     from s3_archive.defs.resources import s3_resource
-    from s3_archive.io.paths import topic_state_file
-    from s3_archive.io.topic_state import read_known_topics
 
-    settings = load_settings(_config_path(args))
-    if any(a.topic_pattern for a in settings.archives):
-        settings = resolve_topic_patterns(settings, read_known_topics(topic_state_file()))
-    try:
-        cfg = settings.archive_for(args.topic)
-    except KeyError:
-        known = sorted(t for a in settings.archives for t in a.topics)
-        raise InvalidConfig(f"--topic {args.topic!r} is not a topic of any configured archive; known topics: "
-                            f"{', '.join(known) or 'none'}") from None
+    cfg = _archive_of(args)
     with dg.build_resources({"s3": s3_resource()}) as resources:  # resources.s3: the resource's boto3 client
         report = verify_topic(resources.s3, cfg, args.topic, full=args.full)
     for f in report.findings:
@@ -289,6 +285,64 @@ def verify_command(args: argparse.Namespace) -> int:
                                                                f"; rotation kept in s3://{report.bucket}/"
                                                                f"{report.state_key}"))
     return 2 if report.failures else 0
+
+
+def _archive_of(args: argparse.Namespace) -> ArchiveConfig:
+    """The configured archive of `--topic`."""
+    from s3_archive.config.settings import load_settings, resolve_topic_patterns
+    from s3_archive.io.paths import topic_state_file
+    from s3_archive.io.topic_state import read_known_topics
+
+    settings = load_settings(_config_path(args))
+    if any(a.topic_pattern for a in settings.archives):
+        settings = resolve_topic_patterns(settings, read_known_topics(topic_state_file()))
+    try:
+        return settings.archive_for(args.topic)
+    except KeyError:
+        known = sorted(t for a in settings.archives for t in a.topics)
+        raise InvalidConfig(f"--topic {args.topic!r} is not a topic of any configured archive; known topics: "
+                            f"{', '.join(known) or 'none'}") from None
+
+
+def _erase_arguments(erase: argparse.ArgumentParser) -> None:
+    erase.add_argument("--config", type=Path, help=_CONFIG_HELP)
+    erase.add_argument("--topic", required=True, help="a topic of a configured archive")
+    erase.add_argument("--key", action="append", default=[], help="erase the records with this key (UTF-8; "
+                                                                   "repeat for several keys)")
+    erase.add_argument("--field", help="erase the records whose decoded field (a column of the objects) equals "
+                                       "--equals (instead of --key)")
+    erase.add_argument("--equals", help="with --field: the value, as JSON (42, true, \"text\") or else as text")
+    erase.add_argument("--dry-run", action="store_true", help="count what would be erased; write nothing")
+
+
+def erase_command(args: argparse.Namespace) -> int:
+    """`s3-archive erase --topic T --key K [--key K2] [--dry-run]`: the `erase` job on demand, with the runs' S3
+    settings ($S3_ARCHIVE_S3_*). Prints each window rewritten and the audit record's key."""
+    import dagster as dg
+
+    from s3_archive.archive.erase_run import erase
+    from s3_archive.archive.erasure import EraseRequest, FieldEquals, parse_equals
+    from s3_archive.defs.resources import s3_resource
+    from s3_archive.model.errors import ErasureRefused
+
+    cfg = _archive_of(args)
+    if (args.field is None) != (args.equals is None):
+        raise InvalidConfig("--field and --equals go together (a predicate: the field's value equals this)")
+    try:
+        request = EraseRequest(args.topic, tuple(k.encode() for k in args.key),
+                               FieldEquals(args.field, parse_equals(args.equals)) if args.field else None)
+        with dg.build_resources({"s3": s3_resource()}) as resources:
+            report = erase(resources.s3, cfg, request, dry_run=args.dry_run)
+    except ErasureRefused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for w in report.erased:
+        print(f"window {w.window}: {w.records} record(s) " + ("to erase" if report.dry_run
+                                                              else f"erased, generation {w.generation}"))
+    print(f"{args.topic}: {report.records} record(s) {'would be ' if report.dry_run else ''}erased in "
+          f"{len(report.erased)} of {report.windows_read} window(s)"
+          + (f"; audit record s3://{cfg.bucket}/{report.audit_key}" if report.audit_key else ""))
+    return 0
 
 
 def _import_arguments(imp: argparse.ArgumentParser) -> None:
@@ -330,6 +384,8 @@ COMMANDS: dict[str, Command] = {
                   "or done (recover) (docs/disaster-recovery.md)", _dr_arguments, dr_command),
     "verify": Command("check an archive's windows against their manifests: objects hashed, manifests' chain walked "
                       "(docs/compliance.md)", _verify_arguments, verify_command),
+    "erase": Command("erase records (by key, or a decoded field's value) from every window of an archived topic "
+                     "that holds them (docs/compliance.md)", _erase_arguments, erase_command),
     "import-connect": Command(
         "turn a Kafka Connect S3 sink config (Aiven or Confluent JSON, Lenses KCQL) into an archive YAML block "
         "(docs/import-connect.md)", _import_arguments,

@@ -12,6 +12,10 @@ object, and reads a lock another attempt set), GetBucketObjectLockConfiguration 
 Never s3:BypassGovernanceRetention, unless asked (`governance_bypass`: `s3-archive iam-policy --governance-bypass`),
 and then only for archives in governance mode: it lets the holder shorten or remove their locks.
 
+`erase` (only when asked: `erasure`, `s3-archive iam-policy --erasure`): GetBucketVersioning on the buckets, and on
+a versioned bucket the versions of the replaced objects listed (ListBucketVersions, under the archives' prefixes)
+and deleted (DeleteObjectVersion); archives locked in compliance mode get nothing (erasure is refused there).
+
 `archive.check_bucket` probes a bucket by listing at most one key under the archive's prefix, not with
 HeadBucket (which S3 authorizes as a whole-bucket `s3:ListBucket` that this policy refuses).
 
@@ -35,6 +39,8 @@ LIFECYCLE_ACTIONS = ("s3:GetLifecycleConfiguration", "s3:PutLifecycleConfigurati
 LOCK_OBJECT_ACTIONS = ("s3:GetObjectRetention", "s3:PutObjectRetention")
 LOCK_BUCKET_ACTIONS = ("s3:GetBucketObjectLockConfiguration",)
 BYPASS_ACTION = "s3:BypassGovernanceRetention"
+ERASURE_BUCKET_ACTIONS = ("s3:GetBucketVersioning", "s3:ListBucketVersions")
+ERASURE_OBJECT_ACTIONS = ("s3:DeleteObjectVersion",)
 GLUE_ACTIONS = ("glue:BatchCreatePartition", "glue:CreateDatabase", "glue:CreateTable", "glue:GetDatabase",
                 "glue:GetPartitions", "glue:GetTable", "glue:UpdateTable")
 
@@ -53,10 +59,11 @@ def _bucket_arn(bucket: str) -> str:
 def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
                catalog_options: Mapping[str, CatalogOptions] | None = None,
                include_lifecycle: bool = True, include_catalog: bool = True,
-               governance_bypass: bool = False) -> dict[str, Any]:
+               governance_bypass: bool = False, erasure: bool = False) -> dict[str, Any]:
     """An IAM policy document (JSON-ready dict) granting exactly what the archive, restore, lifecycle and catalog
     assets call. `region`/`account_id` narrow the Glue ARNs; "*" matches any. `governance_bypass`: also
-    s3:BypassGovernanceRetention on the objects of archives locked in governance mode."""
+    s3:BypassGovernanceRetention on the objects of archives locked in governance mode. `erasure`: what `erase`
+    needs beyond that."""
     prefixes: dict[str, set[str]] = {}
     for a in settings.archives:
         prefixes.setdefault(a.bucket, set()).add(a.prefix)
@@ -77,6 +84,8 @@ def iam_policy(settings: Settings, *, region: str = "*", account_id: str = "*",
     statements.append({"Sid": "ArchiveBuckets", "Effect": "Allow", "Action": list(BUCKET_ACTIONS),
                        "Resource": [_bucket_arn(b) for b in buckets]})
     statements += _lock_statements(settings, governance_bypass)
+    if erasure:
+        statements += _erasure_statements(settings)
     if include_lifecycle:
         statements.append({"Sid": "LifecycleRules", "Effect": "Allow", "Action": list(LIFECYCLE_ACTIONS),
                            "Resource": [_bucket_arn(b) for b in buckets]})
@@ -116,3 +125,17 @@ def _lock_statements(settings: Settings, governance_bypass: bool) -> list[dict[s
     if governance_bypass and governed:
         out.append({"Sid": "GovernanceBypass", "Effect": "Allow", "Action": [BYPASS_ACTION], "Resource": governed})
     return out
+
+
+def _erasure_statements(settings: Settings) -> list[dict[str, Any]]:
+    """What `erase` needs beyond the archive's own grants, for the archives it may run on."""
+    erasable = [a for a in settings.archives if a.retention_lock is None or a.retention_lock.mode == "governance"]
+    if not erasable:
+        return []
+    buckets = sorted({a.bucket for a in erasable})
+    return [
+        {"Sid": "ErasureVersions", "Effect": "Allow", "Action": list(ERASURE_OBJECT_ACTIONS),
+         "Resource": sorted({f"{_bucket_arn(a.bucket)}/{a.prefix}*" for a in erasable})},
+        {"Sid": "ErasureBuckets", "Effect": "Allow", "Action": list(ERASURE_BUCKET_ACTIONS),
+         "Resource": [_bucket_arn(b) for b in buckets]},
+    ]

@@ -9,7 +9,7 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.config.compliance import RetentionLock, VerifyOptions
+from s3_archive.config.compliance import ErasureOptions, RetentionLock, VerifyOptions
 from s3_archive.config.disaster_recovery import RecoveryCapture
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
@@ -120,6 +120,8 @@ class ArchiveConfig(StrictModel):
     retention_lock: RetentionLock | None = Field(default=None, description="S3 Object Lock on every committed "
                                                  "window (docs/compliance.md)")
     verify: VerifyOptions = Field(default=VerifyOptions(), description="the daily `verify` check's budget and pace")
+    erasure: ErasureOptions = Field(default=ErasureOptions(), description="how `erase` rewrites windows "
+                                                                         "(docs/compliance.md)")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
     iceberg: IcebergOptions | None = Field(default=None, description="format iceberg only: the Iceberg catalog "

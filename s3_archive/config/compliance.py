@@ -1,5 +1,6 @@
-"""The `retention_lock:` and `verify:` of an archive: S3 Object Lock on every committed window, and the daily check
-that re-reads the windows against their manifests' hashes and chains (docs/compliance.md)."""
+"""The `retention_lock:`, `verify:` and `erasure:` of an archive: S3 Object Lock on every committed window, the daily
+check that re-reads the windows against their manifests' hashes and chains, and how an erasure request rewrites
+windows (docs/compliance.md)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,17 @@ class VerifyOptions(StrictModel):
     bytes_per_run: int = Field(default=10 << 30, ge=1, description="bytes of objects a scheduled run reads at most")
     period_days: float = Field(default=30, gt=0, description="every window is re-read at least this often (the "
                                                               "check runs daily, with the archive's other checks)")
+
+
+class ErasureOptions(StrictModel):
+    """How `erase` rewrites the windows holding the records to erase: `drop` leaves them out of the new objects,
+    `null` keeps them with their value and headers null (the key too: it is what is erased). Either way the new
+    manifest lists their offsets and a restore skips them. Under a governance `retention_lock` the old objects can
+    be deleted only with s3:BypassGovernanceRetention, and only when `allow_governance_bypass` says so; under a
+    compliance lock erasure is refused."""
+
+    mode: Literal["drop", "null"] = Field(default="drop", description="drop: the records leave the objects; null: "
+                                                                      "kept with key, value and headers null")
+    allow_governance_bypass: bool = Field(default=False, description="under a governance retention_lock: delete the "
+                                                                     "superseded objects with "
+                                                                     "BypassGovernanceRetention")

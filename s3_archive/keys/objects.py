@@ -6,6 +6,8 @@
     <prefix>_dead_letter/<topic>/kafka_partition=<p>/<same name as data>.parquet  undecodable records (raw)
     <prefix>_schemas/<sha256>.json                                                Schema Registry schemas used
     <prefix>_store_probe/<random hex>                                             the store check's object, for a moment
+    <prefix>_erasure/salt, <prefix>_erasure/<topic>/<time>-<id>.json              erasure's salt and audit records
+    a window's objects rewritten by an erasure: the same name with `.g<generation>-<attempt>` before the suffix
     format bytes: <topic>+<p>+<start>-<end>+<offset:019d>.bin, one object per record
 
 The default layout is the template `{{topic}}/{{partition_by}}/{{topic}}+{{partition}}+{{start_offset}}-
@@ -18,6 +20,7 @@ objects share the name stem. See docs/layout.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from s3_archive.keys.buckets import join_bucket, parse_path, path_from_encoded, split_bucket
@@ -32,6 +35,8 @@ DEAD_LETTER = "_dead_letter"
 SCHEMAS = "_schemas"
 STORE_PROBE = "_store_probe"  # io/store_probe.py: one object for a moment, removed again
 VERIFY = "_verify"  # archive/verify.py: where the `verify` check's rotation goes on, per topic
+ERASURE = "_erasure"  # archive/erase_run.py: the salt of the keys' hashes and one audit record per erasure
+_GENERATION = re.compile(r"\.g([0-9]+)(?:-[0-9a-z]+)?$")
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
 
 
@@ -42,6 +47,31 @@ def schema_key(prefix: str, sha256: str) -> str:
 
 def verify_state_key(prefix: str, topic: str) -> str:
     return f"{prefix}{VERIFY}/{topic}.json"
+
+
+def erasure_salt_key(prefix: str) -> str:
+    return f"{prefix}{ERASURE}/salt"
+
+
+def erasure_audit_key(prefix: str, topic: str, name: str) -> str:
+    return f"{prefix}{ERASURE}/{topic}/{name}.json"
+
+
+def generation_key(key: str, suffix: str, generation: int, attempt: str = "") -> str:
+    """The name of object `key` (ending with `suffix`) rewritten as generation `generation` of its window by the
+    attempt `attempt` (lowercase letters and digits): `.g<n>-<attempt>` before the suffix, replacing an earlier
+    generation's; generation 1 is the name the archive wrote. Two attempts at the same generation never share a
+    name, so neither overwrites the other's objects."""
+    stem = key[:len(key) - len(suffix)] if suffix and key.endswith(suffix) else key
+    stem = _GENERATION.sub("", stem)
+    return stem + (f".g{generation}" + (f"-{attempt}" if attempt else "") if generation > 1 else "") + suffix
+
+
+def generation_of_key(key: str, suffix: str) -> int:
+    """The generation an object's name says it belongs to (1: no `.g<n>`)."""
+    stem = key[:len(key) - len(suffix)] if suffix and key.endswith(suffix) else key
+    m = _GENERATION.search(stem)
+    return int(m.group(1)) if m else 1
 
 
 def store_probe_key(prefix: str, token: str) -> str:
@@ -204,11 +234,11 @@ class WindowLocation:
         return dead_letter_key(self.prefix, self.topic, self.window, part)
 
     def owns(self, key: str) -> bool:
-        """Whether a data key under `scan_prefix` names an object of this window (whatever its part)."""
+        """Whether a data key under `scan_prefix` names an object of this window (whatever its part and generation)."""
         if self.layout is None:
             return key.startswith(window_object_stem(self.prefix, self.topic, self.window))
         try:
-            v = parse_object_key(self.layout, self.prefix, key, self.suffix)
+            v = parse_object_key(self.layout, self.prefix, generation_key(key, self.suffix, 1), self.suffix)
         except ValueError:
             return False  # not an object of this layout (another window's name that only shares the prefix)
         w = self.window

@@ -135,3 +135,8 @@ class IncompatibleSchema(UserError, ValueError):
 class AwsRequestFailed(UserError, RuntimeError):
     """S3 or Glue answered a request with an error; the message names the request, what it was for, and the error
     code S3 or Glue gave."""
+
+
+class ErasureRefused(UserError, RuntimeError):
+    """An erasure that cannot run on this archive (its retention lock, its format, a bad request); the message
+    says why and what would allow it."""

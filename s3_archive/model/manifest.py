@@ -8,9 +8,9 @@ hash), written only by archives that decode registry payloads. Version 3, what t
 evidence: each object's `sha256` (computed by the write task as it wrote the bytes), the window's `generation` (1;
 a rewrite of the window, e.g. an erasure, commits generation 2 and lists the generations it `supersedes`), the link
 to the previous committed manifest of the partition (`previous_manifest`: its key, generation and the SHA-256 of its
-committed bytes: a chain per partition) and, under `retention_lock`, the window's Object Lock (`retention`); its
-`schemas` are optional. Versions 1 and 2 are read as they are ("unhashed" to `verify`).
-Those written before the output options
+committed bytes: a chain per partition), the offsets an erasure removed (`erased_offsets`) and, under
+`retention_lock`, the window's Object Lock (`retention`); its `schemas` are optional. Versions 1 and 2 are read as
+they are ("unhashed" to `verify`). Those written before the output options
 (value decoding, envelope selection, dead letters) lack `envelope`, `value_decoding`, `undecodable_records`,
 `restorable` and `dead_letter_objects`, and their objects lack `offset`: they parse with those fields None (empty
 for dead letters) and serialize back without them. A version this code does not know, a key it does not know, a
@@ -21,6 +21,7 @@ never half read. A new field therefore comes with a new `manifest_version` (and 
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -154,6 +155,9 @@ class Manifest(StrictModel):
     generation: int | None = Field(default=None, ge=1)
     previous_manifest: ManifestLink | None = None  # None: the first committed manifest of its partition
     supersedes: list[ManifestLink] = []  # the earlier generations of this window's manifest (a rewrite)
+    # an erasure (generation > 1): the offsets whose records were erased, as ranges (dropped from the objects, or
+    # kept with their value and headers nulled: `erasure.mode`); a restore skips them and counts them
+    erased_offsets: list[OffsetRange] = []
     retention: Retention | None = None
 
     @field_validator("committed_at")
@@ -176,8 +180,8 @@ class Manifest(StrictModel):
             raise ValueError(f"`schemas` is a field of manifest_version {REGISTRY_VERSION} (and required there) and "
                              f"{MANIFEST_VERSION}; this manifest is version {self.manifest_version}")
         hashed = self.manifest_version == MANIFEST_VERSION
-        late = [n for n in _HASHED_FIELDS if getattr(self, n) is not None] + (["supersedes"] if self.supersedes
-                                                                                else [])
+        late = [n for n in _HASHED_FIELDS if getattr(self, n) is not None] + [
+            n for n in ("supersedes", "erased_offsets") if getattr(self, n)]
         late += ["objects[].sha256"] * any(o.sha256 for o in self.all_objects)
         names = [f"`{n}`" for n in dict.fromkeys(late)]
         if not hashed and names:
@@ -195,8 +199,9 @@ class Manifest(StrictModel):
                 out.pop(name, None)
         if not self.dead_letter_objects:
             out.pop("dead_letter_objects", None)
-        if not self.supersedes:
-            out.pop("supersedes", None)
+        for name in ("supersedes", "erased_offsets"):
+            if not getattr(self, name):
+                out.pop(name, None)
         return out
 
     @property
@@ -207,6 +212,15 @@ class Manifest(StrictModel):
     def all_objects(self) -> list[ManifestObject]:
         """The window's objects, then its dead letters: every object the window's commit published."""
         return [*self.objects, *self.dead_letter_objects]
+
+    @property
+    def erased_count(self) -> int:
+        return sum(b - a for a, b in self.erased_offsets)
+
+    def is_erased(self, offset: int) -> bool:
+        """Whether an erasure removed the record at `offset` (erased_offsets are sorted and disjoint)."""
+        i = bisect_right(self.erased_offsets, offset, key=lambda r: r[0]) - 1
+        return i >= 0 and offset < self.erased_offsets[i][1]
 
     @property
     def lost_offset_count(self) -> int:

@@ -162,3 +162,4 @@ class WindowSource:
     # as done from its first record read.
     open_start: bool = False
     objects: int = 0  # objects the window is read from (the plan's count)
+    erased: int = 0  # records an erasure removed (or nulled) from the window: never read, counted

@@ -213,7 +213,7 @@ class RestoreRun:
         t0 = time.monotonic()
         filters, producer, w = self.request.filters, self.producer, src.window
         rep = WindowReport(w, self.request.dry_run, archived=src.record_count or 0, objects=src.objects,
-                           max_timestamp_ms=src.max_timestamp_ms)
+                           max_timestamp_ms=src.max_timestamp_ms, erased=src.erased)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
         if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):

@@ -186,6 +186,7 @@ class WindowReport:
     seconds: float = 0.0
     partitions: dict[int, PartitionCount] = field(default_factory=dict)
     objects: int = 0  # objects (and dead-letter objects) the window has
+    erased: int = 0  # records erased from the window (its manifest's erased_offsets): skipped
     max_timestamp_ms: int | None = None  # of the window's newest record, when known
 
     def metadata(self, now_ms: int | None = None) -> dict[str, Any]:
@@ -202,6 +203,7 @@ class WindowReport:
             "records_restored": self.restored,
             "records_skipped_already_present": self.skipped,
             "records_filtered": self.filtered,
+            "records_erased": self.erased,
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "records_per_second": round(self.restored / self.seconds, 1) if self.seconds > 0 else 0.0,

@@ -96,7 +96,7 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
                 else read
 
         return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
-                            objects=len(window_objects(m)))
+                            objects=len(window_objects(m)), erased=m.erased_count)
 
     try:
         yield from restore_sources(ctx, request, [source(w, manifests[w]) for w in ws], on_ledger, hooks)

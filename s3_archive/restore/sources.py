@@ -270,6 +270,7 @@ def window_batches(s3: S3Client, bucket: str, window: OffsetWindow, manifest: Ma
         rows = [itertools.chain.from_iterable(b.rows() for b in s) for s in streams]
         batches = batches_of(heapq.merge(*rows, key=_OFFSET), PARQUET_BATCH)
     last, p, start, end = -1, window.partition, window.start, window.end
+    erased = manifest.is_erased if manifest.erased_offsets else None
     for batch in batches:
         offs = batch.offsets
         if not offs:
@@ -278,6 +279,8 @@ def window_batches(s3: S3Client, bucket: str, window: OffsetWindow, manifest: Ma
                 and increasing(offs)):
             _refuse(batch, last, window, bucket, main, interleaved)
         last = offs[-1]
+        if erased is not None:  # erasure mode `null`: the records are there, nulled; never restored
+            batch = batch.take([i for i, o in enumerate(offs) if not erased(o)])
         yield batch
 
 

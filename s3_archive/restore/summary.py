@@ -19,6 +19,7 @@ class RunSummary:
     restored: int = 0
     skipped: int = 0
     filtered: int = 0
+    erased: int = 0
     bytes: int = 0
     transactions: int = 0
     timestamps_replaced: int = 0
@@ -37,6 +38,7 @@ class RunSummary:
         self.restored += rep.restored
         self.skipped += rep.skipped
         self.filtered += rep.filtered
+        self.erased += rep.erased
         self.bytes += rep.bytes
         self.transactions += rep.transactions
         self.timestamps_replaced += rep.timestamps_replaced
@@ -56,6 +58,7 @@ class RunSummary:
             "records_to_restore" if self.request.dry_run else "records_restored": self.restored,
             "records_skipped_already_present": self.skipped,
             "records_filtered": self.filtered,
+            "records_erased": self.erased,
             "bytes": self.bytes,
             "per_target_partition": {str(p): {"records": r, "bytes": b}
                                      for p, (r, b) in sorted(self.partitions.items())},
@@ -69,7 +72,7 @@ class RunSummary:
         verb = "would restore" if self.request.dry_run else "restored"
         return (f"{len(self.windows)} windows, {self.objects} objects, {self.archived} records archived: "
                 f"{verb} {self.restored} into `{self.request.target_topic}`, {self.skipped} already restored "
-                f"(ledger `{self.request.ledger_id}`), {self.filtered} filtered.\n\n"
+                f"(ledger `{self.request.ledger_id}`), {self.filtered} filtered, {self.erased} erased.\n\n"
                 "| target partition | records | bytes |\n|---:|---:|---:|\n" + ("\n".join(rows) or "| - | 0 | 0 |"))
 
     def summary(self) -> str:

@@ -112,3 +112,19 @@ def test_retention_lock_grants_and_the_bypass_only_when_asked():
     assert bypass["Action"] == ["s3:BypassGovernanceRetention"]
     assert bypass["Resource"] == ["arn:aws:s3:::bkt-one/gov/*"]  # compliance locks cannot be bypassed anyway
     assert "ObjectLock" not in statements(iam_policy(SETTINGS))
+
+
+def test_erasure_grants_only_when_asked_and_never_under_a_compliance_lock():
+    settings = Settings(archives=[
+        ArchiveConfig(name="gov", topics=["g"], bucket="bkt-one", prefix="gov/",
+                      retention_lock={"mode": "governance", "days": 30}),
+        ArchiveConfig(name="comp", topics=["c"], bucket="bkt-two", prefix="comp/",
+                      retention_lock={"mode": "compliance", "days": 30}),
+        ArchiveConfig(name="plain", topics=["p"], bucket="bkt-three", prefix="plain/"),
+    ])
+    assert "s3:DeleteObjectVersion" not in json.dumps(iam_policy(settings))
+    s = statements(iam_policy(settings, erasure=True))
+    assert s["ErasureVersions"] == {"Sid": "ErasureVersions", "Effect": "Allow", "Action": ["s3:DeleteObjectVersion"],
+                                    "Resource": ["arn:aws:s3:::bkt-one/gov/*", "arn:aws:s3:::bkt-three/plain/*"]}
+    assert s["ErasureBuckets"]["Action"] == ["s3:GetBucketVersioning", "s3:ListBucketVersions"]
+    assert s["ErasureBuckets"]["Resource"] == ["arn:aws:s3:::bkt-one", "arn:aws:s3:::bkt-three"]

@@ -3,7 +3,8 @@
     1. LIST the window's keys: every object this attempt wrote must be there with its ETag (else another attempt
        changed it meanwhile: adopt its manifest, or fail without committing).
     2. Remove strays: objects whose key belongs to this window but that this attempt did not write (left by an
-       earlier attempt with other parts), each deleted only if unchanged since the LIST (`If-Match`); and abort
+       earlier attempt with other parts; never a later generation's, an erasure's: archive/erase_run.py), each
+       deleted only if unchanged since the LIST (`If-Match`); and abort
        multipart uploads left open under the window by a killed attempt.
     3. Under `retention_lock`, lock each object until the window's retain-until (PutObjectRetention; the tasks put
        them unlocked, so what a losing attempt leaves is deleted as before). Then PUT the manifest, linked to the
@@ -39,7 +40,7 @@ from s3_archive.io.s3 import (
     list_objects,
     read_manifest,
 )
-from s3_archive.keys.objects import WindowLocation
+from s3_archive.keys.objects import WindowLocation, generation_of_key
 from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestObject, Retention
 
@@ -136,7 +137,12 @@ def adopt(s3: S3Client, where: WindowLocation, listed: dict[str, dict] | None = 
     theirs = read_manifest(s3, where.bucket, where.manifest_key)
     if theirs is None:
         return None
-    if listed is not None:
+    if listed is not None and (theirs.generation or 1) > 1:
+        # Rewritten by an erasure since: what this attempt wrote may hold erased records, and is not committed.
+        kept = {o.key for o in theirs.all_objects}
+        delete_if_unchanged(s3, where.bucket, [o for k, o in listed.items() if k not in kept
+                                               and generation_of_key(k, where.suffix) == 1])
+    elif listed is not None:
         wrong = [o.key for o in theirs.all_objects if _etag(listed.get(o.key, {})) != o.etag]
         if wrong:
             raise ArchiveIntegrityError(
@@ -186,7 +192,9 @@ def commit_window(s3: S3Client, where: WindowLocation, draft: Manifest, objects:
             f"window {where.window.key} of {where.topic!r}: {len(changed)} object(s) this attempt wrote were changed "
             f"or removed by another attempt before the commit (first: {where.url(changed[0])}); nothing was "
             "committed. Run the window again")
-    delete_if_unchanged(s3, where.bucket, [o for k, o in listed.items() if k not in ours])
+    # an erasure's objects (a later generation of a committed window) are never this attempt's strays
+    delete_if_unchanged(s3, where.bucket, [o for k, o in listed.items() if k not in ours
+                                           and generation_of_key(k, where.suffix) == 1])
     _abort(s3, where.bucket, [u for u in uploads if _upload_of(u, where)])
     fault(CommitStep.CLEANED)
 

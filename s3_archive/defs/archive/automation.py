@@ -1,5 +1,5 @@
 """Every archive's automation in one set of definitions: its offsets sensor, its topics' asset checks, the daily
-check schedule and, with `retire_after_days`, the window retirement."""
+check schedule, with `retire_after_days` the window retirement, and the `erase` job."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import dagster as dg
 
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.checks import build_archive_checks
+from s3_archive.defs.archive.erase_job import build_erase_job
 from s3_archive.defs.archive.schedules import build_checks_schedule, build_retire_schedule
 from s3_archive.defs.archive.sensors import build_offsets_sensor
 
@@ -26,4 +27,5 @@ def build_archive_automation(settings: Settings) -> dg.Definitions:
             job, schedule = build_retire_schedule(cfg)
             jobs.append(job)
             schedules.append(schedule)
+    jobs.append(build_erase_job(settings))
     return dg.Definitions(sensors=sensors, asset_checks=checks, jobs=jobs, schedules=schedules)

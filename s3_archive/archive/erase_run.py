@@ -1,0 +1,293 @@
+"""`erase`: records erased from every committed window of a topic that holds them (docs/compliance.md). The
+decisions are archive/erasure.py's; this is the I/O.
+
+Per window, until it commits or holds nothing to erase:
+    1. GET the manifest (its bytes and ETag); remove what an erasure left unlisted at or below its generation
+       (old objects a killed erasure had not yet deleted).
+    2. Read each object (Parquet, pyarrow), find the matching records; none: the window is left as it is.
+    3. PUT each object holding matches again, without them (`drop`) or with them nulled (`null`), as
+       `<name>.g<generation+1>-<attempt>` (If-None-Match: *; under a retention lock, locked as the window was).
+    4. PUT the manifest, generation + 1, with If-Match on the ETag read in 1: a concurrent erasure or re-run that
+       changed it meanwhile makes this fail with 412, and the window is done again from 1 (nothing is lost).
+    5. Delete every object of the window the new manifest does not list at or below its generation (the replaced
+       objects, and a killed attempt's orphans), on a versioned bucket every version of them (under a governance
+       lock with BypassGovernanceRetention, which `erasure.allow_governance_bypass` allows).
+
+A run killed anywhere leaves each window at one generation: before 4 the old manifest and objects stand (the new
+objects are orphans, swept by 5 of the next commit); after 4 the new ones do, and the next run's 1 or 5 deletes
+what remains of the old. Then one audit record under `<prefix>_erasure/<topic>/` for the windows erased, even when
+others failed (the first failure is raised after it).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from s3_archive.archive.driver.commit import window_objects
+from s3_archive.archive.erasure import EraseRequest, WindowErasure, audit_record, check_allowed, next_generation
+from s3_archive.archive.integrity import link_to, sha256_hex, window_of_manifest_key
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.s3 import NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code, list_objects
+from s3_archive.keys.objects import (
+    WindowLocation,
+    erasure_audit_key,
+    erasure_salt_key,
+    generation_key,
+    generation_of_key,
+    manifest_prefix,
+)
+from s3_archive.model.errors import ErasureRefused
+from s3_archive.model.manifest import Manifest, ManifestObject, parse_manifest
+from s3_archive.model.windows import OffsetWindow
+
+ENVELOPE_KEPT = ("topic", "partition", "offset", "timestamp", "timestamp_type")  # `null` mode keeps these
+TRIES = 5  # a window redone after a lost If-Match race at most this often
+WINDOWS_AT_ONCE = 4
+
+
+class EraseStep(StrEnum):
+    """Where a test's `fault` may stop an erasure of a window."""
+
+    WRITTEN = "written"  # the new objects are PUT; the manifest is not
+    COMMITTED = "committed"  # the new manifest is PUT; the replaced objects are not deleted yet
+
+
+@dataclass(frozen=True)
+class EraseHooks:
+    """The tests' levers: `fault(step, window)` is called after each step."""
+
+    fault: Callable[[EraseStep, OffsetWindow], None] = lambda step, window: None
+
+
+@dataclass
+class EraseReport:
+    topic: str
+    dry_run: bool
+    windows_read: int = 0
+    erased: list[WindowErasure] = field(default_factory=list)
+    audit_key: str | None = None
+
+    @property
+    def records(self) -> int:
+        return sum(w.records for w in self.erased)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"topic": self.topic, "dry_run": self.dry_run, "windows_read": self.windows_read,
+                "windows_erased": len(self.erased), "records_erased": self.records,
+                "audit_record": self.audit_key or ""}
+
+
+def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool = False,
+          hooks: EraseHooks = EraseHooks()) -> EraseReport:
+    """Erase `request`'s records from every committed window of its topic; refused (ErasureRefused) when the
+    archive does not allow it. `dry_run`: count what would be erased, write nothing."""
+    if request.topic not in cfg.topics:
+        raise ErasureRefused(f"topic {request.topic!r} is not a topic of archive {cfg.name!r} "
+                             f"(its topics: {', '.join(cfg.topics)})")
+    check_allowed(cfg)
+    keys = sorted(k for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, request.topic))
+                  if window_of_manifest_key(k := o["Key"]) is not None)
+    run = _Eraser(s3, cfg, request, dry_run, hooks)
+    with ThreadPoolExecutor(WINDOWS_AT_ONCE) as pool:
+        done = list(pool.map(run.window_or_error, [window_of_manifest_key(k) for k in keys]))
+    report = EraseReport(request.topic, dry_run, len(keys), [d for d in done if isinstance(d, WindowErasure)])
+    if report.erased and not dry_run:
+        now = datetime.now(UTC)
+        report.audit_key = erasure_audit_key(cfg.prefix, request.topic,
+                                             f"{now.strftime('%Y%m%dT%H%M%SZ')}-{run.attempt}")
+        s3.put_object(Bucket=cfg.bucket, Key=report.audit_key, ContentType="application/json",
+                      Body=audit_record(request, salt(s3, cfg), report.erased, cfg.erasure.mode, now, run.attempt),
+                      **run.lock_of(None))
+    failed = [d for d in done if isinstance(d, BaseException)]
+    if failed:  # the windows erased so far are in the audit record; a new run goes on with the others
+        raise failed[0]
+    return report
+
+
+def salt(s3: S3Client, cfg: ArchiveConfig) -> bytes:
+    """The archive's salt for the audit records' hashes, made once (If-None-Match: *) and kept in the bucket."""
+    key = erasure_salt_key(cfg.prefix)
+    for _ in range(3):
+        try:
+            return s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            if error_code(e) not in NOT_FOUND:
+                raise
+        try:
+            s3.put_object(Bucket=cfg.bucket, Key=key, Body=os.urandom(32), IfNoneMatch="*")
+        except ClientError as e:
+            if error_code(e) not in PRECONDITION_FAILED:
+                raise
+    raise RuntimeError(f"s3://{cfg.bucket}/{key}: the erasure salt could not be read or made")
+
+
+class _Eraser:
+    def __init__(self, s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool,
+                 hooks: EraseHooks) -> None:
+        self.s3, self.cfg, self.request, self.dry_run, self.hooks = s3, cfg, request, dry_run, hooks
+        self.attempt = uuid.uuid4().hex[:12]
+        self.bypass = {"BypassGovernanceRetention": True} if cfg.retention_lock is not None else {}
+        status = s3.get_bucket_versioning(Bucket=cfg.bucket).get("Status")
+        self.versioned = status in ("Enabled", "Suspended")
+
+    def lock_of(self, m: Manifest | None) -> dict[str, Any]:
+        lock = self.cfg.retention_lock
+        if m is not None and m.retention is not None:
+            return {"ObjectLockMode": m.retention.mode, "ObjectLockRetainUntilDate": m.retention.until}
+        if lock is None:
+            return {}
+        return {"ObjectLockMode": lock.s3_mode,
+                "ObjectLockRetainUntilDate": datetime.now(UTC) + timedelta(days=lock.days)}
+
+    def window_or_error(self, w: OffsetWindow) -> WindowErasure | Exception | None:
+        try:
+            return self.window(w)
+        except Exception as e:  # noqa: BLE001 - raised once every window ended and the audit record is written
+            return e
+
+    def window(self, w: OffsetWindow) -> WindowErasure | None:
+        where = self.cfg.location(self.request.topic, w)
+        for _ in range(TRIES):
+            got = self._read_manifest(where)
+            if got is None:
+                return None  # gone meanwhile (deleted by hand): nothing to erase
+            body, etag, old = got
+            gen = old.generation or 1
+            if not self.dry_run:
+                self._sweep(where, old, gen)
+            matched = self._matches(old)
+            if not matched:
+                return None
+            count = sum(len(rows) for _, _, rows in matched)
+            if self.dry_run:
+                return WindowErasure(w.key, gen, count)
+            objects, erased = self._rewrite(where, old, gen + 1, matched)
+            self.hooks.fault(EraseStep.WRITTEN, w)
+            new = next_generation(old, link_to(where.manifest_key, body), objects, erased, self.attempt,
+                                  datetime.now(UTC))
+            try:
+                self.s3.put_object(Bucket=where.bucket, Key=where.manifest_key, Body=new.dumps(),
+                                   ContentType="application/json", IfMatch=etag, **self.lock_of(old))
+            except ClientError as e:
+                if error_code(e) not in PRECONDITION_FAILED + ("409", "ConditionalRequestConflict"):
+                    raise
+                self._purge([o.key for o in objects])  # lost the race: ours are orphans; read again
+                continue
+            self.hooks.fault(EraseStep.COMMITTED, w)
+            self._sweep(where, new, gen + 1)
+            return WindowErasure(w.key, gen + 1, count)
+        raise RuntimeError(f"window {w.key} of {self.request.topic!r}: its manifest changed under every one of "
+                           f"{TRIES} erasure attempts; run the erasure again")
+
+    def _read_manifest(self, where: WindowLocation) -> tuple[bytes, str, Manifest] | None:
+        try:
+            r = self.s3.get_object(Bucket=where.bucket, Key=where.manifest_key)
+        except ClientError as e:
+            if error_code(e) in NOT_FOUND:
+                return None
+            raise
+        body = r["Body"].read()
+        return body, r["ETag"], parse_manifest(body, where.url(where.manifest_key))
+
+    def _sweep(self, where: WindowLocation, m: Manifest, gen: int) -> None:
+        """Delete the window's objects `m` does not list whose name is of generation `gen` or lower: replaced
+        objects, and orphans of attempts that lost (a newer attempt's objects, of a higher generation, stay)."""
+        listed = {o.key for o in m.all_objects}
+        found = window_objects(self.s3, where, dead_letters=True)
+        stale = [k for k in found if k not in listed and generation_of_key(k, _suffix(k, where)) <= gen]
+        self._purge(stale)
+
+    def _purge(self, keys: list[str]) -> None:
+        """Delete each key; on a versioned bucket every version of it (a delete marker alone would keep the
+        bytes)."""
+        for key in keys:
+            if not self.versioned:
+                self.s3.delete_object(Bucket=self.cfg.bucket, Key=key, **self.bypass)
+                continue
+            pages = self.s3.get_paginator("list_object_versions").paginate(Bucket=self.cfg.bucket, Prefix=key)
+            for page in pages:
+                for v in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                    if v["Key"] == key:
+                        self.s3.delete_object(Bucket=self.cfg.bucket, Key=key, VersionId=v["VersionId"],
+                                              **self.bypass)
+
+    def _matches(self, m: Manifest) -> list[tuple[ManifestObject, Any, list[int]]]:
+        """The objects holding matching records: (object, its table, the matching rows)."""
+        import pyarrow.parquet as pq
+
+        out = []
+        for o in m.all_objects:
+            table = pq.read_table(io.BytesIO(self.s3.get_object(Bucket=self.cfg.bucket, Key=o.key)["Body"].read()))
+            missing = [c for c in self.request.columns() if c not in table.column_names]
+            if missing and o in m.objects:
+                raise ErasureRefused(f"s3://{self.cfg.bucket}/{o.key} has no column {missing[0]!r} (its columns: "
+                                     f"{', '.join(table.column_names)}); a predicate names a decoded field's column")
+            if missing:
+                continue  # a dead-letter object (raw envelope) has no decoded columns
+            rows = self.request.matching({c: table.column(c).to_pylist() for c in self.request.columns()})
+            if rows:
+                out.append((o, table, rows))
+        return out
+
+    def _rewrite(self, where: WindowLocation, old: Manifest, gen: int,
+                 matched: list[tuple[ManifestObject, Any, list[int]]]) -> tuple[list[ManifestObject], list[int]]:
+        """The window's objects of generation `gen`: those holding matches written again, the others kept."""
+        replaced = {o.key: (table, rows) for o, table, rows in matched}
+        out: list[ManifestObject] = []
+        erased: list[int] = []
+        for o in old.objects:
+            if o.key not in replaced:
+                out.append(o)
+                continue
+            table, rows = replaced[o.key]
+            erased += [table.column("offset")[i].as_py() for i in rows]
+            out.append(self._put(generation_key(o.key, _suffix(o.key, where), gen, self.attempt),
+                                 _without(table, rows, self.cfg.erasure.mode), old))
+        dead = []
+        for o in old.dead_letter_objects:
+            if o.key in replaced:
+                table, rows = replaced[o.key]
+                erased += [table.column("offset")[i].as_py() for i in rows]
+                o = self._put(generation_key(o.key, ".parquet", gen, self.attempt),
+                              _without(table, rows, self.cfg.erasure.mode), old)
+            dead.append(o)
+        return [*out, *dead], erased
+
+    def _put(self, key: str, table: Any, old: Manifest) -> ManifestObject:
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression=old.compression)
+        data = buf.getvalue()
+        r = self.s3.put_object(Bucket=self.cfg.bucket, Key=key, Body=data, IfNoneMatch="*", **self.lock_of(old))
+        return ManifestObject(key=key, size=len(data), etag=str(r["ETag"]).strip('"'), sha256=sha256_hex(data))
+
+
+def _suffix(key: str, where: WindowLocation) -> str:
+    return where.suffix if key.endswith(where.suffix) else ".parquet"
+
+
+def _without(table: Any, rows: list[int], mode: str) -> Any:
+    """`table` without the rows (`drop`), or with everything in them but the envelope's position nulled."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mask = [False] * table.num_rows
+    for i in rows:
+        mask[i] = True
+    hit = pa.array(mask)
+    if mode == "drop":
+        return table.filter(pc.invert(hit))
+    cols = [c if name in ENVELOPE_KEPT else pc.if_else(hit, pa.nulls(table.num_rows, c.type), c)
+            for name, c in zip(table.column_names, table.columns, strict=True)]
+    return pa.Table.from_arrays(cols, schema=table.schema)

@@ -1,0 +1,175 @@
+"""Erasure on request, pure (docs/compliance.md): what an erasure request is, which records of a window it matches,
+whether the archive allows it (`refusal`), the window's next manifest generation, and the audit record. The reads,
+rewrites and commits are archive/erase_run.py's.
+
+A request names records by their key (one or several, as bytes) or by a field decoded from their value
+(`value_decoding`: a column of the window's objects) equal to a value. The new manifest lists the erased offsets,
+never the key; the audit record keeps only a salted SHA-256 of each key (or of the field's value).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.model.errors import ErasureRefused
+from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject
+
+ERASABLE_FORMATS = ("parquet",)  # read and rewritten with pyarrow, in the same layout
+
+
+@dataclass(frozen=True)
+class FieldEquals:
+    """Records whose decoded column `field` equals `equals`."""
+
+    field: str
+    equals: str | int | float | bool
+
+
+@dataclass(frozen=True)
+class EraseRequest:
+    """What to erase from one topic: records with one of `keys`, or those `predicate` matches (exactly one)."""
+
+    topic: str
+    keys: tuple[bytes, ...] = ()
+    predicate: FieldEquals | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.keys) == (self.predicate is not None):
+            raise ErasureRefused(f"an erasure of topic {self.topic!r} names records by key (one or more) or by a "
+                                 f"predicate on a decoded field, exactly one of the two; got "
+                                 f"{len(self.keys)} key(s) and {'a' if self.predicate else 'no'} predicate")
+
+    @property
+    def subjects(self) -> list[bytes]:
+        """What the audit record hashes: each key, or the predicate's field and value."""
+        if self.predicate is None:
+            return list(self.keys)
+        return [f"{self.predicate.field}={json.dumps(self.predicate.equals)}".encode()]
+
+    def columns(self) -> list[str]:
+        """The columns of a window's objects a match reads."""
+        return ["offset", "key"] if self.predicate is None else ["offset", self.predicate.field]
+
+    def matching(self, columns: dict[str, Sequence[Any]]) -> list[int]:
+        """The row numbers that match, given the columns `columns()` names (as Python lists)."""
+        if self.predicate is None:
+            keys = set(self.keys)
+            return [i for i, k in enumerate(columns["key"]) if k is not None and bytes(k) in keys]
+        want = self.predicate.equals
+        return [i for i, v in enumerate(columns[self.predicate.field])
+                if v is not None and type(v) is type(want) and v == want]
+
+
+def parse_equals(text: str) -> str | int | float | bool:
+    """A predicate's value as a user types it: JSON when it is a JSON scalar (42, true, "text"), else the text."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, str | int | float | bool) else text
+
+
+def refusal(cfg: ArchiveConfig, with_bypass_permission: bool = True) -> str | None:
+    """Why erasure cannot run on this archive (None: it can). A compliance lock cannot be lifted by anyone before
+    its date; a governance lock needs `erasure.allow_governance_bypass` (and s3:BypassGovernanceRetention)."""
+    lock = cfg.retention_lock
+    if lock is not None and lock.mode == "compliance":
+        return (f"archive {cfg.name!r} has retention_lock mode compliance ({lock.days} days): nobody, not even the "
+                "bucket's root account, can delete or replace a locked object before its retain-until date, so "
+                "records cannot be erased from a window until its lock expires")
+    if lock is not None and not cfg.erasure.allow_governance_bypass:
+        return (f"archive {cfg.name!r} has retention_lock mode governance: replacing a window's objects deletes "
+                "locked objects, which needs `erasure.allow_governance_bypass: true` in the archive's config and "
+                "the s3:BypassGovernanceRetention permission")
+    if lock is not None and not with_bypass_permission:
+        return (f"archive {cfg.name!r} has retention_lock mode governance and allows the bypass, but the credentials "
+                "lack s3:BypassGovernanceRetention")
+    if cfg.format == "iceberg":
+        return (f"archive {cfg.name!r} has format iceberg: erasure would need a delete or overwrite commit on the "
+                "Iceberg table, which s3-archive does not make; erase with the table's own engine (e.g. Spark SQL "
+                "DELETE) and its snapshot expiry")
+    if cfg.format not in ERASABLE_FORMATS:
+        return (f"archive {cfg.name!r} has format {cfg.format!r}; erasure rewrites formats "
+                f"{', '.join(ERASABLE_FORMATS)}")
+    return None
+
+
+def check_allowed(cfg: ArchiveConfig) -> None:
+    if (why := refusal(cfg)) is not None:
+        raise ErasureRefused(f"erasure refused: {why}")
+
+
+def offset_ranges(offsets: Iterable[int]) -> list[list[int]]:
+    """Offsets as sorted `[from, to)` ranges, adjacent ones joined."""
+    out: list[list[int]] = []
+    for o in sorted(set(offsets)):
+        if out and out[-1][1] == o:
+            out[-1][1] = o + 1
+        else:
+            out.append([o, o + 1])
+    return out
+
+
+def merged_ranges(a: Iterable[Sequence[int]], b: Iterable[Sequence[int]]) -> list[list[int]]:
+    """Two range lists as one (sorted, overlapping and adjacent ranges joined)."""
+    out: list[list[int]] = []
+    for lo, hi in sorted([list(r) for r in [*a, *b]]):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
+
+
+def next_generation(old: Manifest, old_link: ManifestLink, objects: list[ManifestObject], erased: list[int],
+                    attempt: str, now: datetime) -> Manifest:
+    """The window's manifest after an erasure: generation + 1, the new objects, the erased offsets added to those
+    of earlier generations, `supersedes` naming the manifest it replaces (and those that one replaced); the link
+    to the previous manifest of the partition stays. `record_count` no longer counts the erased records (in mode
+    `null` the objects still hold them, nulled)."""
+    return old.model_copy(update={
+        "generation": (old.generation or 1) + 1,
+        "supersedes": [*old.supersedes, old_link],
+        "erased_offsets": merged_ranges(old.erased_offsets, offset_ranges(erased)),
+        "objects": sorted(objects, key=lambda o: o.key),
+        "bytes_written": sum(o.size for o in objects),
+        "record_count": old.record_count - len(erased),
+        "attempt": attempt,
+        "committed_at": now.isoformat(),
+    })
+
+
+def salted_hash(salt: bytes, subject: bytes) -> str:
+    """What the audit record keeps of a key: SHA-256 of the archive's salt and the key (no dictionary of likely keys
+    reverses it without the salt, which stays in the bucket)."""
+    return hashlib.sha256(salt + subject).hexdigest()
+
+
+@dataclass(frozen=True)
+class WindowErasure:
+    """One window's part of an erasure: the window, the generation it committed, how many records it erased."""
+
+    window: str
+    generation: int
+    records: int
+
+
+def audit_record(request: EraseRequest, salt: bytes, windows: list[WindowErasure], mode: str, when: datetime,
+                 erasure_id: str) -> bytes:
+    """The audit record of one erasure (JSON): when, how many records, which windows, the salted hashes."""
+    return json.dumps({
+        "erasure_id": erasure_id,
+        "topic": request.topic,
+        "erased_at": when.isoformat(),
+        "mode": mode,
+        "matched_by": "key" if request.predicate is None else f"field {request.predicate.field}",
+        "subject_sha256": [salted_hash(salt, s) for s in request.subjects],
+        "records": sum(w.records for w in windows),
+        "windows": [{"window": w.window, "generation": w.generation, "records": w.records} for w in windows],
+    }, indent=1, sort_keys=True).encode()

@@ -1,0 +1,100 @@
+"""`erase` against moto in-process (S3's conditional writes, no server): a concurrent erasure that commits first makes
+ours redo the window on top of it (both erasures kept); an archive attempt that finds the window rewritten adopts it,
+deletes what it wrote and leaves the erasure's objects alone. The integration twin: integration/archive/test_erase.py."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from moto import mock_aws
+
+from s3_archive.archive.driver.commit import commit_window, window_objects
+from s3_archive.archive.erase_run import erase
+from s3_archive.archive.erasure import EraseRequest
+from s3_archive.archive.integrity import sha256_hex
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.s3 import read_manifest
+from s3_archive.keys.objects import manifest_key, object_key
+from s3_archive.model.manifest import ManifestObject
+from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.manifests import hand_manifest
+
+BUCKET, PREFIX, TOPIC, W = "erase-races", "p/", "t", OffsetWindow(0, 0, 4)
+KEYS = [b"a", b"victim", b"b", b"victim"]
+CFG = ArchiveConfig(name="a", topics=[TOPIC], bucket=BUCKET, prefix=PREFIX)
+
+
+def _parquet() -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"key": pa.array(KEYS), "value": pa.array([b"v0", b"v1", b"v2", b"v3"]),
+                             "offset": pa.array(range(4), pa.int64())}), buf)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        data = _parquet()
+        key = object_key(PREFIX, TOPIC, W, 0, ".parquet")
+        etag = client.put_object(Bucket=BUCKET, Key=key, Body=data)["ETag"].strip('"')
+        m = hand_manifest(TOPIC, W, [{"key": key, "size": len(data), "etag": etag, "sha256": sha256_hex(data)}],
+                          compression="snappy")
+        client.put_object(Bucket=BUCKET, Key=manifest_key(PREFIX, TOPIC, W), Body=m.dumps())
+        yield client
+
+
+class ConcurrentErasure:
+    """A client whose first conditional manifest PUT is preceded by another erasure of the same window."""
+
+    def __init__(self, s3: Any) -> None:
+        self.s3, self.raced = s3, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+    def put_object(self, **kw: Any) -> dict:
+        if "IfMatch" in kw and not self.raced:
+            self.raced = True
+            assert erase(self.s3, CFG, EraseRequest(TOPIC, (b"a",))).records == 1
+        return self.s3.put_object(**kw)
+
+
+def _keys_in(s3: Any, key: str) -> list[bytes | None]:
+    return pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())).column("key").to_pylist()
+
+
+def test_a_concurrent_erasure_that_commits_first_is_kept_and_ours_redone_on_top(s3):
+    report = erase(ConcurrentErasure(s3), CFG, EraseRequest(TOPIC, (b"victim",)))
+
+    assert report.records == 2
+    m = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W))
+    assert (m.generation, m.erased_offsets, m.record_count) == (3, [[0, 2], [3, 4]], 1)
+    assert [s.generation for s in m.supersedes] == [1, 2]
+    assert [_keys_in(s3, o.key) for o in m.objects] == [[b"b"]]
+    # nothing else of the window is left: the first generation, the lost attempt's objects, the second generation
+    assert sorted(window_objects(s3, CFG.location(TOPIC, W), True)) == [o.key for o in m.objects]
+    audits = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}_erasure/{TOPIC}/")["Contents"]
+    assert len(audits) == 2
+
+
+def test_an_archive_attempt_that_finds_the_window_erased_adopts_it_and_deletes_what_it_wrote(s3):
+    erase(s3, CFG, EraseRequest(TOPIC, (b"victim",)))
+    erased = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W))
+    # a late attempt of the first archive run puts the window's original object back, then commits
+    key = object_key(PREFIX, TOPIC, W, 0, ".parquet")
+    data = _parquet()
+    etag = s3.put_object(Bucket=BUCKET, Key=key, Body=data)["ETag"].strip('"')
+    result = commit_window(s3, CFG.location(TOPIC, W), hand_manifest(TOPIC, W, attempt="late"),
+                           [ManifestObject(key=key, size=len(data), etag=etag)], [], [])
+
+    assert not result.committed_by_us and result.manifest == erased
+    assert read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W)) == erased
+    assert sorted(window_objects(s3, CFG.location(TOPIC, W), True)) == [o.key for o in erased.objects]
+    assert [_keys_in(s3, o.key) for o in erased.objects] == [[b"a", b"b"]]

@@ -1,0 +1,15 @@
+"""The `erase` job's launchpad config, as the request it runs."""
+
+import pytest
+
+from s3_archive.archive.erasure import EraseRequest, FieldEquals
+from s3_archive.defs.archive.erase_job import EraseConfig, PredicateConfig
+from s3_archive.model.errors import ErasureRefused
+
+
+def test_the_erase_jobs_config_becomes_a_request():
+    assert EraseConfig(topic="t", key="a", keys=["b"]).request() == EraseRequest("t", (b"a", b"b"))
+    assert EraseConfig(topic="t", predicate=PredicateConfig(field="n", equals="42")).request() == EraseRequest(
+        "t", predicate=FieldEquals("n", 42))
+    with pytest.raises(ErasureRefused, match="exactly one of the two"):
+        EraseConfig(topic="t").request()
