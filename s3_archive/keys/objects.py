@@ -32,6 +32,7 @@ DEAD_LETTER = "_dead_letter"
 SCHEMAS = "_schemas"
 STORE_PROBE = "_store_probe"  # io/store_probe.py: one object for a moment, removed again
 VERIFY = "_verify"  # archive/verify.py: where the `verify` check's rotation goes on, per topic
+DRILL = "_drill"  # restore/drill.py: where the restore drill's rotation goes on, per topic
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
 
 
@@ -42,6 +43,10 @@ def schema_key(prefix: str, sha256: str) -> str:
 
 def verify_state_key(prefix: str, topic: str) -> str:
     return f"{prefix}{VERIFY}/{topic}.json"
+
+
+def drill_state_key(prefix: str, topic: str) -> str:
+    return f"{prefix}{DRILL}/{topic}.json"
 
 
 def store_probe_key(prefix: str, token: str) -> str:
