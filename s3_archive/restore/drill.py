@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import NewTopic, OffsetSpec
+from confluent_kafka.admin import NewTopic
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.io.kafka import KafkaResource
@@ -38,8 +38,9 @@ from s3_archive.restore.drill_plan import (
     first_mismatch,
     sample,
     scratch_topic_name,
+    stale_scratch_topics,
 )
-from s3_archive.restore.request import RestoreContext, RestoreRequest
+from s3_archive.restore.request import Filters, RestoreContext, RestoreRequest, ledger_id
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource, archived_windows, splits_windows, spool, window_batches
 
@@ -69,11 +70,17 @@ class _Drill:
         if configured is not None:
             rep.scratch_topic = configured
             return False
-        rep.scratch_topic = scratch_topic_name(self.topic, datetime.now(UTC))
+        now = datetime.now(UTC)
+        rep.scratch_topic = scratch_topic_name(self.topic, now)
         admin = self.kafka.admin()
+        for stale in stale_scratch_topics(self.kafka.topics(), self.topic, now):
+            self.log.warning(f"drill: deleting {stale!r}, the scratch topic of a drill that did not finish")
+            self.clean_up(stale, True, ledger_id(self.topic, stale, Filters()))
         try:
-            # Replication and every other setting: the cluster's defaults (-1).
-            admin.create_topics([NewTopic(rep.scratch_topic, partitions, -1)])[rep.scratch_topic].result(
+            # Replication: the cluster's default (-1). No retention: restored records keep their old timestamps, which
+            # a time-based retention would delete at once; the topic goes with the drill.
+            admin.create_topics([NewTopic(rep.scratch_topic, partitions, -1, config={"retention.ms": "-1"})])[
+                rep.scratch_topic].result(
                 timeout=self.kafka.timeout_s + 15)
         except KafkaException as e:
             raise self.kafka.unavailable(e, admin, f"creating the drill's scratch topic {rep.scratch_topic!r}") from e
@@ -90,22 +97,21 @@ class _Drill:
             time.sleep(0.1)
 
     def clean_up(self, topic: str | None, created: bool, ledger: str) -> None:
-        """Delete the restore's ledger and a created scratch topic; a failure is logged, not raised (the drill's
-        verdict stands; a created topic's name says it is a drill's)."""
-        admin = self.kafka.admin()
+        """Delete the restore's ledger (a consumer group) and a created scratch topic; a failure is logged, not
+        raised (the drill's verdict stands; the next drill deletes a scratch topic left over)."""
+        admin, wait = self.kafka.admin(), self.kafka.timeout_s
         try:
-            admin.delete_consumer_groups([ledger], request_timeout=self.kafka.timeout_s)[ledger].result(
-                timeout=self.kafka.timeout_s + 5)
+            admin.delete_consumer_groups([ledger], request_timeout=wait)[ledger].result(timeout=wait + 5)
         except KafkaException as e:
             err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
             if err is None or err.code() != KafkaError.GROUP_ID_NOT_FOUND:
                 self.log.warning(f"drill: the restore ledger {ledger!r} (a consumer group) was not deleted: {e}")
         if created and topic is not None:
             try:
-                admin.delete_topics([topic], request_timeout=self.kafka.timeout_s)[topic].result(
-                    timeout=self.kafka.timeout_s + 5)
+                admin.delete_topics([topic], request_timeout=wait)[topic].result(timeout=wait + 5)
             except KafkaException as e:
-                self.log.warning(f"drill: the scratch topic {topic!r} was not deleted: {e}; delete it by hand")
+                self.log.warning(f"drill: the scratch topic {topic!r} was not deleted: {e}; the next drill deletes "
+                                 "it a day after it was made")
 
     def archived(self, w: OffsetWindow, problems: list[str]) -> Iterator[Archived]:
         """The window's records as archived, read here again: each object's bytes hashed against its manifest's
@@ -154,7 +160,11 @@ class _Drill:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            return
+                            # read_committed: the end is the last stable offset, which reaches `end` once the
+                            # restore's commit markers are written
+                            if consumer.position([TopicPartition(scratch, partition)])[0].offset >= end:
+                                return
+                            continue
                         raise KafkaUnavailable(f"reading the scratch topic {scratch!r} back: {err.str()}")
                     if msg.offset() >= end:
                         return
@@ -208,13 +218,13 @@ def _run(drill: _Drill, rep: DrillReport, picked: list[OffsetWindow]) -> None:
     rep.object_bytes = sum(drill.size(w) for w in picked)
     parts = sorted({w.partition for w in picked})
     created = False
-    request: RestoreRequest | None = None
     try:
         created = drill.scratch(rep, parts[-1] + 1)
         scratch = rep.scratch_topic
         assert scratch is not None
         request = RestoreRequest(source_topic=topic, target_topic=scratch)
-        drill.clean_up(None, False, request.ledger_id)  # a configured topic's ledger of an earlier drill
+        if not created:
+            drill.clean_up(None, False, request.ledger_id)  # a configured topic's ledger of an earlier drill
         starts = kafka.offsets(scratch, "latest", parts)
         t0 = time.monotonic()
         restore_error = None
@@ -230,12 +240,15 @@ def _run(drill: _Drill, rep: DrillReport, picked: list[OffsetWindow]) -> None:
         rep.restore_seconds = time.monotonic() - t0
         if restore_error is not None:
             rep.problems.append(restore_error)
-        ends = kafka.list_offsets(scratch, {p: OffsetSpec.latest() for p in parts}, read_committed=True)
+        # The high watermarks: every record the restore produced is below them. Its last commit markers may still be
+        # on their way (a commit returns before they are written), so reading back waits for them (read_back).
+        ends = kafka.offsets(scratch, "latest", parts)
         for p in parts:
             _compare(drill, rep, [w for w in picked if w.partition == p], scratch, starts[p], ends[p],
                      restore_error is None)
     finally:
-        drill.clean_up(rep.scratch_topic, created, request.ledger_id if request else "")
+        if rep.scratch_topic is not None:
+            drill.clean_up(rep.scratch_topic, created, ledger_id(topic, rep.scratch_topic, Filters()))
 
 
 def _compare(drill: _Drill, rep: DrillReport, windows: list[OffsetWindow], scratch: str, start: int, end: int,

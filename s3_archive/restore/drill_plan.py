@@ -81,14 +81,30 @@ def sample(windows: Iterable[OffsetWindow], cursor: str | None, size: Callable[[
 
 def scratch_topic_name(topic: str, now: datetime) -> str:
     """The topic a drill creates and deletes: the product's prefix, the archived topic, the time (so a drill that
-    was killed before it deleted its topic leaves a name nothing else uses)."""
-    stamp = now.strftime("%Y%m%dT%H%M%S")
-    room = _TOPIC_MAX - len(SCRATCH_PREFIX) - len(stamp) - 1
-    return f"{SCRATCH_PREFIX}{topic[:room]}-{stamp}"
+    was killed before it deleted its topic leaves a name nothing else uses, and the next drill knows it)."""
+    return f"{_scratch_stem(topic)}{now.strftime(_STAMP)}"
 
 
-def is_scratch_topic(name: str) -> bool:
-    return re.fullmatch(re.escape(SCRATCH_PREFIX) + r".+-\d{8}T\d{6}", name) is not None
+_STAMP = "%Y%m%dT%H%M%S"
+
+
+def _scratch_stem(topic: str) -> str:
+    room = _TOPIC_MAX - len(SCRATCH_PREFIX) - len("20260101T000000") - 1
+    return f"{SCRATCH_PREFIX}{topic[:room]}-"
+
+
+def stale_scratch_topics(names: Iterable[str], topic: str, now: datetime,
+                         age: timedelta = timedelta(days=1)) -> list[str]:
+    """The scratch topics of `topic`'s drills among `names` made more than `age` before `now`: left by a drill that
+    was killed before it deleted its topic (a younger one may be another drill's, still running)."""
+    stem, out = _scratch_stem(topic), []
+    for name in names:
+        if not name.startswith(stem) or not re.fullmatch(r"\d{8}T\d{6}", name[len(stem):]):
+            continue
+        made = datetime.strptime(name[len(stem):], _STAMP).replace(tzinfo=now.tzinfo)
+        if now - made > age:
+            out.append(name)
+    return sorted(out)
 
 
 class Archived(NamedTuple):

@@ -13,9 +13,9 @@ from s3_archive.restore.drill_plan import (
     DrillState,
     Restored,
     first_mismatch,
-    is_scratch_topic,
     sample,
     scratch_topic_name,
+    stale_scratch_topics,
 )
 
 NOW = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
@@ -70,12 +70,17 @@ def test_the_sample_takes_one_window_over_the_budget_and_is_in_restore_order():
     assert sample([], None, lambda w: 1, 10) == ([], None)
 
 
-def test_scratch_topic_names_are_valid_and_say_what_they_are():
+def test_scratch_topic_names_are_valid_and_a_day_old_one_is_stale():
     name = scratch_topic_name("orders.v1", NOW)
-    assert name == "s3-archive-drill-orders.v1-20260301T060000" and is_scratch_topic(name)
+    assert name == "s3-archive-drill-orders.v1-20260301T060000"
     long = scratch_topic_name("t" * 249, NOW)
-    assert TOPIC.fullmatch(long) and len(long) == 249 and is_scratch_topic(long)
-    assert not is_scratch_topic("orders")
+    assert TOPIC.fullmatch(long) and len(long) == 249
+    old, young = scratch_topic_name("orders.v1", NOW - timedelta(days=2)), scratch_topic_name("orders.v1", NOW)
+    other = scratch_topic_name("orders.v1-eu", NOW - timedelta(days=2))  # another topic's, though it starts alike
+    names = [old, young, other, "orders.v1", "s3-archive-drill-orders.v1-yesterday"]
+    assert stale_scratch_topics(names, "orders.v1", NOW + timedelta(hours=1)) == [old]
+    assert stale_scratch_topics([scratch_topic_name("t" * 249, NOW - timedelta(days=3))], "t" * 300, NOW) == [
+        scratch_topic_name("t" * 249, NOW - timedelta(days=3))]
 
 
 W = OffsetWindow(0, 0, 10)
