@@ -191,19 +191,19 @@ def drill_topic(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: s
     key = drill_state_key(cfg.prefix, topic)
     body, etag = read_state(s3, cfg.bucket, key)
     state = DrillState.parse(body)
-    windows = archived_windows(s3, cfg.bucket, cfg.prefix, topic)
-    rep = DrillReport(topic, cfg.bucket, len(windows), state_key=key, last_drill=state.last_drill)
+    rep = DrillReport(topic, cfg.bucket, 0, state_key=key, last_drill=state.last_drill)
     if not force and not state.due(now, cfg.drill.every_days):
         rep.next_due = state.next_due(cfg.drill.every_days)
         return rep
+    windows = archived_windows(s3, cfg.bucket, cfg.prefix, topic)
+    rep.windows = len(windows)
+    if not windows:
+        return rep  # nothing committed yet: nothing to drill, and no drill is recorded
     drill = _Drill(kafka, s3, cfg, topic, log)
     picked, state.cursor = sample(windows, state.cursor, drill.size, cfg.drill.bytes_per_run)
-    if not picked:
-        rep.problems.append(f"topic {topic!r} has no committed window in s3://{cfg.bucket}/{cfg.prefix} to drill")
-    else:
-        _run(drill, rep, [w for w in picked if w in drill.manifests])
-        gone = [w.key for w in picked if w not in drill.manifests]
-        rep.problems += [f"window {k}: its manifest was listed, but gone when read" for k in gone]
+    _run(drill, rep, [w for w in picked if w in drill.manifests])
+    gone = [w.key for w in picked if w not in drill.manifests]
+    rep.problems += [f"window {k}: its manifest was listed, but gone when read" for k in gone]
     state.last_drill, state.last_passed = now.isoformat(), not rep.problems
     put_state(s3, cfg.bucket, key, state.dumps(), etag)
     return rep

@@ -222,6 +222,8 @@ class DrillReport:
         if not self.ran:
             return (f"the last drill ({self.last_drill}) passed; the next is due at "
                     f"{self.next_due.isoformat(timespec='minutes') if self.next_due else 'the next run'}")
+        if not self.drilled:
+            return f"topic {self.topic!r} has no committed window in s3://{self.bucket}/ to drill yet"
         return (f"{len(self.drilled)} of {self.windows} window(s) ({self.object_bytes} bytes of objects, "
                 f"{self.records} records) restored into {self.scratch_topic!r} in {self.restore_seconds:.2f} s "
                 f"({self.seconds_per_gb:.1f} s per GB) and read back: every record byte for byte and in order")

@@ -77,6 +77,11 @@ def test_a_drill_of_a_healthy_archive_passes_in_the_daily_checks_job_and_records
     again = drill_topic(kafka, s3, cfg, topic, log)
     assert not again.ran and again.problems == [] and again.last_drill == state["last_drill"]
     assert "the next is due at" in again.ok and again.metadata()["drilled"] is False
+    # A topic with no committed window yet: nothing to drill, the check passes and records no drill.
+    empty = archive_config(cfg.bucket, f"none-{unique}", cfg.prefix, drill=DrillOptions())
+    nothing = drill_topic(kafka, s3, empty, f"none-{unique}", log)
+    assert nothing.ran and nothing.problems == [] and nothing.drilled == [] and "to drill yet" in nothing.ok
+    assert s3.list_objects_v2(Bucket=cfg.bucket, Prefix=drill_state_key(cfg.prefix, f"none-{unique}"))["KeyCount"] == 0
 
 
 def test_a_drill_fails_naming_a_changed_object_and_an_unreadable_one(kafka, s3, services, spark, unique):

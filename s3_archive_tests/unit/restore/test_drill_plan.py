@@ -141,6 +141,7 @@ def test_the_report_plots_seconds_per_gb_as_a_float_and_says_when_the_next_drill
     assert isinstance(meta["restore_seconds_per_gb"], float) and meta["restore_seconds_per_gb"] == 4.0
     assert meta["windows_drilled"] == 1 and meta["state"] == "s3://b/_drill/t.json"
     assert "1 of 6 window(s) (500000000 bytes of objects, 10 records) restored into 's'" in r.ok
+    assert DrillReport("t", "b", 0).ok == "topic 't' has no committed window in s3://b/ to drill yet"
     idle = DrillReport("t", "b", 6, next_due=NOW, last_drill="2026-02-22T06:00:00+00:00", state_key="k")
     assert not idle.ran and idle.metadata()["drilled"] is False
     assert idle.ok == "the last drill (2026-02-22T06:00:00+00:00) passed; the next is due at 2026-03-01T06:00+00:00"
