@@ -39,7 +39,7 @@ from s3_archive.archive.integrity import (
     window_of_manifest_key,
 )
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.io.s3 import CONFLICT, NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code, list_objects, read_bytes
+from s3_archive.io.s3 import NOT_FOUND, S3Client, error_code, list_objects, put_state, read_bytes, read_state
 from s3_archive.keys.objects import manifest_prefix, verify_state_key
 from s3_archive.model.errors import InvalidManifest
 from s3_archive.model.manifest import Manifest, parse_manifest
@@ -200,36 +200,14 @@ def _window_findings(s3: S3Client, cfg: ArchiveConfig, topic: str, found: _Manif
     return out, sum(o.size for o in hashed)
 
 
-def _save(s3: S3Client, bucket: str, key: str, state: VerifyState, etag: str | None) -> bool:
-    """The state written over the version this run read (If-Match), or created (If-None-Match): False when another
-    run saved meanwhile (its state stays)."""
-    condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
-    try:
-        s3.put_object(Bucket=bucket, Key=key, Body=state.dumps(), ContentType="application/json", **condition)
-    except ClientError as e:
-        if error_code(e) in PRECONDITION_FAILED + CONFLICT:
-            return False
-        raise
-    return True
-
-
-def _load(s3: S3Client, bucket: str, key: str) -> tuple[VerifyState, str | None]:
-    try:
-        r = s3.get_object(Bucket=bucket, Key=key)
-    except ClientError as e:
-        if error_code(e) in NOT_FOUND:
-            return VerifyState(), None
-        raise
-    return VerifyState.parse(r["Body"].read()), str(r["ETag"])
-
-
 def verify_topic(s3: S3Client, cfg: ArchiveConfig, topic: str, full: bool = False,
                  progress: Callable[[str], Any] | None = None) -> VerifyReport:
     """Verify the topic's windows: every one (`full`), or the next ones of the rotation within
     `cfg.verify.bytes_per_run`. The rotation's state is saved either way."""
     began, now = time.monotonic(), datetime.now(UTC).isoformat()
     state_key = verify_state_key(cfg.prefix, topic)
-    state, etag = _load(s3, cfg.bucket, state_key)
+    body, etag = read_state(s3, cfg.bucket, state_key)
+    state = VerifyState.parse(body)
     found = _Manifests(s3, cfg, topic)
     findings: list[Finding] = []
     for _, head in sorted(state.heads.items()):
@@ -259,7 +237,7 @@ def verify_topic(s3: S3Client, cfg: ArchiveConfig, topic: str, full: bool = Fals
         state.cursor = read[-1]
     state.heads = {p: {"key": k, "sha256": c.sha256} for p, k in found.newest().items()
                    if (c := found.get(k)) is not None}
-    _save(s3, cfg.bucket, state_key, state, etag)
+    put_state(s3, cfg.bucket, state_key, state.dumps(), etag)
     runs = math.ceil(len(found.keys) / len(read)) if read else None  # at this run's pace
     windows = [w.key for k in read if (w := window_of_manifest_key(k)) is not None]
     return VerifyReport(topic, cfg.bucket, len(found.keys), windows, spent, time.monotonic() - began, findings,

@@ -9,7 +9,7 @@ from croniter import croniter
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
-from s3_archive.config.compliance import ErasureOptions, RetentionLock, VerifyOptions
+from s3_archive.config.compliance import DrillOptions, ErasureOptions, RetentionLock, VerifyOptions
 from s3_archive.config.disaster_recovery import RecoveryCapture
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
@@ -122,6 +122,9 @@ class ArchiveConfig(StrictModel):
     verify: VerifyOptions = Field(default=VerifyOptions(), description="the daily `verify` check's budget and pace")
     erasure: ErasureOptions = Field(default=ErasureOptions(), description="how `erase` rewrites windows "
                                                                          "(docs/compliance.md)")
+    drill: DrillOptions | None = Field(default=None, description="the restore drill check (docs/compliance.md); "
+                                                                 "null: no drill (it creates topics and writes to "
+                                                                 "the cluster, so it is turned on explicitly)")
     catalog: CatalogOptions | None = Field(default=None, description="Glue table; None: database s3_archive, "
                                                                       "partition projection")
     iceberg: IcebergOptions | None = Field(default=None, description="format iceberg only: the Iceberg catalog "
@@ -285,7 +288,24 @@ class ArchiveConfig(StrictModel):
         self._check_error_policy()
         self._check_restore_targets()
         self._check_lock()
+        self._check_drill()
         return self
+
+    def _check_drill(self) -> None:
+        """A drill restores the archive: its format must keep records byte for byte, and its scratch topic must not
+        be an archived topic (the drill would append records to it)."""
+        drill = self.drill
+        if drill is None:
+            return
+        if not FORMATS[self.format].lossless or self.value_decoding.type == "utf8":
+            lossless = ", ".join(f for f, s in FORMATS.items() if s.lossless)
+            why = (f"format {self.format!r}" if not FORMATS[self.format].lossless
+                   else "value_decoding.type 'utf8' (values stored as text)")
+            raise ValueError(f"drill: a drill restores the archive, and {why} does not keep records byte for byte "
+                             f"(restorable formats: {lossless}, with values kept as bytes); remove drill")
+        if drill.scratch_topic is not None and drill.scratch_topic in self.topics:
+            raise ValueError(f"drill.scratch_topic {drill.scratch_topic!r} is an archived topic: the drill would "
+                             "append restored records to it; name a topic of its own")
 
     def _check_lock(self) -> None:
         """An expiration must not hide a window while it is locked: S3 would put a delete marker over it."""

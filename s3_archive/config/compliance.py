@@ -1,13 +1,14 @@
-"""The `retention_lock:`, `verify:` and `erasure:` of an archive: S3 Object Lock on every committed window, the daily
-check that re-reads the windows against their manifests' hashes and chains, and how an erasure request rewrites
-windows (docs/compliance.md)."""
+"""The `retention_lock:`, `verify:`, `erasure:` and `drill:` of an archive: S3 Object Lock on every committed window,
+the daily check that re-reads the windows against their manifests' hashes and chains, how an erasure request
+rewrites windows, and the restore drill (docs/compliance.md)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from s3_archive.config.names import TOPIC
 from s3_archive.model.base import StrictModel
 
 
@@ -48,3 +49,26 @@ class ErasureOptions(StrictModel):
     allow_governance_bypass: bool = Field(default=False, description="under a governance retention_lock: delete the "
                                                                      "superseded objects with "
                                                                      "BypassGovernanceRetention")
+
+
+class DrillOptions(StrictModel):
+    """The `drill` asset check: every `every_days` it restores a rotating sample of committed windows (at most
+    `bytes_per_run` bytes of objects) into a scratch topic with the restore's own path, reads them back and compares
+    them record by record with the archive, and records the restore's seconds per GB (the RTO evidence)."""
+
+    bytes_per_run: int = Field(default=64 << 20, ge=1, description="bytes of objects a drill restores at most (at "
+                                                                    "least one window)")
+    scratch_topic: str | None = Field(default=None, description="an existing topic the drill restores into (never "
+                                                                "deleted; give it a short retention.ms); null: a "
+                                                                "topic s3-archive-drill-<topic>-<time> created and "
+                                                                "deleted by each drill")
+    every_days: int = Field(default=7, ge=1, le=366, description="days between drills (the check runs daily with "
+                                                                 "the archive's other checks; after a failed drill, "
+                                                                 "the next run drills again)")
+
+    @field_validator("scratch_topic")
+    @classmethod
+    def _scratch(cls, v: str | None) -> str | None:
+        if v is not None and (not TOPIC.fullmatch(v) or v in (".", "..")):
+            raise ValueError(f"not a valid Kafka topic name: {v!r} (allowed: 1-249 of a-z A-Z 0-9 . _ -)")
+        return v

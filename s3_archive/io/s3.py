@@ -73,6 +73,30 @@ def read_bytes(s3: S3Client, bucket: str, key: str) -> bytes | None:
         raise
 
 
+def read_state(s3: S3Client, bucket: str, key: str) -> tuple[bytes | None, str | None]:
+    """A small state object's bytes and ETag (None, None when there is none), for `put_state` over it."""
+    try:
+        r = s3.get_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if error_code(e) in NOT_FOUND:
+            return None, None
+        raise
+    return r["Body"].read(), str(r["ETag"])
+
+
+def put_state(s3: S3Client, bucket: str, key: str, body: bytes, etag: str | None) -> bool:
+    """A state object written over the version read (If-Match `etag`), or created (If-None-Match): False when
+    another writer saved meanwhile (its state stays)."""
+    condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json", **condition)
+    except ClientError as e:
+        if error_code(e) in PRECONDITION_FAILED + CONFLICT:
+            return False
+        raise
+    return True
+
+
 def read_manifest(s3: S3Client, bucket: str, key: str) -> Manifest | None:
     """The window's manifest at `key`; None when there is none (not committed). Raises InvalidManifest when it
     does not parse (model/manifest.py)."""

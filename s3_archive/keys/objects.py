@@ -37,6 +37,7 @@ STORE_PROBE = "_store_probe"  # io/store_probe.py: one object for a moment, remo
 VERIFY = "_verify"  # archive/verify.py: where the `verify` check's rotation goes on, per topic
 ERASURE = "_erasure"  # archive/erase_run.py: the salt of the keys' hashes and one audit record per erasure
 _GENERATION = re.compile(r"\.g([0-9]+)(?:-[0-9a-z]+)?$")
+DRILL = "_drill"  # restore/drill.py: where the restore drill's rotation goes on, per topic
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>
 
 
@@ -72,6 +73,8 @@ def generation_of_key(key: str, suffix: str) -> int:
     stem = key[:len(key) - len(suffix)] if suffix and key.endswith(suffix) else key
     m = _GENERATION.search(stem)
     return int(m.group(1)) if m else 1
+def drill_state_key(prefix: str, topic: str) -> str:
+    return f"{prefix}{DRILL}/{topic}.json"
 
 
 def store_probe_key(prefix: str, token: str) -> str:

@@ -1,6 +1,7 @@
 """Asset checks on each archive asset: windows tile the offsets, committed objects are intact, Kafka has not
 deleted anything before it was archived (or is about to), committed windows keep their manifests, no record
-waits too long to be committed, and, where the archive took over from a Kafka Connect sink, the sink's objects and
+waits too long to be committed, committed windows re-read match their hashes (`verify`), a sample restores byte
+for byte (`drill`, when configured), and, where the archive took over from a Kafka Connect sink, the sink's objects and
 the windows meet with no gap or overlap. The verdicts are archive/health.py's; this is their Dagster side.
 
 They scan every window of the topic, so the sensor's window runs leave them out; the daily schedule
@@ -30,6 +31,7 @@ from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import S3Client
 from s3_archive.io.s3_resource import S3Resource
+from s3_archive.restore.drill import drill_topic
 from s3_archive.restore.foreign_sources import discover, last_objects
 
 CONTIGUOUS = "windows_contiguous"
@@ -40,6 +42,7 @@ MANIFESTS = "manifests_present"
 FRESH = "archive_fresh"
 TAKE_OVER = "take_over_boundary"
 VERIFY = "verify"
+DRILL = "drill"
 
 
 def check_result(v: Verdict) -> dg.AssetCheckResult:
@@ -89,6 +92,13 @@ def take_over_verdict(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, to
                                     planned.taken_over())
 
 
+def drill_verdict(kafka: KafkaResource, s3: S3Client, cfg: ArchiveConfig, topic: str, log: Any) -> Verdict:
+    """The restore drill's answer (restore/drill.py): the archive and restore stages meet here. A day no drill is
+    due passes, saying when the last one (which passed) ran; after a failed drill every run drills again."""
+    report = drill_topic(kafka, s3, cfg, topic, log)
+    return Verdict(report.problems, report.ok, report.metadata())
+
+
 def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | None = None,
                          ) -> list[dg.AssetChecksDefinition]:
     """The topic's checks as one multi-asset check (one step; any subset of them can run); `sink`: the foreign
@@ -113,6 +123,11 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | N
                   if cfg.freshness_bound_seconds is not None else "flush.interval_seconds x freshness_factor")
                + " is in no committed window (also reported by the offsets sensor).",
     }
+    if cfg.drill is not None:
+        specs[DRILL] = (f"Every {cfg.drill.every_days} day(s): the next committed windows (at most "
+                        f"{cfg.drill.bytes_per_run} bytes of objects a drill, in rotation) restored into a scratch "
+                        "topic with the restore's own path, read back and compared record by record with the "
+                        "archive; restore_seconds_per_gb is the RTO evidence (docs/compliance.md).")
     if sink is not None:
         specs[TAKE_OVER] = (f"Per Kafka partition, the last object of sink {sink.name!r} ends where the first window "
                             "starts: Kafka's records in between counted, no gap (ERROR) and no overlap (WARN).")
@@ -134,6 +149,7 @@ def build_archive_checks(cfg: ArchiveConfig, topic: str, sink: ForeignSource | N
                                                     health.log_start(kafka, topic)),
             FRESH: lambda: health.freshness(kafka, cfg, topic, view),
             VERIFY: lambda: verify_verdict(verify_topic(s3.get_client(), cfg, topic), cfg),
+            DRILL: lambda: drill_verdict(kafka, s3.get_client(), cfg, topic, context.log),
             TAKE_OVER: lambda: take_over_verdict(kafka, s3.get_client(), cfg, topic, sink, view),  # type: ignore[arg-type]
         }
         for name in specs:
