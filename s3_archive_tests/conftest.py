@@ -13,6 +13,7 @@ outages and races against the real stack) adds `reliability`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
@@ -289,55 +290,59 @@ class Store:
                             config=Config(s3={"addressing_style": "path"}))
 
 
-@pytest.fixture(scope="session")
-def versitygw_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """versitygw over a temporary directory, started on first use, stopped by PID."""
-    gateway = VersityGateway(tmp_path_factory.mktemp("versitygw"), TEST_AWS["AWS_ACCESS_KEY_ID"],
-                             TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+@contextlib.contextmanager
+def _versitygw(name: str, services: Services, root: Path, bucket: str, locked: bool) -> Iterator[Store]:
+    """versitygw over `root` with `bucket` (versioned, with S3 Object Lock, archives locked in compliance mode when
+    `locked`), stopped by PID on leaving."""
+    gateway = VersityGateway(root, TEST_AWS["AWS_ACCESS_KEY_ID"], TEST_AWS["AWS_SECRET_ACCESS_KEY"], versioning=locked)
     gateway.start()
     try:
-        store = Store("versitygw", services.bootstrap_servers, gateway.endpoint_url, BUCKET)
-        store.client().create_bucket(Bucket=BUCKET)
+        store = Store(name, services.bootstrap_servers, gateway.endpoint_url, bucket,
+                      {"mode": "compliance", "days": 1} if locked else None)
+        store.client().create_bucket(Bucket=bucket, **({"ObjectLockEnabledForBucket": True} if locked else {}))
         yield store
     finally:
         gateway.stop()
 
 
-@pytest.fixture(scope="session")
-def versitygw_fault_proxy(versitygw_store: Store, services: Services) -> Iterator[FaultProxy]:
-    """The S3 fault proxy in front of versitygw (no faults until a test sets rules)."""
-    proxy = FaultProxy(services.data_dir / "versitygw-fault-proxy", versitygw_store.s3_endpoint_url)
+@contextlib.contextmanager
+def _fault_proxy(services: Services, name: str, store: Store) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of `store` (no faults until a test sets rules), stopped by PID on leaving."""
+    proxy = FaultProxy(services.data_dir / f"{name}-fault-proxy", store.s3_endpoint_url)
     proxy.start()
     try:
         yield proxy
     finally:
         proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def versitygw_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """versitygw over a temporary directory, started on first use, stopped by PID."""
+    with _versitygw("versitygw", services, tmp_path_factory.mktemp("versitygw"), BUCKET, locked=False) as store:
+        yield store
+
+
+@pytest.fixture(scope="session")
+def versitygw_fault_proxy(versitygw_store: Store, services: Services) -> Iterator[FaultProxy]:
+    """The S3 fault proxy in front of versitygw."""
+    with _fault_proxy(services, "versitygw", versitygw_store) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="session")
 def versitygw_locked_store(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     """versitygw keeping versions, with a bucket created with S3 Object Lock; archives on it locked (compliance)."""
-    gateway = VersityGateway(tmp_path_factory.mktemp("versitygw-locked"), TEST_AWS["AWS_ACCESS_KEY_ID"],
-                             TEST_AWS["AWS_SECRET_ACCESS_KEY"], versioning=True)
-    gateway.start()
-    try:
-        store = Store("versitygw-locked", services.bootstrap_servers, gateway.endpoint_url, LOCKED_BUCKET,
-                      {"mode": "compliance", "days": 1})
-        store.client().create_bucket(Bucket=LOCKED_BUCKET, ObjectLockEnabledForBucket=True)
+    with _versitygw("versitygw-locked", services, tmp_path_factory.mktemp("versitygw-locked"), LOCKED_BUCKET,
+                    locked=True) as store:
         yield store
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture(scope="session")
 def versitygw_locked_fault_proxy(versitygw_locked_store: Store, services: Services) -> Iterator[FaultProxy]:
     """The S3 fault proxy in front of the versioned versitygw."""
-    proxy = FaultProxy(services.data_dir / "versitygw-locked-fault-proxy", versitygw_locked_store.s3_endpoint_url)
-    proxy.start()
-    try:
+    with _fault_proxy(services, "versitygw-locked", versitygw_locked_store) as proxy:
         yield proxy
-    finally:
-        proxy.stop()
 
 
 @pytest.fixture(scope="session")
