@@ -170,7 +170,6 @@ class DecodedPart:
     part: str  # "value" | "key"
     kind: str  # avro | protobuf | json_schema
     subject: str
-    reader: RegistrySchema | None  # avro: the reader schema (the subject's newest version); None: writer's own
     schemas: tuple[RegistrySchema, ...]  # the writer schemas known when the job was planned
     struct_type: str  # Spark type JSON of the decoded struct; its fields in stored order
     columns: tuple[str, ...]  # the stored column of each field of struct_type

@@ -95,7 +95,7 @@ def decode_plan(conn: RegistryConnection, out: Output, topic: str) -> DecodePlan
                 meta[PART_FIELD] = "key"
             stored.append({**f, "nullable": True, "metadata": meta})  # null for a tombstone
         taken += [names[p] for p in prefixed]
-        parts.append(DecodedPart(part, kind, subject, None, tuple(versions),
+        parts.append(DecodedPart(part, kind, subject, tuple(versions),
                                  json.dumps({"type": "struct", "fields": stored}),
                                  tuple(names[p] for p in prefixed)))
     return DecodePlan(topic, tuple(parts), conn)
@@ -124,16 +124,12 @@ def keep_schemas(s3: S3Client, bucket: str, prefix: str, plan: DecodePlan, used:
     listed: dict[tuple[str, int], ManifestSchema] = {}
     for part in plan.parts:
         known = {s.id: s for s in part.schemas}
-        ids = list(used.get(part.part, []))
-        if part.reader is not None:
-            ids.append(part.reader.id)
-        for i in sorted(set(ids)):
+        for i in sorted(set(used.get(part.part, []))):
             s = known.get(i) or plan.registry.client().by_id(i)  # type: ignore[union-attr]
             key = schema_key(prefix, s.sha256)
             _put_once(s3, bucket, key, s)
             listed[(part.part, s.id)] = ManifestSchema(part=part.part, id=s.id, schema_type=s.schema_type,
-                                                       subject=s.subject, version=s.version, sha256=s.sha256, key=key,
-                                                       reader=part.reader is not None and part.reader.id == s.id)
+                                                       subject=s.subject, version=s.version, sha256=s.sha256, key=key)
     return list(listed.values())
 
 

@@ -51,7 +51,7 @@ def _record(i: int) -> dict:
 def _plan(columns: RegistrySchema, *schemas: RegistrySchema, dead_letter: str = "") -> DecodePlan:
     """A plan whose columns are `columns`'s fields, knowing `schemas`."""
     struct = avro_columns(columns.text)
-    part = DecodedPart("value", "avro", "t-value", None, schemas, json.dumps(struct),
+    part = DecodedPart("value", "avro", "t-value", schemas, json.dumps(struct),
                        tuple(f["name"] for f in struct["fields"]))
     return DecodePlan("t", (part,), None, dead_letter)
 
@@ -109,7 +109,7 @@ def test_json_schema_values_match_fields_by_name():
                                                                                   "items": {"type": "string"}}}}
     js = RegistrySchema(5, "JSON", json.dumps(schema))
     struct = json_schema_columns(js.text)
-    part = DecodedPart("value", "json_schema", "t-value", None, (js,), json.dumps(struct), ("n", "tags"))
+    part = DecodedPart("value", "json_schema", "t-value", (js,), json.dumps(struct), ("n", "tags"))
     values = [b"\x00\x00\x00\x00\x05" + json.dumps(v).encode() for v in ({"n": 1, "tags": ["a"]}, {"n": 2},
                                                                          {"n": "three"}, [1])]
     out = decode(DecodePlan("t", (part,)), _batch(values)).to_pydict()
@@ -139,7 +139,7 @@ def test_decoded_field_dimensions_fill_the_bucket_and_order_the_batch():
                                                                                                "type": "string"}]}}]}
     s = RegistrySchema(1, "AVRO", json.dumps(schema))
     struct = avro_columns(s.text)
-    part = DecodedPart("value", "avro", "t-value", s, (s,), json.dumps(struct), ("shop",))
+    part = DecodedPart("value", "avro", "t-value", (s,), json.dumps(struct), ("shop",))
     plan = DecodePlan("t", (part,), bucket_fields=((1, "value", "shop.region"),))
     batch = _batch([_framed(schema, 1, {"shop": {"region": r}}) for r in ("us", "eu west", "us", "eu west")])
     batch = batch.append_column("_bucket", pa.array(["0/\x001\x00"] * 4))
@@ -155,7 +155,7 @@ def _union_plan(*schemas: RegistrySchema) -> DecodePlan:
     struct = avro_columns(schemas[0].text)
     for s in schemas[1:]:
         struct = merge_types(struct, avro_columns(s.text))
-    part = DecodedPart("value", "avro", "t-value", None, schemas, json.dumps(struct),
+    part = DecodedPart("value", "avro", "t-value", schemas, json.dumps(struct),
                        tuple(f["name"] for f in struct["fields"]))
     return DecodePlan("t", (part,))
 
@@ -222,7 +222,7 @@ def test_json_schema_shapes_without_a_fixed_type_are_json_text():
     assert types["lines"]["elementType"]["fields"][2] == {"name": "attrs", "type": "string", "nullable": True,
                                                           "metadata": {}}
     assert types["node"]["fields"][1]["type"]["elementType"] == "string"  # recursive: its JSON text
-    part = DecodedPart("value", "json_schema", "t-value", None, (js,), json.dumps(struct),
+    part = DecodedPart("value", "json_schema", "t-value", (js,), json.dumps(struct),
                        tuple(f["name"] for f in struct["fields"]))
     record = {"meta": {"a": [1, {"b": None}], "é": "ü"}, "extra": {"x": 1}, "counts": {"a": 2},
               "either": "s", "maybe": "m", "lines": [{"sku": "s1", "qty": 2, "attrs": {"c": True}}],
