@@ -33,7 +33,8 @@ RECORDS = [(p, *_ODD[i % len(_ODD)]) if i % 3 == 0 else (p, f"k{i}".encode(), f"
 
 
 def _archived(kafka, spark, s3, bucket: str, unique: str, name: str, **options):
-    topic = create_topic(kafka, f"drill-{name}-{unique}", partitions=2)
+    # timestamps from 2023: kept by retention.ms -1 (the session broker checks retention every second)
+    topic = create_topic(kafka, f"drill-{name}-{unique}", partitions=2, config={"retention.ms": "-1"})
     produce(kafka, topic, RECORDS, timestamps=[1_700_000_000_000 + i for i in range(len(RECORDS))])
     cfg = archive_config(bucket, topic, f"drill/{unique}/", drill=DrillOptions(bytes_per_run=1 << 30), **options)
     results = archive_windows(ArchiveContext.of_client(spark, kafka, s3, log), cfg, topic, WINDOWS)

@@ -64,7 +64,7 @@ def test_declared_target_plans_then_restores_exactly_once_with_no_run_config(kaf
     assert {k: v.value for k, v in plan.items() if k != "plan"} == {
         "target_topic": target, "dry_run": True, "ledger_id": f"s3-archive-restore.{topic}.{target}", "windows": 4,
         "objects": 4, "records_archived": 80, "records_to_restore": 80, "records_skipped_already_present": 0,
-        "records_filtered": 0, "bytes": plan["bytes"].value, "ledger_ranges": {},
+        "records_filtered": 0, "records_erased": 0, "bytes": plan["bytes"].value, "ledger_ranges": {},
         "per_target_partition": {"0": {"records": 40, "bytes": plan["bytes"].value // 2},
                                  "1": {"records": 40, "bytes": plan["bytes"].value // 2}}}
     assert "| 0 | 40 |" in plan["plan"].value
