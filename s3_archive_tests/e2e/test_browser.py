@@ -92,6 +92,16 @@ def demo(tmp_path_factory) -> Iterator[Demo]:
         assert not left, f"the demo left {left} running"
 
 
+def _printed(log: Path, line: str, timeout_s: float = 30) -> str:
+    """The log's text once it holds `line`: the fixture saw the UI answer, and the demo prints its URL after its own
+    poll of the UI does, a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while line not in (text := log.read_text()):
+        assert time.monotonic() < deadline, f"{line!r} not printed within {timeout_s:g}s:\n{text[-3000:]}"
+        time.sleep(0.2)
+    return text
+
+
 def kafka_of(demo: Demo) -> KafkaResource:
     state = read_state(demo.root)
     assert state is not None, "the demo's stack is not running"
@@ -99,7 +109,7 @@ def kafka_of(demo: Demo) -> KafkaResource:
 
 
 def test_a_second_demo_start_finds_the_ui_and_the_bucket_in_agreement(demo):
-    first, second = (log.read_text() for log in demo.logs)
+    first, second = demo.logs[0].read_text(), _printed(demo.logs[1], "demo: Dagster UI on http://127.0.0.1:")
     assert f"demo: {TOPIC}: 6 new windows" in first and "demo: archived 6 windows of demo.orders in one run (ok" in first
     assert "demo: checks of archive demo evaluated (ok)" in first  # so the UI shows them evaluated
     # The UI's address is printed once the webserver answers it (after dg dev says it serves); the first demo may
