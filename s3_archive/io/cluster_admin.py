@@ -96,15 +96,12 @@ def consumer_groups(kafka: KafkaResource) -> list[str]:
 
 def committed_offsets(kafka: KafkaResource, groups: list[str], topics: set[str]) -> GroupOffsets:
     """group -> topic -> partition -> committed offset, for `topics` only; groups with none of them left out."""
-    admin = kafka.admin()
     out: dict[str, dict[str, dict[int, int]]] = {}
     for group in groups:
-        try:
-            result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                       request_timeout=kafka.timeout_s)[group].result(
-                timeout=kafka.timeout_s + 5)
-        except (KafkaException, TimeoutError) as e:
-            raise kafka.unavailable(e, admin, f"reading the offsets of consumer group {group!r}") from e
+        result = kafka.group_request(
+            f"reading the offsets of consumer group {group!r}",
+            lambda admin, g=group: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
+                                                                     request_timeout=kafka.timeout_s)[g])
         for tp in result.topic_partitions:
             if tp.topic in topics and tp.error is None and tp.offset >= 0:
                 out.setdefault(group, {}).setdefault(tp.topic, {})[tp.partition] = tp.offset

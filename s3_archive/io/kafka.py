@@ -360,17 +360,33 @@ class KafkaResource(dg.ConfigurableResource):
                 out[topic] = sorted(t.partitions)
         return out
 
+    def group_request(self, what: str, request: Callable[[AdminClient], Any], missing_ok: bool = False) -> Any:
+        """`request(admin)`'s future's result: a request to a consumer group's coordinator. A coordinator not ready
+        yet (a cluster just started, its offsets topic still being made; a coordinator moving) is asked again until
+        the request timeout; a group Kafka does not know gives None when `missing_ok`; any other error is
+        KafkaUnavailable saying `what` was being done. The one retry rule of every group request."""
+        admin, since = self.admin(), time.monotonic()
+        while True:
+            try:
+                return request(admin).result(timeout=self.timeout_s + 5)
+            except KafkaException as e:
+                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+                if missing_ok and err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                    return None
+                if err is None or err.code() not in _COORDINATOR_NOT_READY or \
+                        time.monotonic() - since > self.timeout_s:
+                    raise self.unavailable(e, admin, what, since=since) from e
+                time.sleep(0.2)
+            except TimeoutError as e:
+                raise self.unavailable(e, admin, what, since=since) from e
+
     def group_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
         """The consumer group's committed offsets of the topic's partitions (absent: none committed). Admin API:
         nothing joins the group."""
-        admin, since = self.admin(), time.monotonic()
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
-        try:
-            result = admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group].result(
-                timeout=self.timeout_s + 5)
-        except (KafkaException, TimeoutError) as e:
-            what = f"reading the offsets of consumer group {group!r}"
-            raise self.unavailable(e, admin, what, since=since) from e
+        result = self.group_request(
+            f"reading the offsets of consumer group {group!r}",
+            lambda admin: admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group])
         return {tp.partition: tp.offset for tp in result.topic_partitions if tp.error is None and tp.offset >= 0}
 
     def set_group_offsets(self, group: str, topic: str, offsets: dict[int, int], note: str = "") -> None:
@@ -379,15 +395,11 @@ class KafkaResource(dg.ConfigurableResource):
         active members (someone else consumes with that group id)."""
         if not offsets:
             return
-        admin, since = self.admin(), time.monotonic()
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o, metadata=note)
                                                         for p, o in sorted(offsets.items())])]
-        try:
-            result = admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group].result(
-                timeout=self.timeout_s + 5)
-        except (KafkaException, TimeoutError) as e:
-            what = f"committing the offsets of consumer group {group!r}"
-            raise self.unavailable(e, admin, what, since=since) from e
+        result = self.group_request(
+            f"committing the offsets of consumer group {group!r}",
+            lambda admin: admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group])
         failed = [f"partition {tp.partition}: {tp.error.str()}" for tp in result.topic_partitions
                   if tp.error is not None]
         if failed:
@@ -395,24 +407,12 @@ class KafkaResource(dg.ConfigurableResource):
 
     def group_members(self, group: str) -> int:
         """How many members the consumer group has now (a running consumer, e.g. a connector's task, is one); 0 for
-        a group Kafka does not know. A group coordinator not ready yet (a cluster just started, a coordinator
-        moving) is asked again until the request timeout."""
-        admin, since = self.admin(), time.monotonic()
-        while True:
-            try:
-                desc = admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group].result(
-                    timeout=self.timeout_s + 5)
-                return len(desc.members)
-            except KafkaException as e:
-                err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
-                if err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
-                    return 0
-                if err is None or err.code() not in _COORDINATOR_NOT_READY or \
-                        time.monotonic() - since > self.timeout_s:
-                    raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
-                time.sleep(0.2)
-            except TimeoutError as e:
-                raise self.unavailable(e, admin, f"describing consumer group {group!r}", since=since) from e
+        a group Kafka does not know."""
+        desc = self.group_request(
+            f"describing consumer group {group!r}",
+            lambda admin: admin.describe_consumer_groups([group], request_timeout=self.timeout_s)[group],
+            missing_ok=True)
+        return 0 if desc is None else len(desc.members)
 
     def count_records(self, topic: str, partition: int, start: int, end: int, timeout_s: float = 30.0) -> int:
         """How many committed records (read_committed: no transaction markers, no aborted records) the partition

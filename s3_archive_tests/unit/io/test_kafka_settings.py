@@ -214,3 +214,50 @@ def test_close_destroys_the_kept_admin_client_and_a_run_closes_its_own(monkeypat
     with pytest.raises(KafkaException):  # alive: the request times out (a destroyed one raises RuntimeError)
         parents.list_topics(timeout=0.1)
     parents.__exit__(None, None, None)
+
+
+class _Future:
+    """What the admin client's request returns: its answer, or the KafkaException it raises."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def result(self, timeout=None):
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def test_every_group_request_asks_a_coordinator_not_ready_again_and_nothing_else():
+    """The one retry rule of the group requests (offsets read and committed, members described, disaster
+    recovery's offsets): a coordinator not ready yet is asked again; an unknown group is None only where the caller
+    allows it; any other error is at once KafkaUnavailable naming what was being done."""
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", timeout_s=5)
+    not_ready = [KafkaException(KafkaError(c)) for c in (KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                                         KafkaError.NOT_COORDINATOR,
+                                                         KafkaError.COORDINATOR_NOT_AVAILABLE)]
+    answers = iter([*not_ready, "the group's answer"])
+    asked = []
+
+    def request(admin):
+        asked.append(admin)
+        return _Future(next(answers))
+
+    assert kafka.group_request("describing consumer group 'g'", request) == "the group's answer"
+    assert len(asked) == 4 and all(a is kafka.admin() for a in asked)
+
+    unknown = KafkaException(KafkaError(KafkaError.GROUP_ID_NOT_FOUND))
+    assert kafka.group_request("describing consumer group 'g'", lambda admin: _Future(unknown),
+                               missing_ok=True) is None
+    with pytest.raises(KafkaUnavailable, match="describing consumer group 'g'"):
+        kafka.group_request("describing consumer group 'g'", lambda admin: _Future(unknown))
+    authz = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+    calls = []
+
+    def denied(admin):
+        calls.append(1)
+        return _Future(authz)
+
+    with pytest.raises(KafkaUnavailable, match="committing the offsets of consumer group 'g'"):
+        kafka.group_request("committing the offsets of consumer group 'g'", denied)
+    assert calls == [1]
