@@ -7,12 +7,15 @@ import gzip
 import io
 import json
 import os
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from s3_archive.io.kafka import KafkaResource
@@ -123,3 +126,50 @@ def _rec(row: dict) -> Rec:
                                                                    .timestamp() * 1000)
     return Rec(row["partition"], row["offset"], row["key"], row["value"],
                tuple((h["key"], h["value"]) for h in (row["headers"] or [])), ts_ms)
+
+
+@dataclass(frozen=True)
+class Got:
+    """A record read back from a topic."""
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    timestamp_ms: int
+
+    @property
+    def body(self) -> tuple:
+        return self.key, self.value, self.headers, self.timestamp_ms
+
+    def header(self, name: str) -> bytes | None:
+        return dict(self.headers).get(name)
+
+
+def consume_all(kafka: KafkaResource, topic: str, group: str | None = None) -> dict[int, list[Got]]:
+    """Every committed record of every partition (read_committed), in offset order; with `group`, from the
+    group's committed offsets (earliest where it has none), as the group's next consumer reads."""
+    parts = kafka.partitions(topic)
+    ends = kafka.offsets(topic, "latest", parts)
+    out: dict[int, list[Got]] = {p: [] for p in parts}
+    c = Consumer(kafka.client_config(**{
+        "group.id": group or f"verify-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
+    pending = set(parts)
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_STORED if group else OFFSET_BEGINNING) for p in parts])
+        deadline = time.monotonic() + 60
+        while pending:
+            assert time.monotonic() < deadline, f"timed out reading {topic}; waiting for {pending} (ends {ends})"
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                pending.discard(msg.partition())
+                continue
+            out[msg.partition()].append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                            tuple(msg.headers() or ()), msg.timestamp()[1]))
+    finally:
+        c.close()
+    return out

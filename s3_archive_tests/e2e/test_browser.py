@@ -29,7 +29,7 @@ from s3_archive.local.stack import down, local_s3_client, read_state
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.e2e.browser import Browser, artifacts_dir, chromium, starting_with, with_text
 from s3_archive_tests.e2e.test_dagster_dev import graphql
-from s3_archive_tests.integration.restore.test_restore import consume_all
+from s3_archive_tests.kafka_helpers import consume_all
 
 REPO = Path(__file__).resolve().parents[2]
 TOPIC, TARGET, RESTORE_ASSET = "demo.orders", "demo.orders.restored", "kafka_restore_target/replay/demo.orders"

@@ -29,8 +29,7 @@ from s3_archive.local.processes import free_port
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 from s3_archive_tests.manifests import put_jsonl_window
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,7 @@ from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest, s3_resource
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 
 VICTIM = b"customer-4711"
 WINDOWS = [OffsetWindow(0, i * 10, i * 10 + 10) for i in range(12)]

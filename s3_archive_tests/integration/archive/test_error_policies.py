@@ -20,8 +20,7 @@ from s3_archive.archive.driver.dead_letter_topic import (
 from s3_archive.model.errors import UnplaceableRecord
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, log, manifest
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, parquet_records, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, parquet_records, produce
 
 # Offsets 1 and 3 do not decode as JSON objects; 4 decodes but has no "region" for the layout.
 VALUES = [b'{"region": "eu"}', b"\xff not utf-8", b'{"region": "us"}', b"[1, 2]", b'{"other": 1}',

@@ -26,8 +26,8 @@ from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.conftest import BUCKET
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest
-from s3_archive_tests.integration.restore.test_restore import body, consume_all
-from s3_archive_tests.kafka_helpers import Rec, create_topic, parquet_records, produce
+from s3_archive_tests.integration.restore.test_restore import body
+from s3_archive_tests.kafka_helpers import Rec, consume_all, create_topic, parquet_records, produce
 
 RECORDS = [
     (b"\x00\xffk", b"\x00\x01v", [("dup", b"1"), ("dup", b"2"), ("nul", None)]),

@@ -272,7 +272,7 @@ def test_partition_by_a_decoded_field(registry_server, registry, kafka, s3, serv
     from s3_archive.restore.request import RestoreContext, RestoreRequest
     from s3_archive.restore.run import restore_windows
     from s3_archive.restore.sources import ArchiveSource
-    from s3_archive_tests.integration.restore.test_restore import consume_all
+    from s3_archive_tests.kafka_helpers import consume_all
 
     topic = create_topic(kafka, f"sr-layout-{unique}")
     sr = _registry_client(registry_server.url)
@@ -488,7 +488,7 @@ def test_format_avro_with_key_and_value_decoding_reads_as_the_deserializers_and_
     from s3_archive.restore.request import RestoreContext, RestoreRequest
     from s3_archive.restore.run import restore_windows
     from s3_archive.restore.sources import ArchiveSource
-    from s3_archive_tests.integration.restore.test_restore import consume_all
+    from s3_archive_tests.kafka_helpers import consume_all
 
     topic = create_topic(kafka, f"sr-avrofmt-{unique}")
     sr = _registry_client(registry_server.url)

@@ -20,8 +20,7 @@ from s3_archive.io.s3 import list_objects
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.foreign_sources import restore_foreign
 from s3_archive.restore.request import RestoreContext, RestoreRequest
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 
 log = logging.getLogger("s3_archive_tests")
 # Recent record timestamps: the broker's time-based retention (7 days) deletes records older than that, which

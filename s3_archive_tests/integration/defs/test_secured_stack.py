@@ -37,8 +37,7 @@ from s3_archive.keys.objects import MANIFESTS
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.conftest import SECURE_USER, SecureServices
 from s3_archive_tests.integration.process_list import cmdlines
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce
+from s3_archive_tests.kafka_helpers import NASTY, Rec, consume_all, create_topic, produce
 
 REPO = Path(__file__).resolve().parents[3]
 FLUSH = 4  # records per window: the 8 NASTY records make two windows

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from s3_archive.config.archive import ArchiveConfig
@@ -33,7 +33,7 @@ from s3_archive.recovery.recover import Recovery, RecoveryOptions
 from s3_archive.recovery.status import rpo
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import log, materialize, resources
-from s3_archive_tests.kafka_helpers import create_topic, open_producer
+from s3_archive_tests.kafka_helpers import Got, consume_all, create_topic, open_producer
 
 BASE_TS = (int(time.time()) - 3600) * 1000
 TOPIC_CONFIGS = {
@@ -45,48 +45,6 @@ TOPIC_CONFIGS = {
     "payments": (2, {"retention.ms": "-1", "max.message.bytes": "2000000"}),
     "clicks": (6, {"retention.ms": "604800000", "compression.type": "lz4"}),
 }
-
-
-@dataclass(frozen=True)
-class Got:
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple
-    timestamp_ms: int
-
-    @property
-    def body(self) -> tuple:
-        return self.key, self.value, self.headers, self.timestamp_ms
-
-
-def read_all(kafka: KafkaResource, topic: str, group: str | None = None) -> dict[int, list[Got]]:
-    """Every committed record of every partition (read_committed), in offset order; with `group`, from the
-    group's committed offsets (earliest where it has none), as the group's next consumer reads."""
-    parts = kafka.partitions(topic)
-    ends = kafka.offsets(topic, "latest", parts)
-    out: dict[int, list[Got]] = {p: [] for p in parts}
-    c = Consumer(kafka.client_config(**{
-        "group.id": group or f"verify-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
-    pending = set(parts)
-    try:
-        c.assign([TopicPartition(topic, p, OFFSET_STORED if group else OFFSET_BEGINNING) for p in parts])
-        deadline = time.monotonic() + 60
-        while pending:
-            assert time.monotonic() < deadline, f"timed out reading {topic}; waiting for {pending} (ends {ends})"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                pending.discard(msg.partition())
-                continue
-            out[msg.partition()].append(Got(msg.offset(), msg.key(), msg.value(), tuple(msg.headers() or ()),
-                                            msg.timestamp()[1]))
-    finally:
-        c.close()
-    return out
 
 
 def _produce(kafka: KafkaResource, topic: str, rows: list[tuple[int, bytes | None, bytes | None]], txn: str | None,
@@ -223,7 +181,7 @@ def story(tmp_path_factory, services, spark_resource, replacement_broker: KafkaB
     a = KafkaResource(bootstrap_servers=lost.bootstrap_servers)
     try:
         names = _lost_cluster(a, unique)
-        held = {n: read_all(a, n) for n in names.values()}
+        held = {n: consume_all(a, n) for n in names.values()}
         groups = {g: f"{g}-{unique}" for g in ("g1", "g2", "g3")}
         commits = _commits(held, names)
         for g, topics in commits.items():
@@ -277,13 +235,13 @@ def test_a_lost_cluster_is_recovered_exactly_through_kills(story: Story, service
     assert topic_shapes(story.target, names) == story.shapes
     # every record once, in order, with its key, value, headers and timestamp
     for n in names:
-        got = read_all(story.target, n)
+        got = consume_all(story.target, n)
         assert {p: [g.body for g in recs] for p, recs in got.items()} == \
             {p: [g.body for g in recs] for p, recs in story.held[n].items()}, n
     # each group's next consumer on B reads exactly what it had not read on A: 0 duplicated, 0 missing
     for group in story.groups.values():
         for n in names:
-            assert {p: [g.body for g in recs] for p, recs in read_all(story.target, n, group).items()} == \
+            assert {p: [g.body for g in recs] for p, recs in consume_all(story.target, n, group).items()} == \
                 expected(story.held[n], story.commits[group].get(n)), (group, n)
 
     # a second run changes nothing, and says so

@@ -35,8 +35,7 @@ from s3_archive.restore.request import (
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 
 PARTITIONS, WINDOW, WINDOWS_PER_PARTITION = 2, 600, 2
 DOWN_S = 10.0  # how long the broker stays down

@@ -25,8 +25,8 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, resources
 from s3_archive_tests.integration.moto_helpers import moto_transition
-from s3_archive_tests.integration.restore.test_restore import body, consume_all, materialize_restore, restore_metadata
-from s3_archive_tests.kafka_helpers import NASTY, create_topic, produce
+from s3_archive_tests.integration.restore.test_restore import body, materialize_restore, restore_metadata
+from s3_archive_tests.kafka_helpers import NASTY, consume_all, create_topic, produce
 from s3_archive_tests.manifests import hand_manifest
 
 # JSON objects, values that are not (dead letters), and the nasty records of the Archive issue

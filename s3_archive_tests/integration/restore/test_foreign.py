@@ -22,8 +22,7 @@ from s3_archive.restore.foreign_sources import restore_foreign
 from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive_tests.integration.archive_helpers import resources
 from s3_archive_tests.integration.moto_helpers import moto_transition
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic
+from s3_archive_tests.kafka_helpers import consume_all, create_topic
 
 log = logging.getLogger("s3_archive_tests")
 TS = 1_700_000_000_000

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import dagster as dg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.restore.assets import build_restore_asset, restore_asset_key
@@ -36,57 +35,13 @@ from s3_archive.restore.routing import PartitionMapping, murmur2_partition
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, materialize, resources
-from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, open_producer, produce
+from s3_archive_tests.kafka_helpers import NASTY, Got, Rec, consume_all, create_topic, open_producer, produce
 from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 from s3_archive_tests.manifests import hand_manifest
 
 
-@dataclass(frozen=True)
-class Got:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple
-    timestamp_ms: int
-
-    @property
-    def body(self) -> tuple:
-        return self.key, self.value, self.headers, self.timestamp_ms
-
-    def header(self, name: str) -> bytes | None:
-        return dict(self.headers).get(name)
-
-
 def body(r: Rec) -> tuple:
     return r.key, r.value, tuple(r.headers), r.timestamp_ms
-
-
-def consume_all(kafka, topic: str) -> dict[int, list[Got]]:
-    """Every committed record of every partition (read_committed), in offset order."""
-    parts = kafka.partitions(topic)
-    ends = kafka.offsets(topic, "latest")
-    out: dict[int, list[Got]] = {p: [] for p in parts}
-    pending = {p for p in parts if ends[p] > 0}
-    c = Consumer(kafka.client_config(**{"group.id": f"verify-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                                        "isolation.level": "read_committed", "enable.partition.eof": True}))
-    try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
-        deadline = time.monotonic() + 60
-        while pending:
-            assert time.monotonic() < deadline, f"timed out consuming {topic}; still waiting for {pending}"
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                pending.discard(msg.partition())
-                continue
-            out[msg.partition()].append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                            tuple(msg.headers() or ()), msg.timestamp()[1]))
-    finally:
-        c.close()
-    return out
 
 
 def produce_timed(kafka, topic: str, records: list[tuple[int, bytes | None, bytes | None, list, int]]) -> list[Rec]:

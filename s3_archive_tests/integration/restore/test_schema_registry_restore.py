@@ -21,8 +21,7 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.schema_ids import SchemaRewrite
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 
 USER = {"type": "record", "name": "User", "namespace": "crm", "fields": [
     {"name": "id", "type": "long"}, {"name": "email", "type": ["null", "string"], "default": None}]}

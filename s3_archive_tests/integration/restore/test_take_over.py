@@ -29,8 +29,7 @@ from s3_archive_tests.integration.defs.test_sensors import (  # noqa: F401 (the 
     apply,
     tick,
 )
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 
 OBJECT_RECORDS = 4  # the stand-in connector's flush.size
 

@@ -15,8 +15,7 @@ from s3_archive.defs.restore.targets import build_target_asset
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
-from s3_archive_tests.integration.restore.test_restore import consume_all
-from s3_archive_tests.kafka_helpers import create_topic
+from s3_archive_tests.kafka_helpers import consume_all, create_topic
 from s3_archive_tests.manifests import put_jsonl_window
 
 KIND = {int: dg.IntMetadataValue, float: dg.FloatMetadataValue}

@@ -14,9 +14,9 @@ from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive.test_iceberg import RECORDS, _rows, _table, _window_snapshots
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest
-from s3_archive_tests.integration.restore.test_restore import body, consume_all
+from s3_archive_tests.integration.restore.test_restore import body
 from s3_archive_tests.integration.spark.runner import archive_job
-from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 
 WINDOWS = [OffsetWindow(0, 0, 2), OffsetWindow(0, 2, 5), OffsetWindow(1, 0, 5)]
 
