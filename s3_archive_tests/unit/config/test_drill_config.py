@@ -2,18 +2,7 @@
 
 import pytest
 
-from s3_archive.config.settings import parse_settings
-from s3_archive.model.errors import InvalidConfig
-
-
-def cfg(**kw):
-    return parse_settings({"archives": [{"name": "a", "topics": ["t"], "bucket": "b-1", **kw}]}).archives[0]
-
-
-def err(**kw) -> str:
-    with pytest.raises(InvalidConfig) as e:
-        cfg(**kw)
-    return str(e.value)
+from s3_archive_tests.unit.config.parsed import cfg, err
 
 
 def test_off_unless_configured_and_defaults_when_on():

@@ -6,19 +6,8 @@ from hypothesis import strategies as st
 
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.driver.spark_job import variant_schema_to_ddl
-from s3_archive.config.settings import parse_settings
-from s3_archive.model.errors import InvalidConfig
 from s3_archive.model.formats import ENVELOPE_COLUMNS, envelope_columns, parse_ddl_fields
-
-
-def cfg(**kw):
-    return parse_settings({"archives": [{"name": "a", "topics": ["t"], "bucket": "b-1", **kw}]}).archives[0]
-
-
-def err(**kw) -> str:
-    with pytest.raises(InvalidConfig) as e:
-        cfg(**kw)
-    return str(e.value)
+from s3_archive_tests.unit.config.parsed import cfg, err
 
 
 @given(st.booleans(), st.booleans(), st.booleans(), st.booleans())

@@ -19,16 +19,7 @@ from s3_archive.model.registry_types import IncompatibleFields, json_schema_colu
 from s3_archive.restore.batch import Records
 from s3_archive.restore.schema_ids import SchemaRewrite, subject
 from s3_archive_tests.manifests import hand_manifest
-
-
-def cfg(**kw):
-    return parse_settings({"archives": [{"name": "a", "topics": ["t"], "bucket": "b-1", **kw}]}).archives[0]
-
-
-def err(**kw) -> str:
-    with pytest.raises(InvalidConfig) as e:
-        cfg(**kw)
-    return str(e.value)
+from s3_archive_tests.unit.config.parsed import cfg, err
 
 
 def test_registry_types_are_restorable_with_the_raw_value():
