@@ -173,3 +173,29 @@ def consume_all(kafka: KafkaResource, topic: str, group: str | None = None) -> d
     finally:
         c.close()
     return out
+
+
+def produce_transactions(kafka: KafkaResource, topic: str, batches: int = 4,
+                         size: int = 5) -> tuple[list[list[bytes]], int]:
+    """`batches` transactions of `size` values into partition 0, the even ones committed and the odd ones aborted:
+    the committed batches' values, and the partition's end once every control marker is written (one per
+    transaction, so `batches * (size + 1)`)."""
+    committed: list[list[bytes]] = []
+    with open_producer(kafka, **{"transactional.id": f"{topic}-txn"}) as producer:
+        producer.init_transactions(30)
+        for batch in range(batches):
+            producer.begin_transaction()
+            values = [f"b{batch}-{i}".encode() for i in range(size)]
+            for v in values:
+                producer.produce(topic, value=v, partition=0)
+            producer.flush(30)  # abort purges what is still queued: get the records into the log first
+            if batch % 2 == 0:
+                producer.commit_transaction(30)
+                committed.append(values)
+            else:
+                producer.abort_transaction(30)
+    want, deadline = batches * (size + 1), time.monotonic() + 10
+    while (end := kafka.offsets(topic, "latest")[0]) < want and time.monotonic() < deadline:
+        time.sleep(0.05)  # the coordinator writes the last marker after abort_transaction returns
+    assert end == want, f"{topic}: end {end}, expected {batches * size} records + {batches} control markers"
+    return committed, end

@@ -31,7 +31,14 @@ from s3_archive_tests.integration.archive_helpers import (
     staging_objects,
     window_metadata,
 )
-from s3_archive_tests.kafka_helpers import NASTY, create_topic, jsonl_records, open_producer, parquet_records, produce
+from s3_archive_tests.kafka_helpers import (
+    NASTY,
+    create_topic,
+    jsonl_records,
+    parquet_records,
+    produce,
+    produce_transactions,
+)
 from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 
 
@@ -290,24 +297,8 @@ def test_independent_reader_with_hive_partitioning_sees_what_was_produced(kafka,
 
 def test_aborted_transactions_are_not_archived_and_markers_are_recorded(kafka, s3, services, res, unique, reading):
     topic = create_topic(kafka, f"txn-{unique}")
-    committed_values = []
-    with open_producer(kafka, **{"transactional.id": f"txn-{unique}"}) as producer:
-        producer.init_transactions(30)
-        for batch in range(4):
-            producer.begin_transaction()
-            values = [f"b{batch}-{i}".encode() for i in range(5)]
-            for v in values:
-                producer.produce(topic, value=v, partition=0)
-            producer.flush(30)  # abort purges what is still queued: get the records into the log first
-            if batch % 2 == 0:
-                producer.commit_transaction(30)
-                committed_values += values
-            else:
-                producer.abort_transaction(30)
-    deadline = time.monotonic() + 10  # the coordinator writes the last marker after abort_transaction returns
-    while (end := kafka.offsets(topic, "latest")[0]) < 24 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert end == 24  # 20 records + 4 control markers
+    committed, end = produce_transactions(kafka, topic)
+    committed_values = committed[0] + committed[1]
     cfg = archive_config(services.bucket, topic, f"txn/{unique}/", **reading)
     # ending at a commit marker; only aborted records and their marker; ending in aborted records and a marker
     windows = [OffsetWindow(0, 0, 6), OffsetWindow(0, 6, 12), OffsetWindow(0, 12, end)]
@@ -397,7 +388,6 @@ def _consume_all(kafka, topic: str, partition: int, end: int) -> list:
 
 
 def test_compacted_topic_gaps_are_recorded_in_the_manifest(kafka, s3, services, res, unique, reading):
-    import time
 
     topic = create_topic(kafka, f"compact-{unique}", config={
         "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.001",

@@ -21,7 +21,7 @@ from s3_archive.archive.protocol import KafkaConnection
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import KafkaUnavailable
 from s3_archive_tests.conftest import SCRAM, SECURE_USER
-from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, open_producer, produce
+from s3_archive_tests.kafka_helpers import NASTY, Rec, create_topic, produce, produce_transactions
 
 Reader = Callable[..., Iterator[pa.RecordBatch]]
 READERS: dict[str, Reader] = {"native": native_read.read_range, "python": kafka_read.read_range}
@@ -78,24 +78,7 @@ def test_batches_are_cut_at_the_record_and_byte_bounds(kafka, reader, unique):
 
 def test_aborted_records_and_markers_are_skipped_and_every_range_ends(kafka, reader, unique):
     topic = create_topic(kafka, f"readers-txn-{unique}")
-    committed: list[bytes] = []
-    with open_producer(kafka, **{"transactional.id": f"readers-txn-{unique}"}) as producer:
-        producer.init_transactions(30)
-        for batch in range(4):
-            producer.begin_transaction()
-            values = [f"b{batch}-{i}".encode() for i in range(5)]
-            for v in values:
-                producer.produce(topic, value=v, partition=0)
-            producer.flush(30)
-            if batch % 2 == 0:
-                producer.commit_transaction(30)
-                committed.append(values)
-            else:
-                producer.abort_transaction(30)
-    deadline = time.monotonic() + 10  # the coordinator writes the last marker after abort_transaction returns
-    while (end := kafka.offsets(topic, "latest")[0]) < 24 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert end == 24  # 20 records + 4 control markers
+    committed, end = produce_transactions(kafka, topic)
     conn = kafka_connection(kafka)
     t0 = time.monotonic()
     # ending at a commit marker; only aborted records and their marker; ending in aborted records and a marker
