@@ -80,16 +80,16 @@ def test_folders_import_only_downwards():
     assert not bad, "\n".join(bad)
 
 
-def test_no_import_cycles():
-    graph = project_graph()
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import cycle of `graph` (module -> the modules it imports), as `a -> b -> a`: a depth-first walk."""
     state: dict[str, int] = {}
-    cycles = []
+    found: list[str] = []
 
     def visit(m: str, stack: list[str]) -> None:
         state[m] = 1
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
+                found.append(" -> ".join(stack[stack.index(n):] + [n]))
             elif n not in state:
                 visit(n, [*stack, n])
         state[m] = 2
@@ -97,7 +97,12 @@ def test_no_import_cycles():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
-    assert not cycles, "\n".join(cycles)
+    return found
+
+
+def test_no_import_cycles():
+    found = cycles(project_graph())
+    assert not found, "\n".join(found)
 
 
 def test_pure_folders_import_no_io_library():
@@ -318,23 +323,8 @@ def bench_modules() -> dict[str, Path]:
 
 def test_no_import_cycles_in_bench():
     mods = bench_modules()
-    graph = {m: {i for i, _ in imports(p) if i in mods and i != m} for m, p in mods.items()}
-    state: dict[str, int] = {}
-    cycles = []
-
-    def visit(m: str, stack: list[str]) -> None:
-        state[m] = 1
-        for n in sorted(graph[m]):
-            if state.get(n) == 1:
-                cycles.append(" -> ".join(stack[stack.index(n):] + [n]))
-            elif n not in state:
-                visit(n, [*stack, n])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
-    assert not cycles, "\n".join(cycles)
+    found = cycles({m: {i for i, _ in imports(p) if i in mods and i != m} for m, p in mods.items()})
+    assert not found, "\n".join(found)
 
 
 def test_bench_imports_no_private_name_of_another_module():
