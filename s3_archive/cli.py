@@ -320,9 +320,9 @@ def erase_command(args: argparse.Namespace) -> int:
     settings ($S3_ARCHIVE_S3_*). Prints each window rewritten and the audit record's key."""
     import dagster as dg
 
-    from s3_archive.archive.erase_run import erase
-    from s3_archive.archive.erasure import EraseRequest, FieldEquals, parse_equals
     from s3_archive.defs.resources import s3_resource
+    from s3_archive.erasure.erase_run import erase
+    from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals
     from s3_archive.model.errors import ErasureRefused
 
     cfg = _archive_of(args)

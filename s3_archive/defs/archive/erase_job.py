@@ -8,11 +8,11 @@ shows each window rewritten, and an observation of the topic's archive asset car
 import dagster as dg
 from pydantic import Field
 
-from s3_archive.archive.erase_run import erase
-from s3_archive.archive.erasure import EraseRequest, FieldEquals, parse_equals
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.defs.metadata import typed
+from s3_archive.erasure.erase_run import erase
+from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from s3_archive.archive.erasure import EraseRequest, FieldEquals
 from s3_archive.defs.archive.erase_job import EraseConfig, PredicateConfig
+from s3_archive.erasure.erasure import EraseRequest, FieldEquals
 from s3_archive.model.errors import ErasureRefused
 
 

@@ -14,10 +14,10 @@ import pytest
 from moto import mock_aws
 
 from s3_archive.archive.driver.commit import commit_window, window_objects
-from s3_archive.archive.erase_run import erase
-from s3_archive.archive.erasure import EraseRequest
 from s3_archive.archive.integrity import sha256_hex
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.erasure.erase_run import erase
+from s3_archive.erasure.erasure import EraseRequest
 from s3_archive.io.s3 import read_manifest
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.manifest import ManifestObject

@@ -17,12 +17,12 @@ import yaml
 from s3_archive.archive.driver.archive_run import ArchiveContext
 from s3_archive.archive.driver.commit import window_objects
 from s3_archive.archive.driver.coordinator import archive_windows
-from s3_archive.archive.erase_run import EraseHooks, EraseStep, erase
-from s3_archive.archive.erasure import EraseRequest, salted_hash
 from s3_archive.archive.verify import verify_topic
 from s3_archive.cli import main
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.erase_job import build_erase_job
+from s3_archive.erasure.erase_run import EraseHooks, EraseStep, erase
+from s3_archive.erasure.erasure import EraseRequest, salted_hash
 from s3_archive.keys.objects import erasure_salt_key, generation_of_key
 from s3_archive.model.errors import ErasureRefused
 from s3_archive.model.windows import OffsetWindow
