@@ -9,6 +9,7 @@ never the key; the audit record keeps only a salted SHA-256 of each key (or of t
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,26 @@ class EraseRequest:
         want = self.predicate.equals
         return [i for i, v in enumerate(columns[self.predicate.field])
                 if v is not None and type(v) is type(want) and v == want]
+
+
+KEY_ENCODINGS = ("utf8", "hex", "base64")
+
+
+def parse_key(text: str, encoding: str) -> bytes:
+    """A key as a user gives it: UTF-8 text, hexadecimal (two digits per byte) or base64 (standard alphabet, padded),
+    for keys that are not text. Refused naming the value and what is allowed."""
+    if encoding == "utf8":
+        return text.encode()
+    try:
+        if encoding == "hex":
+            return bytes.fromhex(text)
+        if encoding == "base64":
+            return base64.b64decode(text, validate=True)
+    except ValueError:
+        allowed = ("hexadecimal digits, two per byte (e.g. 00ff10)" if encoding == "hex"
+                   else "base64 of the standard alphabet A-Z a-z 0-9 + /, padded with = (e.g. AP8Q)")
+        raise ErasureRefused(f"key {text!r} is not {encoding}: a {encoding} key is {allowed}") from None
+    raise ErasureRefused(f"key encoding {encoding!r} is not one of {', '.join(KEY_ENCODINGS)}")
 
 
 def parse_equals(text: str) -> str | int | float | bool:
