@@ -36,7 +36,7 @@ from s3_archive.archive.integrity import link_to, sha256_hex, window_of_manifest
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.erasure.audit import Audit
 from s3_archive.erasure.erasure import EraseRequest, WindowErasure, check_allowed, next_generation
-from s3_archive.erasure.rewrite import Decoded, ObjectFormat, decode, matching, rewritten
+from s3_archive.erasure.rewrite import Decoded, ObjectFormat, decode, kept_records, matching, rewritten
 from s3_archive.io.s3 import NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code, list_objects
 from s3_archive.keys.objects import (
     WindowLocation,
@@ -151,7 +151,8 @@ class _Eraser:
                 self.audit.saw(old.attempt, WindowErasure(w.key, gen, old.erasure_records or 0))
             if not self.dry_run:
                 self._sweep(where, old, gen)
-            matched = self._matches(old)
+            read = self._read(old)
+            matched = [(o, d, rows) for o, d, rows in read if rows]
             if not matched:
                 return None
             count = sum(len(rows) for _, _, rows in matched)
@@ -160,15 +161,18 @@ class _Eraser:
             self.audit.open_intent()
             objects, dead, erased = self._rewrite(where, old, gen + 1, matched)
             self.hooks.fault(EraseStep.WRITTEN, w)
+            gone = set(erased)
+            kept = kept_records([d for _, d, _ in read], lambda o: o in gone or old.is_erased(o))
             new = next_generation(old, link_to(where.manifest_key, body), objects, dead, erased, self.attempt,
-                                  datetime.now(UTC))
+                                  datetime.now(UTC), kept)
             try:
                 self.s3.put_object(Bucket=where.bucket, Key=where.manifest_key, Body=new.dumps(),
                                    ContentType="application/json", IfMatch=etag, **self.lock_of(old))
             except ClientError as e:
                 if error_code(e) not in PRECONDITION_FAILED + ("409", "ConditionalRequestConflict"):
                     raise
-                self._purge([o.key for o in objects])  # lost the race: ours are orphans; read again
+                listed = {o.key for o in old.all_objects}  # lost the race: the objects we wrote are orphans
+                self._purge([o.key for o in [*objects, *dead] if o.key not in listed])
                 continue
             self.hooks.fault(EraseStep.COMMITTED, w)
             self._sweep(where, new, gen + 1)
@@ -208,16 +212,14 @@ class _Eraser:
                         self.s3.delete_object(Bucket=self.cfg.bucket, Key=key, VersionId=v["VersionId"],
                                               **self.bypass)
 
-    def _matches(self, m: Manifest) -> list[tuple[ManifestObject, Decoded, list[int]]]:
-        """The objects holding matching records: (object, its records as stored, the matching rows)."""
+    def _read(self, m: Manifest) -> list[tuple[ManifestObject, Decoded, list[int]]]:
+        """Every object of the window: (object, its records as stored, the rows that match)."""
         out = []
         dead = {o.key for o in m.dead_letter_objects}
         for o in m.all_objects:
             data = self.s3.get_object(Bucket=self.cfg.bucket, Key=o.key)["Body"].read()
             decoded = decode(data, o.key, ObjectFormat.of(self.cfg, dead_letter=o.key in dead), self.request)
-            rows = matching(decoded, self.request)
-            if rows:
-                out.append((o, decoded, rows))
+            out.append((o, decoded, matching(decoded, self.request)))
         return out
 
     def _rewrite(self, where: WindowLocation, old: Manifest, gen: int, matched: list[tuple[ManifestObject, Decoded,

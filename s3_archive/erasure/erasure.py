@@ -20,7 +20,7 @@ from typing import Any
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.model.errors import ErasureRefused
 from s3_archive.model.formats import FORMATS
-from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject
+from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject, iso
 
 # Read and written again in their own format by the archive's encoders (erasure/rewrite.py). text and bytes keep no
 # key and no offset: nothing says which of their records is whose.
@@ -155,13 +155,24 @@ def merged_ranges(a: Iterable[Sequence[int]], b: Iterable[Sequence[int]]) -> lis
     return out
 
 
+def bounds(kept: list[tuple[int, int | None]]) -> dict[str, Any]:
+    """The manifest's offset and timestamp bounds over the records a window keeps ((offset, timestamp ms) each)."""
+    offsets = [o for o, _ in kept]
+    times = [t for _, t in kept if t is not None]
+    lo, hi = (min(times), max(times)) if times else (None, None)
+    return {"first_offset": min(offsets, default=None), "last_offset": max(offsets, default=None),
+            "min_timestamp_ms": lo, "max_timestamp_ms": hi, "min_timestamp": iso(lo), "max_timestamp": iso(hi)}
+
+
 def next_generation(old: Manifest, old_link: ManifestLink, objects: list[ManifestObject],
-                    dead_letters: list[ManifestObject], erased: list[int], attempt: str, now: datetime) -> Manifest:
+                    dead_letters: list[ManifestObject], erased: list[int], attempt: str, now: datetime,
+                    kept: list[tuple[int, int | None]] | None = None) -> Manifest:
     """The window's manifest after an erasure: generation + 1, the new objects, the erased offsets added to those
     of earlier generations, `supersedes` naming the manifest it replaces (and those that one replaced); the link
     to the previous manifest of the partition stays. `record_count` no longer counts the erased records (in mode
-    `null` the objects still hold them, nulled)."""
-    return old.model_copy(update={
+    `null` the objects still hold them, nulled). `kept`: the records left ((offset, timestamp ms) each), whose
+    bounds become the manifest's first/last offsets and min/max timestamps (None: the old bounds stay, as bounds)."""
+    return old.model_copy(update={**(bounds(kept) if kept is not None else {}),
         "generation": (old.generation or 1) + 1,
         "supersedes": [*old.supersedes, old_link],
         "erased_offsets": merged_ranges(old.erased_offsets, offset_ranges(erased)),

@@ -21,8 +21,9 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from s3_archive.archive.protocol import PARQUET_DICTIONARY, FormatPlan
@@ -32,6 +33,7 @@ from s3_archive.model.errors import ErasureRefused
 from s3_archive.restore.readers import text_stream
 
 ENVELOPE_KEPT = ("topic", "partition", "offset", "timestamp", "timestamp_type")  # `null` mode keeps these
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The Parquet codec a file's column chunks name -> the archive's codec name
 _PARQUET_CODEC_NAMES = {"UNCOMPRESSED": "none", "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli",
                         "ZSTD": "zstd", "LZ4_RAW": "lz4_raw", "LZ4": "lz4_raw"}
@@ -67,6 +69,7 @@ class Decoded:
     rows: Any
     offsets: list[int]
     columns: dict[str, list[Any] | None] = field(default_factory=dict)
+    timestamps: list[int | None] | None = None  # epoch ms per row; None: the object stores no timestamp
     extra: dict[str, Any] = field(default_factory=dict)  # parquet: the Spark schema; avro: schema, codec
 
     def __len__(self) -> int:
@@ -142,7 +145,19 @@ def _parquet(data: bytes, key: str, fmt: ObjectFormat, request: EraseRequest) ->
         raise ErasureRefused(f"{key} stores no offset (envelope.metadata is off): an erasure names the records it "
                              "erased by their offsets")
     cols = {c: table.column(c).to_pylist() if c in table.column_names else None for c in request.columns()}
-    return Decoded(fmt, key, table, table.column("offset").to_pylist(), cols, {"spark_schema": spark_schema})
+    return Decoded(fmt, key, table, table.column("offset").to_pylist(), cols,
+                   _parquet_ms(table.column("timestamp")) if "timestamp" in table.column_names else None,
+                   {"spark_schema": spark_schema})
+
+
+def _parquet_ms(col: Any) -> list[int | None]:
+    import pyarrow as pa
+
+    div = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[col.type.unit] if pa.types.is_timestamp(col.type) else 1
+    ints = col.cast(pa.int64()).to_pylist()
+    if pa.types.is_timestamp(col.type) and col.type.unit == "s":
+        return [None if v is None else v * 1000 for v in ints]
+    return [None if v is None else v // div for v in ints]
 
 
 def _table_without(table: Any, rows: Sequence[int], mode: str) -> Any:
@@ -174,8 +189,16 @@ def _avro(data: bytes, key: str, fmt: ObjectFormat, request: EraseRequest) -> De
     nullable = {f["name"] for f in fields if isinstance(f["type"], list) and "null" in f["type"]}
     names = {f["name"] for f in fields}
     cols = {c: [r[c] for r in records] if c in names else None for c in request.columns()}
-    return Decoded(fmt, key, records, [r["offset"] for r in records], cols,
+    ts = [_avro_ms(r["timestamp"]) for r in records] if "timestamp" in names else None
+    return Decoded(fmt, key, records, [r["offset"] for r in records], cols, ts,
                    {"schema": schema, "codec": reader.codec, "nullable": nullable})
+
+
+def _avro_ms(ts: Any) -> int | None:
+    """Spark's avro writer: timestamp-micros, read as an aware datetime (or the micros)."""
+    if ts is None:
+        return None
+    return (ts - _EPOCH) // timedelta(milliseconds=1) if isinstance(ts, datetime) else int(ts) // 1000
 
 
 def _records_without(records: list[dict], rows: Sequence[int], mode: str, nullable: set[str],
@@ -221,7 +244,9 @@ def _lines(data: bytes, key: str, fmt: ObjectFormat, request: EraseRequest) -> D
             cols[c] = [None if p.get("key") is None else base64.b64decode(p["key"]) for p in parsed]
         else:
             cols[c] = [p.get(c) for p in parsed]
-    return Decoded(fmt, key, lines, [p["offset"] for p in parsed], cols, {"parsed": parsed})
+    ts = [None if p.get("timestamp") is None else (datetime.fromisoformat(p["timestamp"]) - _EPOCH)
+          // timedelta(milliseconds=1) for p in parsed] if not parsed or "timestamp" in parsed[0] else None
+    return Decoded(fmt, key, lines, [p["offset"] for p in parsed], cols, ts, {"parsed": parsed})
 
 
 def _csv(lines: list[bytes], key: str, fmt: ObjectFormat, request: EraseRequest) -> Decoded:
@@ -238,7 +263,8 @@ def _csv(lines: list[bytes], key: str, fmt: ObjectFormat, request: EraseRequest)
                        for c in cells]
     if "offset" in cols:
         cols["offset"] = [int(c[at["offset"]]) for c in cells]
-    return Decoded(fmt, key, lines, [int(c[at["offset"]]) for c in cells], cols, {"cells": cells})
+    ts = [int(c[at["timestamp"]]) if c[at["timestamp"]] else None for c in cells] if "timestamp" in at else None
+    return Decoded(fmt, key, lines, [int(c[at["offset"]]) for c in cells], cols, ts, {"cells": cells})
 
 
 def _lines_without(d: Decoded, rows: Sequence[int], mode: str) -> list[bytes]:
@@ -255,3 +281,11 @@ def _lines_without(d: Decoded, rows: Sequence[int], mode: str) -> list[bytes]:
             ln = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
         out.append(ln)
     return out
+
+
+def kept_records(decoded: list[Decoded], erased: Callable[[int], bool]) -> list[tuple[int, int | None]] | None:
+    """(offset, timestamp ms) of every record of a window's objects that is not `erased`; None when an object stores
+    no timestamp (the bounds cannot be known)."""
+    if any(d.timestamps is None for d in decoded):
+        return None
+    return [(o, t) for d in decoded for o, t in zip(d.offsets, d.timestamps or [], strict=True) if not erased(o)]

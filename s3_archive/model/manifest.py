@@ -48,6 +48,11 @@ _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorabl
 _HASHED_FIELDS = ("generation", "previous_manifest", "retention", "erasure_records")
 
 
+def iso(ms: int | None) -> str | None:
+    """A record timestamp (epoch milliseconds) as the manifest writes it (`min_timestamp`, `max_timestamp`)."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
 class ManifestObject(StrictModel):
     """One object of a committed window: its final key, size and ETag as published."""
 

@@ -79,7 +79,7 @@ def _json_line(row: dict) -> bytes:
 def _csv_line(row: dict) -> bytes:
     key = b"" if row["key"] is None else base64.b64encode(row["key"])
     value = b"" if row["value"] is None else base64.b64encode(row["value"])
-    return b",".join([key, value, str(row["offset"]).encode(), b"2026-01-01T00:00:00.000Z", b""])
+    return b",".join([key, value, str(row["offset"]).encode(), b"1767225600000", b""])  # unix_millis, as Spark
 
 
 def _lines(name: str, codec: str, rows: list[dict], header: bytes = b"") -> bytes:
