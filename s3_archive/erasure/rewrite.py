@@ -84,7 +84,7 @@ def decode(data: bytes, key: str, fmt: ObjectFormat, request: EraseRequest) -> D
         return _avro(data, key, fmt, request)
     if fmt.name in ("jsonl", "json", "csv"):
         return _lines(data, key, fmt, request)
-    raise ErasureRefused(f"s3://…/{key}: format {fmt.name!r} keeps no key or offset of its records; erasure cannot "
+    raise ErasureRefused(f"{key}: format {fmt.name!r} keeps no key or offset of its records; erasure cannot "
                          "find them")
 
 
