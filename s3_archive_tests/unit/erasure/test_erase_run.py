@@ -135,3 +135,10 @@ def test_the_bounds_of_a_window_are_those_of_the_records_it_keeps(s3):
     assert (m.first_offset, m.last_offset) == (1, 3)
     assert (m.min_timestamp_ms, m.max_timestamp_ms) == (1001, 1003)
     assert m.min_timestamp == "1970-01-01T00:00:01.001+00:00"
+
+
+def test_a_window_whose_every_record_is_erased_keeps_its_manifest_and_no_object(s3):
+    report = erase(s3, CFG, EraseRequest(TOPIC, (b"a", b"b", b"victim")))
+    m = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W))
+    assert (report.records, m.objects, m.record_count, m.erased_offsets, m.first_offset) == (4, [], 0, [[0, 4]], None)
+    assert window_objects(s3, CFG.location(TOPIC, W), True) == {}
