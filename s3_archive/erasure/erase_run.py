@@ -1,22 +1,25 @@
 """`erase`: records erased from every committed window of a topic that holds them (docs/compliance.md). The
-decisions are archive/erasure.py's; this is the I/O.
+decisions are erasure/erasure.py's, the objects' reads and rewrites erasure/rewrite.py's, the audit record
+erasure/audit.py's; this is the I/O.
 
 Per window, until it commits or holds nothing to erase:
     1. GET the manifest (its bytes and ETag); remove what an erasure left unlisted at or below its generation
        (old objects a killed erasure had not yet deleted).
-    2. Read each object (Parquet, pyarrow), find the matching records; none: the window is left as it is.
-    3. PUT each object holding matches again, without them (`drop`) or with them nulled (`null`), as
-       `<name>.g<generation+1>-<attempt>` (If-None-Match: *; under a retention lock, locked as the window was).
+    2. Read each object in its format, find the matching records; none: the window is left as it is.
+    3. Before the run's first rewrite, its audit record, open. PUT each object holding matches again, without them
+       (`drop`) or with them nulled (`null`), as `<name>.g<generation+1>-<attempt>` (If-None-Match: *; under a
+       retention lock, locked as the window was).
     4. PUT the manifest, generation + 1, with If-Match on the ETag read in 1: a concurrent erasure or re-run that
-       changed it meanwhile makes this fail with 412, and the window is done again from 1 (nothing is lost).
+       changed it meanwhile makes this fail with 412; the objects written in 3 are deleted and the window is done
+       again from 1 (nothing is lost).
     5. Delete every object of the window the new manifest does not list at or below its generation (the replaced
        objects, and a killed attempt's orphans), on a versioned bucket every version of them (under a governance
        lock with BypassGovernanceRetention, which `erasure.allow_governance_bypass` allows).
 
 A run killed anywhere leaves each window at one generation: before 4 the old manifest and objects stand (the new
 objects are orphans, swept by 5 of the next commit); after 4 the new ones do, and the next run's 1 or 5 deletes
-what remains of the old. Then one audit record under `<prefix>_erasure/<topic>/` for the windows erased, even when
-others failed (the first failure is raised after it).
+what remains of the old. Once every window has ended, even when some failed (the first failure is raised after),
+the run completes its audit record, and those left open by killed runs whose windows it met (erasure/audit.py).
 """
 
 from __future__ import annotations

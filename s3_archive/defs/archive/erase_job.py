@@ -1,5 +1,5 @@
 """The `erase` job: records erased on request from an archived topic (UI: launchpad config; CLI `s3-archive erase`).
-One job for every archive: the config's `topic` picks the archive. What it does is archive/erase_run.py's; the run
+One job for every archive: the config's `topic` picks the archive. What it does is erasure/erase_run.py's; the run
 shows each window rewritten, and an observation of the topic's archive asset carries the counts
 (docs/compliance.md)."""
 

@@ -1,6 +1,6 @@
 """`erase` against moto in-process (S3's conditional writes, no server): a concurrent erasure that commits first makes
 ours redo the window on top of it (both erasures kept); an archive attempt that finds the window rewritten adopts it,
-deletes what it wrote and leaves the erasure's objects alone. The integration twin: integration/archive/test_erase.py."""
+deletes what it wrote and leaves the erasure's objects alone. The integration twin: integration/erasure/test_erase.py."""
 
 from __future__ import annotations
 
