@@ -240,9 +240,10 @@ class _Eraser:
                     continue
                 decoded, rows = replaced[o.key]
                 erased.extend(decoded.offsets[i] for i in rows)
-                data = rewritten(decoded, rows, self.cfg.erasure.mode)
+                suffix = _suffix(o.key, where)
+                data = rewritten(decoded, rows, self.cfg.erasure.mode, generation_key(o.key, suffix, 1))
                 if data is not None:
-                    out.append(self._put(generation_key(o.key, _suffix(o.key, where), gen, self.attempt), data, old))
+                    out.append(self._put(generation_key(o.key, suffix, gen, self.attempt), data, old))
             return out
 
         return kept(old.objects), kept(old.dead_letter_objects), erased

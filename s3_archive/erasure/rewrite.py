@@ -101,8 +101,10 @@ def matching(d: Decoded, request: EraseRequest) -> list[int]:
     return request.matching({c: d.columns[c] for c in request.columns()})  # type: ignore[misc]
 
 
-def rewritten(d: Decoded, rows: Sequence[int], mode: str) -> bytes | None:
-    """The object's bytes without `rows` (`drop`) or with them nulled (`null`); None when no record is left."""
+def rewritten(d: Decoded, rows: Sequence[int], mode: str, origin: str | None = None) -> bytes | None:
+    """The object's bytes without `rows` (`drop`) or with them nulled (`null`); None when no record is left.
+    `origin`: the object's name as the archive wrote it (generation 1; default: its name), from which the archive
+    derives Avro's sync marker."""
     if mode == "drop" and len(set(rows)) == len(d):
         return None
     from s3_archive.archive.executor.encoders import LinesEncoder, ParquetEncoder, avro_container  # not at load
@@ -115,7 +117,7 @@ def rewritten(d: Decoded, rows: Sequence[int], mode: str) -> bytes | None:
         enc.write(_table_without(d.rows, rows, mode))
         enc.close()
     elif d.fmt.name == "avro":
-        writer = avro_container(json.loads(d.extra["schema"]), sink, d.extra["codec"], d.fmt.level, d.key)
+        writer = avro_container(json.loads(d.extra["schema"]), sink, d.extra["codec"], d.fmt.level, origin or d.key)
         for record in _records_without(d.rows, rows, mode, d.extra["nullable"], d.key):
             writer.write(record)
         writer.flush()

@@ -188,3 +188,11 @@ def test_formats_without_key_or_offset_are_refused():
         decode(b"text\n", KEY, ObjectFormat("text", "none"), BY_KEY)
     with pytest.raises(ErasureRefused, match="stores no offset"):
         decode(_parquet(TABLE.drop_columns(["offset"]), "snappy"), KEY, ObjectFormat("parquet", "snappy"), BY_KEY)
+
+
+def test_an_avro_object_rewritten_again_keeps_the_sync_marker_of_its_first_name():
+    original = _case("avro", "snappy", ROWS)
+    second_generation = KEY + ".g2-abc.avro"
+    d = decode(original, second_generation, _fmt("avro", "snappy"), BY_KEY)
+    assert rewritten(d, [], "drop", origin=KEY + ".avro") == original
+    assert rewritten(d, [], "drop") != original  # the marker of the new name is not the archive's
