@@ -309,6 +309,9 @@ def _erase_arguments(erase: argparse.ArgumentParser) -> None:
     erase.add_argument("--topic", required=True, help="a topic of a configured archive")
     erase.add_argument("--key", action="append", default=[], help="erase the records with this key (UTF-8; "
                                                                    "repeat for several keys)")
+    erase.add_argument("--key-hex", action="append", default=[], help="a key given as hexadecimal (for keys that "
+                                                                       "are not text; repeatable)")
+    erase.add_argument("--key-base64", action="append", default=[], help="a key given as base64 (repeatable)")
     erase.add_argument("--field", help="erase the records whose decoded field (a column of the objects) equals "
                                        "--equals (instead of --key)")
     erase.add_argument("--equals", help="with --field: the value, as JSON (42, true, \"text\") or else as text")
@@ -316,20 +319,23 @@ def _erase_arguments(erase: argparse.ArgumentParser) -> None:
 
 
 def erase_command(args: argparse.Namespace) -> int:
-    """`s3-archive erase --topic T --key K [--key K2] [--dry-run]`: the `erase` job on demand, with the runs' S3
-    settings ($S3_ARCHIVE_S3_*). Prints each window rewritten and the audit record's key."""
+    """`s3-archive erase --topic T --key K [--key K2] [--key-hex H] [--key-base64 B] [--dry-run]`: the `erase` job
+    on demand, with the runs' S3 settings ($S3_ARCHIVE_S3_*). Prints each window rewritten, the audit record's key
+    and those of interrupted erasures' records it completed."""
     import dagster as dg
 
-    from s3_archive.archive.erase_run import erase
-    from s3_archive.archive.erasure import EraseRequest, FieldEquals, parse_equals
     from s3_archive.defs.resources import s3_resource
+    from s3_archive.erasure.erase_run import erase
+    from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals, parse_key
     from s3_archive.model.errors import ErasureRefused
 
     cfg = _archive_of(args)
     if (args.field is None) != (args.equals is None):
         raise InvalidConfig("--field and --equals go together (a predicate: the field's value equals this)")
     try:
-        request = EraseRequest(args.topic, tuple(k.encode() for k in args.key),
+        keys = [*(parse_key(k, "utf8") for k in args.key), *(parse_key(k, "hex") for k in args.key_hex),
+                *(parse_key(k, "base64") for k in args.key_base64)]
+        request = EraseRequest(args.topic, tuple(keys),
                                FieldEquals(args.field, parse_equals(args.equals)) if args.field else None)
         with dg.build_resources({"s3": s3_resource()}) as resources:
             report = erase(resources.s3, cfg, request, dry_run=args.dry_run)
@@ -342,6 +348,8 @@ def erase_command(args: argparse.Namespace) -> int:
     print(f"{args.topic}: {report.records} record(s) {'would be ' if report.dry_run else ''}erased in "
           f"{len(report.erased)} of {report.windows_read} window(s)"
           + (f"; audit record s3://{cfg.bucket}/{report.audit_key}" if report.audit_key else ""))
+    for key in report.completed:
+        print(f"completed the audit record of an interrupted erasure: s3://{cfg.bucket}/{key}")
     return 0
 
 

@@ -73,6 +73,11 @@ TOPIC = ""
 DERIVED = {"topic": TOPIC, "partition": "_partition", "offset": "_offset"}
 
 
+# The Parquet columns a data object dictionary-encodes (FormatPlan.dictionary; not key/value: all distinct). Dead-letter
+# objects encode none. An erasure's rewrite (erasure/rewrite.py) encodes with the same plan.
+PARQUET_DICTIONARY = ("topic", "partition", "timestamp_type", "headers.list.element.key")
+
+
 @dataclass(frozen=True)
 class FormatPlan:
     """How a task encodes objects of the archive's format (executor/encoders.py)."""

@@ -35,7 +35,7 @@ DEAD_LETTER = "_dead_letter"
 SCHEMAS = "_schemas"
 STORE_PROBE = "_store_probe"  # io/store_probe.py: one object for a moment, removed again
 VERIFY = "_verify"  # archive/verify.py: where the `verify` check's rotation goes on, per topic
-ERASURE = "_erasure"  # archive/erase_run.py: the salt of the keys' hashes and one audit record per erasure
+ERASURE = "_erasure"  # erasure/erase_run.py: the salt of the keys' hashes and one audit record per erasure
 _GENERATION = re.compile(r"\.g([0-9]+)(?:-[0-9a-z]+)?$")
 DRILL = "_drill"  # restore/drill.py: where the restore drill's rotation goes on, per topic
 DEFAULT_LAYOUT = OutputLayout()  # <topic>/kafka_partition=<p>/<topic>+<p>+<start:019d>-<end:019d>+<part:05d>

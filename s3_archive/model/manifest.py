@@ -43,8 +43,14 @@ OffsetRange = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, m
 # Fields absent from manifests written before the output options; None means absent and is not written back.
 _LATER_FIELDS = ("envelope", "value_decoding", "undecodable_records", "restorable", "iceberg_table",
                  "iceberg_snapshot_id", "schemas", "unplaceable_records", "skipped_records", "tombstones_skipped",
-                 "generation", "previous_manifest", "retention")
-_HASHED_FIELDS = ("generation", "previous_manifest", "retention")  # version 3's (with `supersedes`, objects' sha256)
+                 "generation", "previous_manifest", "retention", "erasure_records")
+# version 3's (with `supersedes`, `erased_offsets`, objects' sha256)
+_HASHED_FIELDS = ("generation", "previous_manifest", "retention", "erasure_records")
+
+
+def iso(ms: int | None) -> str | None:
+    """A record timestamp (epoch milliseconds) as the manifest writes it (`min_timestamp`, `max_timestamp`)."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 class ManifestObject(StrictModel):
@@ -158,6 +164,9 @@ class Manifest(StrictModel):
     # an erasure (generation > 1): the offsets whose records were erased, as ranges (dropped from the objects, or
     # kept with their value and headers nulled: `erasure.mode`); a restore skips them and counts them
     erased_offsets: list[OffsetRange] = []
+    # how many records the erasure that wrote this generation erased (`attempt` is that erasure's id): an audit
+    # record completed after the erasure was killed counts them from here
+    erasure_records: int | None = Field(default=None, ge=0)
     retention: Retention | None = None
 
     @field_validator("committed_at")

@@ -214,7 +214,7 @@ def json_array_records(stream: Any, what: str) -> Iterator[ArchivedRecord]:
 _DECOMPRESS_BY_CODEC = {"gzip": ".gz", "bzip2": ".bz2", "zstd": ".zst"}
 
 
-def _text_stream(f: Any, key: str, codec: str | None) -> Any:
+def text_stream(f: Any, key: str, codec: str | None) -> Any:
     """The decompressed stream of a text object: by the manifest's codec, else by the key's suffix (objects of
     other writers)."""
     suffix = _DECOMPRESS_BY_CODEC.get(codec or "") or next(

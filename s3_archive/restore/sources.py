@@ -23,11 +23,11 @@ from s3_archive.model.windows import InvalidWindow, OffsetWindow
 from s3_archive.restore.batch import Records, batches_of, increasing
 from s3_archive.restore.readers import (
     PARQUET_BATCH,
-    _text_stream,
     avro_records,
     json_array_records,
     jsonl_records,
     parquet_batches,
+    text_stream,
 )
 from s3_archive.restore.request import ArchivedRecord
 
@@ -223,7 +223,7 @@ def object_batches(s3: S3Client, bucket: str, obj: ManifestObject, fmt: str, cod
         elif fmt == "avro":
             yield from batches_of(avro_records(f), PARQUET_BATCH)
         else:
-            with _text_stream(f, key, codec) as stream:
+            with text_stream(f, key, codec) as stream:
                 if fmt == "jsonl":
                     yield from batches_of(jsonl_records(stream), PARQUET_BATCH)
                 else:

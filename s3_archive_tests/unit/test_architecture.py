@@ -15,12 +15,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "s3_archive"
 # A folder may import its own modules and those of folders with a lower rank; the stages (rank 4) are siblings
-# and never import each other. recovery/ (a cluster's recovery) drives the restore, so it sits above the stages.
+# and never import each other. recovery/ (a cluster's recovery) drives the restore, and erasure/ reads what the
+# restore reads and writes it again with the archive's encoders, so both sit above the stages.
 RANK = {"model": 0, "keys": 1, "config": 2, "io": 3, "archive": 4, "restore": 4, "catalog": 4, "lifecycle": 4,
-        "recovery": 4.5, "defs": 5, "definitions": 6, "iam": 6, "metrics": 6, "components": 7, "local": 7, "cli": 8}
+        "recovery": 4.5, "erasure": 4.5, "defs": 5, "definitions": 6, "iam": 6, "metrics": 6, "components": 7, "local": 7, "cli": 8}
 PURE = {"model", "keys"}  # pure logic: the standard library and pydantic only
 # Dagster is defs/'s (and the resources' in io/)
-STAGES = {"archive", "restore", "catalog", "lifecycle", "recovery"}
+STAGES = {"archive", "restore", "catalog", "lifecycle", "recovery", "erasure"}
 EXECUTOR = "s3_archive.archive.executor"  # runs in Spark's Python workers: no Spark, no Dagster, no driver code
 DRIVER = "s3_archive.archive.driver"
 PROTOCOL = "s3_archive.archive.protocol"  # the contract between the two sides

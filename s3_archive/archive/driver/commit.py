@@ -3,7 +3,7 @@
     1. LIST the window's keys: every object this attempt wrote must be there with its ETag (else another attempt
        changed it meanwhile: adopt its manifest, or fail without committing).
     2. Remove strays: objects whose key belongs to this window but that this attempt did not write (left by an
-       earlier attempt with other parts; never a later generation's, an erasure's: archive/erase_run.py), each
+       earlier attempt with other parts; never a later generation's, an erasure's: erasure/erase_run.py), each
        deleted only if unchanged since the LIST (`If-Match`); and abort
        multipart uploads left open under the window by a killed attempt.
     3. Under `retention_lock`, lock each object until the window's retain-until (PutObjectRetention; the tasks put

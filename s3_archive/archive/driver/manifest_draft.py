@@ -12,12 +12,7 @@ from s3_archive.archive.driver.archive_run import PendingWindow
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.protocol import RecordStats
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestSchema, Retention
-
-
-def iso(ms: int | None) -> str | None:
-    """A record timestamp (epoch milliseconds) as the manifest writes it."""
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+from s3_archive.model.manifest import MANIFEST_VERSION, Manifest, ManifestSchema, Retention, iso
 
 
 def _until(committed: datetime, days: int) -> str:

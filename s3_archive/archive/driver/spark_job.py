@@ -26,6 +26,7 @@ from s3_archive.archive.executor.registry_decode import table_rows
 from s3_archive.archive.executor.task import write_task
 from s3_archive.archive.protocol import (
     DERIVED,
+    PARQUET_DICTIONARY,
     RESULT_SCHEMA,
     DecodePlan,
     FormatPlan,
@@ -46,7 +47,6 @@ from s3_archive.model.registry_types import avro_schema
 # bigger fetches keep the task's thread busy converting records instead of waiting.
 KAFKA_READ_OPTIONS = {"kafka.max.poll.records": "10000", "kafka.max.partition.fetch.bytes": str(16 << 20),
                       "kafka.fetch.max.bytes": str(64 << 20), "kafka.receive.buffer.bytes": str(4 << 20)}
-_DICTIONARY = ("topic", "partition", "timestamp_type", "headers.list.element.key")
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a column name Spark takes as a reference as it is
 
 
@@ -298,7 +298,7 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
     fmt = FormatPlan(out.fmt.name, out.codec, out.fmt.object_suffix(out.codec) if out.suffix is None else out.suffix,
                      spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
-                     dictionary=_DICTIONARY, level=out.codec_level,
+                     dictionary=PARQUET_DICTIONARY, level=out.codec_level,
                      header=",".join(out.csv_fields).encode() if out.csv_header else b"")
     shape = JobShape(fmt=fmt, layout=out.layout, bucketed=out.bucketed, max_records=out.max_records,
                      max_bytes=out.max_bytes, decoding=decoding != "bytes" or decode is not None,

@@ -116,6 +116,17 @@ class ParquetEncoder:
             self._writer.close()
 
 
+def avro_container(schema: dict, sink: Any, codec: str, level: int | None, key: str) -> Any:
+    """fastavro's container writer as every Avro object of the archive is written: `codec` by fastavro's name, blocks
+    of `_SYNC_INTERVAL` bytes, the sync marker derived from the object key `key` (a re-run, or an erasure's rewrite
+    of that object, writes the same bytes for the same records)."""
+    from fastavro import parse_schema
+    from fastavro.write import Writer
+
+    return Writer(sink, parse_schema(schema), codec=codec, sync_interval=_SYNC_INTERVAL,
+                  sync_marker=hashlib.md5(key.encode()).digest(), compression_level=level)
+
+
 def _timestamps_as_micros(table: pa.Table) -> pa.Table:
     """Top-level timestamps as epoch microseconds (fastavro takes them as is for timestamp-micros)."""
     for i, f in enumerate(table.schema):
@@ -130,13 +141,8 @@ class AvroEncoder:
     from the object key: a re-run writes the same bytes)."""
 
     def __init__(self, fmt: FormatPlan, sink: Any, key: str) -> None:
-        from fastavro import parse_schema
-        from fastavro.write import Writer
-
         self._schema = json.loads(fmt.avro_schema)
-        self._writer = Writer(sink, parse_schema(self._schema), codec=_AVRO_CODECS.get(fmt.codec, fmt.codec),
-                              sync_interval=_SYNC_INTERVAL, sync_marker=hashlib.md5(key.encode()).digest(),
-                              compression_level=fmt.level)
+        self._writer = avro_container(self._schema, sink, _AVRO_CODECS.get(fmt.codec, fmt.codec), fmt.level, key)
         self._blocks = BlockWriter(self._writer, _SYNC_INTERVAL) if supported(self._schema) else None
 
     def write(self, table: pa.Table) -> None:

@@ -1,5 +1,5 @@
 """The `erase` job: records erased on request from an archived topic (UI: launchpad config; CLI `s3-archive erase`).
-One job for every archive: the config's `topic` picks the archive. What it does is archive/erase_run.py's; the run
+One job for every archive: the config's `topic` picks the archive. What it does is erasure/erase_run.py's; the run
 shows each window rewritten, and an observation of the topic's archive asset carries the counts
 (docs/compliance.md)."""
 
@@ -8,11 +8,11 @@ shows each window rewritten, and an observation of the topic's archive asset car
 import dagster as dg
 from pydantic import Field
 
-from s3_archive.archive.erase_run import erase
-from s3_archive.archive.erasure import EraseRequest, FieldEquals, parse_equals
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.defs.metadata import typed
+from s3_archive.erasure.erase_run import erase
+from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals, parse_key
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 
@@ -29,12 +29,15 @@ class EraseConfig(dg.Config):
     topic: str = Field(description="an archived topic")
     key: str | None = Field(default=None, description="erase the records with this key (UTF-8)")
     keys: list[str] = Field(default=[], description="or several keys")
+    keys_hex: list[str] = Field(default=[], description="keys given as hexadecimal (keys that are not text)")
+    keys_base64: list[str] = Field(default=[], description="keys given as base64")
     predicate: PredicateConfig | None = Field(default=None, description="or records whose decoded field equals "
                                                                         "a value")
     dry_run: bool = Field(default=False, description="count what would be erased; write nothing")
 
     def request(self) -> EraseRequest:
-        keys = tuple(k.encode() for k in [*([self.key] if self.key is not None else []), *self.keys])
+        keys = (*(parse_key(k, "utf8") for k in [*([self.key] if self.key is not None else []), *self.keys]),
+                *(parse_key(k, "hex") for k in self.keys_hex), *(parse_key(k, "base64") for k in self.keys_base64))
         p = self.predicate
         return EraseRequest(self.topic, keys, FieldEquals(p.field, parse_equals(p.equals)) if p is not None else None)
 
@@ -55,6 +58,8 @@ def build_erase_job(settings: Settings) -> dg.JobDefinition:
             report = erase(s3.get_client(), cfg, config.request(), dry_run=config.dry_run)
         except UserError as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
+        for key in report.completed:
+            context.log.info(f"completed the audit record of an interrupted erasure: s3://{cfg.bucket}/{key}")
         for w in report.erased:
             context.log.info(f"window {w.window}: {w.records} record(s) "
                              + ("to erase" if config.dry_run else f"erased, generation {w.generation}"))

@@ -1,6 +1,6 @@
 """Erasure on request, pure (docs/compliance.md): what an erasure request is, which records of a window it matches,
-whether the archive allows it (`refusal`), the window's next manifest generation, and the audit record. The reads,
-rewrites and commits are archive/erase_run.py's.
+whether the archive allows it (`refusal`), the window's next manifest generation, and the audit record. The reads
+and rewrites of objects are erasure/rewrite.py's, the commits erasure/erase_run.py's.
 
 A request names records by their key (one or several, as bytes) or by a field decoded from their value
 (`value_decoding`: a column of the window's objects) equal to a value. The new manifest lists the erased offsets,
@@ -9,6 +9,7 @@ never the key; the audit record keeps only a salted SHA-256 of each key (or of t
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -18,9 +19,12 @@ from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.model.errors import ErasureRefused
-from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject
+from s3_archive.model.formats import FORMATS
+from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject, iso
 
-ERASABLE_FORMATS = ("parquet",)  # read and rewritten with pyarrow, in the same layout
+# Read and written again in their own format by the archive's encoders (erasure/rewrite.py). text and bytes keep no
+# key and no offset: nothing says which of their records is whose.
+ERASABLE_FORMATS = ("parquet", "avro", "jsonl", "json", "csv")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,26 @@ class EraseRequest:
                 if v is not None and type(v) is type(want) and v == want]
 
 
+KEY_ENCODINGS = ("utf8", "hex", "base64")
+
+
+def parse_key(text: str, encoding: str) -> bytes:
+    """A key as a user gives it: UTF-8 text, hexadecimal (two digits per byte) or base64 (standard alphabet, padded),
+    for keys that are not text. Refused naming the value and what is allowed."""
+    if encoding == "utf8":
+        return text.encode()
+    try:
+        if encoding == "hex":
+            return bytes.fromhex(text)
+        if encoding == "base64":
+            return base64.b64decode(text, validate=True)
+    except ValueError:
+        allowed = ("hexadecimal digits, two per byte (e.g. 00ff10)" if encoding == "hex"
+                   else "base64 of the standard alphabet A-Z a-z 0-9 + /, padded with = (e.g. AP8Q)")
+        raise ErasureRefused(f"key {text!r} is not {encoding}: a {encoding} key is {allowed}") from None
+    raise ErasureRefused(f"key encoding {encoding!r} is not one of {', '.join(KEY_ENCODINGS)}")
+
+
 def parse_equals(text: str) -> str | int | float | bool:
     """A predicate's value as a user types it: JSON when it is a JSON scalar (42, true, "text"), else the text."""
     try:
@@ -95,8 +119,12 @@ def refusal(cfg: ArchiveConfig, with_bypass_permission: bool = True) -> str | No
                 "Iceberg table, which s3-archive does not make; erase with the table's own engine (e.g. Spark SQL "
                 "DELETE) and its snapshot expiry")
     if cfg.format not in ERASABLE_FORMATS:
-        return (f"archive {cfg.name!r} has format {cfg.format!r}; erasure rewrites formats "
-                f"{', '.join(ERASABLE_FORMATS)}")
+        return (f"archive {cfg.name!r} has format {cfg.format!r}, which stores {FORMATS[cfg.format].stores}: no key "
+                "and no offset, so no record of its objects can be found by key or named by offset; erasure rewrites "
+                f"formats {', '.join(ERASABLE_FORMATS)}")
+    if cfg.format == "csv" and "offset" not in cfg.csv_fields:
+        return (f"archive {cfg.name!r} has format csv with csv_fields {cfg.csv_fields}: without 'offset' no line "
+                "can be named by its offset")
     return None
 
 
@@ -127,17 +155,30 @@ def merged_ranges(a: Iterable[Sequence[int]], b: Iterable[Sequence[int]]) -> lis
     return out
 
 
-def next_generation(old: Manifest, old_link: ManifestLink, objects: list[ManifestObject], erased: list[int],
-                    attempt: str, now: datetime) -> Manifest:
+def bounds(kept: list[tuple[int, int | None]]) -> dict[str, Any]:
+    """The manifest's offset and timestamp bounds over the records a window keeps ((offset, timestamp ms) each)."""
+    offsets = [o for o, _ in kept]
+    times = [t for _, t in kept if t is not None]
+    lo, hi = (min(times), max(times)) if times else (None, None)
+    return {"first_offset": min(offsets, default=None), "last_offset": max(offsets, default=None),
+            "min_timestamp_ms": lo, "max_timestamp_ms": hi, "min_timestamp": iso(lo), "max_timestamp": iso(hi)}
+
+
+def next_generation(old: Manifest, old_link: ManifestLink, objects: list[ManifestObject],
+                    dead_letters: list[ManifestObject], erased: list[int], attempt: str, now: datetime,
+                    kept: list[tuple[int, int | None]] | None = None) -> Manifest:
     """The window's manifest after an erasure: generation + 1, the new objects, the erased offsets added to those
     of earlier generations, `supersedes` naming the manifest it replaces (and those that one replaced); the link
     to the previous manifest of the partition stays. `record_count` no longer counts the erased records (in mode
-    `null` the objects still hold them, nulled)."""
-    return old.model_copy(update={
+    `null` the objects still hold them, nulled). `kept`: the records left ((offset, timestamp ms) each), whose
+    bounds become the manifest's first/last offsets and min/max timestamps (None: the old bounds stay, as bounds)."""
+    return old.model_copy(update={**(bounds(kept) if kept is not None else {}),
         "generation": (old.generation or 1) + 1,
         "supersedes": [*old.supersedes, old_link],
         "erased_offsets": merged_ranges(old.erased_offsets, offset_ranges(erased)),
+        "erasure_records": len(set(erased)),
         "objects": sorted(objects, key=lambda o: o.key),
+        "dead_letter_objects": sorted(dead_letters, key=lambda o: o.key),
         "bytes_written": sum(o.size for o in objects),
         "record_count": old.record_count - len(erased),
         "attempt": attempt,
@@ -160,16 +201,37 @@ class WindowErasure:
     records: int
 
 
-def audit_record(request: EraseRequest, salt: bytes, windows: list[WindowErasure], mode: str, when: datetime,
-                 erasure_id: str) -> bytes:
-    """The audit record of one erasure (JSON): when, how many records, which windows, the salted hashes."""
-    return json.dumps({
-        "erasure_id": erasure_id,
-        "topic": request.topic,
-        "erased_at": when.isoformat(),
-        "mode": mode,
-        "matched_by": "key" if request.predicate is None else f"field {request.predicate.field}",
-        "subject_sha256": [salted_hash(salt, s) for s in request.subjects],
-        "records": sum(w.records for w in windows),
-        "windows": [{"window": w.window, "generation": w.generation, "records": w.records} for w in windows],
-    }, indent=1, sort_keys=True).encode()
+def intent_record(request: EraseRequest, salt: bytes, mode: str, started: datetime, erasure_id: str) -> bytes:
+    """The audit record as an erasure writes it before it rewrites anything (`state: open`): when, the request's
+    salted hashes and the mode. The run completes it at its end (`audit_record`); a later run completes it if the
+    run was killed first (`completed_intent`)."""
+    return _json({"erasure_id": erasure_id, "topic": request.topic, "state": "open", "started_at": started.isoformat(),
+                  "mode": mode, "matched_by": _matched_by(request),
+                  "subject_sha256": [salted_hash(salt, s) for s in request.subjects]})
+
+
+def audit_record(request: EraseRequest, salt: bytes, windows: list[WindowErasure], mode: str, started: datetime,
+                 when: datetime, erasure_id: str) -> bytes:
+    """The audit record of one erasure, complete: when, how many records, which windows, the salted hashes."""
+    intent = json.loads(intent_record(request, salt, mode, started, erasure_id))
+    return _json(_completed(intent, windows, when))
+
+
+def completed_intent(intent: dict[str, Any], windows: list[WindowErasure], when: datetime, by: str) -> bytes:
+    """The open audit record of an erasure killed before its end, completed by erasure `by`: the windows whose
+    manifests it committed (their `attempt` is its id), each with the records it erased."""
+    return _json({**_completed(intent, windows, when), "completed_by": by})
+
+
+def _completed(intent: dict[str, Any], windows: list[WindowErasure], when: datetime) -> dict[str, Any]:
+    return {**intent, "state": "complete", "erased_at": when.isoformat(), "records": sum(w.records for w in windows),
+            "windows": [{"window": w.window, "generation": w.generation, "records": w.records}
+                        for w in sorted(windows, key=lambda w: w.window)]}
+
+
+def _matched_by(request: EraseRequest) -> str:
+    return "key" if request.predicate is None else f"field {request.predicate.field}"
+
+
+def _json(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, indent=1, sort_keys=True).encode()

@@ -1,28 +1,29 @@
 """`erase`: records erased from every committed window of a topic that holds them (docs/compliance.md). The
-decisions are archive/erasure.py's; this is the I/O.
+decisions are erasure/erasure.py's, the objects' reads and rewrites erasure/rewrite.py's, the audit record
+erasure/audit.py's; this is the I/O.
 
 Per window, until it commits or holds nothing to erase:
     1. GET the manifest (its bytes and ETag); remove what an erasure left unlisted at or below its generation
        (old objects a killed erasure had not yet deleted).
-    2. Read each object (Parquet, pyarrow), find the matching records; none: the window is left as it is.
-    3. PUT each object holding matches again, without them (`drop`) or with them nulled (`null`), as
-       `<name>.g<generation+1>-<attempt>` (If-None-Match: *; under a retention lock, locked as the window was).
+    2. Read each object in its format, find the matching records; none: the window is left as it is.
+    3. Before the run's first rewrite, its audit record, open. PUT each object holding matches again, without them
+       (`drop`) or with them nulled (`null`), as `<name>.g<generation+1>-<attempt>` (If-None-Match: *; under a
+       retention lock, locked as the window was).
     4. PUT the manifest, generation + 1, with If-Match on the ETag read in 1: a concurrent erasure or re-run that
-       changed it meanwhile makes this fail with 412, and the window is done again from 1 (nothing is lost).
+       changed it meanwhile makes this fail with 412; the objects written in 3 are deleted and the window is done
+       again from 1 (nothing is lost).
     5. Delete every object of the window the new manifest does not list at or below its generation (the replaced
        objects, and a killed attempt's orphans), on a versioned bucket every version of them (under a governance
        lock with BypassGovernanceRetention, which `erasure.allow_governance_bypass` allows).
 
 A run killed anywhere leaves each window at one generation: before 4 the old manifest and objects stand (the new
 objects are orphans, swept by 5 of the next commit); after 4 the new ones do, and the next run's 1 or 5 deletes
-what remains of the old. Then one audit record under `<prefix>_erasure/<topic>/` for the windows erased, even when
-others failed (the first failure is raised after it).
+what remains of the old. Once every window has ended, even when some failed (the first failure is raised after),
+the run completes its audit record, and those left open by killed runs whose windows it met (erasure/audit.py).
 """
 
 from __future__ import annotations
 
-import io
-import os
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,14 +35,14 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from s3_archive.archive.driver.commit import window_objects
-from s3_archive.archive.erasure import EraseRequest, WindowErasure, audit_record, check_allowed, next_generation
 from s3_archive.archive.integrity import link_to, sha256_hex, window_of_manifest_key
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.erasure.audit import Audit
+from s3_archive.erasure.erasure import EraseRequest, WindowErasure, check_allowed, next_generation
+from s3_archive.erasure.rewrite import Decoded, ObjectFormat, decode, kept_records, matching, rewritten
 from s3_archive.io.s3 import NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code, list_objects
 from s3_archive.keys.objects import (
     WindowLocation,
-    erasure_audit_key,
-    erasure_salt_key,
     generation_key,
     generation_of_key,
     manifest_prefix,
@@ -50,7 +51,6 @@ from s3_archive.model.errors import ErasureRefused
 from s3_archive.model.manifest import Manifest, ManifestObject, parse_manifest
 from s3_archive.model.windows import OffsetWindow
 
-ENVELOPE_KEPT = ("topic", "partition", "offset", "timestamp", "timestamp_type")  # `null` mode keeps these
 TRIES = 5  # a window redone after a lost If-Match race at most this often
 WINDOWS_AT_ONCE = 4
 
@@ -76,6 +76,7 @@ class EraseReport:
     windows_read: int = 0
     erased: list[WindowErasure] = field(default_factory=list)
     audit_key: str | None = None
+    completed: list[str] = field(default_factory=list)  # open audit records of killed erasures, completed
 
     @property
     def records(self) -> int:
@@ -84,11 +85,15 @@ class EraseReport:
     def metadata(self) -> dict[str, Any]:
         return {"topic": self.topic, "dry_run": self.dry_run, "windows_read": self.windows_read,
                 "windows_erased": len(self.erased), "records_erased": self.records,
-                "audit_record": self.audit_key or ""}
+                "audit_record": self.audit_key or "", "audit_records_completed": len(self.completed)}
+
+
+# The hooks `erase` runs with when given none: a test that runs the CLI in a subprocess sets them there.
+DEFAULT_HOOKS = EraseHooks()
 
 
 def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool = False,
-          hooks: EraseHooks = EraseHooks()) -> EraseReport:
+          hooks: EraseHooks | None = None) -> EraseReport:
     """Erase `request`'s records from every committed window of its topic; refused (ErasureRefused) when the
     archive does not allow it. `dry_run`: count what would be erased, write nothing."""
     if request.topic not in cfg.topics:
@@ -97,38 +102,19 @@ def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool
     check_allowed(cfg)
     keys = sorted(k for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, request.topic))
                   if window_of_manifest_key(k := o["Key"]) is not None)
-    run = _Eraser(s3, cfg, request, dry_run, hooks)
+    run = _Eraser(s3, cfg, request, dry_run, hooks or DEFAULT_HOOKS)
+    if not dry_run:
+        run.audit.find_open()
     with ThreadPoolExecutor(WINDOWS_AT_ONCE) as pool:
         done = list(pool.map(run.window_or_error, [window_of_manifest_key(k) for k in keys]))
     report = EraseReport(request.topic, dry_run, len(keys), [d for d in done if isinstance(d, WindowErasure)])
-    if report.erased and not dry_run:
-        now = datetime.now(UTC)
-        report.audit_key = erasure_audit_key(cfg.prefix, request.topic,
-                                             f"{now.strftime('%Y%m%dT%H%M%SZ')}-{run.attempt}")
-        s3.put_object(Bucket=cfg.bucket, Key=report.audit_key, ContentType="application/json",
-                      Body=audit_record(request, salt(s3, cfg), report.erased, cfg.erasure.mode, now, run.attempt),
-                      **run.lock_of(None))
+    if not dry_run:  # also when some windows failed: what was erased is recorded; a new run goes on with the rest
+        report.completed = run.audit.complete(report.erased)
+        report.audit_key = run.audit.key if run.audit.opened else None
     failed = [d for d in done if isinstance(d, BaseException)]
-    if failed:  # the windows erased so far are in the audit record; a new run goes on with the others
+    if failed:
         raise failed[0]
     return report
-
-
-def salt(s3: S3Client, cfg: ArchiveConfig) -> bytes:
-    """The archive's salt for the audit records' hashes, made once (If-None-Match: *) and kept in the bucket."""
-    key = erasure_salt_key(cfg.prefix)
-    for _ in range(3):
-        try:
-            return s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read()
-        except ClientError as e:
-            if error_code(e) not in NOT_FOUND:
-                raise
-        try:
-            s3.put_object(Bucket=cfg.bucket, Key=key, Body=os.urandom(32), IfNoneMatch="*")
-        except ClientError as e:
-            if error_code(e) not in PRECONDITION_FAILED:
-                raise
-    raise RuntimeError(f"s3://{cfg.bucket}/{key}: the erasure salt could not be read or made")
 
 
 class _Eraser:
@@ -139,6 +125,7 @@ class _Eraser:
         self.bypass = {"BypassGovernanceRetention": True} if cfg.retention_lock is not None else {}
         status = s3.get_bucket_versioning(Bucket=cfg.bucket).get("Status")
         self.versioned = status in ("Enabled", "Suspended")
+        self.audit = Audit(s3, cfg, request, self.attempt, self.lock_of(None))
 
     def lock_of(self, m: Manifest | None) -> dict[str, Any]:
         lock = self.cfg.retention_lock
@@ -163,25 +150,32 @@ class _Eraser:
                 return None  # gone meanwhile (deleted by hand): nothing to erase
             body, etag, old = got
             gen = old.generation or 1
+            if gen > 1 and not self.dry_run:
+                self.audit.saw(old.attempt, WindowErasure(w.key, gen, old.erasure_records or 0))
             if not self.dry_run:
                 self._sweep(where, old, gen)
-            matched = self._matches(old)
+            read = self._read(old)
+            matched = [(o, d, rows) for o, d, rows in read if rows]
             if not matched:
                 return None
             count = sum(len(rows) for _, _, rows in matched)
             if self.dry_run:
                 return WindowErasure(w.key, gen, count)
-            objects, erased = self._rewrite(where, old, gen + 1, matched)
+            self.audit.open_intent()
+            objects, dead, erased = self._rewrite(where, old, gen + 1, matched)
             self.hooks.fault(EraseStep.WRITTEN, w)
-            new = next_generation(old, link_to(where.manifest_key, body), objects, erased, self.attempt,
-                                  datetime.now(UTC))
+            gone = set(erased)
+            kept = kept_records([d for _, d, _ in read], lambda o: o in gone or old.is_erased(o))
+            new = next_generation(old, link_to(where.manifest_key, body), objects, dead, erased, self.attempt,
+                                  datetime.now(UTC), kept)
             try:
                 self.s3.put_object(Bucket=where.bucket, Key=where.manifest_key, Body=new.dumps(),
                                    ContentType="application/json", IfMatch=etag, **self.lock_of(old))
             except ClientError as e:
                 if error_code(e) not in PRECONDITION_FAILED + ("409", "ConditionalRequestConflict"):
                     raise
-                self._purge([o.key for o in objects])  # lost the race: ours are orphans; read again
+                listed = {o.key for o in old.all_objects}  # lost the race: the objects we wrote are orphans
+                self._purge([o.key for o in [*objects, *dead] if o.key not in listed])
                 continue
             self.hooks.fault(EraseStep.COMMITTED, w)
             self._sweep(where, new, gen + 1)
@@ -221,73 +215,43 @@ class _Eraser:
                         self.s3.delete_object(Bucket=self.cfg.bucket, Key=key, VersionId=v["VersionId"],
                                               **self.bypass)
 
-    def _matches(self, m: Manifest) -> list[tuple[ManifestObject, Any, list[int]]]:
-        """The objects holding matching records: (object, its table, the matching rows)."""
-        import pyarrow.parquet as pq
-
+    def _read(self, m: Manifest) -> list[tuple[ManifestObject, Decoded, list[int]]]:
+        """Every object of the window: (object, its records as stored, the rows that match)."""
         out = []
+        dead = {o.key for o in m.dead_letter_objects}
         for o in m.all_objects:
-            table = pq.read_table(io.BytesIO(self.s3.get_object(Bucket=self.cfg.bucket, Key=o.key)["Body"].read()))
-            missing = [c for c in self.request.columns() if c not in table.column_names]
-            if missing and o in m.objects:
-                raise ErasureRefused(f"s3://{self.cfg.bucket}/{o.key} has no column {missing[0]!r} (its columns: "
-                                     f"{', '.join(table.column_names)}); a predicate names a decoded field's column")
-            if missing:
-                continue  # a dead-letter object (raw envelope) has no decoded columns
-            rows = self.request.matching({c: table.column(c).to_pylist() for c in self.request.columns()})
-            if rows:
-                out.append((o, table, rows))
+            data = self.s3.get_object(Bucket=self.cfg.bucket, Key=o.key)["Body"].read()
+            decoded = decode(data, o.key, ObjectFormat.of(self.cfg, dead_letter=o.key in dead), self.request)
+            out.append((o, decoded, matching(decoded, self.request)))
         return out
 
-    def _rewrite(self, where: WindowLocation, old: Manifest, gen: int,
-                 matched: list[tuple[ManifestObject, Any, list[int]]]) -> tuple[list[ManifestObject], list[int]]:
-        """The window's objects of generation `gen`: those holding matches written again, the others kept."""
-        replaced = {o.key: (table, rows) for o, table, rows in matched}
-        out: list[ManifestObject] = []
+    def _rewrite(self, where: WindowLocation, old: Manifest, gen: int, matched: list[tuple[ManifestObject, Decoded,
+                 list[int]]]) -> tuple[list[ManifestObject], list[ManifestObject], list[int]]:
+        """The window's data and dead-letter objects of generation `gen` (those holding matches written again, left
+        out when no record is left; the others kept), and the offsets erased."""
+        replaced = {o.key: (decoded, rows) for o, decoded, rows in matched}
         erased: list[int] = []
-        for o in old.objects:
-            if o.key not in replaced:
-                out.append(o)
-                continue
-            table, rows = replaced[o.key]
-            erased += [table.column("offset")[i].as_py() for i in rows]
-            out.append(self._put(generation_key(o.key, _suffix(o.key, where), gen, self.attempt),
-                                 _without(table, rows, self.cfg.erasure.mode), old))
-        dead = []
-        for o in old.dead_letter_objects:
-            if o.key in replaced:
-                table, rows = replaced[o.key]
-                erased += [table.column("offset")[i].as_py() for i in rows]
-                o = self._put(generation_key(o.key, ".parquet", gen, self.attempt),
-                              _without(table, rows, self.cfg.erasure.mode), old)
-            dead.append(o)
-        return [*out, *dead], erased
 
-    def _put(self, key: str, table: Any, old: Manifest) -> ManifestObject:
-        import pyarrow.parquet as pq
+        def kept(objects: list[ManifestObject]) -> list[ManifestObject]:
+            out = []
+            for o in objects:
+                if o.key not in replaced:
+                    out.append(o)
+                    continue
+                decoded, rows = replaced[o.key]
+                erased.extend(decoded.offsets[i] for i in rows)
+                suffix = _suffix(o.key, where)
+                data = rewritten(decoded, rows, self.cfg.erasure.mode, generation_key(o.key, suffix, 1))
+                if data is not None:
+                    out.append(self._put(generation_key(o.key, suffix, gen, self.attempt), data, old))
+            return out
 
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression=old.compression)
-        data = buf.getvalue()
+        return kept(old.objects), kept(old.dead_letter_objects), erased
+
+    def _put(self, key: str, data: bytes, old: Manifest) -> ManifestObject:
         r = self.s3.put_object(Bucket=self.cfg.bucket, Key=key, Body=data, IfNoneMatch="*", **self.lock_of(old))
         return ManifestObject(key=key, size=len(data), etag=str(r["ETag"]).strip('"'), sha256=sha256_hex(data))
 
 
 def _suffix(key: str, where: WindowLocation) -> str:
     return where.suffix if key.endswith(where.suffix) else ".parquet"
-
-
-def _without(table: Any, rows: list[int], mode: str) -> Any:
-    """`table` without the rows (`drop`), or with everything in them but the envelope's position nulled."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    mask = [False] * table.num_rows
-    for i in rows:
-        mask[i] = True
-    hit = pa.array(mask)
-    if mode == "drop":
-        return table.filter(pc.invert(hit))
-    cols = [c if name in ENVELOPE_KEPT else pc.if_else(hit, pa.nulls(table.num_rows, c.type), c)
-            for name, c in zip(table.column_names, table.columns, strict=True)]
-    return pa.Table.from_arrays(cols, schema=table.schema)

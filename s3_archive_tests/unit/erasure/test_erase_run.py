@@ -1,6 +1,6 @@
 """`erase` against moto in-process (S3's conditional writes, no server): a concurrent erasure that commits first makes
 ours redo the window on top of it (both erasures kept); an archive attempt that finds the window rewritten adopts it,
-deletes what it wrote and leaves the erasure's objects alone. The integration twin: integration/archive/test_erase.py."""
+deletes what it wrote and leaves the erasure's objects alone. The integration twin: integration/erasure/test_erase.py."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from moto import mock_aws
 
 from s3_archive.archive.driver.commit import commit_window, window_objects
-from s3_archive.archive.erase_run import erase
-from s3_archive.archive.erasure import EraseRequest
 from s3_archive.archive.integrity import sha256_hex
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.erasure.erase_run import erase
+from s3_archive.erasure.erasure import EraseRequest
 from s3_archive.io.s3 import read_manifest
 from s3_archive.keys.objects import manifest_key, object_key
 from s3_archive.model.manifest import ManifestObject
@@ -25,15 +25,22 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.manifests import hand_manifest
 
 BUCKET, PREFIX, TOPIC, W = "erase-races", "p/", "t", OffsetWindow(0, 0, 4)
+W2 = OffsetWindow(1, 0, 6)  # a window of two objects (test_an_erasure_that_loses_the_race_...)
 KEYS = [b"a", b"victim", b"b", b"victim"]
 CFG = ArchiveConfig(name="a", topics=[TOPIC], bucket=BUCKET, prefix=PREFIX)
 
 
-def _parquet() -> bytes:
+def _parquet_of(keys: list[bytes], offsets: range) -> bytes:
     buf = io.BytesIO()
-    pq.write_table(pa.table({"key": pa.array(KEYS), "value": pa.array([b"v0", b"v1", b"v2", b"v3"]),
-                             "offset": pa.array(range(4), pa.int64())}), buf)
+    pq.write_table(pa.table({"key": pa.array(keys, pa.binary()),
+                             "value": pa.array([b"v%d" % o for o in offsets], pa.binary()),
+                             "offset": pa.array(offsets, pa.int64()),
+                             "timestamp": pa.array([1000 + o for o in offsets], pa.timestamp("ms", "UTC"))}), buf)
     return buf.getvalue()
+
+
+def _parquet() -> bytes:
+    return _parquet_of(KEYS, range(4))
 
 
 @pytest.fixture
@@ -53,8 +60,8 @@ def s3():
 class ConcurrentErasure:
     """A client whose first conditional manifest PUT is preceded by another erasure of the same window."""
 
-    def __init__(self, s3: Any) -> None:
-        self.s3, self.raced = s3, False
+    def __init__(self, s3: Any, erases: int = 1) -> None:
+        self.s3, self.raced, self.erases = s3, False, erases
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.s3, name)
@@ -62,7 +69,7 @@ class ConcurrentErasure:
     def put_object(self, **kw: Any) -> dict:
         if "IfMatch" in kw and not self.raced:
             self.raced = True
-            assert erase(self.s3, CFG, EraseRequest(TOPIC, (b"a",))).records == 1
+            assert erase(self.s3, CFG, EraseRequest(TOPIC, (b"a",))).records == self.erases
         return self.s3.put_object(**kw)
 
 
@@ -98,3 +105,40 @@ def test_an_archive_attempt_that_finds_the_window_erased_adopts_it_and_deletes_w
     assert read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W)) == erased
     assert sorted(window_objects(s3, CFG.location(TOPIC, W), True)) == [o.key for o in erased.objects]
     assert [_keys_in(s3, o.key) for o in erased.objects] == [[b"a", b"b"]]
+
+
+def test_an_erasure_that_loses_the_race_deletes_only_the_objects_it_wrote(s3):
+    """A window of two objects; the second holds no match for either erasure, so both keep it as it is. The
+    erasure that loses the If-Match race deletes its own new object, never the second one, which the winner's
+    manifest still lists."""
+    data = _parquet_of([b"c", b"d"], range(4, 6))
+    second = object_key(PREFIX, TOPIC, W2, 1, ".parquet")
+    first = object_key(PREFIX, TOPIC, W2, 0, ".parquet")
+    objects = []
+    for key, body in ((first, _parquet_of(KEYS, range(4))), (second, data)):
+        etag = s3.put_object(Bucket=BUCKET, Key=key, Body=body)["ETag"].strip('"')
+        objects.append({"key": key, "size": len(body), "etag": etag, "sha256": sha256_hex(body)})
+    s3.put_object(Bucket=BUCKET, Key=manifest_key(PREFIX, TOPIC, W2),
+                  Body=hand_manifest(TOPIC, W2, objects, compression="snappy").dumps())
+
+    erase(ConcurrentErasure(s3, erases=2), CFG, EraseRequest(TOPIC, (b"victim",)))  # "a" is in both windows
+
+    m = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W2))
+    assert m.generation == 3 and second in [o.key for o in m.objects]
+    assert _keys_in(s3, second) == [b"c", b"d"]  # still there, as it was
+    assert sorted(window_objects(s3, CFG.location(TOPIC, W2), True)) == sorted(o.key for o in m.objects)
+
+
+def test_the_bounds_of_a_window_are_those_of_the_records_it_keeps(s3):
+    erase(s3, CFG, EraseRequest(TOPIC, (b"a",)))  # offset 0
+    m = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W))
+    assert (m.first_offset, m.last_offset) == (1, 3)
+    assert (m.min_timestamp_ms, m.max_timestamp_ms) == (1001, 1003)
+    assert m.min_timestamp == "1970-01-01T00:00:01.001+00:00"
+
+
+def test_a_window_whose_every_record_is_erased_keeps_its_manifest_and_no_object(s3):
+    report = erase(s3, CFG, EraseRequest(TOPIC, (b"a", b"b", b"victim")))
+    m = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W))
+    assert (report.records, m.objects, m.record_count, m.erased_offsets, m.first_offset) == (4, [], 0, [[0, 4]], None)
+    assert window_objects(s3, CFG.location(TOPIC, W), True) == {}

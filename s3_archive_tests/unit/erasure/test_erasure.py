@@ -7,13 +7,16 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from s3_archive.archive.erase_run import _without
-from s3_archive.archive.erasure import (
+from s3_archive.archive.integrity import Committed, link_findings, link_to, sha256_hex
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.erasure.erasure import (
     EraseRequest,
     FieldEquals,
     WindowErasure,
     audit_record,
     check_allowed,
+    completed_intent,
+    intent_record,
     merged_ranges,
     next_generation,
     offset_ranges,
@@ -21,8 +24,7 @@ from s3_archive.archive.erasure import (
     refusal,
     salted_hash,
 )
-from s3_archive.archive.integrity import Committed, link_findings, link_to, sha256_hex
-from s3_archive.config.archive import ArchiveConfig
+from s3_archive.erasure.rewrite import _table_without as _without
 from s3_archive.keys.layout import OutputLayout
 from s3_archive.keys.objects import WindowLocation, generation_key, generation_of_key, manifest_key
 from s3_archive.model.errors import ErasureRefused, InvalidManifest
@@ -68,7 +70,11 @@ def test_refusals_name_why():
     allowed = _cfg(retention_lock={"mode": "governance", "days": 30}, erasure={"allow_governance_bypass": True})
     assert refusal(allowed) is None
     assert "s3:BypassGovernanceRetention" in refusal(allowed, with_bypass_permission=False)
-    assert "format 'jsonl'" in refusal(_cfg(format="jsonl")) and "parquet" in refusal(_cfg(format="jsonl"))
+    for fmt in ("avro", "jsonl", "json", "csv"):
+        assert refusal(_cfg(format=fmt)) is None, fmt
+    for fmt in ("text", "bytes"):  # neither keeps a key nor an offset
+        assert f"format {fmt!r}" in refusal(_cfg(format=fmt)) and "no key and no offset" in refusal(_cfg(format=fmt))
+    assert "without 'offset'" in refusal(_cfg(format="csv", csv_fields=["key", "value"]))
     with pytest.raises(ErasureRefused, match="erasure refused: archive 'a' has retention_lock mode compliance"):
         check_allowed(_cfg(retention_lock={"mode": "compliance", "days": 1}))
 
@@ -96,9 +102,9 @@ def test_the_next_generation_lists_erased_offsets_and_supersedes_the_old_manifes
     link = link_to(manifest_key("p/", "t", W), body)
     new_obj = ManifestObject(key="p/t/o2.g2-abc.parquet", size=15, etag="e3", sha256="c" * 64)
     now = datetime(2026, 1, 2, tzinfo=UTC)
-    new = next_generation(old, link, [old.objects[0], new_obj], [104, 103, 107], "abc", now)
+    new = next_generation(old, link, [old.objects[0], new_obj], [], [104, 103, 107], "abc", now)
     assert (new.generation, new.supersedes, new.erased_offsets) == (2, [link], [[103, 105], [107, 108]])
-    assert (new.record_count, new.bytes_written, new.erased_count) == (7, 25, 3)
+    assert (new.record_count, new.bytes_written, new.erased_count, new.erasure_records) == (7, 25, 3, 3)
     assert [o.key for o in new.objects] == ["p/t/o1.parquet", "p/t/o2.g2-abc.parquet"]
     assert (new.attempt, new.committed_at, new.previous_manifest) == ("abc", now.isoformat(), old.previous_manifest)
     assert [o for o in range(W.start, W.end) if new.is_erased(o)] == [103, 104, 107]
@@ -106,7 +112,7 @@ def test_the_next_generation_lists_erased_offsets_and_supersedes_the_old_manifes
     again = parse_manifest(new.dumps())
     assert again == new and json.loads(new.dumps())["erased_offsets"] == [[103, 105], [107, 108]]
     # a third generation keeps the earlier erasures and supersedes both
-    third = next_generation(new, link_to(manifest_key("p/", "t", W), new.dumps()), new.objects, [100], "def", now)
+    third = next_generation(new, link_to(manifest_key("p/", "t", W), new.dumps()), new.objects, [], [100], "def", now)
     assert third.generation == 3 and [s.generation for s in third.supersedes] == [1, 2]
     assert third.erased_offsets == [[100, 101], [103, 105], [107, 108]]
 
@@ -121,7 +127,7 @@ def test_erased_offsets_are_a_field_of_version_3_only():
 def test_the_chain_accepts_a_rewritten_window_that_supersedes_the_linked_generation():
     old = _committed()
     link = link_to(manifest_key("p/", "t", W), old.dumps())
-    new = next_generation(old, link, old.objects, [101], "x", datetime.now(UTC))
+    new = next_generation(old, link, old.objects, [], [101], "x", datetime.now(UTC))
     nxt = hand_manifest("t", OffsetWindow(2, 110, 120), previous_manifest=link)
     target = Committed(link.key, sha256_hex(new.dumps()), new)
     assert link_findings(nxt, target, older_exist=False) == []
@@ -132,15 +138,29 @@ def test_the_chain_accepts_a_rewritten_window_that_supersedes_the_linked_generat
 def test_the_audit_record_keeps_salted_hashes_never_the_key():
     when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     req = EraseRequest("t", (b"alice@example.com",))
-    record = audit_record(req, b"salt", [WindowErasure(W.key, 2, 3), WindowErasure("x", 4, 1)], "drop", when, "id1")
+    started = datetime(2026, 3, 4, 5, 6, 0, tzinfo=UTC)
+    intent = intent_record(req, b"salt", "drop", started, "id1")
+    assert b"alice" not in intent
+    assert json.loads(intent) == {"erasure_id": "id1", "topic": "t", "state": "open", "started_at": started.isoformat(),
+                                  "mode": "drop", "matched_by": "key",
+                                  "subject_sha256": [salted_hash(b"salt", b"alice@example.com")]}
+    record = audit_record(req, b"salt", [WindowErasure(W.key, 2, 3), WindowErasure("x", 4, 1)], "drop", started,
+                          when, "id1")
     assert b"alice" not in record
     data = json.loads(record)
+    assert data == {**json.loads(intent), "state": "complete", "erased_at": when.isoformat(), "records": 4,
+                    "windows": [{"window": W.key, "generation": 2, "records": 3},
+                                {"window": "x", "generation": 4, "records": 1}]}
+    # a later erasure completes the record a killed one left open, with the windows its manifests name
+    later = json.loads(completed_intent(json.loads(intent), [WindowErasure(W.key, 2, 3)], when, "id9"))
+    assert (later["state"], later["records"], later["completed_by"], later["started_at"]) == (
+        "complete", 3, "id9", started.isoformat())
     assert data["subject_sha256"] == [salted_hash(b"salt", b"alice@example.com")] != [salted_hash(b"pepper",
                                                                                                   b"alice@example.com")]
     assert (data["records"], data["erased_at"], data["mode"], data["matched_by"]) == (4, when.isoformat(), "drop", "key")
     assert data["windows"][0] == {"window": W.key, "generation": 2, "records": 3}
     by_field = json.loads(audit_record(EraseRequest("t", predicate=FieldEquals("email", "a@b")), b"s", [], "null",
-                                       when, "id2"))
+                                       started, when, "id2"))
     assert by_field["matched_by"] == "field email" and by_field["subject_sha256"] == [salted_hash(b"s", b'email="a@b"')]
 
 
