@@ -1,0 +1,94 @@
+"""The continuous sensor's decision (defs/archive/continuous.py) on an in-memory instance: one run per topic, launched
+when the topic has none queued or running, a failed one replaced after retries.backoff_seconds, one that failed on an
+error no retry can fix left for a person; and the definitions of a continuous archive."""
+
+import dagster as dg
+import pytest
+
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.continuous import ContinuousOptions
+from s3_archive.config.settings import Settings
+from s3_archive.definitions import build_defs
+from s3_archive.defs.archive.continuous import (
+    STREAM_TAG,
+    build_continuous_job,
+    continuous_job_name,
+    continuous_sensor_name,
+    requests,
+    run_config,
+)
+from s3_archive.defs.archive.partitions import GAVE_UP_TAG
+
+pytestmark = pytest.mark.unit
+
+CFG = ArchiveConfig(name="live", topics=["t1", "t2"], bucket="bucket", continuous=ContinuousOptions())
+
+
+def a_run(instance: dg.DagsterInstance, topic: str, tags: dict | None = None,
+          status: dg.DagsterRunStatus | None = None) -> dg.DagsterRun:
+    return instance.create_run_for_job(build_continuous_job(CFG), run_config=run_config(CFG, topic), status=status,
+                                       tags={STREAM_TAG: topic, **(tags or {})})
+
+
+def topics(reqs: list[dg.RunRequest]) -> list[str]:
+    return [r.tags[STREAM_TAG] for r in reqs]
+
+
+def test_a_run_per_topic_with_the_topic_in_its_config_and_tags():
+    reqs, why = requests(dg.DagsterInstance.ephemeral(), CFG, 0)
+    assert topics(reqs) == ["t1", "t2"] and why == []
+    assert reqs[0].run_config == {"ops": {"archive_live_loop": {"config": {"topic": "t1"}}}}
+
+
+@pytest.mark.parametrize("status", ["NOT_STARTED", "STARTING", "STARTED", "CANCELING"])
+def test_no_second_run_while_one_is_queued_or_running(status):
+    instance = dg.DagsterInstance.ephemeral()
+    run = a_run(instance, "t1", status=dg.DagsterRunStatus(status))
+    reqs, why = requests(instance, CFG, 0)
+    assert topics(reqs) == ["t2"]
+    assert why == [f"t1: run {run.run_id} is {status}"]
+
+
+def test_a_failed_run_is_replaced_after_the_backoff_unless_no_retry_can_fix_it():
+    instance = dg.DagsterInstance.ephemeral()
+    run = a_run(instance, "t1")
+    instance.report_run_failed(run)
+    ended = instance.get_run_record_by_id(run.run_id).end_time
+    assert ended is not None
+    reqs, why = requests(instance, CFG, ended + CFG.retries.backoff_seconds - 1)
+    assert topics(reqs) == ["t2"] and why[0].startswith(f"t1: run {run.run_id} failed; a new one in")
+    reqs, _ = requests(instance, CFG, ended + CFG.retries.backoff_seconds + 1)
+    assert topics(reqs) == ["t1", "t2"]
+
+    gave_up = a_run(instance, "t1", {GAVE_UP_TAG: "true"})
+    instance.report_run_failed(gave_up)
+    reqs, why = requests(instance, CFG, ended + 10_000)
+    assert topics(reqs) == ["t2"] and "no retry can fix" in why[0]
+
+
+def test_a_canceled_or_finished_run_is_replaced():
+    instance = dg.DagsterInstance.ephemeral()
+    instance.report_run_canceled(a_run(instance, "t1"))
+    assert topics(requests(instance, CFG, 0)[0]) == ["t1", "t2"]
+
+
+def test_a_continuous_archive_has_its_job_and_sensor_and_keeps_the_offsets_sensor():
+    defs = build_defs(Settings(archives=[CFG, ArchiveConfig(name="plain", topics=["t3"], bucket="bucket")]))
+    assert defs.get_job_def(continuous_job_name(CFG)).name == "archive_live_continuous"
+    names = {s.name for s in defs.sensors}
+    assert {continuous_sensor_name(CFG), "archive_live_offsets", "archive_plain_offsets"} <= names
+    assert "archive_plain_continuous" not in names
+
+
+def test_an_unknown_topic_in_the_runs_config_fails_naming_it_and_the_archives_topics():
+    result = build_continuous_job(CFG).execute_in_process(run_config=run_config(CFG, "t9"), raise_on_error=False,
+                                                          resources={"spark": None, "kafka": None, "s3": None})
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    text = failure.step_failure_data.error.message
+    assert "topic 't9' is not a topic of archive 'live' (its topics: t1, t2)" in text
+
+
+def test_poll_seconds_is_bounded():
+    with pytest.raises(ValueError, match="poll_seconds"):
+        ContinuousOptions(poll_seconds=0)
