@@ -113,9 +113,9 @@ def build_continuous_job(cfg: ArchiveConfig) -> dg.JobDefinition:
             loop = ContinuousLoop(context.instance, cfg, topic, ctx, lambda: interrupted() or ended())
             yield from _materializations(context, loop)
             context.log.info(f"topic {topic!r}: the continuous run stops (canceled or interrupted) between windows")
-        if interrupted() or ended():
-            # the run ends as canceled, as any interrupted run; nothing is left half committed
-            raise dg.DagsterExecutionInterruptedError("the continuous run was canceled")
+        # The loop ends only when the run is to stop: it ends as canceled, as any interrupted run does; nothing is
+        # left half committed.
+        raise dg.DagsterExecutionInterruptedError("the continuous run was canceled")
 
     def _materializations(context: dg.OpExecutionContext, loop: ContinuousLoop) -> Iterator[dg.AssetMaterialization]:
         try:

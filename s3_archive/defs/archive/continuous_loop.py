@@ -60,6 +60,10 @@ class ContinuousLoop:
     cron_handled: float | None = None
     bytes_per_record: float | None = None
     said: set[str] = field(default_factory=set)
+    ended: bool = False  # a commit found the run canceled or ended (RunEnded)
+
+    def _stopping(self) -> bool:
+        return self.ended or self.stopping()
 
     @property
     def log(self) -> Logger:
@@ -109,7 +113,7 @@ class ContinuousLoop:
 
     def wait(self, seconds: float) -> None:
         end = time.monotonic() + seconds
-        while not self.stopping() and (left := end - time.monotonic()) > 0:
+        while not self._stopping() and (left := end - time.monotonic()) > 0:
             time.sleep(min(STOP_CHECK_S, left))
 
     def batches(self, windows: list[OffsetWindow]) -> list[list[OffsetWindow]]:
@@ -121,9 +125,10 @@ class ContinuousLoop:
 
     def archive(self, windows: list[OffsetWindow]) -> Iterator[WindowResult]:
         """Each batch of `windows` archived; each committed window's result as it comes. Raises WindowsFailed
-        after a batch with failed windows; stops between batches once `stopping()`."""
+        after a batch with failed windows; stops between batches once `stopping()`, or once a commit found the run
+        canceled (the batch's windows not committed yet are the next run's)."""
         for batch in self.batches(windows):
-            if self.stopping():
+            if self._stopping():
                 return
             results = archive_windows(self.ctx, self.cfg, self.topic, batch, self.hooks)
             failed: dict[OffsetWindow, BaseException] = {}
@@ -131,7 +136,9 @@ class ContinuousLoop:
                 r = results[w]
                 if isinstance(r, WindowResult):
                     yield r
-                elif not (isinstance(r, RunEnded) and self.stopping()):  # canceled: not committed, not failed
+                elif isinstance(r, RunEnded):  # canceled while the batch ran: not committed, the next run's
+                    self.ended = True
+                else:
                     failed[w] = r
             if failed:
                 raise WindowsFailed(failed, len(batch))
@@ -142,7 +149,7 @@ class ContinuousLoop:
         if todo:
             self.log.info(f"topic {self.topic!r}: {len(todo)} windows cut before and never committed; archiving "
                           "them first")
-        while not self.stopping():
+        while not self._stopping():
             if not todo:
                 todo = self.cut(time.time())
             if not todo:
