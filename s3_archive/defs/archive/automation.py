@@ -8,7 +8,7 @@ import dagster as dg
 
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.checks import build_archive_checks
-from s3_archive.defs.archive.continuous import build_continuous
+from s3_archive.defs.archive.continuous_job import build_continuous
 from s3_archive.defs.archive.erase_job import build_erase_job
 from s3_archive.defs.archive.schedules import build_checks_schedule, build_retire_schedule
 from s3_archive.defs.archive.sensors import build_offsets_sensor

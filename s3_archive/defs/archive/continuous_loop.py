@@ -19,15 +19,17 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from s3_archive.archive.archive_lineage import archive_datasets
 from s3_archive.archive.cursor import Tail, cron_due
 from s3_archive.archive.driver.archive_run import NO_HOOKS, ArchiveContext, ArchiveHooks
-from s3_archive.archive.driver.coordinator import WindowResult, archive_windows
+from s3_archive.archive.driver.coordinator import WindowOutcome, WindowResult, archive_windows
 from s3_archive.archive.plan import MAX_WINDOWS_PER_TICK, Cut, plan_windows, run_chunks
 from s3_archive.archive.scan import scan_topics
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.instance import read_windows
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import recent_bytes_per_record, window_ends
+from s3_archive.io.lineage import lineage_run, run_uuid
 from s3_archive.model.errors import RunEnded
 from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
@@ -55,12 +57,14 @@ class ContinuousLoop:
     ctx: ArchiveContext
     stopping: Callable[[], bool]
     hooks: ArchiveHooks = NO_HOOKS
+    run_id: str = "continuous"  # the Dagster run's id: each batch's OpenLineage run id derives from it
     tail: Tail | None = None
     starts: dict[str, dict[int, int]] = field(default_factory=dict)  # start_position anchors (scan_topics)
     cron_handled: float | None = None
     bytes_per_record: float | None = None
     said: set[str] = field(default_factory=set)
     ended: bool = False  # a commit found the run canceled or ended (RunEnded)
+    batches_done: int = 0
 
     def _stopping(self) -> bool:
         return self.ended or self.stopping()
@@ -123,6 +127,18 @@ class ContinuousLoop:
         return [[c.window for c in chunk] for chunk in
                 run_chunks(cuts, self.cfg.windows_per_run, self.cfg.bytes_per_run, self.bytes_per_record)]
 
+    def _archive_batch(self, batch: list[OffsetWindow]) -> dict[OffsetWindow, WindowOutcome]:
+        """One batch, one OpenLineage run (START, then COMPLETE with the committed windows' figures)."""
+        cfg, topic, servers = self.cfg, self.topic, self.ctx.kafka.bootstrap_servers
+        inputs, outputs = archive_datasets(cfg, topic, servers, batch)
+        self.batches_done += 1
+        with lineage_run(f"archive.{cfg.name}.{topic}", "ARCHIVE", run_uuid(self.run_id, self.batches_done),
+                         inputs, outputs, self.log) as lineage:
+            results = archive_windows(self.ctx, cfg, topic, batch, self.hooks)
+            done = {w: r.manifest for w, r in results.items() if isinstance(r, WindowResult)}
+            lineage.inputs, lineage.outputs = archive_datasets(cfg, topic, servers, batch, done)
+        return results
+
     def archive(self, windows: list[OffsetWindow]) -> Iterator[WindowResult]:
         """Each batch of `windows` archived; each committed window's result as it comes. Raises WindowsFailed
         after a batch with failed windows; stops between batches once `stopping()`, or once a commit found the run
@@ -130,7 +146,7 @@ class ContinuousLoop:
         for batch in self.batches(windows):
             if self._stopping():
                 return
-            results = archive_windows(self.ctx, self.cfg, self.topic, batch, self.hooks)
+            results = self._archive_batch(batch)
             failed: dict[OffsetWindow, BaseException] = {}
             for w in batch:
                 r = results[w]

@@ -1,4 +1,4 @@
-"""A continuous archive (defs/archive/continuous.py) against the real broker, moto and Spark, in an in-process
+"""A continuous archive (defs/archive/continuous_job.py) against the real broker, moto and Spark, in an in-process
 instance: one long-lived run archives what is produced while it runs, exactly once, a materialization per window,
 and stops on cancel; a loop that dies mid-commit loses and duplicates nothing once a new run takes over."""
 
@@ -14,7 +14,7 @@ from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
 from s3_archive.archive.driver.commit import CommitStep
 from s3_archive.config.archive import ArchiveConfig, FlushPolicy
 from s3_archive.config.continuous import ContinuousOptions
-from s3_archive.defs.archive.continuous import STREAM_TAG, build_continuous_job, continuous_job_name, run_config
+from s3_archive.defs.archive.continuous_job import STREAM_TAG, build_continuous_job, continuous_job_name, run_config
 from s3_archive.defs.archive.continuous_loop import ContinuousLoop
 from s3_archive.defs.archive.partitions import archive_asset_key, window_partitions
 from s3_archive.defs.archive.sensors import build_offsets_sensor

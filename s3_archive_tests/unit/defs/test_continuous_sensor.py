@@ -1,4 +1,4 @@
-"""The continuous sensor's decision (defs/archive/continuous.py) on an in-memory instance: one run per topic, launched
+"""The continuous sensor's decision (defs/archive/continuous_job.py) on an in-memory instance: one run per topic, launched
 when the topic has none queued or running, a failed one replaced after retries.backoff_seconds, one that failed on an
 error no retry can fix left for a person; and the definitions of a continuous archive."""
 
@@ -9,7 +9,7 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.continuous import ContinuousOptions
 from s3_archive.config.settings import Settings
 from s3_archive.definitions import build_defs
-from s3_archive.defs.archive.continuous import (
+from s3_archive.defs.archive.continuous_job import (
     STREAM_TAG,
     build_continuous_job,
     continuous_job_name,

@@ -110,7 +110,8 @@ def build_continuous_job(cfg: ArchiveConfig) -> dg.JobDefinition:
             except Exception as e:
                 raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
             ended = run_ended(context.instance, context.run_id)
-            loop = ContinuousLoop(context.instance, cfg, topic, ctx, lambda: interrupted() or ended())
+            loop = ContinuousLoop(context.instance, cfg, topic, ctx, lambda: interrupted() or ended(),
+                                  run_id=context.run_id)
             yield from _materializations(context, loop)
             context.log.info(f"topic {topic!r}: the continuous run stops (canceled or interrupted) between windows")
         # The loop ends only when the run is to stop: it ends as canceled, as any interrupted run does; nothing is
