@@ -7,27 +7,28 @@ upkeep (retries of lost manifests, the checks it reports) goes on.
 Each window committed is an AssetMaterialization of the topic's archive asset, for its partition, with the same
 metadata as the asset's own runs: the UI shows the windows as partitions, materialized by the one run.
 
-Stopping: a cancel marks the run canceling and interrupts its process. The loop catches the interrupt and ends
-between two batches; a commit already started is finished (the manifest is the commit point; a window whose
-manifest was not written is archived again by the next run).
+Stopping: a cancel marks the run canceling and interrupts its process's main thread. The loop runs in a thread of
+its own (`relay`): it ends between two batches, when it sees the run canceling or is told to stop; a commit it
+started is finished or, when the commit finds the run canceled, not started (the manifest is the commit point; a
+window whose manifest was not written is archived again by the next run).
 """
 
 # No `from __future__ import annotations`: Dagster reads the context annotation at definition time.
 
-import signal
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import dagster as dg
 
 from s3_archive.archive.driver.archive_run import ArchiveContext
+from s3_archive.archive.driver.coordinator import WindowResult
 from s3_archive.archive.failures import permanent
 from s3_archive.archive.protocol import S3Connection
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.defs.archive.assets import ENDED, failure, still_running
-from s3_archive.defs.archive.continuous_loop import ContinuousLoop, WindowsFailed
+from s3_archive.defs.archive.continuous_loop import STOP_CHECK_S, ContinuousLoop, WindowsFailed
 from s3_archive.defs.archive.partitions import GAVE_UP_TAG, archive_asset_key
 from s3_archive.defs.metadata import typed
 from s3_archive.io.iceberg_catalog import S3Endpoint
@@ -55,22 +56,46 @@ def run_config(cfg: ArchiveConfig, topic: str) -> dict:
     return {"ops": {loop_op_name(cfg): {"config": {"topic": topic}}}}
 
 
-@contextmanager
-def interrupts_caught() -> Iterator[Callable[[], bool]]:
-    """While open, SIGINT and SIGTERM (a cancel, a stopping worker) only set a flag: `interrupted()`. In the main
-    thread only (signal handlers cannot be set elsewhere): elsewhere `interrupted()` stays False."""
-    got = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield got.is_set
-        return
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in before:
-        signal.signal(s, lambda *_: got.set())
+def relay(loop: ContinuousLoop, stop: threading.Event) -> Iterator[WindowResult]:
+    """`loop.run()` in a thread of its own, its results yielded here. Dagster delivers a cancel as an interrupt of the
+    run's main thread, raised wherever that thread is in the op's code: here, never inside a window's write or commit,
+    which go on in the loop's thread. On the interrupt the loop is told to stop (`stop`), the batch it is archiving
+    ends, its committed windows are still yielded, then the interrupt is raised again. When Dagster abandons this
+    generator instead (the interrupt came while it handled an event), the loop's batch still ends before it returns."""
+    results: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            for r in loop.run():
+                results.put(r)
+        except BaseException as e:  # handed to the op's thread, which fails the run with it
+            results.put(e)
+            return
+        results.put(None)
+
+    thread = threading.Thread(target=work, name=f"continuous-{loop.topic}", daemon=True)
+    thread.start()
+    interrupt: BaseException | None = None
     try:
-        yield got.is_set
+        while True:
+            try:
+                item = results.get(timeout=STOP_CHECK_S)
+            except queue.Empty:
+                continue
+            except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError) as e:
+                stop.set()
+                interrupt = e
+                continue
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
     finally:
-        for s, h in before.items():
-            signal.signal(s, h)
+        stop.set()
+        thread.join()
+    if interrupt is not None:
+        raise interrupt
 
 
 def run_ended(instance: dg.DagsterInstance, run_id: str) -> Callable[[], bool]:
@@ -100,34 +125,37 @@ def build_continuous_job(cfg: ArchiveConfig) -> dg.JobDefinition:
                                          f"{', '.join(cfg.topics)})", allow_retries=False)
         res = context.resources
         client = res.s3.get_client()
-        with interrupts_caught() as interrupted:
-            try:
-                check_bucket(client, cfg.bucket, cfg.prefix)
-                ctx = ArchiveContext(res.spark.session(), res.kafka, client, S3Connection.of_resource(res.s3),
-                                     S3Endpoint.of_resource(res.s3), context.log,
-                                     res.schema_registry.connection() if registry else None,
-                                     still_running(context.instance, context.run_id))
-            except Exception as e:
-                raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
-            ended = run_ended(context.instance, context.run_id)
-            loop = ContinuousLoop(context.instance, cfg, topic, ctx, lambda: interrupted() or ended(),
-                                  run_id=context.run_id)
-            yield from _materializations(context, loop)
-            context.log.info(f"topic {topic!r}: the continuous run stops (canceled or interrupted) between windows")
-        # The loop ends only when the run is to stop: it ends as canceled, as any interrupted run does; nothing is
-        # left half committed.
+        try:
+            check_bucket(client, cfg.bucket, cfg.prefix)
+            ctx = ArchiveContext(res.spark.session(), res.kafka, client, S3Connection.of_resource(res.s3),
+                                 S3Endpoint.of_resource(res.s3), context.log,
+                                 res.schema_registry.connection() if registry else None,
+                                 still_running(context.instance, context.run_id))
+        except Exception as e:
+            raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
+        stop, ended = threading.Event(), run_ended(context.instance, context.run_id)
+        loop = ContinuousLoop(context.instance, cfg, topic, ctx, lambda: stop.is_set() or ended(),
+                              run_id=context.run_id)
+        yield from _materializations(context, loop, stop)
+        # The loop ends only when the run is to stop (its status says canceled): it ends as canceled, as any
+        # interrupted run does; nothing is left half committed.
         raise dg.DagsterExecutionInterruptedError("the continuous run was canceled")
 
-    def _materializations(context: dg.OpExecutionContext, loop: ContinuousLoop) -> Iterator[dg.AssetMaterialization]:
+    def _materializations(context: dg.OpExecutionContext, loop: ContinuousLoop, stop: threading.Event,
+                          ) -> Iterator[dg.AssetMaterialization]:
         try:
-            for r in loop.run():
+            for r in relay(loop, stop):
                 context.log.info(f"window {r.window.key}: {r.outcome}, {r.manifest.record_count} records")
                 yield dg.AssetMaterialization(asset_key=archive_asset_key(loop.topic), partition=r.window.key,
                                               metadata=typed(r.metadata() | {"run_attempt": 1, "step_retry": 0}))
         except WindowsFailed as e:
             raise failure(context, [str(e)], all(permanent(x) for x in e.failed.values())) from e
+        except dg.DagsterExecutionInterruptedError:
+            context.log.info(f"topic {loop.topic!r}: the continuous run stops (interrupted) between windows")
+            raise
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
+        context.log.info(f"topic {loop.topic!r}: the continuous run stops (canceled) between windows")
 
     @dg.job(name=continuous_job_name(cfg), tags={"s3_archive/archive": cfg.name},
             description=f"One long-lived run per topic of archive {cfg.name!r}: cuts its windows and archives them "

@@ -1,6 +1,11 @@
-"""The continuous sensor's decision (defs/archive/continuous_job.py) on an in-memory instance: one run per topic, launched
+"""The continuous job and sensor (defs/archive/continuous_job.py) on an in-memory instance: one run per topic, launched
 when the topic has none queued or running, a failed one replaced after retries.backoff_seconds, one that failed on an
-error no retry can fix left for a person; and the definitions of a continuous archive."""
+error no retry can fix left for a person; the definitions of a continuous archive; and how the op's thread relays the
+loop's windows when a cancel interrupts it."""
+
+import _thread
+import threading
+import time
 
 import dagster as dg
 import pytest
@@ -14,6 +19,7 @@ from s3_archive.defs.archive.continuous_job import (
     build_continuous_job,
     continuous_job_name,
     continuous_sensor_name,
+    relay,
     requests,
     run_config,
 )
@@ -92,3 +98,43 @@ def test_an_unknown_topic_in_the_runs_config_fails_naming_it_and_the_archives_to
 def test_poll_seconds_is_bounded():
     with pytest.raises(ValueError, match="poll_seconds"):
         ContinuousOptions(poll_seconds=0)
+
+
+class SlowLoop:
+    """A loop whose every window takes 0.5 s to "commit"; `log` says when each started and ended."""
+
+    topic = "t1"
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop, self.log = stop, []
+
+    def run(self):
+        i = 0
+        while not self.stop.is_set():
+            self.log.append(f"start {i}")
+            time.sleep(0.5)
+            self.log.append(f"end {i}")
+            yield i
+            i += 1
+
+
+def test_an_interrupt_of_the_ops_thread_lets_the_window_being_committed_end_and_reports_it():
+    stop = threading.Event()
+    loop = SlowLoop(stop)
+    got = []
+    threading.Timer(0.7, _thread.interrupt_main).start()  # what a cancel does to the run's main thread
+    with pytest.raises(KeyboardInterrupt):
+        for r in relay(loop, stop):
+            got.append(r)
+    # window 1 was being committed when the interrupt came: it ended, and was reported before the interrupt
+    assert loop.log == ["start 0", "end 0", "start 1", "end 1"] and got == [0, 1] and stop.is_set()
+
+
+def test_a_relay_abandoned_by_dagster_still_waits_for_the_window_being_committed():
+    stop = threading.Event()
+    loop = SlowLoop(stop)
+    it = relay(loop, stop)
+    assert next(it) == 0
+    time.sleep(0.2)  # window 1 is being committed
+    it.close()  # what Dagster does with the op's generator when the interrupt comes while it handles an event
+    assert loop.log == ["start 0", "end 0", "start 1", "end 1"]
