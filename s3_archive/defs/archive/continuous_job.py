@@ -32,7 +32,11 @@ from s3_archive.defs.archive.continuous_loop import STOP_CHECK_S, ContinuousLoop
 from s3_archive.defs.archive.partitions import GAVE_UP_TAG, archive_asset_key
 from s3_archive.defs.metadata import typed
 from s3_archive.io.iceberg_catalog import S3Endpoint
+from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.s3 import check_bucket
+from s3_archive.io.s3_resource import S3Resource
+from s3_archive.io.schema_registry import SchemaRegistryResource
+from s3_archive.io.spark import SparkResource
 
 STREAM_TAG = "s3_archive/continuous"  # the topic a continuous run archives
 STATUS_EVERY_S = 1.0  # the run's status is read at most this often
@@ -113,23 +117,22 @@ def run_ended(instance: dg.DagsterInstance, run_id: str) -> Callable[[], bool]:
 
 def build_continuous_job(cfg: ArchiveConfig) -> dg.JobDefinition:
     registry = cfg.value_decoding.registry or cfg.key_decoding.registry
-    keys = {"spark", "kafka", "s3"} | ({"schema_registry"} if registry else set())
+    op = dg.op(name=loop_op_name(cfg), out={},
+               config_schema={"topic": dg.Field(str, description=f"one of {', '.join(cfg.topics)}")},
+               description=f"Cuts and archives the windows of one topic of archive {cfg.name!r} until canceled.")
 
-    @dg.op(name=loop_op_name(cfg), required_resource_keys=keys, out={},
-           config_schema={"topic": dg.Field(str, description=f"one of {', '.join(cfg.topics)}")},
-           description=f"Cuts and archives the windows of one topic of archive {cfg.name!r} until canceled.")
-    def _loop(context: dg.OpExecutionContext) -> Iterator[dg.AssetMaterialization]:
+    def body(context: dg.OpExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,
+             schema_registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization]:
         topic = context.op_config["topic"]
         if topic not in cfg.topics:
             raise dg.Failure(description=f"topic {topic!r} is not a topic of archive {cfg.name!r} (its topics: "
                                          f"{', '.join(cfg.topics)})", allow_retries=False)
-        res = context.resources
-        client = res.s3.get_client()
         try:
+            client = s3.get_client()
             check_bucket(client, cfg.bucket, cfg.prefix)
-            ctx = ArchiveContext(res.spark.session(), res.kafka, client, S3Connection.of_resource(res.s3),
-                                 S3Endpoint.of_resource(res.s3), context.log,
-                                 res.schema_registry.connection() if registry else None,
+            ctx = ArchiveContext(spark.session(), kafka, client, S3Connection.of_resource(s3),
+                                 S3Endpoint.of_resource(s3), context.log,
+                                 schema_registry.connection() if schema_registry is not None else None,
                                  still_running(context.instance, context.run_id))
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
@@ -140,6 +143,22 @@ def build_continuous_job(cfg: ArchiveConfig) -> dg.JobDefinition:
         # The loop ends only when the run is to stop (its status says canceled): it ends as canceled, as any
         # interrupted run does; nothing is left half committed.
         raise dg.DagsterExecutionInterruptedError("the continuous run was canceled")
+
+    if registry:
+        @op
+        def _loop_decoded(context: dg.OpExecutionContext, spark: SparkResource, kafka: KafkaResource,
+                          s3: S3Resource, schema_registry: SchemaRegistryResource,
+                          ) -> Iterator[dg.AssetMaterialization]:
+            yield from body(context, spark, kafka, s3, schema_registry)
+
+        loop_op = _loop_decoded
+    else:
+        @op
+        def _loop(context: dg.OpExecutionContext, spark: SparkResource, kafka: KafkaResource,
+                  s3: S3Resource) -> Iterator[dg.AssetMaterialization]:
+            yield from body(context, spark, kafka, s3, None)
+
+        loop_op = _loop
 
     def _materializations(context: dg.OpExecutionContext, loop: ContinuousLoop, stop: threading.Event,
                           ) -> Iterator[dg.AssetMaterialization]:
@@ -162,7 +181,7 @@ def build_continuous_job(cfg: ArchiveConfig) -> dg.JobDefinition:
                         "in a loop, the Spark session and definitions kept warm (docs/sensors.md, Continuous "
                         "archive). Launched by the sensor of the same name.")
     def _job() -> None:
-        _loop()
+        loop_op()
 
     return _job
 

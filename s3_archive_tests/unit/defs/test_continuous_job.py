@@ -24,6 +24,9 @@ from s3_archive.defs.archive.continuous_job import (
     run_config,
 )
 from s3_archive.defs.archive.partitions import GAVE_UP_TAG
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3_resource import S3Resource
+from s3_archive.io.spark import SparkResource
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +91,8 @@ def test_a_continuous_archive_has_its_job_and_sensor_and_keeps_the_offsets_senso
 
 def test_an_unknown_topic_in_the_runs_config_fails_naming_it_and_the_archives_topics():
     result = build_continuous_job(CFG).execute_in_process(run_config=run_config(CFG, "t9"), raise_on_error=False,
-                                                          resources={"spark": None, "kafka": None, "s3": None})
+                                                          resources={"spark": SparkResource(), "s3": S3Resource(),
+                                                                     "kafka": KafkaResource(bootstrap_servers="x:1")})
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     text = failure.step_failure_data.error.message
