@@ -29,10 +29,11 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +114,17 @@ class Deployment:
         self.bin = Path(sys.executable).parent
         self.daemon = spawn([str(self.bin / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")],
                             root / "daemon.log", env=self.env)
-        cleanup.callback(lambda: stop_pid(self.daemon.pid))
+        cleanup.callback(self._stop_daemon)
         import dagster as dg
 
         self.instance = cleanup.enter_context(dg.DagsterInstance.from_config(str(self.home)))
+
+    def _stop_daemon(self) -> None:
+        """The daemon, then what is left of its process group: its code server waits for the runs it started
+        (a continuous run does not end by itself), so it outlives the daemon's SIGTERM."""
+        stop_pid(self.daemon.pid)
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.daemon.pid, signal.SIGKILL)
 
     def dagster(self, *args: str, log: str) -> float:
         """`dagster ARGS` as a fresh process with the deployment's environment; its wall seconds."""
