@@ -213,7 +213,8 @@ def catch_up(dep: Deployment, kafka: KafkaResource, n: int) -> dict[str, Any]:
     wl.create_topic(kafka, dep.backlog)
     produce_s = produce_aged(kafka, dep.backlog, n)
     ends = kafka.offsets(dep.backlog, "latest")
-    say(f"deployed: backlog of {n:,} records produced in {produce_s:.1f}s; turning the offsets sensor on")
+    say(f"deployed: backlog of {n:,} records produced in {produce_s:.1f}s; turning the "
+        f"{'continuous' if dep.continuous else 'offsets'} sensor on")
     t_on = time.time()
     dep.backlog_sensor("start")
     group = dep.group_of(dep.backlog)
