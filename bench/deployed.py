@@ -2,20 +2,24 @@
 worker does. `dagster-daemon run -w workspace.yaml` (which starts the code server of workspace.yaml) on the shipped
 instance settings (deploy/dagster.postgres.yaml: PostgreSQL, the queued run coordinator, DefaultRunLauncher), the
 archive's offsets sensor turned on, every archive setting at its default; each run is a process the launcher starts.
-One deployment per arm, one after the other: `local` (each run starts its own Spark session, SparkResource's default)
-and `connect` (a Spark Connect server the deployment keeps; `S3_ARCHIVE_SPARK_REMOTE`, runs are thin clients).
+One deployment per arm, one after the other: `local` (each run starts its own Spark session, SparkResource's default),
+`connect` (a Spark Connect server the deployment keeps; `S3_ARCHIVE_SPARK_REMOTE`, runs are thin clients) and
+`continuous` (the archives' `continuous: {}`: one long-lived run per topic, launched by its continuous sensor, cuts
+and archives the windows in a loop; a Spark session per run, as `local`).
 
 Measured, beside the warm archive of the same bytes in the same run (bench/worker.py, a warm session):
 - catch-up: the workload's records produced an hour old (a backlog: older than flush.interval_seconds, so every
-  partition's rest is cut too), the sensor turned on; from the first run's launch (its RUN_STARTING event, when the
-  daemon hands it to the launcher) until the archive's consumer group has every offset (lag 0);
+  partition's rest is cut too), the sensor turned on (arm `continuous`: the backlog archive's continuous sensor,
+  which launches the topic's run); from the first run's launch (its RUN_STARTING event, when the daemon hands it to
+  the launcher) until the archive's consumer group has every offset (lag 0);
 - a one-record window through the daemon's launcher (the sensor cuts it), timed as the run's process (from its
   start in /proc to its exit) and split by the run's events; and through `dagster asset materialize` (the whole
-  command, a fresh process);
+  command, a fresh process). Arm `continuous`: from the record's produce to its window's materialization (the
+  manifest committed before it), the topic's long-lived run already up;
 - sustained: records produced at a fixed rate for `hold_s` seconds per rate, rates rising until the lag grows
   (its slope over the hold's second half above `LAG_SLOPE_SHARE` of the produce rate); the highest rate kept.
 
-    .venv/bin/python -m bench.deployed [--mb 200] [--arms local,connect] [--rates 10,25,50,75] [--hold-s 90]
+    .venv/bin/python -m bench.deployed [--mb 200] [--arms local,connect,continuous] [--rates 10,25,50,75] [--hold-s 90]
         [--repeats 2] [--json FILE]
 """
 
@@ -25,17 +29,18 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
 from bench.common import Setup, SparkWorker, read_text, say
 from bench.config import BUCKET, DEPLOYED_HOLD_S, DEPLOYED_RATES_MB_S, ROOT
+from bench.deployed_procs import RunProcesses
 from bench.under_test import (
     LOCAL_AWS,
     KafkaResource,
@@ -43,6 +48,7 @@ from bench.under_test import (
     OffsetWindow,
     PostgresServer,
     SparkConnectServer,
+    archive_asset_key,
     local_s3_client,
     spawn,
     stop_pid,
@@ -50,66 +56,13 @@ from bench.under_test import (
     window_partitions,
 )
 
-ARMS = ("local", "connect")  # Spark in each run's process (SparkResource's default) / a kept Spark Connect server
+# Spark in each run's process (SparkResource's default) / a kept Spark Connect server / one long-lived run per topic
+ARMS = ("local", "connect", "continuous")
 AGE_MS = 3_600_000  # the backlog's records are an hour old: past flush.interval_seconds (600 s by default)
 LAG_SLOPE_SHARE = 0.1  # kept up: the lag grows by less than this share of the produce rate over the hold's 2nd half
 RUN_TIMEOUT_S = 900
 TOPIC_TAG = "s3_archive/topic"
-
-
-def _is_run_worker(pid: int, ppid: int) -> bool:
-    """A run's process: the code server (`dagster api grpc`) starts each with multiprocessing's spawn."""
-    args = read_text(f"/proc/{pid}/cmdline")
-    return "spawn_main" in args and "grpc" in read_text(f"/proc/{ppid}/cmdline").split("\0")
-
-
-class RunProcesses:
-    """Samples /proc every 50 ms for the runs' processes (children of the code server): pid → [start, last seen]."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, list[float]] = {}
-        self._other: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        tck = os.sysconf("SC_CLK_TCK")
-        while not self._stop.wait(0.05):
-            now = time.time()
-            uptime = float(read_text("/proc/uptime").split()[0])
-            for d in os.listdir("/proc"):
-                if not d.isdigit():
-                    continue
-                pid = int(d)
-                if pid in self.seen:
-                    self.seen[pid][1] = now
-                    continue
-                if pid in self._other:
-                    continue
-                try:
-                    stat = read_text(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
-                    start = now - (uptime - int(stat[19]) / tck)  # /proc/uptime's precision, not btime's seconds
-                    if _is_run_worker(pid, int(stat[1])):
-                        self.seen[pid] = [start, now]
-                    elif now - start > 2:  # not one forked a moment ago that has yet to exec
-                        self._other.add(pid)
-                except (OSError, ValueError, IndexError):
-                    continue
-
-    def __enter__(self) -> RunProcesses:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def around(self, launched: float, ended: float) -> tuple[float, float] | None:
-        """(start, exit) of the process that started after `launched` and was still seen at `ended` - 1 s."""
-        for start, last in sorted(self.seen.values()):
-            if launched - 0.5 <= start <= ended and last >= ended - 1:
-                return start, last
-        return None
+STREAM_TAG = "s3_archive/continuous"  # a continuous run's topic
 
 
 class Deployment:
@@ -123,6 +76,9 @@ class Deployment:
         self.archive, self.cli_archive = f"deployed_{arm}", f"deployed_{arm}_cli"
         self.backlog, self.one, self.live, self.cli = (f"dep_{arm}_{t}" for t in ("backlog", "one", "live", "cli"))
         self.group = f"s3-archive.{self.archive}"  # the archive's default consumer group: its committed ends
+        self.continuous = arm == "continuous"
+        # arm continuous: the backlog in an archive of its own, whose continuous sensor starts after the backlog
+        self.backlog_archive = f"{self.archive}_backlog" if self.continuous else self.archive
         root.mkdir(parents=True, exist_ok=True)
         self.pg = PostgresServer(root / "postgres", settings={"fsync": "off"})
         self.pg.start()
@@ -132,10 +88,16 @@ class Deployment:
         shutil.copyfile(ROOT / "deploy" / "dagster.postgres.yaml", self.home / "dagster.yaml")
         config = root / "archives.yaml"
         # Every setting at its default but the topics (and the bucket, which has none).
-        config.write_text(json.dumps({"archives": [
+        archives: list[dict[str, Any]] = [
             {"name": self.archive, "topics": [self.backlog, self.one, self.live], "bucket": BUCKET,
              "prefix": f"deployed-{arm}/"},
-            {"name": self.cli_archive, "topics": [self.cli], "bucket": BUCKET, "prefix": f"deployed-{arm}-cli/"}]}))
+            {"name": self.cli_archive, "topics": [self.cli], "bucket": BUCKET, "prefix": f"deployed-{arm}-cli/"}]
+        if self.continuous:  # the continuous mode on, every other setting at its default
+            archives = [{"name": self.archive, "topics": [self.one, self.live], "bucket": BUCKET,
+                         "prefix": f"deployed-{arm}/", "continuous": {}},
+                        {"name": self.backlog_archive, "topics": [self.backlog], "bucket": BUCKET,
+                         "prefix": f"deployed-{arm}-backlog/", "continuous": {}, "sensor_default": "stopped"}]
+        config.write_text(json.dumps({"archives": archives}))
         spark: dict[str, str] = {}
         if arm == "connect":
             server = SparkConnectServer(root / "spark-connect", s3_endpoint_url=stack["s3_endpoint_url"],
@@ -152,10 +114,17 @@ class Deployment:
         self.bin = Path(sys.executable).parent
         self.daemon = spawn([str(self.bin / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")],
                             root / "daemon.log", env=self.env)
-        cleanup.callback(lambda: stop_pid(self.daemon.pid))
+        cleanup.callback(self._stop_daemon)
         import dagster as dg
 
         self.instance = cleanup.enter_context(dg.DagsterInstance.from_config(str(self.home)))
+
+    def _stop_daemon(self) -> None:
+        """The daemon, then what is left of its process group: its code server waits for the runs it started
+        (a continuous run does not end by itself), so it outlives the daemon's SIGTERM."""
+        stop_pid(self.daemon.pid)
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.daemon.pid, signal.SIGKILL)
 
     def dagster(self, *args: str, log: str) -> float:
         """`dagster ARGS` as a fresh process with the deployment's environment; its wall seconds."""
@@ -165,15 +134,24 @@ class Deployment:
                            stderr=subprocess.STDOUT, check=True, timeout=RUN_TIMEOUT_S)
         return time.monotonic() - t
 
-    def sensor(self, action: str) -> None:
-        """`dagster sensor start|stop` of the archive's offsets sensor."""
-        self.dagster("sensor", action, f"archive_{self.archive}_offsets", "-w", str(ROOT / "workspace.yaml"),
+    def sensor(self, action: str, name: str | None = None) -> None:
+        """`dagster sensor start|stop` of the archive's offsets sensor (or the sensor `name`)."""
+        self.dagster("sensor", action, name or f"archive_{self.archive}_offsets", "-w", str(ROOT / "workspace.yaml"),
                      log="cli.log")
+
+    def backlog_sensor(self, action: str) -> None:
+        """Start or stop what archives the backlog: the offsets sensor, or (arm continuous) the backlog archive's
+        continuous sensor."""
+        self.sensor(action, f"archive_{self.backlog_archive}_continuous" if self.continuous else None)
+
+    def group_of(self, topic: str) -> str:
+        return f"s3-archive.{self.backlog_archive if topic == self.backlog else self.archive}"
 
     def runs(self, topic: str) -> list[Any]:
         import dagster as dg
 
-        return list(self.instance.get_run_records(filters=dg.RunsFilter(tags={TOPIC_TAG: topic})))
+        tag = STREAM_TAG if self.continuous else TOPIC_TAG
+        return list(self.instance.get_run_records(filters=dg.RunsFilter(tags={tag: topic})))
 
     def events(self, run_id: str) -> dict[str, float]:
         """The run's first event of each type: type name → wall time."""
@@ -230,22 +208,27 @@ def lag(kafka: KafkaResource, group: str, topic: str, ends: dict[int, int]) -> i
 
 def catch_up(dep: Deployment, kafka: KafkaResource, n: int) -> dict[str, Any]:
     """The backlog's `n` records, an hour old, then the offsets sensor on: the first run's launch → lag 0."""
-    dep.sensor("stop")  # no tick while the backlog is produced
+    if not dep.continuous:  # no tick while the backlog is produced (arm continuous: its sensor starts stopped)
+        dep.backlog_sensor("stop")
     wl.create_topic(kafka, dep.backlog)
     produce_s = produce_aged(kafka, dep.backlog, n)
     ends = kafka.offsets(dep.backlog, "latest")
-    say(f"deployed: backlog of {n:,} records produced in {produce_s:.1f}s; turning the offsets sensor on")
+    say(f"deployed: backlog of {n:,} records produced in {produce_s:.1f}s; turning the "
+        f"{'continuous' if dep.continuous else 'offsets'} sensor on")
     t_on = time.time()
-    dep.sensor("start")
+    dep.backlog_sensor("start")
+    group = dep.group_of(dep.backlog)
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while lag(kafka, dep.group, dep.backlog, ends) != 0:
+    while lag(kafka, group, dep.backlog, ends) != 0:
         dep.alive()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"deployed catch-up: lag {lag(kafka, dep.group, dep.backlog, ends)} after {RUN_TIMEOUT_S}s")
+            raise RuntimeError(f"deployed catch-up: lag {lag(kafka, group, dep.backlog, ends)} after {RUN_TIMEOUT_S}s")
         time.sleep(0.2)
     t_zero = time.time()
     runs = dep.runs(dep.backlog)
-    while any(r.dagster_run.status.value not in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
+    # a continuous run does not end: it goes on waiting for records
+    while not dep.continuous and any(r.dagster_run.status.value not in ("SUCCESS", "FAILURE", "CANCELED")
+                                     for r in runs):
         time.sleep(0.5)  # the last run ends a moment after its last commit
         runs = dep.runs(dep.backlog)
     events = {r.dagster_run.run_id: dep.events(r.dagster_run.run_id) for r in runs}
@@ -303,6 +286,43 @@ def one_record_runs(dep: Deployment, kafka: KafkaResource, procs: RunProcesses, 
     return out[1:]
 
 
+def one_record_continuous(dep: Deployment, kafka: KafkaResource, repeats: int) -> list[dict]:
+    """Arm continuous: a one-record window `repeats` times, produced an hour old into the topic whose long-lived run
+    is up: from the produce call to its window's materialization event (written after the manifest's commit)."""
+    import dagster as dg
+
+    wl.create_topic(kafka, dep.one, partitions=1)
+    key = archive_asset_key(dep.one)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not any(r.dagster_run.status == dg.DagsterRunStatus.STARTED for r in dep.runs(dep.one)):
+        dep.alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError("deployed continuous: the topic's run did not start")
+        time.sleep(0.2)
+    out = []
+    for i in range(repeats + 1):  # the first is a warm-up (the run's first job: its JVM's class loading and JIT)
+        window = OffsetWindow(0, i, i + 1).key
+        t0 = time.time()
+        produce_aged(kafka, dep.one, 1, start=i, partitions=1)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while True:
+            dep.alive()
+            got = dep.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[window]),
+                                                      limit=1).records
+            if got:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"deployed continuous: window {window} not materialized")
+            time.sleep(0.05)
+        meta = got[0].asset_materialization.metadata if got[0].asset_materialization else {}
+        r = {"produce_to_materialized_s": got[0].timestamp - t0,
+             "window_seconds": meta["seconds"].value if "seconds" in meta else None}
+        say(f"deployed continuous one-record window{' (warm-up)' if i == 0 else ''}: produce → materialized "
+            f"{r['produce_to_materialized_s']:.2f}s (the window's write and commit {r['window_seconds']}s)")
+        out.append(r)
+    return out[1:]
+
+
 def cli_runs(dep: Deployment, kafka: KafkaResource, repeats: int) -> list[dict]:
     """A one-record window `repeats` times through `dagster asset materialize` (the whole command)."""
     wl.create_topic(kafka, dep.cli, partitions=1)
@@ -345,7 +365,7 @@ def sustained(dep: Deployment, kafka: KafkaResource, rates: list[float], hold_s:
             producer.poll(0)
             if now >= next_sample:
                 ends = kafka.offsets(dep.live, "latest")
-                samples.append((now - t0, lag(kafka, dep.group, dep.live, ends) * size))
+                samples.append((now - t0, lag(kafka, dep.group_of(dep.live), dep.live, ends) * size))
                 next_sample += 1.0
                 dep.alive()
             elif due <= 0:
@@ -408,8 +428,11 @@ def run(s: Setup, root: Path, repeats: int = 2, rates: list[float] | None = None
                 dep.sensor("start")
                 # One-record runs first: the first (not counted) is what a kept Spark Connect server's first job
                 # costs, which a deployment pays once, not per catch-up.
-                fig["one_launcher"] = one_record_runs(dep, s.kafka, procs, repeats)
-                fig["one_cli"] = cli_runs(dep, s.kafka, repeats)
+                if dep.continuous:  # no run per window: the topic's run is up; no CLI run (arm local has it)
+                    fig["one_continuous"] = one_record_continuous(dep, s.kafka, repeats)
+                else:
+                    fig["one_launcher"] = one_record_runs(dep, s.kafka, procs, repeats)
+                    fig["one_cli"] = cli_runs(dep, s.kafka, repeats)
                 fig["catch_up"] = catch_up(dep, s.kafka, s.records)
                 if "warm" not in out:
                     out["warm"] = warm_archive(s, dep.backlog, s.window_records)

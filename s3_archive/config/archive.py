@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.compliance import DrillOptions, ErasureOptions, RetentionLock, VerifyOptions
+from s3_archive.config.continuous import ContinuousOptions
 from s3_archive.config.disaster_recovery import RecoveryCapture
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.config.lifecycle import LifecyclePolicy
@@ -161,6 +162,9 @@ class ArchiveConfig(StrictModel):
     disaster_recovery: RecoveryCapture = Field(default=RecoveryCapture(), description="topic configs, consumer "
                                                "group offsets and ACLs kept beside the windows "
                                                "(docs/disaster-recovery.md)")
+    continuous: ContinuousOptions | None = Field(default=None, description="one long-lived run per topic cuts "
+                                                 "and archives its windows in a loop (docs/sensors.md); null: the "
+                                                 "offsets sensor's runs")
     sensor_default: Literal["running", "stopped"] = Field(
         default="running", description="the offsets sensor's status when Dagster first loads it: running archives "
                                        "with no human step; stopped waits for a click in the UI")

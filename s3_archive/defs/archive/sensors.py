@@ -174,7 +174,8 @@ def evaluate(context: dg.SensorEvaluationContext, kafka: KafkaResource, cfg: Arc
         for msg in ts.behind:
             context.log.warning(f"topic {topic!r} {msg} (was the topic deleted and recreated?); no window cut")
         states += ts.states
-    cuts = plan_windows(states, max_windows, cut_rest)
+    # A continuous archive's long-lived runs cut their topics' windows (continuous_job.py): the sensor keeps the upkeep.
+    cuts = [] if cfg.continuous is not None else plan_windows(states, max_windows, cut_rest)
     # A cron tick whose cut hit the per-tick limit is not done: the next evaluation cuts the remaining rests.
     if cron_tick is not None and not (cut_rest and len(cuts) >= max_windows):
         cursor.cron_tick = cron_tick

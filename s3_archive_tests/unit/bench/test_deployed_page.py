@@ -80,3 +80,19 @@ def test_lag_slope_tells_a_growing_lag_from_a_sawtooth():
     sawtooth = [(t, (t % 5) * 1_000_000) for t in range(30)]
     assert abs(_slope(sawtooth)) < 200_000
     assert _slope([(1.0, 5)]) == 0.0
+
+
+def test_the_continuous_arm_judges_produce_to_materialized_against_the_one_record_target():
+    cont = arm(catchup=4.5, sustained=False)
+    del cont["one_launcher"], cont["one_cli"]
+    cont["one_continuous"] = [{"produce_to_materialized_s": 1.5, "window_seconds": 0.9},
+                              {"produce_to_materialized_s": 4.5, "window_seconds": 1.1}]
+    both = {"arms": {"local": arm(), "continuous": cont}, "warm": {"seconds": 3.0, "records": 1, "windows": 1}}
+    f = figures(both, 200)
+    assert f["deployed_continuous_one_record_launcher_s"] == 3.0 and f["deployed_continuous_one_record_cli_s"] is None
+    assert f["deployed_continuous_catchup_vs_warm"] == 1.5
+    t = targets(both, 200)
+    assert t["deployed (continuous) one-record window, produce → committed and materialized"]["verdict"] == "reached"
+    assert "deployed (continuous) one-record run through the daemon's launcher" not in t
+    body = section(both, 200)["body"]
+    assert "### continuous: `continuous: {}`" in body and "1.50 s (0.9 s), 4.50 s (1.1 s)" in body
