@@ -317,10 +317,14 @@ def _erase_arguments(erase: argparse.ArgumentParser) -> None:
 
 def erase_command(args: argparse.Namespace) -> int:
     """`s3-archive erase --topic T --key K [--key K2] [--dry-run]`: the `erase` job on demand, with the runs' S3
-    settings ($S3_ARCHIVE_S3_*). Prints each window rewritten and the audit record's key."""
+    settings ($S3_ARCHIVE_S3_*). Prints each window rewritten and the audit record's key; emits the run's lineage
+    as the job does."""
+    import logging
+    import uuid
+
     import dagster as dg
 
-    from s3_archive.archive.erase_run import erase
+    from s3_archive.archive.erase_lineage import traced_erase
     from s3_archive.archive.erasure import EraseRequest, FieldEquals, parse_equals
     from s3_archive.defs.resources import s3_resource
     from s3_archive.model.errors import ErasureRefused
@@ -332,7 +336,8 @@ def erase_command(args: argparse.Namespace) -> int:
         request = EraseRequest(args.topic, tuple(k.encode() for k in args.key),
                                FieldEquals(args.field, parse_equals(args.equals)) if args.field else None)
         with dg.build_resources({"s3": s3_resource()}) as resources:
-            report = erase(resources.s3, cfg, request, dry_run=args.dry_run)
+            report = traced_erase(resources.s3, cfg, request, str(uuid.uuid4()), logging.getLogger("s3_archive.erase"),
+                                  dry_run=args.dry_run)
     except ErasureRefused as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ from typing import Any
 import dagster as dg
 
 from s3_archive.catalog.avro_header import WriterSchemaUnreadable, table_writer_schema
+from s3_archive.catalog.catalog_lineage import catalog_datasets
 from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_table
 from s3_archive.catalog.mappings import mapping, no_table_reason
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys
@@ -33,6 +34,7 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import KeyPaths, Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.lineage import LineageRun, glue_account, lineage_run, run_uuid
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import AwsRequestFailed, KafkaUnavailable, UnknownTopic
 
@@ -92,6 +94,14 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                     f"partitioned by {keys} ({options.partitions}); queryable from Athena.",
     )
     def _catalog(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource) -> dg.MaterializeResult:
+        glue = glue_account(s3.glue_account, context.log)  # only when lineage is on: one STS call per process
+        inputs, outputs = catalog_datasets(cfg, topic, options.database, table, glue)
+        with lineage_run(f"catalog.{cfg.name}.{topic}", "CATALOG", run_uuid(context.run_id, context.retry_number),
+                         inputs, outputs, context.log) as lineage:
+            return _sync(context, kafka, s3, lineage, glue)
+
+    def _sync(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource, lineage: LineageRun,
+              glue: tuple[str, str] | None) -> dg.MaterializeResult:
         try:
             partitions = kafka.partitions(topic)
         except (UnknownTopic, KafkaUnavailable) as e:
@@ -116,6 +126,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                           "first catalog run after one is (its avro.schema.literal is the writer schema in an "
                           "archived object's header)")
                 context.log.info(reason)
+                lineage.outputs = []  # no table written
                 return dg.MaterializeResult(metadata={"table_action": "deferred", "reason": reason,
                                                       "location": location(cfg, topic)})
         table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns,
@@ -124,6 +135,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             result = sync_table(s3.glue_client(), s3.get_client(), cfg, topic, options, table_input)
         except (AwsRequestFailed, TableConflict) as e:
             raise dg.Failure(str(e)) from None
+        lineage.inputs, lineage.outputs = catalog_datasets(cfg, topic, options.database, table, glue, table_input)
         for d in result.skipped_directories:
             context.log.warning(f"{location(cfg, topic)}{d.directory + '/' if d.directory else ''} (e.g. object "
                                 f"{d.key!r}) is not a partition directory of the layout ({d.reason}); not registered "
