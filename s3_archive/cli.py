@@ -27,8 +27,8 @@ from s3_archive.model.errors import (
 if TYPE_CHECKING:
     from s3_archive.config.archive import ArchiveConfig
 
-# The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
-DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
+# The demo's archives, declared as components (definitions.DEMO_CONFIG, without importing all definitions).
+DEMO_CONFIG = Path(__file__).parent / "local" / "demo_defs"
 
 
 def refresh_topics_command(config: Path, forget: list[str]) -> int:
@@ -161,7 +161,8 @@ _KAFKA_SECURITY = {
     "choices": ["plaintext", "sasl_ssl"], "default": None,
     "help": "up: the broker's listener: plaintext, or sasl_ssl (SCRAM-SHA-512 user 's3-archive', TLS with a local "
             "CA; the variables are in stack.env). Default: as the local data was made, else plaintext"}
-_CONFIG_HELP = "archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)"
+_CONFIG_HELP = ("archives YAML, or a defs folder of KafkaArchive declarations (default: $S3_ARCHIVE_CONFIG or the "
+                "demo's)")
 
 
 def _config_path(args: argparse.Namespace) -> Path:

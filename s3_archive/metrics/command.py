@@ -36,8 +36,8 @@ def metrics_command(args: argparse.Namespace) -> int:
                      ("DAGSTER_HOME", "the Dagster instance the runs record in")]:
         if not os.environ.get(var):
             raise InvalidConfig(f"${var} is not set: the exporter needs {why}")
-    # The demo config, as the definitions load it (definitions.DEMO_CONFIG, without loading the definitions).
-    demo = Path(__file__).parents[1] / "local" / "demo_archives.yaml"
+    # The demo's declarations, as the definitions load them (definitions.DEMO_CONFIG, without loading definitions).
+    demo = Path(__file__).parents[1] / "local" / "demo_defs"
     settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", demo)))
     if any(a.topic_pattern is not None for a in settings.archives):
         settings = resolve_topic_patterns(settings, read_known_topics(topic_state_file()))

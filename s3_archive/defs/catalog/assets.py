@@ -77,6 +77,20 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
                                    for c in cols])
 
 
+def _columns(cfg: ArchiveConfig, topic: str, qualified: str, s3: S3Resource, log: Any,
+             ) -> tuple[list[dict[str, str]] | None, dict[str, str]]:
+    """(the table's columns with the decoded fields, None: the layout's own; the manifests whose schema does not
+    parse, each a logged warning)."""
+    if not cfg.decodes_fields:
+        return None, {}
+    # decoded fields: from the newest window of each partition
+    decoded, skipped = decoded_columns(cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, log))
+    for key, why in skipped.items():
+        log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the fields of that window "
+                    f"are not added to {qualified}")
+    return table_columns(cfg) + decoded, skipped
+
+
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
     table = table_name(topic, options)
     qualified = f"{options.database}.{table}"
@@ -106,15 +120,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             partitions = kafka.partitions(topic)
         except (UnknownTopic, KafkaUnavailable) as e:
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
-        columns = None
-        skipped_schemas: dict[str, str] = {}
-        if cfg.decodes_fields:  # decoded fields: from the newest window of each partition
-            decoded, skipped_schemas = decoded_columns(
-                cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, context.log))
-            columns = table_columns(cfg) + decoded
-            for key, why in skipped_schemas.items():
-                context.log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the "
-                                    f"fields of that window are not added to {qualified}")
+        columns, skipped_schemas = _columns(cfg, topic, qualified, s3, context.log)
         writer = None
         if mapping(cfg).writer_schema_parameter is not None:  # avro: the literal is an archived object's header
             try:
