@@ -46,7 +46,7 @@ from s3_archive.local.demo_location import load_demo_defs
 from s3_archive.local.processes import StackError, purge_command
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
-# The demo config's restore target (`restore_targets`) produces into this topic: created empty.
+# The demo's restore targets (`replay/defs.yaml`, `preview/defs.yaml`) produce into this topic: created empty.
 DEMO_TARGETS = {"demo.orders.restored": 3}
 RECORDS_PER_TOPIC = 6000
 
