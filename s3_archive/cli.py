@@ -27,8 +27,8 @@ from s3_archive.model.errors import (
 if TYPE_CHECKING:
     from s3_archive.config.archive import ArchiveConfig
 
-# The packaged demo config (kept in sync with definitions.DEMO_CONFIG without importing all definitions).
-DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
+# The demo's archives, declared as components (definitions.DEMO_CONFIG, without importing all definitions).
+DEMO_CONFIG = Path(__file__).parent / "local" / "demo_defs"
 
 
 def refresh_topics_command(config: Path, forget: list[str]) -> int:
@@ -161,7 +161,8 @@ _KAFKA_SECURITY = {
     "choices": ["plaintext", "sasl_ssl"], "default": None,
     "help": "up: the broker's listener: plaintext, or sasl_ssl (SCRAM-SHA-512 user 's3-archive', TLS with a local "
             "CA; the variables are in stack.env). Default: as the local data was made, else plaintext"}
-_CONFIG_HELP = "archives YAML (default: $S3_ARCHIVE_CONFIG or the demo config)"
+_CONFIG_HELP = ("archives YAML, or a defs folder of KafkaArchive declarations (default: $S3_ARCHIVE_CONFIG or the "
+                "demo's)")
 
 
 def _config_path(args: argparse.Namespace) -> Path:
@@ -321,11 +322,14 @@ def _erase_arguments(erase: argparse.ArgumentParser) -> None:
 def erase_command(args: argparse.Namespace) -> int:
     """`s3-archive erase --topic T --key K [--key K2] [--key-hex H] [--key-base64 B] [--dry-run]`: the `erase` job
     on demand, with the runs' S3 settings ($S3_ARCHIVE_S3_*). Prints each window rewritten, the audit record's key
-    and those of interrupted erasures' records it completed."""
+    and those of interrupted erasures' records it completed; emits the run's lineage as the job does."""
+    import logging
+    import uuid
+
     import dagster as dg
 
     from s3_archive.defs.resources import s3_resource
-    from s3_archive.erasure.erase_run import erase
+    from s3_archive.erasure.erase_lineage import traced_erase
     from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals, parse_key
     from s3_archive.model.errors import ErasureRefused
 
@@ -338,7 +342,8 @@ def erase_command(args: argparse.Namespace) -> int:
         request = EraseRequest(args.topic, tuple(keys),
                                FieldEquals(args.field, parse_equals(args.equals)) if args.field else None)
         with dg.build_resources({"s3": s3_resource()}) as resources:
-            report = erase(resources.s3, cfg, request, dry_run=args.dry_run)
+            report = traced_erase(resources.s3, cfg, request, str(uuid.uuid4()), logging.getLogger("s3_archive.erase"),
+                                  dry_run=args.dry_run)
     except ErasureRefused as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -14,7 +14,6 @@ settings from the environment.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,8 @@ import dagster as dg
 from pydantic import BaseModel, ConfigDict
 
 from s3_archive.config.archive import ArchiveConfig
-from s3_archive.config.settings import parse_settings
+from s3_archive.config.declarations import Declaration, declared, renamed, target_archive
+from s3_archive.config.settings import declared_settings, parse_settings
 from s3_archive.model.errors import InvalidConfig
 
 DEFAULT_BUCKET = "s3-archive-local"  # the local stack's bucket (`s3-archive local up`)
@@ -65,12 +65,6 @@ def _where(path: Path, context: dg.ComponentLoadContext) -> str:
         return str(path / "defs.yaml")
 
 
-def _rename(error: InvalidConfig, places: list[str]) -> InvalidConfig:
-    """The config file's key paths (`archives[i]...`) as the components' (`<defs.yaml>: attributes...`)."""
-    text = re.sub(r"archives\[(\d+)\]", lambda m: f"{places[int(m.group(1))]}: attributes", str(error))
-    return InvalidConfig(text.replace("invalid s3-archive config", "invalid s3-archive component", 1))
-
-
 @dg.scaffold_with(ArchiveScaffolder)
 class KafkaArchive(dg.Component):
     """An archive of Kafka topics to S3, exactly once, as Dagster assets (one entry of the config file's
@@ -91,7 +85,7 @@ class KafkaArchive(dg.Component):
         try:
             settings = parse_settings({"archives": [data]})
         except InvalidConfig as e:
-            raise _rename(e, [where]) from None
+            raise renamed(e, [where]) from None
         return cls(settings.archives[0], where)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
@@ -144,11 +138,8 @@ class KafkaRestoreTarget(dg.Component):
     def load(cls, attributes: BaseModel | None, context: dg.ComponentLoadContext) -> KafkaRestoreTarget:
         data: dict[str, Any] = attributes.model_dump() if attributes is not None else {}
         where = _where(context.path, context)
-        archive = data.pop("archive", None)
-        if not isinstance(archive, str) or not archive:
-            raise InvalidConfig(f"invalid s3-archive component:\n  {where}: attributes.archive: the name of the "
-                                f"KafkaArchive this target restores, got {archive!r}")
-        return cls(archive, data, where)
+        archive = target_archive(Declaration(where, data))
+        return cls(archive, {k: v for k, v in data.items() if k != "archive"}, where)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         if not context.component_tree.get_all_components(of_type=KafkaArchive):
@@ -159,28 +150,12 @@ class KafkaRestoreTarget(dg.Component):
 
 def project_defs(archives: list[KafkaArchive], targets: list[KafkaRestoreTarget]) -> dg.Definitions:
     """The definitions of a project's archives and restore targets, as `definitions.load_defs` builds those of a
-    config file (the errors name each declaration's defs.yaml)."""
+    config file (the errors name each declaration's defs.yaml; config/declarations.py)."""
     from s3_archive.definitions import build_defs, known_topics
 
-    entries = [a.config.model_dump(by_alias=True, exclude_unset=True) for a in archives]
-    places = [a.where for a in archives]
-    renames: dict[str, str] = {}
-    names = [a.config.name for a in archives]
-    for t in targets:
-        if t.archive not in names:
-            raise InvalidConfig(f"invalid s3-archive component:\n  {t.where}: attributes.archive: no KafkaArchive "
-                                f"is named {t.archive!r} (archives: {', '.join(sorted(names))})")
-        i = names.index(t.archive)
-        own = entries[i].setdefault("restore_targets", [])
-        renames[f"archives[{i}].restore_targets[{len(own)}]"] = f"{t.where}: attributes"
-        own.append(t.target)
-    try:
-        settings = parse_settings({"archives": entries})
-    except InvalidConfig as e:
-        text = str(e)
-        for old, new in renames.items():
-            text = text.replace(old, new)
-        raise _rename(InvalidConfig(text), places) from None
+    config = declared([Declaration(a.where, a.config.model_dump(by_alias=True, exclude_unset=True)) for a in archives],
+                      [Declaration(t.where, {"archive": t.archive, **t.target}) for t in targets])
+    settings = declared_settings(config)
     return build_defs(settings, known_topics(settings))
 
 

@@ -1,7 +1,8 @@
 """The one entry point: `defs`.
 
 Loading touches no network and needs no running service. Three things are read here, once:
-- the archive config file: `$S3_ARCHIVE_CONFIG`, default the demo config shipped with the package;
+- the archive config: `$S3_ARCHIVE_CONFIG`, a config file or a defs folder of component declarations (default: the
+  demo's, `local/demo_defs/`, shipped with the package);
 - the connection settings (defs/resources.py): one environment variable per Kafka, S3 and Spark setting, each on its
   own (docs/configuration.md, "Environment");
 - for archives with a `topic_pattern`, the topics it knows: the topic state file in `$S3_ARCHIVE_STATE_DIR`,
@@ -31,7 +32,7 @@ from s3_archive.defs.restore.assets import build_restore_defs
 from s3_archive.io.paths import topic_state_file
 from s3_archive.io.topic_state import read_known_topics
 
-DEMO_CONFIG = Path(__file__).parent / "local" / "demo_archives.yaml"
+DEMO_CONFIG = Path(__file__).parent / "local" / "demo_defs"  # the demo's archives, declared as components
 REFRESH_HINT = ("run `s3-archive refresh-topics` and reload the code location, or let the sensor "
                 "s3_archive_topic_discovery do both")
 
@@ -83,7 +84,8 @@ def known_topics(settings: Settings) -> Mapping[str, Sequence[str]] | None:
 
 
 def load_defs() -> dg.Definitions:
-    """The code location's definitions from the environment: config file, connection settings, topic state."""
+    """The code location's definitions from the environment: config (a file, or a folder of declarations read as
+    one; config/declarations.py), connection settings, topic state."""
     settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
     return build_defs(settings, known_topics(settings))
 

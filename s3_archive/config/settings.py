@@ -11,6 +11,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.declarations import Declared, read_declarations
 from s3_archive.config.foreign import ForeignSource
 from s3_archive.model.base import StrictModel
 from s3_archive.model.errors import InvalidConfig
@@ -131,7 +132,18 @@ def parse_settings(data: object) -> Settings:
         raise config_error(*lines) from None
 
 
+def declared_settings(config: Declared) -> Settings:
+    """The settings of archives declared as components, validated as a config file listing them is."""
+    try:
+        return parse_settings(config.data)
+    except InvalidConfig as e:
+        raise config.error(e) from None
+
+
 def load_settings(path: Path) -> Settings:
+    """A config file's settings; a folder: its archives declared as components (config/declarations.py)."""
+    if path.is_dir():
+        return declared_settings(read_declarations(path))
     try:
         text = path.read_text()
     except OSError as e:

@@ -15,7 +15,7 @@ import json
 import os
 import traceback
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -54,6 +54,15 @@ class WindowRange:
 
 
 @dataclass(frozen=True)
+class ErasedWindow:
+    """One window an erasure rewrote: its key, the manifest generation it committed, the records it erased."""
+
+    key: str
+    generation: int
+    records: int
+
+
+@dataclass(frozen=True)
 class LineageDataset:
     """A dataset as OpenLineage names it, with what the run knows of it (plain values, built into facets at
     emission): its windows, records, bytes and objects, its columns, and a symlink (an Iceberg table's
@@ -67,6 +76,7 @@ class LineageDataset:
     objects: int | None = None
     columns: tuple[tuple[str, str], ...] = ()  # (name, type) of the stored columns
     table: tuple[str, str] | None = None  # (namespace, name) of the same data as a catalog table
+    erased: tuple[ErasedWindow, ...] | None = None  # an erasure's windows rewritten; None: not an erasure's output
 
     def counted(self, records: int, size: int | None = None, objects: int | None = None) -> LineageDataset:
         return replace(self, records=records, bytes=size, objects=objects)
@@ -85,7 +95,26 @@ def s3_dataset(bucket: str, path: str, windows: Sequence[WindowRange] = ()) -> L
 
 
 def glue_dataset(region: str, account: str, database: str, table: str) -> LineageDataset:
-    return LineageDataset(f"arn:aws:glue:{region}:{account}", f"table/{database}/{table}")
+    """A Glue table: namespace `arn:aws:glue:<region>:<account id>`, name `table/<database>/<table>`."""
+    return LineageDataset(*glue_table_name(region, account, database, table))
+
+
+def glue_table_name(region: str, account: str, database: str, table: str) -> tuple[str, str]:
+    """(namespace, name) of a Glue table, as OpenLineage's naming spec names it."""
+    return f"arn:aws:glue:{region}:{account}", f"table/{database}/{table}"
+
+
+def glue_account(ask: Callable[[], tuple[str, str]], log: WarnLog) -> tuple[str, str] | None:
+    """(region, account id) of the Glue catalog when lineage is on (`ask`: e.g. `S3Resource.glue_account`); None
+    when it is off, or when `ask` fails (a warning: the run's lineage then names no Glue table)."""
+    if not lineage_enabled():
+        return None
+    try:
+        return ask()
+    except Exception as e:  # noqa: BLE001 - lineage must never fail the run it describes
+        log.warning(f"OpenLineage: the Glue catalog's account id is not known ({type(e).__name__}: {e}); this run's "
+                    "lineage names no Glue table (docs/lineage.md)")
+        return None
 
 
 def spark_columns(schema_json: str) -> tuple[tuple[str, str], ...]:
@@ -209,6 +238,12 @@ def _output_facets(d: LineageDataset) -> dict[str, Any]:
     from openlineage.client.facet_v2 import output_statistics_output_dataset
 
     facets = _window_facet(d, "output")
+    if d.erased is not None:
+        from s3_archive.io.lineage_facets import ErasedWindowFacet, ErasureOutputDatasetFacet
+
+        facets["s3archive_erasure"] = ErasureOutputDatasetFacet(
+            records=sum(w.records for w in d.erased),
+            windows=[ErasedWindowFacet(w.key, w.generation, w.records) for w in d.erased], producer=PRODUCER)
     if d.records is not None:
         facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
             rowCount=d.records, size=d.bytes, fileCount=d.objects, producer=PRODUCER)

@@ -43,3 +43,25 @@ class WindowsOutputDatasetFacet(OutputDatasetFacet):
     @staticmethod
     def _get_schema() -> str:
         return f"{FACETS_ID}#/$defs/WindowsOutputDatasetFacet"
+
+
+@attr.define
+class ErasedWindowFacet:
+    """One window an erasure rewrote: its key, the manifest generation it committed, the records it erased."""
+
+    key: str
+    generation: int
+    records: int
+
+
+@attr.define
+class ErasureOutputDatasetFacet(OutputDatasetFacet):
+    """What an erasure did to this dataset (an archive's S3 location): the records erased and the windows rewritten.
+    Never what was matched (a key, a field's value)."""
+
+    records: int = attr.field(default=0)
+    windows: list[ErasedWindowFacet] = attr.field(factory=list)
+
+    @staticmethod
+    def _get_schema() -> str:
+        return f"{FACETS_ID}#/$defs/ErasureOutputDatasetFacet"

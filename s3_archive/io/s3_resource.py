@@ -43,6 +43,8 @@ S3_ENV = {
 RETRY_MODES = ("standard", "adaptive", "legacy")
 # The calls that create an object: each gets the write settings unless it names them itself.
 _WRITES = ("PutObject", "CopyObject", "CreateMultipartUpload")
+# (region, account id) of the Glue catalog per connection settings: asked once per process (`S3Resource.glue_account`)
+_GLUE_ACCOUNTS: dict[tuple[str | None, ...], tuple[str, str]] = {}
 
 
 def _env(field: str) -> str:
@@ -178,3 +180,16 @@ class S3Resource(dg.ConfigurableResource, dg.IAttachDifferentObjectToOpContext):
         endpoint = self.endpoint_url if self.glue_endpoint_url is None else self.glue_endpoint_url
         return self._session().client("glue", endpoint_url=endpoint or None, use_ssl=self.use_ssl,
                                       verify=self._verify(), config=self._config())
+
+    def glue_account(self) -> tuple[str, str]:
+        """(region, account id) of the Glue catalog the Glue client reaches, for its tables' names in lineage
+        (`arn:aws:glue:<region>:<account id>`): the account is STS GetCallerIdentity's, asked with the same
+        credentials at the Glue endpoint (a local server answering both; AWS's own STS otherwise), once per process
+        and connection settings. Raises botocore's error when STS cannot answer."""
+        endpoint = self.endpoint_url if self.glue_endpoint_url is None else self.glue_endpoint_url
+        key = (endpoint or None, self.region_name, self.profile_name, self.aws_access_key_id)
+        if key not in _GLUE_ACCOUNTS:
+            sts = self._session().client("sts", endpoint_url=endpoint or None, use_ssl=self.use_ssl,
+                                         verify=self._verify(), config=self._config())
+            _GLUE_ACCOUNTS[key] = (sts.meta.region_name, sts.get_caller_identity()["Account"])
+        return _GLUE_ACCOUNTS[key]

@@ -1,5 +1,10 @@
 """`s3-archive demo`: the embedded stack, demo topics with data, their windows archived, and the Dagster UI (`dg dev`).
 
+The demo's archives are declared as components (`demo_defs/`: `demo/defs.yaml` a KafkaArchive, `replay/` and
+`preview/` its KafkaRestoreTargets), and the UI serves them through Dagster's component loader
+(`demo_location.py`). With $S3_ARCHIVE_CONFIG set, the demo serves that config instead (the package's code
+location, `s3_archive.definitions`).
+
 Everything the demo makes lives in the local dir (`$S3_ARCHIVE_LOCAL_DIR`): the broker's topics, moto's bucket,
 the Dagster instance (`dagster_home/`) and the topic state (`state/`). A second run starts the same stack again
 and finds it as it was: no new records, no new windows, the UI's windows still in the bucket. If the instance and
@@ -37,10 +42,11 @@ from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.io.topic_state import refresh_topics
 from s3_archive.keys.objects import manifest_key, manifest_prefix
 from s3_archive.local import stack
+from s3_archive.local.demo_location import load_demo_defs
 from s3_archive.local.processes import StackError, purge_command
 
 DEMO_PARTITIONS = {"demo.orders": 3, "demo.clicks": 2}
-# The demo config's restore target (`restore_targets`) produces into this topic: created empty.
+# The demo's restore targets (`replay/defs.yaml`, `preview/defs.yaml`) produce into this topic: created empty.
 DEMO_TARGETS = {"demo.orders.restored": 3}
 RECORDS_PER_TOPIC = 6000
 
@@ -127,28 +133,29 @@ def _run(root: Path, state: stack.StackState, port: int) -> int:
     if repo_yaml.exists():
         shutil.copyfile(repo_yaml, dagster_home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(dagster_home)
-    config = Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG))
-    settings = load_settings(config)
+    own = "S3_ARCHIVE_CONFIG" not in os.environ  # the demo's declarations, not a config of the user's
+    settings = load_settings(Path(os.environ.get("S3_ARCHIVE_CONFIG", DEMO_CONFIG)))
     with dg.build_resources({"kafka": kafka_resource()}) as resources:  # as the runs connect: from state.env()
         kafka = resources.kafka
     try:
-        archives = _archive_demo(settings, kafka, dagster_home)
+        archives = _archive_demo(settings, kafka, dagster_home, own)
     finally:
         kafka.close()  # before the stack stops (a refused start too): librdkafka would log refused connections
     hint = (f"The sensor {', '.join(sensor_name(a) for a in archives)} (under Automation) archives new records as "
             "they arrive. The archives' checks were evaluated now (an archive asset's Checks tab); they "
             f"run daily once the schedule {', '.join(checks_job_name(a) + '_daily' for a in archives)} is on.")
-    return _serve(port, hint + (f" {RESTORE_HINT}" if config == DEMO_CONFIG else ""))
+    return _serve(port, hint + (f" {RESTORE_HINT}" if own else ""), _workspace(dagster_home, own))
 
 
-def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path) -> list[ArchiveConfig]:
-    """Seed the demo topics, refresh the topic state, cut the new windows and archive them (one run per topic)."""
+def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path, own: bool) -> list[ArchiveConfig]:
+    """Seed the demo topics, refresh the topic state, cut the new windows and archive them (one run per topic),
+    with the definitions the UI will serve (`own`: the demo's declarations, loaded as components)."""
     seed_topics(kafka)
     # Definitions read the topics of topic_patterns from the topic state: refresh it before the UI loads them.
     known = refresh_topics(settings, kafka, topic_state_file()).known
     if known:
         print(f"demo: topic_pattern topics: {describe(known)}", flush=True)
-    defs = build_defs(settings, known)
+    defs = load_demo_defs() if own else build_defs(settings, known)
     archives = resolve_topic_patterns(settings, known).archives
     with dg.DagsterInstance.get() as instance:
         check_consistent(instance, stack.local_s3_client(os.environ["S3_ARCHIVE_S3_ENDPOINT_URL"]), archives,
@@ -174,12 +181,29 @@ def _archive_demo(settings: Settings, kafka: KafkaResource, dagster_home: Path) 
     return archives
 
 
-def _serve(port: int, hint: str) -> int:
+# The demo's code location: its declarations, under the name the package's own location has.
+DEMO_WORKSPACE = """load_from:
+  - python_module:
+      module_name: s3_archive.local.demo_location
+      location_name: s3_archive
+"""
+
+
+def _workspace(dagster_home: Path, own: bool) -> list[str]:
+    """`dg dev`'s target: the demo's code location (a workspace file written into DAGSTER_HOME), or with a config
+    of the user's the repository's workspace.yaml (`s3_archive.definitions`), or that module."""
+    if own:
+        workspace = dagster_home / "workspace.yaml"
+        workspace.write_text(DEMO_WORKSPACE)
+        return ["-w", str(workspace)]
+    workspace = Path.cwd() / "workspace.yaml"
+    return ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
+
+
+def _serve(port: int, hint: str, target: list[str]) -> int:
     """`dg dev` on `port` until Ctrl-C; the UI's URL is printed once it answers. It runs in DAGSTER_HOME, where
     the demo copied the repository's dagster.yaml, so the instance is configured by it (and Dagster does not warn
     that a dagster.yaml in the working directory is not used)."""
-    workspace = Path.cwd() / "workspace.yaml"
-    target = ["-w", str(workspace)] if workspace.exists() else ["-m", "s3_archive.definitions"]
     # `dg dev`, as Dagster 1.13 recommends (`dagster dev` says it is superseded), with the workspace as its target.
     dg_cli = Path(sys.executable).with_name("dg")
     proc = subprocess.Popen([str(dg_cli), "dev", "-h", "127.0.0.1", "-p", str(port), *target],

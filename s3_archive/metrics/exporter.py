@@ -4,7 +4,10 @@ Dagster's runs, serving the archives' metrics over HTTP with prometheus-client.
 A scrape costs no Kafka or S3 request and no read of the instance: it returns the snapshot the last refresh built.
 A refresh (every `interval` seconds, in a thread) reads what the Dagster instance recorded since the previous one
 (defs/run_history.py) and asks Kafka for the archives' lag (archive/lag.py: one metadata and one offsets request for
-all topics, plus one consumer group request per topic of an archive with a consumer group).
+all topics, plus one consumer group request per topic of an archive with a consumer group). The store probe
+(io/store_probe.py: the conditional requests the commit relies on) runs once per bucket at start and then at most
+every `StoreProbe.interval` seconds: 12 S3 requests per bucket each time (13 for a store that deletes against a
+wrong ETag), counted in `s3_archive_exporter_store_requests_total`.
 """
 
 from __future__ import annotations
@@ -12,18 +15,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dagster as dg
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from s3_archive.archive.lag import PartitionLag, archive_lag
+from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.settings import Settings
 from s3_archive.defs.restore.assets import restore_asset_key
 from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.defs.run_history import History
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.s3 import S3Client
+from s3_archive.io.store_probe import probe_conditional_writes
 from s3_archive.model.errors import UserError
 
 TOPIC = ["archive", "topic"]
@@ -40,12 +46,53 @@ class Refreshed:
     at: float = 0.0
 
 
+@dataclass
+class StoreProbe:
+    """The store probe of each archive's bucket, at most every `interval` seconds: per bucket (archive names the
+    archive whose prefix it writes under) 1 when the store honours every conditional request, 0 when it does not or
+    the probe failed; and when it ran."""
+
+    client: Callable[[], S3Client]
+    interval: float = 3600.0
+    results: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (archive, bucket) -> ok, at
+    requests: int = 0
+    errors: int = 0
+    due: float = 0.0  # monotonic time of the next probe
+
+    def run(self, archives: list[ArchiveConfig], log: Callable[[str], None]) -> None:
+        if time.monotonic() < self.due:
+            return
+        self.due = time.monotonic() + self.interval
+        client = self.client()
+        client.meta.events.register("before-call.s3", self._count, unique_id="s3_archive_store_probe_count")
+        probed: dict[str, float] = {}
+        for a in archives:
+            if a.bucket not in probed:
+                probed[a.bucket] = self._probe(client, a, log)
+            self.results[(a.name, a.bucket)] = (probed[a.bucket], time.time())
+
+    def _count(self, **_: object) -> None:
+        self.requests += 1
+
+    def _probe(self, client: S3Client, archive: ArchiveConfig, log: Callable[[str], None]) -> float:
+        try:
+            missing = probe_conditional_writes(client, archive.bucket, archive.prefix)
+        except Exception as e:  # noqa: BLE001 - a store that cannot be probed is not known to be fit
+            self.errors += 1
+            log(f"metrics: the store probe of bucket {archive.bucket!r} failed: {type(e).__name__}: {e}")
+            return 0.0
+        if missing:
+            log(f"metrics: the store of bucket {archive.bucket!r} does not honour: {'; '.join(missing)}")
+        return 0.0 if missing else 1.0
+
+
 class ArchiveCollector(Collector):
     """prometheus-client's collector of the archives' metrics: `collect` yields the last refresh's snapshot."""
 
     def __init__(self, settings: Settings, instance: Callable[[], dg.DagsterInstance], kafka: KafkaResource,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, store: StoreProbe | None = None) -> None:
         self.settings = settings
+        self.store = store  # None: the store is not probed (its metrics have no samples)
         self.instance = instance
         self.kafka = kafka
         self.log = log
@@ -76,6 +123,8 @@ class ArchiveCollector(Collector):
             self.refresh_errors["kafka"] += 1
             self.log(f"metrics: {e}")
         self.kafka_requests += 2 + sum(len(a.topics) for a in self.settings.archives if a.group_id is not None)
+        if self.store is not None:
+            self.store.run(self.settings.archives, self.log)
         seen.seconds = time.monotonic() - t0
         snapshot = list(self._families(seen))
         with self._lock:
@@ -90,6 +139,7 @@ class ArchiveCollector(Collector):
         yield from self._windows()
         yield from self._runs()
         yield from self._restores()
+        yield from self._store()
         up = GaugeMetricFamily("s3_archive_exporter_kafka_up", "1 if the last refresh reached Kafka, else 0")
         up.add_metric([], 1.0 if seen.kafka_ok else 0.0)
         took = GaugeMetricFamily("s3_archive_exporter_refresh_seconds", "how long the last refresh took")
@@ -100,9 +150,22 @@ class ArchiveCollector(Collector):
         requests.add_metric([], self.kafka_requests)
         errors = CounterMetricFamily("s3_archive_exporter_refresh_errors", "refreshes that failed to read a source",
                                      labels=["source"])
-        for source, n in sorted(self.refresh_errors.items()):
+        for source, n in sorted({**self.refresh_errors, "s3": self.store.errors if self.store else 0}.items()):
             errors.add_metric([source], n)
-        yield from (up, took, at, requests, errors)
+        s3 = CounterMetricFamily("s3_archive_exporter_store_requests", "S3 requests the store probes sent")
+        s3.add_metric([], self.store.requests if self.store else 0)
+        yield from (up, took, at, requests, s3, errors)
+
+    def _store(self) -> Iterator[Metric]:
+        ok = GaugeMetricFamily("s3_archive_store_conditional_writes_ok", "1 if the archive's S3 store honoured every "
+                               "conditional request of the commit at the last probe, else 0", labels=["archive",
+                                                                                                      "bucket"])
+        at = GaugeMetricFamily("s3_archive_store_probe_timestamp_seconds", "when the store was last probed",
+                               labels=["archive", "bucket"])
+        for (name, bucket), (value, when) in sorted((self.store.results if self.store else {}).items()):
+            ok.add_metric([name, bucket], value)
+            at.add_metric([name, bucket], when)
+        yield from (ok, at)
 
     def _lag(self, seen: Refreshed) -> Iterator[Metric]:
         records = GaugeMetricFamily("s3_archive_lag_records", "records in Kafka not archived yet (last stable "

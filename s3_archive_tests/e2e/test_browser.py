@@ -121,6 +121,8 @@ def test_a_second_demo_start_finds_the_ui_and_the_bucket_in_agreement(demo):
     assert "Connection refused" not in both  # every Kafka client is closed before the stack stops (Ctrl-C)
     assert "UserWarning" not in both
     assert f"demo: {TOPIC}: 0 new windows" in second and "demo: demo.clicks: 0 new windows" in second
+    # The UI serves the demo's component declarations (local/demo_defs/) through Dagster's component loader.
+    assert "module_name: s3_archive.local.demo_location" in (demo.root / "dagster_home" / "workspace.yaml").read_text()
     statuses = graphql(demo.url, """query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode {
         assetPartitionStatuses { ... on DefaultPartitionStatuses { materializedPartitions } } } } }""",
                        {"k": {"path": ["kafka_archive", TOPIC]}})

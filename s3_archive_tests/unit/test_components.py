@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from s3_archive.cli import main
-from s3_archive.config.settings import parse_settings
-from s3_archive.definitions import build_defs
+from s3_archive.config.settings import load_settings, parse_settings
+from s3_archive.definitions import DEMO_CONFIG, build_defs
+from s3_archive.local.demo_location import load_demo_defs
 from s3_archive.model.errors import InvalidConfig
 from s3_archive_tests.component_project import new_project
 
@@ -120,3 +121,37 @@ def test_a_config_file_converted_by_the_command_loads_as_the_same_definitions(pr
     config.write_text(yaml.safe_dump({"archives": [ORDERS], "foreign_sources": []}))
     assert main(["components", str(config), "--out", str(tmp_path / "other")]) == 1
     assert "foreign_sources have no component form yet" in capsys.readouterr().err
+
+
+def test_a_defs_folder_read_as_a_config_is_what_the_component_loader_builds(project):
+    """`load_settings` of a defs folder (what $S3_ARCHIVE_CONFIG may name; the CLI's and the exporter's view of a
+    project) holds the archives Dagster's loader builds, and refuses with the same message at the same defs.yaml."""
+    _declare(project, "orders", {k: v for k, v in ORDERS.items() if k != "restore_targets"})
+    _declare(project, "orders_dr", {"archive": "orders", "name": "replay", "target_topic": "{topic}.restored"})
+    _declare(project, "clicks", CLICKS)
+    settings = load_settings(project / "defs")
+    assert [a.name for a in settings.archives] == ["clicks", "orders"]  # by path, as the loader takes them
+    assert [t.name for t in settings.archives[1].restore_targets] == ["replay"]
+    assert _shape(build_defs(settings)) == _shape(_load(project))
+
+    _declare(project, "orders_again", {**ORDERS, "name": "orders2"})
+    with pytest.raises(InvalidConfig) as got:
+        load_settings(project / "defs")
+    assert "orders_again/defs.yaml: attributes.topics: topic 'orders' is already in orders/defs.yaml" in str(got.value)
+    (project / "empty").mkdir()
+    with pytest.raises(InvalidConfig, match="empty declares no s3_archive.KafkaArchive"):
+        load_settings(project / "empty")
+
+
+def test_the_demo_declares_its_archive_and_restore_targets_as_components():
+    """The demo's defs folder: one KafkaArchive and its two restore targets, served by Dagster's component loader
+    (`demo_location.py`) as the definitions of the same settings the CLI reads from it."""
+    settings = load_settings(DEMO_CONFIG)
+    [demo] = settings.archives
+    assert (demo.name, demo.topics) == ("demo", ["demo.orders", "demo.clicks"])
+    assert sorted((t.name, t.dry_run) for t in demo.restore_targets) == [("preview", True), ("replay", False)]
+    kinds = {p.relative_to(DEMO_CONFIG).as_posix(): yaml.safe_load(p.read_text())["type"]
+             for p in DEMO_CONFIG.rglob("defs.yaml")}
+    assert kinds == {"demo/defs.yaml": "s3_archive.KafkaArchive", "preview/defs.yaml": "s3_archive.KafkaRestoreTarget",
+                     "replay/defs.yaml": "s3_archive.KafkaRestoreTarget"}
+    assert _shape(load_demo_defs()) == _shape(build_defs(settings))

@@ -23,7 +23,7 @@ from s3_archive.defs.restore.assets import restore_asset_key
 from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
-from s3_archive.io.lineage import LineageRun, lineage_run, run_uuid
+from s3_archive.io.lineage import LineageRun, glue_account, lineage_run, run_uuid
 from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
@@ -118,18 +118,21 @@ def _archive_asset_decorator(cfg: ArchiveConfig, topic: str) -> Callable:
 
 def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
     archive_asset = _archive_asset_decorator(cfg, topic)
+    iceberg_in_glue = cfg.format == "iceberg" and (cfg.iceberg is None or cfg.iceberg.catalog == "glue")
 
     def run(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource, s3: S3Resource,
             registry: SchemaRegistryResource | None) -> Iterator[dg.AssetMaterialization]:
         windows = [OffsetWindow.parse(k) for k in context.partition_keys]
         inputs, outputs = archive_datasets(cfg, topic, kafka.bootstrap_servers, windows)
+        # An Iceberg table in Glue is named by the catalog's account: asked only when lineage is on, once per process
+        glue = glue_account(s3.glue_account, context.log) if iceberg_in_glue else None
         with lineage_run(f"archive.{cfg.name}.{topic}", "ARCHIVE", run_uuid(context.run_id, context.retry_number),
                          inputs, outputs, context.log) as lineage:
-            yield from archive_run(context, windows, spark, kafka, s3, registry, lineage)
+            yield from archive_run(context, windows, spark, kafka, s3, registry, lineage, glue)
 
     def archive_run(context: dg.AssetExecutionContext, windows: list[OffsetWindow], spark: SparkResource,
                     kafka: KafkaResource, s3: S3Resource, registry: SchemaRegistryResource | None,
-                    lineage: LineageRun) -> Iterator[dg.AssetMaterialization]:
+                    lineage: LineageRun, glue: tuple[str, str] | None) -> Iterator[dg.AssetMaterialization]:
         try:
             client = s3.get_client()
             check_bucket(client, cfg.bucket, cfg.prefix)
@@ -147,7 +150,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
         except Exception as e:
             raise failure(context, [f"{type(e).__name__}: {e}"], permanent(e)) from e
         done = {w: r.manifest for w, r in results.items() if not isinstance(r, BaseException)}
-        lineage.inputs, lineage.outputs = archive_datasets(cfg, topic, kafka.bootstrap_servers, windows, done)
+        lineage.inputs, lineage.outputs = archive_datasets(cfg, topic, kafka.bootstrap_servers, windows, done, glue)
         failed: list[BaseException] = []
         lines: list[str] = []
         attempts = attempt_metadata(context)

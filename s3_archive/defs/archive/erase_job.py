@@ -1,7 +1,7 @@
 """The `erase` job: records erased on request from an archived topic (UI: launchpad config; CLI `s3-archive erase`).
 One job for every archive: the config's `topic` picks the archive. What it does is erasure/erase_run.py's; the run
-shows each window rewritten, and an observation of the topic's archive asset carries the counts
-(docs/compliance.md)."""
+shows each window rewritten, an observation of the topic's archive asset carries the counts (docs/compliance.md),
+and a run that is not a dry run emits its lineage (erasure/erase_lineage.py, docs/lineage.md)."""
 
 # No `from __future__ import annotations`: Dagster reads the context, config and resource annotations.
 
@@ -11,8 +11,9 @@ from pydantic import Field
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.defs.metadata import typed
-from s3_archive.erasure.erase_run import erase
+from s3_archive.erasure.erase_lineage import traced_erase
 from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals, parse_key
+from s3_archive.io.lineage import run_uuid
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import UserError
 
@@ -55,7 +56,8 @@ def build_erase_job(settings: Settings) -> dg.JobDefinition:
             raise dg.Failure(description=f"topic {config.topic!r} is not a topic of any archive; archived topics: "
                                          f"{', '.join(topics) or 'none'}") from None
         try:
-            report = erase(s3.get_client(), cfg, config.request(), dry_run=config.dry_run)
+            report = traced_erase(s3.get_client(), cfg, config.request(), run_uuid(context.run_id), context.log,
+                                  dry_run=config.dry_run)
         except UserError as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
         for key in report.completed:

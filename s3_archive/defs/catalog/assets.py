@@ -16,6 +16,7 @@ from typing import Any
 import dagster as dg
 
 from s3_archive.catalog.avro_header import WriterSchemaUnreadable, table_writer_schema
+from s3_archive.catalog.catalog_lineage import catalog_datasets
 from s3_archive.catalog.glue import TableConflict, latest_schemas, sync_table
 from s3_archive.catalog.mappings import mapping, no_table_reason
 from s3_archive.catalog.table_partitions import PARTITION_KEY, partition_keys
@@ -33,6 +34,7 @@ from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.settings import KeyPaths, Settings
 from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.io.kafka import KafkaResource
+from s3_archive.io.lineage import LineageRun, glue_account, lineage_run, run_uuid
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.model.errors import AwsRequestFailed, KafkaUnavailable, UnknownTopic
 
@@ -75,6 +77,20 @@ def _column_schema(table_input: dict[str, Any]) -> dg.TableSchema:
                                    for c in cols])
 
 
+def _columns(cfg: ArchiveConfig, topic: str, qualified: str, s3: S3Resource, log: Any,
+             ) -> tuple[list[dict[str, str]] | None, dict[str, str]]:
+    """(the table's columns with the decoded fields, None: the layout's own; the manifests whose schema does not
+    parse, each a logged warning)."""
+    if not cfg.decodes_fields:
+        return None, {}
+    # decoded fields: from the newest window of each partition
+    decoded, skipped = decoded_columns(cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, log))
+    for key, why in skipped.items():
+        log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the fields of that window "
+                    f"are not added to {qualified}")
+    return table_columns(cfg) + decoded, skipped
+
+
 def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions) -> dg.AssetsDefinition:
     table = table_name(topic, options)
     qualified = f"{options.database}.{table}"
@@ -92,19 +108,19 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                     f"partitioned by {keys} ({options.partitions}); queryable from Athena.",
     )
     def _catalog(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource) -> dg.MaterializeResult:
+        glue = glue_account(s3.glue_account, context.log)  # only when lineage is on: one STS call per process
+        inputs, outputs = catalog_datasets(cfg, topic, options.database, table, glue)
+        with lineage_run(f"catalog.{cfg.name}.{topic}", "CATALOG", run_uuid(context.run_id, context.retry_number),
+                         inputs, outputs, context.log) as lineage:
+            return _sync(context, kafka, s3, lineage, glue)
+
+    def _sync(context: dg.AssetExecutionContext, kafka: KafkaResource, s3: S3Resource, lineage: LineageRun,
+              glue: tuple[str, str] | None) -> dg.MaterializeResult:
         try:
             partitions = kafka.partitions(topic)
         except (UnknownTopic, KafkaUnavailable) as e:
             raise dg.Failure(f"catalog of {topic!r} needs its partition count from Kafka: {e}") from None
-        columns = None
-        skipped_schemas: dict[str, str] = {}
-        if cfg.decodes_fields:  # decoded fields: from the newest window of each partition
-            decoded, skipped_schemas = decoded_columns(
-                cfg, latest_schemas(s3.get_client(), cfg.bucket, cfg.prefix, topic, context.log))
-            columns = table_columns(cfg) + decoded
-            for key, why in skipped_schemas.items():
-                context.log.warning(f"manifest s3://{cfg.bucket}/{key}: its schema does not parse ({why}); the "
-                                    f"fields of that window are not added to {qualified}")
+        columns, skipped_schemas = _columns(cfg, topic, qualified, s3, context.log)
         writer = None
         if mapping(cfg).writer_schema_parameter is not None:  # avro: the literal is an archived object's header
             try:
@@ -116,6 +132,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
                           "first catalog run after one is (its avro.schema.literal is the writer schema in an "
                           "archived object's header)")
                 context.log.info(reason)
+                lineage.outputs = []  # no table written
                 return dg.MaterializeResult(metadata={"table_action": "deferred", "reason": reason,
                                                       "location": location(cfg, topic)})
         table_input = build_table_input(cfg, topic, options, max(partitions) + 1, columns,
@@ -124,6 +141,7 @@ def build_catalog_asset(cfg: ArchiveConfig, topic: str, options: CatalogOptions)
             result = sync_table(s3.glue_client(), s3.get_client(), cfg, topic, options, table_input)
         except (AwsRequestFailed, TableConflict) as e:
             raise dg.Failure(str(e)) from None
+        lineage.inputs, lineage.outputs = catalog_datasets(cfg, topic, options.database, table, glue, table_input)
         for d in result.skipped_directories:
             context.log.warning(f"{location(cfg, topic)}{d.directory + '/' if d.directory else ''} (e.g. object "
                                 f"{d.key!r}) is not a partition directory of the layout ({d.reason}); not registered "

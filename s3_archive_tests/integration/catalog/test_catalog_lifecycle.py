@@ -44,6 +44,7 @@ from s3_archive.model.windows import OffsetWindow as W
 from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, log, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
+from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 from s3_archive_tests.manifests import hand_manifest
 
 
@@ -75,7 +76,8 @@ WRITES = {"CreateDatabase", "CreateTable", "UpdateTable", "BatchCreatePartition"
 # --- catalog -----------------------------------------------------------------------------------------------------
 
 
-def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka, services, res, spark, unique):
+def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka, services, res, spark, unique,
+                                                                         tmp_path, monkeypatch):
     topic = create_topic(kafka, f"cat-pq-{unique}", partitions=2)
     produced = produce(kafka, topic, [(i % 2, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode()), ("n", None)])
                                       for i in range(30)])
@@ -84,7 +86,9 @@ def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka,
     database = f"cat_{unique}"
     [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=database)}).assets
 
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
     first, second = run_asset(asset, res), run_asset(asset, res)
+    stop_capturing(monkeypatch)
 
     assert (first["table_action"], first["database_created"], first["kafka_partitions"]) == ("created", True, 2)
     assert "CREATE EXTERNAL TABLE IF NOT EXISTS" in first["ddl"]
@@ -106,6 +110,19 @@ def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka,
         "projection.kafka_partition.range": "0,1",
         "storage.location.template": f"{location}kafka_partition=${{kafka_partition}}/"}
     assert table["VersionId"] == "1", "the second run wrote nothing"
+    # Each run's lineage: the S3 location in, the Glue table out, named by the catalog's region and account (as the
+    # server's STS answers it), with the table's columns and partition key.
+    events = read_events(lineage)
+    account = client(services, "sts").get_caller_identity()["Account"]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"] * 2
+    for e in events:
+        validate_event(e)
+        assert e["job"]["name"] == f"catalog.{cfg.name}.{topic}"
+        assert [(d["namespace"], d["name"]) for d in e["inputs"]] == [(f"s3://{cfg.bucket}", f"{cfg.prefix}{topic}")]
+        assert [(d["namespace"], d["name"]) for d in e["outputs"]] == [
+            (f"arn:aws:glue:{TEST_AWS['AWS_REGION']}:{account}", f"table/{database}/{name}")]
+    assert [(f["name"], f["type"]) for f in events[1]["outputs"][0]["facets"]["schema"]["fields"]] == [
+        (c["Name"], c["Type"]) for c in [*sd["Columns"], *table["PartitionKeys"]]]
 
     # Spark SQL over the table's location, read with exactly the columns and partition key Glue declares.
     view = f"cat_{unique}"
@@ -123,6 +140,22 @@ def test_archived_parquet_windows_are_queryable_through_the_catalog_table(kafka,
                   tuple((h.key, None if h.value is None else bytes(h.value)) for h in r.headers), r.ts)
                  for r in rows)
     assert got == [(p.partition, p.offset, p.key, p.value, p.headers, p.timestamp_ms) for p in produced]
+
+
+def test_a_failed_catalog_run_ends_its_lineage_in_fail(services, res, unique, tmp_path, monkeypatch):
+    topic = f"cat-ghost-{unique}"  # no such topic: the catalog cannot learn its partition count
+    cfg = archive_config(services.bucket, topic, f"cat/{unique}/")
+    [asset] = build_catalog_defs(Settings(archives=[cfg]), {"test": CatalogOptions(database=f"cat_{unique}")}).assets
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
+    result = dg.materialize([asset], resources=res, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    start, fail = read_events(lineage)
+    for e in (start, fail):
+        validate_event(e)
+    assert (start["eventType"], fail["eventType"]) == ("START", "FAIL")
+    assert f"catalog of {topic!r} needs its partition count from Kafka" in fail["run"]["facets"]["errorMessage"][
+        "message"]
+    assert fail["outputs"][0]["name"] == f"table/cat_{unique}/{table_name(topic)}"
 
 
 def test_jsonl_explicit_partitions_register_as_windows_land_and_survive_schema_evolution(

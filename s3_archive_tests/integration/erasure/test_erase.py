@@ -39,6 +39,7 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource
 from s3_archive_tests.integration.archive_helpers import archive_config, log, manifest, s3_resource
 from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
+from s3_archive_tests.lineage_events import capture_lineage, read_events, stop_capturing, validate_event
 
 VICTIM = b"customer-4711"
 WINDOWS = [OffsetWindow(0, i * 10, i * 10 + 10) for i in range(12)]
@@ -107,6 +108,7 @@ def test_a_key_erased_across_windows_is_gone_and_every_other_record_restores(kaf
     assert all(manifest(s3, cfg, topic, w).generation == 1 for w in WINDOWS)  # a dry run writes nothing
 
     job = build_erase_job(Settings(archives=[cfg]))
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
     result = job.execute_in_process(run_config={"ops": {"erase_records": {"config": {"topic": topic,
                                                                                      "key": VICTIM.decode()}}}},
                                     resources={"s3": s3_resource(services)})
@@ -114,6 +116,19 @@ def test_a_key_erased_across_windows_is_gone_and_every_other_record_restores(kaf
     [observed] = [e.event_specific_data.asset_observation for e in result.all_events
                   if e.event_type_value == "ASSET_OBSERVATION"]
     assert observed.metadata["records_erased"].value == 24 and observed.metadata["windows_erased"].value == 12
+    # Its lineage: the S3 location in and out, the windows rewritten and the records erased; never the key.
+    start, complete = read_events(lineage)
+    stop_capturing(monkeypatch)
+    for e in (start, complete):
+        validate_event(e)
+        assert e["run"]["runId"] == result.run_id and e["job"]["name"] == f"erase.{cfg.name}.{topic}"
+        assert [(d["namespace"], d["name"]) for d in e["inputs"] + e["outputs"]] == [
+            (f"s3://{cfg.bucket}", f"{cfg.prefix}{topic}")] * 2
+        assert VICTIM.decode() not in json.dumps(e) and not any(s.decode() in json.dumps(e) for s in secrets)
+    assert (start["eventType"], complete["eventType"]) == ("START", "COMPLETE")
+    erasure = complete["outputs"][0]["outputFacets"]["s3archive_erasure"]
+    assert erasure == {**erasure, "records": 24, "windows": [{"key": w.key, "generation": 2, "records": 2}
+                                                             for w in sorted(WINDOWS)]}
 
     cells, others = _every_value_under(s3, cfg.bucket, cfg.prefix)
     assert cells and not any(s in c for s in secrets for c in cells)

@@ -7,6 +7,7 @@ import socket
 import threading
 import urllib.request
 
+import boto3
 import dagster as dg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -14,8 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from s3_archive.config.archive import Retries
 from s3_archive.config.settings import Settings
 from s3_archive.defs.archive.partitions import TOPIC_TAG
-from s3_archive.metrics.exporter import ArchiveCollector, serve
+from s3_archive.local.fault_proxy import IGNORE_CONDITIONS, FaultRule
+from s3_archive.metrics.exporter import ArchiveCollector, StoreProbe, serve
 from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.credentials import TEST_AWS
 from s3_archive_tests.integration.archive_helpers import archive_config, final_objects, materialize, resources
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
@@ -122,3 +125,46 @@ def _wait(scrape, tries: int = 50):
         except OSError:
             time.sleep(0.1)
     return scrape()
+
+
+def _exposed(collector: ArchiveCollector) -> dict[tuple[str, tuple], float]:
+    """A refresh, then the collector's exposition in Prometheus's text format, parsed."""
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    collector.refresh()
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+
+
+def test_the_store_probe_is_1_for_moto_and_0_for_a_store_ignoring_the_conditions(kafka, s3, services, fault_proxy,
+                                                                                 unique, exporter):
+    """The exporter's store probe against moto, and against moto behind the fault proxy dropping the conditional
+    headers (a store the commit must refuse): the gauge says which, and the S3 requests it cost are counted."""
+    cfg = archive_config(services.bucket, f"probe-{unique}", f"probe/{unique}/")
+    def client(endpoint: str):  # each its own: the probe counts the requests of the client it is given
+        return boto3.client("s3", endpoint_url=endpoint, region_name=TEST_AWS["AWS_REGION"],
+                            aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+
+    labels = (("archive", cfg.name), ("bucket", cfg.bucket))
+    lines: list[str] = []
+    try:
+        for endpoint, fit in [(services.s3_endpoint_url, 1.0), (fault_proxy.endpoint_url, 0.0)]:
+            fault_proxy.set_rules([] if fit else [FaultRule(IGNORE_CONDITIONS)])
+            probed = client(endpoint)
+            collector = ArchiveCollector(Settings(archives=[cfg]), lambda: exporter, kafka, log=lines.append,
+                                         store=StoreProbe(lambda c=probed: c, interval=3600))
+            seen = _exposed(collector)
+            assert seen[("s3_archive_store_conditional_writes_ok", labels)] == fit, lines
+            assert seen[("s3_archive_store_probe_timestamp_seconds", labels)] > 0
+            assert seen[("s3_archive_exporter_store_requests_total", ())] >= 12
+            again = _exposed(collector)  # not due again within the interval: no request
+            assert again[("s3_archive_exporter_store_requests_total", ())] == \
+                seen[("s3_archive_exporter_store_requests_total", ())]
+    finally:
+        fault_proxy.clear()
+    assert any("does not honour: PutObject with If-None-Match: *" in line for line in lines), lines
+    assert s3.list_objects_v2(Bucket=cfg.bucket, Prefix=cfg.prefix).get("KeyCount") == 0  # the probe left nothing

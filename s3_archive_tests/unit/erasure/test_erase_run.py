@@ -5,6 +5,8 @@ deletes what it wrote and leaves the erasure's objects alone. The integration tw
 from __future__ import annotations
 
 import io
+import json
+import uuid
 from typing import Any
 
 import boto3
@@ -16,12 +18,16 @@ from moto import mock_aws
 from s3_archive.archive.driver.commit import commit_window, window_objects
 from s3_archive.archive.integrity import sha256_hex
 from s3_archive.config.archive import ArchiveConfig
+from s3_archive.config.compliance import RetentionLock
+from s3_archive.erasure.erase_lineage import traced_erase
 from s3_archive.erasure.erase_run import erase
 from s3_archive.erasure.erasure import EraseRequest
 from s3_archive.io.s3 import read_manifest
 from s3_archive.keys.objects import manifest_key, object_key
+from s3_archive.model.errors import ErasureRefused
 from s3_archive.model.manifest import ManifestObject
 from s3_archive.model.windows import OffsetWindow
+from s3_archive_tests.lineage_events import capture_lineage, read_events, validate_event
 from s3_archive_tests.manifests import hand_manifest
 
 BUCKET, PREFIX, TOPIC, W = "erase-races", "p/", "t", OffsetWindow(0, 0, 4)
@@ -142,3 +148,43 @@ def test_a_window_whose_every_record_is_erased_keeps_its_manifest_and_no_object(
     m = read_manifest(s3, BUCKET, manifest_key(PREFIX, TOPIC, W))
     assert (report.records, m.objects, m.record_count, m.erased_offsets, m.first_offset) == (4, [], 0, [[0, 4]], None)
     assert window_objects(s3, CFG.location(TOPIC, W), True) == {}
+
+
+class Log:
+    def warning(self, msg: str) -> None:
+        raise AssertionError(f"lineage not sent: {msg}")
+
+
+def test_an_erasure_emits_start_and_complete_with_the_windows_rewritten_never_the_key(s3, tmp_path, monkeypatch):
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
+    run_id = str(uuid.uuid4())
+    assert traced_erase(s3, CFG, EraseRequest(TOPIC, (b"victim",)), run_id, Log(), dry_run=True).records == 2
+    assert not lineage.exists()  # a dry run writes nothing and emits nothing
+
+    report = traced_erase(s3, CFG, EraseRequest(TOPIC, (b"victim",)), run_id, Log())
+
+    assert report.records == 2
+    start, complete = read_events(lineage)
+    for e in (start, complete):
+        validate_event(e)
+        assert e["job"]["name"] == f"erase.{CFG.name}.{TOPIC}" and e["run"]["runId"] == run_id
+        assert e["job"]["facets"]["jobType"]["jobType"] == "ERASE"
+        datasets = [(d["namespace"], d["name"]) for d in e["inputs"] + e["outputs"]]
+        assert datasets == [(f"s3://{BUCKET}", f"{PREFIX}{TOPIC}")] * 2
+        assert b"victim".decode() not in json.dumps(e)
+    assert (start["eventType"], complete["eventType"]) == ("START", "COMPLETE")
+    assert "s3archive_erasure" not in start["outputs"][0].get("outputFacets", {})
+    assert complete["outputs"][0]["outputFacets"]["s3archive_erasure"]["records"] == 2
+    assert complete["outputs"][0]["outputFacets"]["s3archive_erasure"]["windows"] == [
+        {"key": W.key, "generation": 2, "records": 2}]
+
+
+def test_a_refused_erasure_emits_fail(s3, tmp_path, monkeypatch):
+    lineage = capture_lineage(monkeypatch, tmp_path / "lineage.jsonl")
+    locked = CFG.model_copy(update={"retention_lock": RetentionLock(mode="compliance", days=1)})
+    with pytest.raises(ErasureRefused):
+        traced_erase(s3, locked, EraseRequest(TOPIC, (b"victim",)), str(uuid.uuid4()), Log())
+    start, fail = read_events(lineage)
+    validate_event(fail)
+    assert (start["eventType"], fail["eventType"]) == ("START", "FAIL")
+    assert "archive 'a' has retention_lock mode compliance" in fail["run"]["facets"]["errorMessage"]["message"]

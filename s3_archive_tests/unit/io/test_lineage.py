@@ -11,9 +11,12 @@ import pytest
 from openlineage.client.serde import Serde
 
 from s3_archive.io.lineage import (
+    PRODUCER,
+    ErasedWindow,
     LineageRun,
     WindowRange,
     build_event,
+    glue_account,
     glue_dataset,
     kafka_dataset,
     lineage_enabled,
@@ -122,3 +125,30 @@ def test_a_failing_transport_is_a_warning_without_its_secret(monkeypatch):
         run.outputs = []
     assert len(log.warnings) == 2 and all("not sent" in w for w in log.warnings)
     assert not any("s3cr3t" in w or "127.0.0.1" in w for w in log.warnings)
+
+
+def test_the_glue_account_is_asked_only_when_lineage_is_on_and_a_failure_is_a_warning(monkeypatch):
+    def fails() -> tuple[str, str]:
+        raise RuntimeError("no STS here")
+
+    log = Log()
+    assert glue_account(fails, log) is None and log.warnings == []  # off: not asked
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "console")
+    assert glue_account(lambda: ("eu-west-1", "123456789012"), log) == ("eu-west-1", "123456789012")
+    assert glue_account(fails, log) is None
+    assert log.warnings == ["OpenLineage: the Glue catalog's account id is not known (RuntimeError: no STS here); "
+                            "this run's lineage names no Glue table (docs/lineage.md)"]
+
+
+def test_the_erasure_facet_validates_and_carries_no_key():
+    erased = (ErasedWindow("p00000-000000000000-000000000010", 2, 3),)
+    run = LineageRun("erase.orders.orders", "ERASE", str(uuid.uuid4()), [s3_dataset("lake", "raw/orders")],
+                     [replace(s3_dataset("lake", "raw/orders"), erased=erased)])
+    event = json.loads(Serde.to_json(build_event("COMPLETE", run)))
+    validate_event(event)
+    assert event["outputs"][0]["outputFacets"]["s3archive_erasure"] == {
+        "_producer": PRODUCER, "_schemaURL": "urn:s3-archive:lineage-facets:1#/$defs/ErasureOutputDatasetFacet",
+        "records": 3, "windows": [{"key": "p00000-000000000000-000000000010", "generation": 2, "records": 3}]}
+    event["outputs"][0]["outputFacets"]["s3archive_erasure"]["windows"][0]["subject"] = "customer-4711"
+    with pytest.raises(Exception, match="Additional properties are not allowed"):
+        validate_event(event)

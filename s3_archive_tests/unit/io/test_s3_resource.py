@@ -116,3 +116,29 @@ def test_a_ca_bundle_becomes_a_truststore_for_driver_and_executors(jar_home, tmp
             conf[f"spark.{side}.extraJavaOptions"]
     with pytest.raises(InvalidConfig, match=r"storage class 'DEEP_ARCHIVE'"):
         SparkResource(s3_storage_class="DEEP_ARCHIVE").spark_conf()
+
+
+def test_the_glue_catalogs_account_is_asked_of_sts_once_per_process_and_settings(monkeypatch):
+    from moto import mock_aws
+
+    asked: list[str] = []
+    real = S3Resource._session
+
+    def counting(self):
+        session = real(self)
+        make = session.client
+
+        def client(name, **kw):
+            asked.append(name)
+            return make(name, **kw)
+        session.client = client
+        return session
+
+    monkeypatch.setattr(S3Resource, "_session", counting)
+    with mock_aws():
+        s3 = S3Resource(region_name="eu-central-1", aws_access_key_id="AKIATEST", aws_secret_access_key="x",
+                        glue_endpoint_url="")
+        assert s3.glue_account() == s3.glue_account() == ("eu-central-1", "123456789012")
+        assert S3Resource(region_name="eu-west-1", aws_access_key_id="AKIATEST", aws_secret_access_key="x",
+                          glue_endpoint_url="").glue_account() == ("eu-west-1", "123456789012")
+    assert asked == ["sts", "sts"]  # one call for each region, none for the second ask

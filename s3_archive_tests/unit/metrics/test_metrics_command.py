@@ -10,6 +10,7 @@ from s3_archive.cli import main
 
 @pytest.mark.parametrize("argv,env,message", [
     (["--interval", "0.5"], {}, "--interval must be at least 1 second, got 0.5"),
+    (["--store-probe-interval", "30"], {}, "--store-probe-interval must be 0 (never) or at least 60 seconds, got 30"),
     ([], {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": ""}, "$S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS is not set"),
     ([], {"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "k:9092", "DAGSTER_HOME": ""}, "$DAGSTER_HOME is not set"),
 ])
@@ -60,3 +61,33 @@ def test_every_metric_is_documented_and_the_dashboard_uses_only_exported_ones():
     queried = set(re.findall(r"s3_archive_[a-z_]+", json.dumps(json.loads(
         (root / "deploy/grafana-dashboard.json").read_text())["panels"])))
     assert queried <= served, queried - served
+
+
+def test_the_store_probe_runs_once_per_bucket_and_interval_and_says_when_it_fails():
+    """StoreProbe against moto in process: one probe per bucket (two archives on one bucket share it), its S3
+    requests counted, none again before the interval; a bucket that does not exist is 0, and an error counted."""
+    import boto3
+    from moto import mock_aws
+
+    from s3_archive.config.archive import ArchiveConfig
+    from s3_archive.metrics.exporter import StoreProbe
+
+    archives = [ArchiveConfig(name="a", topics=["t"], bucket="lake", prefix="p/"),
+                ArchiveConfig(name="b", topics=["u"], bucket="lake", prefix="q/"),
+                ArchiveConfig(name="c", topics=["v"], bucket="gone")]
+    lines: list[str] = []
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="lake")
+        probe = StoreProbe(lambda: client, interval=3600)
+        probe.run(archives, lines.append)
+        assert {k: ok for k, (ok, _) in probe.results.items()} == {("a", "lake"): 1.0, ("b", "lake"): 1.0,
+                                                                    ("c", "gone"): 0.0}
+        assert probe.errors == 1, lines
+        assert lines == ["metrics: the store probe of bucket 'gone' failed: NoSuchBucket: An error occurred "
+                         "(NoSuchBucket) when calling the PutObject operation: The specified bucket does not exist"]
+        sent = probe.requests
+        assert sent == 12 + 1  # the fit bucket's 12, and the gone bucket's first PUT, refused
+        probe.run(archives, lines.append)
+        assert probe.requests == sent  # not due yet
+        assert client.list_objects_v2(Bucket="lake").get("KeyCount") == 0  # nothing left behind

@@ -1,0 +1,1 @@
+"""The demo's archives declared as Dagster components, a defs.yaml per folder (docs/architecture.md)."""
