@@ -1,7 +1,6 @@
 //! A (transactional) producer over librdkafka's `BaseProducer` that sends whole Arrow batches (`rows.rs`) with no
-//! Python per record and the GIL released (py_producer.rs): what the restore's producer is measured against
-//! (`bench/tools/produce_ab.py`, docs/performance.md "Restore"); the restore itself still produces through
-//! confluent-kafka (`restore/producer.py`). Its errors carry librdkafka's code and flags (retriable, abortable,
+//! Python per record and the GIL released (py_producer.rs): the restore's producer with `producer: native`
+//! (`restore/native_producer.py` is its one caller; `bench/tools/produce_ab.py` measures it). Its errors carry librdkafka's code and flags (retriable, abortable,
 //! fatal) so a caller classifies them as it classifies confluent-kafka's. Delivery reports are counted here; a
 //! batch sent with `track` also keeps the first and last offset delivered to each partition (the offset map's runs).
 

@@ -1,13 +1,21 @@
 """native/'s producer refuses what it cannot send with one clear error naming the argument, before anything is
 queued; a refused setting is named without its value; a queue that stays full (no broker takes records) fails after
-`queue_full_s` as a retriable error. No broker here: the client points at a closed port."""
+`queue_full_s` as a retriable error. `producer: native` without the module is one error naming the setting and the
+fix, and an unknown `producer` names the allowed ones. No broker here: the client points at a closed port."""
 
 from __future__ import annotations
+
+import sys
 
 import pyarrow as pa
 import pytest
 import s3_archive_native as native
 from confluent_kafka import KafkaError
+
+from s3_archive.io.kafka import KafkaResource
+from s3_archive.model.errors import InvalidRestore, NativeProducerMissing
+from s3_archive.restore.group_run import open_producer
+from s3_archive.restore.request import RestoreRequest
 
 NOWHERE = "127.0.0.1:1"
 
@@ -61,3 +69,16 @@ def test_a_queue_that_stays_full_is_a_retriable_error_saying_how_far_it_got(prod
     assert producer.flush(5.0) == 0 and producer.in_flight() == 0
     delivered, failed, (code, _), _ = producer.take_deliveries()  # the purged records' reports are failures
     assert (delivered, failed, code) == (0, 2, KafkaError._PURGE_QUEUE)
+
+
+def test_the_native_producer_missing_is_one_error_naming_the_setting_and_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "s3_archive_native", None)  # as where the extension was never built
+    with pytest.raises(NativeProducerMissing) as e:
+        open_producer(KafkaResource(bootstrap_servers=NOWHERE), RestoreRequest("a", "b", producer="native"))
+    text = str(e.value)
+    assert "producer: native" in text and "`make setup`" in text and "producer: python" in text
+
+
+def test_an_unknown_producer_names_the_allowed_ones():
+    with pytest.raises(InvalidRestore, match="producer must be one of python, native; got 'rust'"):
+        RestoreRequest("a", "b", producer="rust")
