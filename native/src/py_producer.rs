@@ -159,7 +159,7 @@ impl PyProducer {
         py.detach(|| self.inner.purge())
     }
 
-    /// Records queued or in flight.
+    /// librdkafka's count of what is outstanding: records queued or in flight, requests, unserved reports and events.
     fn in_flight(&self) -> i32 {
         self.inner.in_flight()
     }
