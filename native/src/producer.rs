@@ -199,8 +199,14 @@ impl NativeProducer {
         self.producer.commit_transaction(timeout(left)).map_err(|e| self.failure("commit_transaction", e))
     }
 
+    /// Aborts once what is queued or in flight is purged and its (failed) reports served: librdkafka's abort waits
+    /// for them, and with the event queue this producer uses nobody else serves them.
     pub fn abort_transaction(&self, timeout_s: f64) -> Result<(), Failure> {
-        self.producer.abort_transaction(timeout(timeout_s)).map_err(|e| self.failure("abort_transaction", e))
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
+        self.producer.purge(PurgeConfig::default().queue().inflight());
+        self.drain(deadline);
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+        self.producer.abort_transaction(timeout(left)).map_err(|e| self.failure("abort_transaction", e))
     }
 
     /// The consumer group `group_id`'s offsets (topic, partition, offset, metadata) committed with the transaction.
