@@ -216,7 +216,9 @@ impl NativeProducer {
         for (topic, partition, offset, metadata) in offsets {
             let mut elem = tpl.add_partition(topic, *partition);
             elem.set_offset(Offset::Offset(*offset)).map_err(|e| self.failure("send_offsets_to_transaction", e))?;
-            elem.set_metadata(metadata);
+            // NUL-terminated, as confluent-kafka writes it (its readers take the metadata as a C string): the ledger
+            // reads the same whichever client committed it
+            elem.set_metadata(format!("{metadata}\0"));
         }
         let group = CString::new(group_id).map_err(|_| {
             Failure::plain("the consumer group id holds a NUL byte".into(), RDKafkaErrorCode::InvalidArgument)
