@@ -199,14 +199,21 @@ impl NativeProducer {
         self.producer.commit_transaction(timeout(left)).map_err(|e| self.failure("commit_transaction", e))
     }
 
-    /// Aborts once what is queued or in flight is purged and its (failed) reports served: librdkafka's abort waits
-    /// for them, and with the event queue this producer uses nobody else serves them.
+    /// Aborts; librdkafka's abort waits until the records queued or in flight are delivered or failed, and with the
+    /// event queue this producer uses nobody else serves their reports: the call is made in short slices (it is
+    /// resumable), serving the reports between them, until `timeout_s`.
     pub fn abort_transaction(&self, timeout_s: f64) -> Result<(), Failure> {
         let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
-        self.producer.purge(PurgeConfig::default().queue().inflight());
-        self.drain(deadline);
-        let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
-        self.producer.abort_transaction(timeout(left)).map_err(|e| self.failure("abort_transaction", e))
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.producer.abort_transaction(Timeout::After(left.min(Duration::from_millis(100)))) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Transaction(t)) if t.is_retriable() && !left.is_zero() => {
+                    self.producer.poll(Duration::from_millis(5));
+                }
+                Err(e) => return Err(self.failure("abort_transaction", e)),
+            }
+        }
     }
 
     /// The consumer group `group_id`'s offsets (topic, partition, offset, metadata) committed with the transaction.
