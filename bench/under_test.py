@@ -41,18 +41,24 @@ from s3_archive.model.formats import FORMATS
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.recovery.capture import capture
 from s3_archive.recovery.recover import Recovery, RecoveryOptions
-from s3_archive.restore.request import DEFAULT_PRODUCERS, RestoreContext, RestoreRequest
+from s3_archive.restore.request import (
+    DEFAULT_PRODUCERS,
+    DEFAULT_TRANSACTION_RECORDS,
+    RestoreContext,
+    RestoreRequest,
+)
 from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource, archived_windows
 
 __all__ = [
-    "DEFAULT_PRODUCERS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource", "FaultProxy", "KafkaBroker",
-    "KafkaConnection", "KafkaResource", "KafkaUnavailable", "OffsetWindow", "PostgresServer", "Recovery",
-    "RecoveryOptions", "RestoreContext", "RestoreRequest", "Retired", "S3Resource", "SchemaRegistryServer",
-    "SparkConnectServer", "SparkResource", "TopicView", "WebserverResource", "archive_asset_key", "kafka_read",
-    "native_read", "build_offsets_sensor", "build_topic_discovery_sensor", "archived_windows", "capture",
-    "contiguity_result", "delete_keys", "driver_java_options", "evaluate", "free_port", "headroom_result",
-    "list_objects", "local_s3_client", "objects_result", "parse_settings", "paths", "read_known_topics",
-    "record_retired", "resolve_topic_patterns", "restore_windows", "retention_result", "spawn", "stop_pid",
-    "temporary_stack", "verify_topic", "wait_until", "window_partitions",
+    "DEFAULT_PRODUCERS", "DEFAULT_TRANSACTION_RECORDS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource",
+    "FaultProxy", "KafkaBroker", "KafkaConnection", "KafkaResource", "KafkaUnavailable", "OffsetWindow",
+    "PostgresServer", "Recovery", "RecoveryOptions", "RestoreContext", "RestoreRequest",
+    "Retired", "S3Resource", "SchemaRegistryServer", "SparkConnectServer", "SparkResource", "TopicView",
+    "WebserverResource", "archive_asset_key", "kafka_read", "native_read", "build_offsets_sensor",
+    "build_topic_discovery_sensor", "archived_windows", "capture", "contiguity_result", "delete_keys",
+    "driver_java_options", "evaluate", "free_port", "headroom_result", "list_objects", "local_s3_client",
+    "objects_result", "parse_settings", "paths", "read_known_topics", "record_retired", "resolve_topic_patterns",
+    "restore_windows", "retention_result", "spawn", "stop_pid", "temporary_stack", "verify_topic", "wait_until",
+    "window_partitions",
 ]

@@ -1,10 +1,14 @@
-//! s3-archive's native Kafka range reader (`task_reader: native`, docs/performance.md): the write task's offset
-//! range read with librdkafka and built into Arrow envelope batches here, handed to Python through the Arrow C data
-//! interface (`__arrow_c_array__`), so no Python object is made per record. `archive/executor/native_read.py` is
-//! its one caller.
+//! s3-archive's native Kafka client (docs/performance.md): the write task's offset range read with librdkafka and
+//! built into Arrow envelope batches here (`task_reader: native`; `archive/executor/native_read.py` is its one
+//! caller), and a (transactional) producer that sends Arrow batches (`restore/native_producer.py`); both exchange
+//! Arrow data with Python through the Arrow C data interface (`__arrow_c_array__`), so no Python object is made or
+//! read per record.
 
 mod envelope;
+mod producer;
+mod py_producer;
 mod reader;
+mod rows;
 
 use std::ffi::CString;
 use std::time::Duration;
@@ -107,5 +111,6 @@ fn s3_archive_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRangeReader>()?;
     m.add_class::<EnvelopeBatch>()?;
     m.add("ReadError", m.py().get_type::<ReadError>())?;
+    py_producer::register(m)?;
     Ok(())
 }

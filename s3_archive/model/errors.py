@@ -109,6 +109,10 @@ class NativeReaderMissing(InvalidConfig):
     write tasks run."""
 
 
+class NativeProducerMissing(InvalidConfig):
+    """`producer: native`, but native/'s producer (built by `make setup`) is not installed where the restore runs."""
+
+
 class TopicStateUnreadable(UserError, RuntimeError):
     """The topic state file (the topics each topic_pattern knows) cannot be read or is not one."""
 

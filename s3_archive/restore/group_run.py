@@ -37,6 +37,17 @@ from s3_archive.restore.request import (
 READ_AHEAD_BATCHES = 2
 
 
+def open_producer(kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None,
+                  delivery_reports: bool = False) -> Producer:
+    """The producer `request.producer` names, initialised: producer.py's `Producer` (python) or native_producer.py's
+    `NativeProducer` (native; a missing native module is one error naming the setting and `make setup`)."""
+    if request.producer == "native":
+        from s3_archive.restore.native_producer import NativeProducer
+
+        return NativeProducer(kafka, request, transactional_id, delivery_reports)  # type: ignore[return-value]
+    return Producer(kafka, request, transactional_id, delivery_reports)
+
+
 class Stopped(Exception):  # noqa: N818 - not an error of its own: another group failed, this one stops
     """Another producer group of the run failed: this one stops at its next batch (its open transaction is then
     aborted with the others')."""
@@ -77,8 +88,8 @@ class RestoreRun:
         self.txn_id = txn_id or request.ledger_id
         self.progress = progress or Progress()
         self.route = request.mapping.compiled(num_target)
-        self.producer = producer if producer is not None or request.dry_run else Producer(kafka, request,
-                                                                                          self.txn_id)
+        self.producer = producer if producer is not None or request.dry_run else open_producer(kafka, request,
+                                                                                               self.txn_id)
         # The offset map (restore/offset_map.py): the delivery offsets of each batch's first and last record; set by
         # restore/run.py's start_groups, whose producers then report every delivery.
         self.map_sink: OffsetMapSink | None = None
@@ -139,7 +150,7 @@ class RestoreRun:
                         "broker_outage_seconds left)")
             try:
                 self.producer = None  # dropped: a call stuck in it keeps it alive until the new one fences it
-                self.producer = Producer(kafka, self.request, self.txn_id, self.map_sink is not None)
+                self.producer = open_producer(kafka, self.request, self.txn_id, self.map_sink is not None)
                 self.ledger = self.ledger_store.read()
             except RestoreFailed as e:  # still unreachable, or answering too slowly
                 last = e
@@ -329,7 +340,11 @@ class RestoreRun:
         return ready
 
     def _send(self, batch: Records, tps: int | list[int]) -> None:
-        """The producer's calls: the one loop per record (the client's own call, no Python around it)."""
+        """The producer's calls: the one loop per record (the client's own call, no Python around it), or with
+        `producer: native` one call per batch."""
+        if getattr(self.producer, "sends_batches", False):
+            self._send_batch(batch, tps)
+            return
         produce, slow, topic = self.producer.producer.produce, self.producer.produce, self.request.target_topic
         rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
                    batch.timestamps)
@@ -350,3 +365,18 @@ class RestoreRun:
             raise self.producer.failed("producing to", e) from None
         if not faulty:
             self.progress.count("produced", len(batch))
+
+    def _send_batch(self, batch: Records, tps: int | list[int]) -> None:
+        """`producer: native`: the batch in one call (a record per call while a test's fault hook counts records);
+        with the offset map, the recorder's callbacks for its first and last record."""
+        sink, faulty = self.map_sink, self.fault is not no_fault
+        n = len(batch)
+        pieces = [(0, n)] if not faulty else [(i, i + 1) for i in range(n)]
+        for i, j in pieces:
+            part = batch if (i, j) == (0, n) else batch.slice(i, j)
+            track = sink.recorder.track(tps, part.offsets) if sink is not None and isinstance(tps, int) else None
+            self.producer.send(part, tps if isinstance(tps, int) else tps[i:j], track)
+            if faulty:  # tests: crash after the n-th record of the run
+                self.fault(f"produced:{self.progress.count('produced')}")
+        if not faulty:
+            self.progress.count("produced", n)

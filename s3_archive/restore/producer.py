@@ -31,9 +31,9 @@ _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATO
                                KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
 
 
-_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 # What the cluster answers, or the client concludes, while a broker is down or restarting.
-_UNREACHABLE = frozenset(getattr(KafkaError, name) for name in (
+UNREACHABLE = frozenset(getattr(KafkaError, name) for name in (
     "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_MSG_TIMED_OUT", "_TIMED_OUT_QUEUE", "REQUEST_TIMED_OUT",
     "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS", "LEADER_NOT_AVAILABLE",
     "NOT_LEADER_FOR_PARTITION", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "CONCURRENT_TRANSACTIONS",
@@ -43,6 +43,40 @@ _UNREACHABLE = frozenset(getattr(KafkaError, name) for name in (
 class CoordinatorUnreachable(RestoreFailed):
     """The cluster did not answer a transactional call (or took no records) in time: the run may ride it out
     (restore/run.py, `broker_outage_seconds`)."""
+
+
+def producer_settings(transactional_id: str, delivery_reports: bool) -> dict[str, Any]:
+    """The restore's producer settings (besides the connection's), whichever client (`producer`) sends."""
+    return {"transactional.id": transactional_id, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
+            "message.max.bytes": 64 << 20, "queue.buffering.max.messages": 200_000,
+            "delivery.report.only.error": not delivery_reports, "transaction.timeout.ms": 300_000}
+
+
+def fenced(txn_id: str, e: object) -> RestoreFailed:
+    return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id {txn_id!r}) "
+                         f"started, and only one may run at a time; this run stopped, and its open transaction is "
+                         f"aborted. Kafka said: {e}")
+
+
+def deadline_passed(name: str, txn_id: str, deadline: float, timeout: float, who: str) -> CoordinatorUnreachable:
+    return CoordinatorUnreachable(
+        f"{name} for transactional.id {txn_id!r} did not return within {deadline:.0f}s (its timeout {timeout:.0f}s "
+        f"+ {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of {who} is unreachable (is the broker down or "
+        "restarting?). The run stopped; the open transaction commits or aborts as a whole, and a re-run (whose "
+        "init_transactions completes it first) restores exactly what the ledger does not list")
+
+
+def queue_stayed_full(topic: str, txn_id: str, deadline: float, who: str) -> CoordinatorUnreachable:
+    return CoordinatorUnreachable(
+        f"the producer's queue for {topic!r} (transactional.id {txn_id!r}) stayed full for {deadline:g}s: {who} "
+        "takes no records (is the broker down or restarting?). The run stopped; the open transaction commits or "
+        "aborts as a whole, and a re-run restores exactly what the ledger does not list")
+
+
+def init_failed(txn_id: str, e: object, unreachable: bool) -> RestoreFailed:
+    return (CoordinatorUnreachable if unreachable else RestoreFailed)(
+        f"init_transactions for transactional.id {txn_id!r} failed: {e}. Does the target cluster allow "
+        "transactions (transaction.state.log.*)?")
 
 
 def _ledger_busy(e: BaseException) -> bool:
@@ -118,16 +152,7 @@ class Producer:
         self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
         self.txn_id = transactional_id or request.ledger_id
         self.deadline = self.timeout + WATCHDOG_GRACE_S
-        self.producer = kafka.producer(**{
-            "transactional.id": self.txn_id,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 20,
-            "message.max.bytes": 64 << 20,
-            "queue.buffering.max.messages": 200_000,
-            "delivery.report.only.error": not delivery_reports,
-            "transaction.timeout.ms": 300_000,
-        })
+        self.producer = kafka.producer(**producer_settings(self.txn_id, delivery_reports))
         self.in_txn = False
         self.abandoned = False  # a call passed our deadline and may still be inside the client
         try:
@@ -136,10 +161,8 @@ class Producer:
         except KafkaException as e:
             self.close()
             err = _kafka_error(e)
-            unreachable = err is not None and (err.retriable() or err.code() in _UNREACHABLE)
-            raise (CoordinatorUnreachable if unreachable else RestoreFailed)(
-                f"init_transactions for transactional.id {self.txn_id!r} failed: {e}. Does the target "
-                "cluster allow transactions (transaction.state.log.*)?") from None
+            raise init_failed(self.txn_id, e, err is not None and (err.retriable() or err.code() in UNREACHABLE)) \
+                from None
 
     def failed(self, what: str, e: KafkaException) -> RestoreFailed:
         err = _kafka_error(e)
@@ -151,11 +174,9 @@ class Producer:
             except KafkaException as fatal:
                 e = fatal
                 code = getattr(_kafka_error(fatal), "code", lambda: code)()
-        if code in _FENCED:
-            return RestoreFailed(f"the restore was fenced: another run of the same restore (transactional.id "
-                                 f"{self.txn_id!r}) started, and only one may run at a time; this run "
-                                 f"stopped, and its open transaction is aborted. Kafka said: {e}")
-        if code in _UNREACHABLE or (err is not None and code != KafkaError._FATAL and err.retriable()):
+        if code in FENCED:
+            return fenced(self.txn_id, e)
+        if code in UNREACHABLE or (err is not None and code != KafkaError._FATAL and err.retriable()):
             return CoordinatorUnreachable(f"{what} {self.request.target_topic!r} failed: {e}")
         return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
 
@@ -167,12 +188,7 @@ class Producer:
             return call_with_deadline(fn, *args, self.timeout, deadline_s=self.deadline, what=name)
         except DeadlineExceeded:
             self.abandoned = True
-            raise CoordinatorUnreachable(
-                f"{name} for transactional.id {self.txn_id!r} did not return within {self.deadline:.0f}s "
-                f"(its timeout {self.timeout:.0f}s + {WATCHDOG_GRACE_S:.0f}s): the transaction coordinator of "
-                f"{self.who} is unreachable (is the broker down or restarting?). The run stopped; the open "
-                "transaction commits or aborts as a whole, and a re-run (whose init_transactions completes it "
-                "first) restores exactly what the ledger does not list") from None
+            raise deadline_passed(name, self.txn_id, self.deadline, self.timeout, self.who) from None
 
     def begin(self) -> None:
         if not self.in_txn:
@@ -199,12 +215,8 @@ class Producer:
                     return
                 except BufferError:  # the local queue is full: let it drain
                     if time.monotonic() - full_since > self.deadline:
-                        raise CoordinatorUnreachable(
-                            f"the producer's queue for {self.request.target_topic!r} (transactional.id "
-                            f"{self.txn_id!r}) stayed full for {self.deadline:g}s: {self.who} takes no "
-                            "records (is the broker down or restarting?). The run stopped; the open transaction "
-                            "commits or aborts as a whole, and a re-run restores exactly what the ledger does not "
-                            "list") from None
+                        raise queue_stayed_full(self.request.target_topic, self.txn_id, self.deadline,
+                                                self.who) from None
                     self.producer.poll(0.05)
         except KafkaException as e:
             raise self.failed("producing to", e) from None
@@ -245,7 +257,7 @@ class Producer:
                 self._call(self.producer.abort_transaction)
             except KafkaException as e:
                 err = _kafka_error(e)
-                if err is None or err.code() not in _FENCED:  # fenced: the new run aborts it for us
+                if err is None or err.code() not in FENCED:  # fenced: the new run aborts it for us
                     raise
             finally:
                 self.in_txn = False

@@ -37,6 +37,10 @@ TRANSACTION_SECONDS = 20.0
 DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
 # Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py).
 DEFAULT_PRODUCERS = 1
+# The client that produces (`producer`): python, confluent-kafka's call per record (producer.py); native, native/'s
+# producer of Arrow batches (native_producer.py).
+PRODUCER_CLIENTS = ("python", "native")
+DEFAULT_PRODUCER = "python"
 
 
 def no_fault(step: str) -> None:
@@ -147,6 +151,7 @@ class RestoreRequest:
     transaction_records: int = DEFAULT_TRANSACTION_RECORDS
     broker_outage_seconds: float = DEFAULT_BROKER_OUTAGE_SECONDS
     producers: int = DEFAULT_PRODUCERS
+    producer: str = DEFAULT_PRODUCER
 
     def __post_init__(self) -> None:
         if not self.target_topic:
@@ -160,6 +165,8 @@ class RestoreRequest:
         if not 0 <= self.broker_outage_seconds <= 3600:
             raise InvalidRestore(f"broker_outage_seconds must be between 0 and 3600, got {self.broker_outage_seconds}")
         check_producers(self.producers)
+        if self.producer not in PRODUCER_CLIENTS:
+            raise InvalidRestore(f"producer must be one of {', '.join(PRODUCER_CLIENTS)}; got {self.producer!r}")
 
     @property
     def ledger_id(self) -> str:

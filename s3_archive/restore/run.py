@@ -32,7 +32,7 @@ from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
-from s3_archive.restore.group_run import Progress, RestoreRun, Stopped
+from s3_archive.restore.group_run import Progress, RestoreRun, Stopped, open_producer
 from s3_archive.restore.groups import plan_groups, transactional_ids
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapStore
@@ -177,7 +177,7 @@ def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int,
         return {g: RestoreRun(kafka, request, num_target, hooks, progress=progress) for g in groups}
     ids = transactional_ids(request.ledger_id, num_target)
     with ThreadPoolExecutor(len(ids), thread_name_prefix="s3-archive-restore-init") as pool:
-        futures = [pool.submit(Producer, kafka, request, t, map_store is not None) for t in ids]
+        futures = [pool.submit(open_producer, kafka, request, t, map_store is not None) for t in ids]
         producers: list[Producer | None] = []
         error: BaseException | None = None
         for fut in futures:

@@ -7,6 +7,7 @@ from s3_archive.model.errors import InvalidRestore
 from s3_archive.restore.cold import ColdOptions
 from s3_archive.restore.request import (
     DEFAULT_BROKER_OUTAGE_SECONDS,
+    DEFAULT_PRODUCER,
     DEFAULT_PRODUCERS,
     DEFAULT_TRANSACTION_RECORDS,
     Filters,
@@ -41,6 +42,8 @@ class RestoreConfig(dg.Config):
         "restart), re-initialise the producer and resume from the ledger for up to this long; then fail")
     producers: int = Field(default=DEFAULT_PRODUCERS, description="transactional producers side by side (1 to 16), "
                            "each producing the source partitions of its share of the target's partitions, in order")
+    producer: str = Field(default=DEFAULT_PRODUCER, description="python (confluent-kafka, a call per record) | "
+                          "native (native/'s producer of Arrow batches, built by make setup)")
     wait_for_cold_seconds: int = Field(
         default=0, ge=0, description="objects in GLACIER / DEEP_ARCHIVE: 0 = request RestoreObject, then fail "
                                      "with the count still pending; > 0 = request, then poll until they are "
@@ -63,6 +66,7 @@ class RestoreConfig(dg.Config):
             transaction_records=self.transaction_records,
             broker_outage_seconds=self.broker_outage_seconds,
             producers=self.producers,
+            producer=self.producer,
         )
 
     def cold(self, days: int = 7, tier: str = "Standard") -> ColdOptions:

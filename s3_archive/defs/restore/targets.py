@@ -53,6 +53,7 @@ def target_request(t: RestoreTarget, topic: str, dry_run: bool = False) -> Resto
         transaction_records=t.transaction_records,
         broker_outage_seconds=t.broker_outage_seconds,
         producers=t.producers,
+        producer=t.producer,
     )
 
 

@@ -69,8 +69,9 @@ def archived(outage_kafka, services, spark_resource) -> Archived:
     return Archived(kafka, topic, cfg, windows, {(r.partition, r.offset): r.value for r in recs})
 
 
-def restore(a: Archived, s3, target: str, fault=None, producers: int = 1) -> list:
-    request = RestoreRequest(a.topic, target, provenance_headers=True, transaction_records=300, producers=producers)
+def restore(a: Archived, s3, target: str, fault=None, producers: int = 1, client: str = "python") -> list:
+    request = RestoreRequest(a.topic, target, provenance_headers=True, transaction_records=300, producers=producers,
+                             producer=client)
     return list(restore_windows(RestoreContext(a.kafka, s3, log), ArchiveSource(a.cfg.bucket, a.cfg.prefix), request,
                                 a.windows, **({"hooks": RestoreHooks(fault)} if fault else {})))
 
@@ -95,14 +96,14 @@ def assert_exactly_once(a: Archived, target: str) -> None:
         {p: [[0, WINDOW * WINDOWS_PER_PARTITION]] for p in range(PARTITIONS)}
 
 
-@pytest.mark.parametrize("producers", [1, 2])
+@pytest.mark.parametrize("producers,client", [(1, "python"), (2, "python"), (1, "native")])
 def test_a_broker_restarted_mid_restore_is_ridden_out_exactly_once(outage_broker, archived, s3, unique, monkeypatch,
-                                                                  caplog, producers):
+                                                                  caplog, producers, client):
     """With 2 producers both groups are in flight (each its source partition, transactions of 300 records) when
     the first commit of either stops the broker: each rides it out on its own."""
     monkeypatch.setattr(rk, "TRANSACTION_CALL_TIMEOUT_S", TIMEOUT_S)
     monkeypatch.setattr(rk, "WATCHDOG_GRACE_S", GRACE_S)
-    target = create_topic(archived.kafka, f"outage-rst{producers}-{unique}", partitions=PARTITIONS)
+    target = create_topic(archived.kafka, f"outage-rst{producers}-{client}-{unique}", partitions=PARTITIONS)
     stopped, back = threading.Event(), threading.Event()  # the broker was stopped (once), and is back
     produced_by: Counter = Counter()  # records handed to the producer, per group's thread
     once = threading.Lock()
@@ -123,7 +124,7 @@ def test_a_broker_restarted_mid_restore_is_ridden_out_exactly_once(outage_broker
 
     t0 = time.monotonic()
     with caplog.at_level("INFO", logger=log.name):
-        reports = restore(archived, s3, target, fault, producers)
+        reports = restore(archived, s3, target, fault, producers, client)
     elapsed = time.monotonic() - t0
     print(f"\nrestore ({producers} producers) with a {DOWN_S:.0f}s broker restart: rode it out in {elapsed:.1f}s "
           f"({sum(r.restored for r in reports)} records)")

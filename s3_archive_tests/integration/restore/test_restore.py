@@ -23,6 +23,7 @@ from s3_archive.local.stack import LOCAL_AWS
 from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import (
+    PRODUCER_CLIENTS,
     PROVENANCE_OFFSET,
     PROVENANCE_PARTITION,
     PROVENANCE_TOPIC,
@@ -147,9 +148,10 @@ def _restore(kafka, s3, shared: Shared, request: RestoreRequest, windows=None, f
 # ---- fidelity -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt,codec,provenance", [("parquet", "snappy", False), ("jsonl", "gzip", True),
-                                                   ("avro", "snappy", False), ("jsonl", "bzip2", False)])
-def test_round_trip_of_nasty_records_is_byte_exact(fmt, codec, provenance, kafka, services, res, unique):
+@pytest.mark.parametrize("fmt,codec,provenance,client", [
+    ("parquet", "snappy", False, "python"), ("jsonl", "gzip", True, "python"), ("avro", "snappy", False, "python"),
+    ("jsonl", "bzip2", False, "python"), ("parquet", "snappy", False, "native"), ("jsonl", "gzip", True, "native")])
+def test_round_trip_of_nasty_records_is_byte_exact(fmt, codec, provenance, client, kafka, services, res, unique):
     topic = create_topic(kafka, f"rnasty-{fmt}-{codec}-{unique}")
     produced = produce(kafka, topic, [(0, k, v, h) for k, v, h in NASTY])
     cfg = archive_config(services.bucket, topic, f"rnasty/{unique}/", format=fmt, compression=codec)
@@ -158,7 +160,7 @@ def test_round_trip_of_nasty_records_is_byte_exact(fmt, codec, provenance, kafka
     target = create_topic(kafka, f"rnasty-target-{unique}", config={"max.message.bytes": str(8 << 20)})
 
     result = materialize_restore(cfg, topic, [window], res,
-                                 RestoreConfig(target_topic=target, provenance_headers=provenance))
+                                 RestoreConfig(target_topic=target, provenance_headers=provenance, producer=client))
 
     got = consume_all(kafka, target)[0]
     if provenance:
@@ -270,9 +272,10 @@ def _check_restore_lineage(events: list[dict], shared: Shared, kafka, target: st
     assert out["outputFacets"]["outputStatistics"]["rowCount"] == len(shared.produced)
 
 
-def test_restore_failing_after_the_first_commit_then_rerun_is_exactly_once(kafka, s3, shared, unique):
+@pytest.mark.parametrize("client", PRODUCER_CLIENTS)
+def test_restore_failing_after_the_first_commit_then_rerun_is_exactly_once(kafka, s3, shared, unique, client):
     target = create_topic(kafka, f"rcrash-{unique}", partitions=SHARED_PARTITIONS)
-    request = RestoreRequest(shared.topic, target, transaction_records=600)
+    request = RestoreRequest(shared.topic, target, transaction_records=600, producer=client)
 
     class Crash(Exception):
         pass
@@ -461,9 +464,10 @@ def test_wrong_restores_fail_clearly_before_producing(kafka, services, res, shar
     assert restore_asset_key(shared.topic).path == ["kafka_restore", shared.topic]
 
 
-def test_a_second_run_of_the_same_restore_fences_the_first(kafka, s3, shared, unique):
+@pytest.mark.parametrize("client", PRODUCER_CLIENTS)
+def test_a_second_run_of_the_same_restore_fences_the_first(kafka, s3, shared, unique, client):
     target = create_topic(kafka, f"rfence-{unique}", partitions=SHARED_PARTITIONS)
-    request = RestoreRequest(shared.topic, target, transaction_records=500)
+    request = RestoreRequest(shared.topic, target, transaction_records=500, producer=client)
     first_run = restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(shared.cfg.bucket, shared.cfg.prefix),
                                 request, shared.windows)
     first_window = next(first_run)  # committed; the first run now waits between windows
@@ -478,11 +482,13 @@ def test_a_second_run_of_the_same_restore_fences_the_first(kafka, s3, shared, un
     assert sum(r.skipped for r in second) == first_window.restored == SHARED_WINDOW
 
 
-def test_a_record_the_target_refuses_aborts_the_transaction_and_nothing_is_visible(kafka, s3, shared, unique):
+@pytest.mark.parametrize("client", PRODUCER_CLIENTS)
+def test_a_record_the_target_refuses_aborts_the_transaction_and_nothing_is_visible(kafka, s3, shared, unique,
+                                                                                   client):
     # Values are up to 200 bytes; the target accepts batches of at most 150 bytes: some records must fail.
     target = create_topic(kafka, f"rrefuse-{unique}", partitions=SHARED_PARTITIONS,
                           config={"max.message.bytes": "150"})
-    request = RestoreRequest(shared.topic, target, transaction_records=100_000)
+    request = RestoreRequest(shared.topic, target, transaction_records=100_000, producer=client)
 
     # The broker's refusal surfaces either on a later produce (the transaction is then in error) or at commit.
     with pytest.raises(RestoreFailed, match=f"(committing a restore transaction to|producing to) '{target}' failed"):
