@@ -74,11 +74,11 @@ def time_bare_put(s3, bucket: str, prefix: str, total_bytes: int, object_bytes: 
 
 
 def time_restore(kafka: KafkaResource, s3: Any, bucket: str, prefix: str, source_topic: str, target_topic: str,
-                 windows: list[OffsetWindow], producers: int | None = None) -> dict[str, Any]:
+                 windows: list[OffsetWindow], **settings: Any) -> dict[str, Any]:
     """Restore `windows` of the archive under `prefix` into `target_topic` (an existing, empty topic) with
-    `restore_windows` (`producers`: None, the restore's default); seconds until the last transaction is
-    committed."""
-    request = RestoreRequest(source_topic, target_topic, **({} if producers is None else {"producers": producers}))
+    `restore_windows` (`settings`: RestoreRequest's, e.g. producers or producer; none given, the restore's
+    defaults); seconds until the last transaction is committed."""
+    request = RestoreRequest(source_topic, target_topic, **settings)
     t = time.monotonic()
     reports = list(restore_windows(RestoreContext(kafka, s3, logging.getLogger("bench.restore")),
                                    ArchiveSource(bucket, prefix), request, windows))
@@ -135,6 +135,8 @@ def contenders(s: Setup) -> dict[str, Measure]:
                                                "(the default)"),
         **{f"restore_p{k}": Measure(f"restore_p{k}", f"restore with producers: {k}", records=n, bytes=payload,
                                     note="the same restore, another `producers`") for k in restore_producers()},
+        "restore_native": Measure("restore_native", "restore with producer: native (native/'s Arrow-batch producer)",
+                                  records=n, bytes=payload, note=f"the same restore, producers {DEFAULT_PRODUCERS}"),
         "produce": Measure("produce", "bare produce of the same records (idempotent, acks=all)", records=n,
                            bytes=payload, note="the restore's producer settings, no transaction"),
         **{f"produce_x{k}": Measure(f"produce_x{k}", f"bare produce, {k} parallel processes", records=n,
@@ -241,6 +243,13 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
             m[f"restore_p{k}"].seconds.append(res["seconds"])
             wl.delete_topic(kafka, target)
             say(f"  restore, producers {k}: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s")
+        target = f"restored-r{r}-native"
+        wl.create_topic(kafka, target)
+        res = time_restore(kafka, s3, BUCKET, RESTORE_SOURCE, TOPIC, target, s.windows, producer="native")
+        assert res["records"] == n, res
+        m["restore_native"].seconds.append(res["seconds"])
+        wl.delete_topic(kafka, target)
+        say(f"  restore, producer native: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s")
         target = f"produced-r{r}"
         wl.create_topic(kafka, target)
         secs = wl.produce(kafka, target, n)
