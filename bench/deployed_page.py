@@ -91,9 +91,13 @@ def targets(fig: dict[str, Any], mb: float) -> dict[str, dict[str, Any]]:
                     "the whole command"),
             }
         if a.get("sustained"):
+            s = a["sustained"]
             out[f"{tag} sustained rate, lag bounded"] = row(
                 f["sustained_mb_s"] or 0.0, "{:g} MB/s", DEPLOYED_TARGETS["sustained_mb_s"], True, " MB/s",
-                f"highest rate of the search held {a['sustained']['hold_s']:g} s each")
+                f"highest rate of the search held {s['hold_s']:g} s each")
+            if not f["sustained_mb_s"] and s.get("steps"):
+                out[f"{tag} sustained rate, lag bounded"]["value_fmt"] = \
+                    f"none (not even {s['steps'][0]['rate_mb_s']:g} MB/s)"
     return out
 
 

@@ -63,6 +63,16 @@ def test_targets_judge_each_figure_of_each_arm_default_first():
     assert t["deployed (connect) catch-up / warm archive, same bytes"]["value_fmt"] == "2.00"
 
 
+def test_a_sustained_search_that_kept_no_rate_says_none_and_the_lowest_rate_tried():
+    behind = arm()
+    behind["sustained"]["best_mb_s"] = None
+    for step in behind["sustained"]["steps"]:
+        step["kept"] = False
+    row = targets(fig(local=behind), 200)["deployed (local) sustained rate, lag bounded"]
+    assert row["value_fmt"] == "none (not even 25 MB/s)" and row["verdict"] == "NOT reached"
+    assert targets(fig(), 200)["deployed (local) sustained rate, lag bounded"]["value_fmt"] == "25 MB/s"
+
+
 def test_section_shows_every_figure_and_a_failure():
     body = section(fig(), 200)["body"]
     assert "**9.0 s**, against 3.0 s warm: **3.00×**" in body and "**6.0 s**, against 3.0 s warm: **2.00×**" in body
