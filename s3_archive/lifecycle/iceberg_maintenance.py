@@ -18,7 +18,7 @@ from typing import Any
 
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import IcebergOptions
-from s3_archive.io.iceberg_catalog import S3Endpoint, table_ident, use_catalog
+from s3_archive.io.iceberg_catalog import S3Endpoint, missing_metadata, table_ident, use_catalog
 
 
 def _ts(t: datetime) -> str:
@@ -36,8 +36,13 @@ def maintain_table(spark: Any, cfg: ArchiveConfig, topic: str, endpoint: S3Endpo
     catalog = use_catalog(spark, cfg, endpoint)
     ident = table_ident(cfg, topic)
     name = ident.split(".", 1)[1]
-    if not spark.catalog.tableExists(ident):
-        return {"table": ident, "exists": False}
+    try:
+        if not spark.catalog.tableExists(ident):
+            return {"table": ident, "exists": False}
+    except Exception as e:
+        if (gone := missing_metadata(e, ident, cfg)) is not None:
+            raise gone from None
+        raise
     # The session's time zone is UTC (SparkResource), so the literals are UTC.
     expired = spark.sql(
         f"CALL {catalog}.system.expire_snapshots(table => '{name}', "

@@ -45,7 +45,14 @@ from s3_archive.archive.driver.task_read_job import envelope_frame, kafka_connec
 from s3_archive.archive.protocol import DecodePlan, KafkaConnection, RecordStats, Slice
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
-from s3_archive.io.iceberg_catalog import TOPIC_PROPERTY, WINDOWS_PROPERTY, table_ident, use_catalog, warehouse
+from s3_archive.io.iceberg_catalog import (
+    TOPIC_PROPERTY,
+    WINDOWS_PROPERTY,
+    missing_metadata,
+    table_ident,
+    use_catalog,
+    warehouse,
+)
 from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.errors import ArchiveIntegrityError, MissingJars, UndecodableValue
@@ -152,9 +159,12 @@ _NO_ICEBERG = re.compile(r"(?:ClassNotFoundException|NoClassDefFoundError|Cannot
                          r"catalog '[^']*')[:\s]+(org[./]apache[./]iceberg[\w./$]*)")
 
 
-def _explained(e: Exception) -> Exception:
-    """A JVM error whose cause is a jar set, as an error that says which jars (the rest unchanged)."""
+def _explained(e: Exception, ident: str = "", cfg: ArchiveConfig | None = None) -> Exception:
+    """A JVM error whose cause is a jar set, as an error that says which jars; one because the metadata file the
+    catalog names for the table `ident` is gone, as an error that names it and what to do (the rest unchanged)."""
     text = str(e)
+    if cfg is not None and (gone := missing_metadata(e, ident, cfg)) is not None:
+        return gone
     if (m := _NO_ICEBERG.search(text)) is not None:
         missing = m[1].replace("/", ".").rstrip(".")
         return MissingJars(
@@ -310,7 +320,7 @@ def commit_windows(run: ArchiveRun, topic: str, pending: list[PendingWindow], de
     try:
         _write_table(run, topic, pending, decode, table, source)
     except Exception as e:
-        return dict.fromkeys([p.window for p in pending], _explained(e))
+        return dict.fromkeys([p.window for p in pending], _explained(e, table.ident, run.cfg))
     results: dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException] = {}
     for p in pending:
         try:
