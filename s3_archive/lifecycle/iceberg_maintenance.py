@@ -43,18 +43,24 @@ def maintain_table(spark: Any, cfg: ArchiveConfig, topic: str, endpoint: S3Endpo
         if (gone := missing_metadata(e, ident, cfg)) is not None:
             raise gone from None
         raise
-    # The session's time zone is UTC (SparkResource), so the literals are UTC.
-    expired = spark.sql(
-        f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
-        f"older_than => TIMESTAMP '{_ts(now - timedelta(days=ice.snapshot_retention_days))}', "
-        f"retain_last => {ice.retain_last})").collect()[0].asDict()
+    expired = expire_snapshots(spark, ident, now - timedelta(days=ice.snapshot_retention_days), ice.retain_last)
     orphans = spark.sql(
         f"CALL {catalog}.system.remove_orphan_files(table => '{name}', "
         f"older_than => TIMESTAMP '{_ts(min(now, wall) - timedelta(days=ice.orphan_file_days))}', "
         "prefix_listing => true)"
     ).collect()
-    return {"table": ident, "exists": True,
-            "expired_data_files": int(expired.get("deleted_data_files_count") or 0),
+    return {"table": ident, "exists": True, **expired, "orphan_files_removed": len(orphans)}
+
+
+def expire_snapshots(spark: Any, ident: str, older_than: datetime, retain_last: int) -> dict[str, int]:
+    """Iceberg's expire_snapshots on the table `ident` (catalog.database.table, its catalog set on the session):
+    snapshots older than `older_than` dropped, keeping the last `retain_last`, with the files only they referenced;
+    how many of each kind of file it deleted."""
+    catalog, name = ident.split(".", 1)
+    # The session's time zone is UTC (SparkResource), so the literal is UTC.
+    expired = spark.sql(
+        f"CALL {catalog}.system.expire_snapshots(table => '{name}', older_than => TIMESTAMP '{_ts(older_than)}', "
+        f"retain_last => {retain_last})").collect()[0].asDict()
+    return {"expired_data_files": int(expired.get("deleted_data_files_count") or 0),
             "expired_manifest_files": int(expired.get("deleted_manifest_files_count") or 0),
-            "expired_manifest_lists": int(expired.get("deleted_manifest_lists_count") or 0),
-            "orphan_files_removed": len(orphans)}
+            "expired_manifest_lists": int(expired.get("deleted_manifest_lists_count") or 0)}
