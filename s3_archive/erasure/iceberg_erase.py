@@ -27,14 +27,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from s3_archive.archive.driver.iceberg_commit import (
-    ATTEMPTS,
-    commit_conflict,
-    current_snapshot,
-    table_data_files,
-    table_window_stats,
-    window_filter,
-)
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.erasure.erasure import EraseRequest
 from s3_archive.erasure.rewrite import ENVELOPE_KEPT
@@ -84,6 +76,15 @@ class TableEraser:
         the window's data files now."""
         from pyspark.sql import functions as F
 
+        from s3_archive.archive.driver.iceberg_commit import (  # pyspark: not when the definitions load
+            ATTEMPTS,
+            commit_conflict,
+            current_snapshot,
+            table_data_files,
+            table_window_stats,
+            window_filter,
+        )
+
         with self._guard:
             for _ in range(ATTEMPTS):
                 base = current_snapshot(self.spark, self.ident)
@@ -116,6 +117,8 @@ class TableEraser:
 
     def _overwrite(self, rows: Any, w: OffsetWindow, hit: Any, base: int) -> None:
         from pyspark.sql import functions as F
+
+        from s3_archive.archive.driver.iceberg_commit import window_filter
 
         if self.cfg.erasure.mode == "drop":
             new = rows.where(~hit)
