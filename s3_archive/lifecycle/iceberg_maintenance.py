@@ -4,7 +4,8 @@ pointing to missing files.
 
 - `expire_snapshots`: snapshots older than `snapshot_retention_days` (keeping `retain_last`) are dropped with the
   files only they reference. The archive only adds files (its overwrite of a window's rows deletes none unless a
-  window was committed twice, which the validation prevents), so every window's data files stay referenced.
+  window was committed twice, which the validation prevents), so every window's data files stay referenced (an
+  erasure commits a window's rows again and expires every older snapshot at once: erasure/iceberg_erase.py).
 - `remove_orphan_files`: files under the table's location that no snapshot references and that are older than
   `orphan_file_days` (the data files of attempts that failed before their commit). Listed through the table's
   FileIO (`prefix_listing`), not Hadoop's file systems.
