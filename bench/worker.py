@@ -150,6 +150,20 @@ class Worker:
             extra["csv_fields"] = ["key", "value", "offset", "timestamp", "headers"]
         return self.materialize(self.config(topic, prefix, windows_per_run=min(500, len(ws)), **extra), topic, ws)
 
+    def cmd_drop_table(self, topic: str, prefix: str, format: str) -> dict[str, Any]:
+        """The topic's table of a table format (iceberg) dropped from its catalog, before the bench empties the
+        archive's prefix: the prefix alone would leave the catalog naming a metadata file that no longer exists, and
+        the next run of the archive would fail on it instead of creating the table again."""
+        from s3_archive.io.iceberg_catalog import S3Endpoint, table_ident, use_catalog
+
+        if format != "iceberg":
+            return {"dropped": False}
+        cfg = self.config(topic, prefix, format=format)
+        session = self.spark().session()
+        use_catalog(session, cfg, S3Endpoint.of_resource(self.resources()["s3"]))
+        session.sql(f"DROP TABLE IF EXISTS {table_ident(cfg, topic)}")  # the catalog's entry; the prefix, its files
+        return {"dropped": True}
+
     def cmd_decoded(self, topic: str, prefix: str, windows: list[list[int]], decoding: str,
                     registry_url: str) -> dict[str, Any]:
         """The run of `windows` to parquet with `value_decoding.type` `decoding` (bytes, or a registry type decoded

@@ -328,9 +328,11 @@ def erase_command(args: argparse.Namespace) -> int:
 
     import dagster as dg
 
-    from s3_archive.defs.resources import s3_resource
+    from s3_archive.defs.resources import s3_resource, spark_resource
     from s3_archive.erasure.erase_lineage import traced_erase
     from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals, parse_key
+    from s3_archive.erasure.iceberg_erase import TableSession
+    from s3_archive.io.iceberg_catalog import S3Endpoint
     from s3_archive.model.errors import ErasureRefused
 
     cfg = _archive_of(args)
@@ -341,9 +343,12 @@ def erase_command(args: argparse.Namespace) -> int:
                 *(parse_key(k, "base64") for k in args.key_base64)]
         request = EraseRequest(args.topic, tuple(keys),
                                FieldEquals(args.field, parse_equals(args.equals)) if args.field else None)
-        with dg.build_resources({"s3": s3_resource()}) as resources:
-            report = traced_erase(resources.s3, cfg, request, str(uuid.uuid4()), logging.getLogger("s3_archive.erase"),
-                                  dry_run=args.dry_run)
+        spark = cfg.format == "iceberg" and not args.dry_run  # its erasure commits to the table through Spark
+        with dg.build_resources({"s3": s3_resource(), **({"spark": spark_resource()} if spark else {})}) as res:
+            endpoint = S3Endpoint.of_resource(s3_resource().process_config_and_initialize())  # its Glue endpoint
+            table = TableSession(res.spark.session(), endpoint) if spark else None
+            report = traced_erase(res.s3, cfg, request, str(uuid.uuid4()), logging.getLogger("s3_archive.erase"),
+                                  dry_run=args.dry_run, table=table)
     except ErasureRefused as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -27,6 +27,7 @@ from typing import Any
 from bench import workload as wl
 from bench.common import SparkWorker
 from bench.config import BUCKET, TOPIC
+from bench.formats import empty_archive
 from bench.registry import AVRO_TOPIC, produce_avro
 from bench.under_test import KafkaResource, SchemaRegistryServer, local_s3_client, temporary_stack
 
@@ -85,6 +86,8 @@ def main() -> None:
             for arm in arms:  # warm-up, not counted
                 for fmt in formats:
                     arm.call(cmd="format", topic=TOPIC, prefix="warmup/", windows=small, format=fmt)
+                    if fmt == "iceberg":  # the table is dropped with its prefix (bench/formats.py)
+                        arm.call(cmd="drop_table", topic=TOPIC, prefix="warmup/", format=fmt)
                 if registry is not None:
                     for decoding in ("bytes", "avro"):
                         arm.call(cmd="decoded", topic=AVRO_TOPIC, prefix="warmup/", windows=small,
@@ -107,7 +110,7 @@ def main() -> None:
                             key = f"registry-{'raw' if what == 'bytes' else 'decoded'}"
                         out["seconds"].setdefault(arm.name, {}).setdefault(key, []).append(got["seconds"])
                         say(f"round {r + 1} {arm.name} {key}: {got['seconds']:.2f}s")
-                        wl.empty_prefix(s3, BUCKET, prefix)
+                        empty_archive(s3, arm, what if cmd == "format" else "parquet", prefix)
         finally:
             for arm in arms:
                 arm.stop()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.erasure.erase_run import EraseReport, erase
 from s3_archive.erasure.erasure import EraseRequest, WindowErasure
+from s3_archive.erasure.iceberg_erase import TableSession
 from s3_archive.io.lineage import ErasedWindow, LineageDataset, WarnLog, lineage_run, s3_dataset
 from s3_archive.io.s3 import S3Client
 
@@ -25,12 +26,13 @@ def erase_datasets(cfg: ArchiveConfig, topic: str, erased: Sequence[WindowErasur
 
 
 def traced_erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, run_id: str, log: WarnLog,
-                 dry_run: bool = False) -> EraseReport:
-    """`erase`, its run's lineage (job `erase.<archive>.<topic>`, `run_id` a UUID) around it unless `dry_run`."""
+                 dry_run: bool = False, table: TableSession | None = None) -> EraseReport:
+    """`erase`, its run's lineage (job `erase.<archive>.<topic>`, `run_id` a UUID) around it unless `dry_run`;
+    `table`: format iceberg's Spark session."""
     if dry_run:
         return erase(s3, cfg, request, dry_run=True)
     inputs, outputs = erase_datasets(cfg, request.topic)
     with lineage_run(f"erase.{cfg.name}.{request.topic}", "ERASE", run_id, inputs, outputs, log) as lineage:
-        report = erase(s3, cfg, request)
+        report = erase(s3, cfg, request, table=table)
         lineage.inputs, lineage.outputs = erase_datasets(cfg, request.topic, report.erased)
     return report

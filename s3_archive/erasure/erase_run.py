@@ -39,6 +39,7 @@ from s3_archive.archive.integrity import link_to, sha256_hex, window_of_manifest
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.erasure.audit import Audit
 from s3_archive.erasure.erasure import EraseRequest, WindowErasure, check_allowed, next_generation
+from s3_archive.erasure.iceberg_erase import TableEraser, TableSession
 from s3_archive.erasure.rewrite import Decoded, ObjectFormat, decode, kept_records, matching, rewritten
 from s3_archive.io.s3 import NOT_FOUND, PRECONDITION_FAILED, S3Client, error_code, list_objects
 from s3_archive.keys.objects import (
@@ -77,6 +78,7 @@ class EraseReport:
     erased: list[WindowErasure] = field(default_factory=list)
     audit_key: str | None = None
     completed: list[str] = field(default_factory=list)  # open audit records of killed erasures, completed
+    expired: dict[str, int] = field(default_factory=dict)  # format iceberg: the files the snapshot expiry deleted
 
     @property
     def records(self) -> int:
@@ -85,7 +87,8 @@ class EraseReport:
     def metadata(self) -> dict[str, Any]:
         return {"topic": self.topic, "dry_run": self.dry_run, "windows_read": self.windows_read,
                 "windows_erased": len(self.erased), "records_erased": self.records,
-                "audit_record": self.audit_key or "", "audit_records_completed": len(self.completed)}
+                "audit_record": self.audit_key or "", "audit_records_completed": len(self.completed),
+                **{f"iceberg_{k}": v for k, v in self.expired.items()}}
 
 
 # The hooks `erase` runs with when given none: a test that runs the CLI in a subprocess sets them there.
@@ -93,9 +96,10 @@ DEFAULT_HOOKS = EraseHooks()
 
 
 def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool = False,
-          hooks: EraseHooks | None = None) -> EraseReport:
+          hooks: EraseHooks | None = None, table: TableSession | None = None) -> EraseReport:
     """Erase `request`'s records from every committed window of its topic; refused (ErasureRefused) when the
-    archive does not allow it. `dry_run`: count what would be erased, write nothing."""
+    archive does not allow it. `dry_run`: count what would be erased, write nothing. `table`: the Spark session an
+    archive of format iceberg commits to its table through (erasure/iceberg_erase.py; a dry run needs none)."""
     if request.topic not in cfg.topics:
         raise ErasureRefused(f"topic {request.topic!r} is not a topic of archive {cfg.name!r} "
                              f"(its topics: {', '.join(cfg.topics)})")
@@ -103,6 +107,11 @@ def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool
     keys = sorted(k for o in list_objects(s3, cfg.bucket, manifest_prefix(cfg.prefix, request.topic))
                   if window_of_manifest_key(k := o["Key"]) is not None)
     run = _Eraser(s3, cfg, request, dry_run, hooks or DEFAULT_HOOKS)
+    if cfg.format == "iceberg" and not dry_run:
+        if table is None:
+            raise ErasureRefused(f"archive {cfg.name!r} has format iceberg: its erasure commits to the table "
+                                 "through Spark, and none was given")
+        run.table = TableEraser(table, s3, cfg, request, run.attempt)
     if not dry_run:
         run.audit.find_open()
     with ThreadPoolExecutor(WINDOWS_AT_ONCE) as pool:
@@ -112,8 +121,10 @@ def erase(s3: S3Client, cfg: ArchiveConfig, request: EraseRequest, dry_run: bool
         report.completed = run.audit.complete(report.erased)
         report.audit_key = run.audit.key if run.audit.opened else None
     failed = [d for d in done if isinstance(d, BaseException)]
-    if failed:
+    if failed:  # format iceberg: nothing expired (a failed window's manifest may list files its next run reads)
         raise failed[0]
+    if run.table is not None and (report.erased or report.completed):
+        report.expired = run.table.expire(run.versioned)
     return report
 
 
@@ -126,6 +137,7 @@ class _Eraser:
         status = s3.get_bucket_versioning(Bucket=cfg.bucket).get("Status")
         self.versioned = status in ("Enabled", "Suspended")
         self.audit = Audit(s3, cfg, request, self.attempt, self.lock_of(None))
+        self.table: TableEraser | None = None  # format iceberg (not a dry run)
 
     def lock_of(self, m: Manifest | None) -> dict[str, Any]:
         lock = self.cfg.retention_lock
@@ -144,6 +156,7 @@ class _Eraser:
 
     def window(self, w: OffsetWindow) -> WindowErasure | None:
         where = self.cfg.location(self.request.topic, w)
+        carried: set[int] = set()  # format iceberg: erased from the table by an attempt that lost the manifest race
         for _ in range(TRIES):
             got = self._read_manifest(where)
             if got is None:
@@ -156,18 +169,21 @@ class _Eraser:
                 self._sweep(where, old, gen)
             read = self._read(old)
             matched = [(o, d, rows) for o, d, rows in read if rows]
-            if not matched:
+            carried = {o for o in carried if not old.is_erased(o)}
+            if not matched and not carried:
                 return None
-            count = sum(len(rows) for _, _, rows in matched)
             if self.dry_run:
-                return WindowErasure(w.key, gen, count)
+                return WindowErasure(w.key, gen, sum(len(rows) for _, _, rows in matched))
             self.audit.open_intent()
-            objects, dead, erased = self._rewrite(where, old, gen + 1, matched)
+            objects, dead, erased = self._rewrite(where, old, gen + 1, matched, carried)
+            count = len(set(erased))
             self.hooks.fault(EraseStep.WRITTEN, w)
             gone = set(erased)
             kept = kept_records([d for _, d, _ in read], lambda o: o in gone or old.is_erased(o))
             new = next_generation(old, link_to(where.manifest_key, body), objects, dead, erased, self.attempt,
                                   datetime.now(UTC), kept)
+            if self.table is not None:  # the snapshot that holds the window's rows now
+                new = new.model_copy(update={"iceberg_snapshot_id": self.table.snapshots.get(w.key)})
             try:
                 self.s3.put_object(Bucket=where.bucket, Key=where.manifest_key, Body=new.dumps(),
                                    ContentType="application/json", IfMatch=etag, **self.lock_of(old))
@@ -175,6 +191,9 @@ class _Eraser:
                 if error_code(e) not in PRECONDITION_FAILED + ("409", "ConditionalRequestConflict"):
                     raise
                 listed = {o.key for o in old.all_objects}  # lost the race: the objects we wrote are orphans
+                if self.table is not None:  # the table's data files are Iceberg's: the table keeps our commit
+                    carried |= _data_offsets(old, matched)
+                    objects = []
                 self._purge([o.key for o in [*objects, *dead] if o.key not in listed])
                 continue
             self.hooks.fault(EraseStep.COMMITTED, w)
@@ -226,9 +245,11 @@ class _Eraser:
         return out
 
     def _rewrite(self, where: WindowLocation, old: Manifest, gen: int, matched: list[tuple[ManifestObject, Decoded,
-                 list[int]]]) -> tuple[list[ManifestObject], list[ManifestObject], list[int]]:
+                 list[int]]], carried: set[int]) -> tuple[list[ManifestObject], list[ManifestObject], list[int]]:
         """The window's data and dead-letter objects of generation `gen` (those holding matches written again, left
-        out when no record is left; the others kept), and the offsets erased."""
+        out when no record is left; the others kept), and the offsets erased. Format iceberg: the data objects are
+        the table's data files after the window's rows are committed again (erasure/iceberg_erase.py), without
+        the matched offsets and those `carried` from an attempt that committed them to the table."""
         replaced = {o.key: (decoded, rows) for o, decoded, rows in matched}
         erased: list[int] = []
 
@@ -246,11 +267,21 @@ class _Eraser:
                     out.append(self._put(generation_key(o.key, suffix, gen, self.attempt), data, old))
             return out
 
+        if self.table is not None:
+            dead = kept(old.dead_letter_objects)
+            in_table = sorted(carried | _data_offsets(old, matched))
+            return self.table.erase_window(where.window, in_table), dead, sorted({*erased, *in_table})
         return kept(old.objects), kept(old.dead_letter_objects), erased
 
     def _put(self, key: str, data: bytes, old: Manifest) -> ManifestObject:
         r = self.s3.put_object(Bucket=self.cfg.bucket, Key=key, Body=data, IfNoneMatch="*", **self.lock_of(old))
         return ManifestObject(key=key, size=len(data), etag=str(r["ETag"]).strip('"'), sha256=sha256_hex(data))
+
+
+def _data_offsets(old: Manifest, matched: list[tuple[ManifestObject, Decoded, list[int]]]) -> set[int]:
+    """The matched offsets of the window's data objects (not of its dead letters)."""
+    dead = {o.key for o in old.dead_letter_objects}
+    return {d.offsets[i] for o, d, rows in matched if o.key not in dead for i in rows}
 
 
 def _suffix(key: str, where: WindowLocation) -> str:

@@ -22,9 +22,10 @@ from s3_archive.model.errors import ErasureRefused
 from s3_archive.model.formats import FORMATS
 from s3_archive.model.manifest import Manifest, ManifestLink, ManifestObject, iso
 
-# Read and written again in their own format by the archive's encoders (erasure/rewrite.py). text and bytes keep no
-# key and no offset: nothing says which of their records is whose.
-ERASABLE_FORMATS = ("parquet", "avro", "jsonl", "json", "csv")
+# Read and written again in their own format by the archive's encoders (erasure/rewrite.py); iceberg's windows are
+# committed again to the table (erasure/iceberg_erase.py). text and bytes keep no key and no offset: nothing says
+# which of their records is whose.
+ERASABLE_FORMATS = ("parquet", "avro", "jsonl", "json", "csv", "iceberg")
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,6 @@ def refusal(cfg: ArchiveConfig, with_bypass_permission: bool = True) -> str | No
     if lock is not None and not with_bypass_permission:
         return (f"archive {cfg.name!r} has retention_lock mode governance and allows the bypass, but the credentials "
                 "lack s3:BypassGovernanceRetention")
-    if cfg.format == "iceberg":
-        return (f"archive {cfg.name!r} has format iceberg: erasure would need a delete or overwrite commit on the "
-                "Iceberg table, which s3-archive does not make; erase with the table's own engine (e.g. Spark SQL "
-                "DELETE) and its snapshot expiry")
     if cfg.format not in ERASABLE_FORMATS:
         return (f"archive {cfg.name!r} has format {cfg.format!r}, which stores {FORMATS[cfg.format].stores}: no key "
                 "and no offset, so no record of its objects can be found by key or named by offset; erasure rewrites "

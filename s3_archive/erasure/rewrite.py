@@ -55,6 +55,8 @@ class ObjectFormat:
     def of(cls, cfg: ArchiveConfig, dead_letter: bool = False) -> ObjectFormat:
         if dead_letter:  # the raw envelope, written as archive/executor/task.py writes dead letters
             return cls("parquet", "snappy", dead_letter=True)
+        if cfg.format == "iceberg":  # the table's data files, written by Iceberg: read here, committed again by
+            return cls("parquet", cfg.codec)  # erasure/iceberg_erase.py
         return cls(cfg.format, cfg.codec, cfg.compression_level, tuple(cfg.csv_fields) if cfg.format == "csv" else (),
                    ",".join(cfg.csv_fields).encode() if cfg.format == "csv" and cfg.sink_output.csv_header else b"")
 

@@ -17,6 +17,7 @@ from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.catalog import CatalogOptions
 from s3_archive.config.iceberg import IcebergOptions
 from s3_archive.io.s3 import S3Client
+from s3_archive.model.errors import ArchiveIntegrityError
 
 if TYPE_CHECKING:  # pyspark is imported by a run that writes, not when the definitions load
     from pyspark.sql import SparkSession
@@ -28,6 +29,8 @@ S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 # property of Iceberg's Kafka Connect sink): window keys joined by ','.
 WINDOWS_PROPERTY = "s3archive.windows"
 TOPIC_PROPERTY = "s3archive.topic"
+# Iceberg's FileIO when the metadata file the catalog names is gone (S3FileIO: "Location does not exist: s3://…")
+_METADATA_GONE = re.compile(r"NotFoundException: (?:Location|File) does not exist: (\S+\.metadata\.json)")
 
 
 @dataclass(frozen=True)
@@ -107,3 +110,22 @@ def use_catalog(spark: SparkSession, cfg: ArchiveConfig, endpoint: S3Endpoint) -
         if spark.conf.get(key, None) != value:
             spark.conf.set(key, value)
     return catalog_name(cfg)
+
+
+def missing_metadata(e: BaseException, ident: str, cfg: ArchiveConfig) -> ArchiveIntegrityError | None:
+    """An error of Iceberg's because the metadata file the catalog names for `ident` is gone (deleted under the
+    table: a prefix emptied, a lifecycle rule, a hand), as one error naming the table, the file and what to do;
+    None for any other error. No retry can help: the catalog keeps naming the missing file."""
+    m = _METADATA_GONE.search(str(e))
+    if m is None:
+        return None
+    ice = cfg.iceberg or IcebergOptions()
+    name = ident.split(".", 1)[1]
+    drop = (f"aws glue delete-table --database-name {name.split('.')[0]} --name {name.split('.')[1]}"
+            if ice.catalog == "glue" else f"delete the row of {name} from the JDBC catalog's iceberg_tables")
+    return ArchiveIntegrityError(
+        f"Iceberg table {ident}: its {ice.catalog} catalog names the metadata file {m[1]}, which does not exist "
+        "(deleted under the table), so the table cannot be read or written. Either put that file back (on a "
+        "versioned bucket: copy its last version over it), or, if the table's files are gone for good, drop the "
+        f"catalog's entry ({drop}; Spark's DROP TABLE needs the file) and delete the manifests of the topic's "
+        "windows under the archive's prefix so that they are archived again into a new table")

@@ -45,7 +45,14 @@ from s3_archive.archive.driver.task_read_job import envelope_frame, kafka_connec
 from s3_archive.archive.protocol import DecodePlan, KafkaConnection, RecordStats, Slice
 from s3_archive.config.archive import ArchiveConfig
 from s3_archive.config.iceberg import PARTITION_TRANSFORM, IcebergOptions
-from s3_archive.io.iceberg_catalog import TOPIC_PROPERTY, WINDOWS_PROPERTY, table_ident, use_catalog, warehouse
+from s3_archive.io.iceberg_catalog import (
+    TOPIC_PROPERTY,
+    WINDOWS_PROPERTY,
+    missing_metadata,
+    table_ident,
+    use_catalog,
+    warehouse,
+)
 from s3_archive.io.s3 import S3Client, list_objects
 from s3_archive.keys.objects import WindowLocation
 from s3_archive.model.errors import ArchiveIntegrityError, MissingJars, UndecodableValue
@@ -152,9 +159,12 @@ _NO_ICEBERG = re.compile(r"(?:ClassNotFoundException|NoClassDefFoundError|Cannot
                          r"catalog '[^']*')[:\s]+(org[./]apache[./]iceberg[\w./$]*)")
 
 
-def _explained(e: Exception) -> Exception:
-    """A JVM error whose cause is a jar set, as an error that says which jars (the rest unchanged)."""
+def _explained(e: Exception, ident: str = "", cfg: ArchiveConfig | None = None) -> Exception:
+    """A JVM error whose cause is a jar set, as an error that says which jars; one because the metadata file the
+    catalog names for the table `ident` is gone, as an error that names it and what to do (the rest unchanged)."""
     text = str(e)
+    if cfg is not None and (gone := missing_metadata(e, ident, cfg)) is not None:
+        return gone
     if (m := _NO_ICEBERG.search(text)) is not None:
         missing = m[1].replace("/", ".").rstrip(".")
         return MissingJars(
@@ -170,7 +180,7 @@ def _explained(e: Exception) -> Exception:
     return e
 
 
-def _conflict(e: Exception) -> bool:
+def commit_conflict(e: Exception) -> bool:
     return any(c in str(e) for c in _CONFLICTS)
 
 
@@ -201,7 +211,7 @@ def _commit(run: ArchiveRun, topic: str, ident: str, frame: DataFrame, windows: 
         except Exception as e:
             if (bad := _undecodable(e)) is not None:
                 raise bad from None
-            if not _conflict(e):
+            if not commit_conflict(e):
                 raise
             continue  # another attempt committed rows of these windows: look again
         fault(CommitStep.ICEBERG_COMMITTED)
@@ -213,7 +223,7 @@ def _commit(run: ArchiveRun, topic: str, ident: str, frame: DataFrame, windows: 
     return {k: v for k, v in done.items() if k in keys}, before or set()
 
 
-def _stats(spark: SparkSession, ident: str, windows: list[OffsetWindow], columns: list[str],
+def table_window_stats(spark: SparkSession, ident: str, windows: list[OffsetWindow], columns: list[str],
            ) -> dict[str, dict[str, Any]]:
     """Per window key: records, offsets, timestamps and record bytes of the window's rows in the table."""
     key = reduce(lambda acc, w: F.when((F.col("partition") == w.partition) & (F.col("offset") >= w.start)
@@ -227,7 +237,7 @@ def _stats(spark: SparkSession, ident: str, windows: list[OffsetWindow], columns
     return {r["w"]: r.asDict() for r in rows}
 
 
-def _data_files(spark: SparkSession, s3: S3Client, bucket: str, ident: str, windows: list[OffsetWindow],
+def table_data_files(spark: SparkSession, s3: S3Client, bucket: str, ident: str, windows: list[OffsetWindow],
                 stats: dict[str, dict[str, Any]]) -> dict[str, list[ManifestObject]]:
     """Per window key: the table's data files that hold its rows (a write task reads one slice of one window, so a
     file never holds two windows), by the files' partition and offset bounds, in offset order; checked against
@@ -281,8 +291,9 @@ def _dead_letters(run: ArchiveRun, topic: str, source: dict[str, str] | KafkaCon
 
 
 def _table_stats(p: PendingWindow, stats: dict[str, Any] | None, dead: list[dict[str, Any]]) -> RecordStats:
-    """A window's table statistics (_stats) plus those of its dead letters: the manifest counts every record. The
-    table's rows are the record of gaps: they are counted, not listed (`absent_truncated` when there are some)."""
+    """A window's table statistics (table_window_stats) plus those of its dead letters: the manifest counts every
+    record. The table's rows are the record of gaps: they are counted, not listed (`absent_truncated` when there are
+    some)."""
     s = stats or {}
     out = RecordStats(s.get("n") or 0, s.get("bytes") or 0, s.get("first"), s.get("last"), s.get("t0"), s.get("t1"))
     for r in (r for r in dead if r["kind"] == "slice"):
@@ -310,7 +321,7 @@ def commit_windows(run: ArchiveRun, topic: str, pending: list[PendingWindow], de
     try:
         _write_table(run, topic, pending, decode, table, source)
     except Exception as e:
-        return dict.fromkeys([p.window for p in pending], _explained(e))
+        return dict.fromkeys([p.window for p in pending], _explained(e, table.ident, run.cfg))
     results: dict[OffsetWindow, tuple[Manifest, Outcome] | BaseException] = {}
     for p in pending:
         try:
@@ -367,8 +378,8 @@ def _write_table(run: ArchiveRun, topic: str, pending: list[PendingWindow], deco
         table.done |= committed
         table.earlier |= before
     if df is not None:
-        table.stats = _stats(spark, table.ident, windows, list(out.columns))
-        table.files = _data_files(spark, run.ctx.s3, cfg.bucket, table.ident, windows, table.stats)
+        table.stats = table_window_stats(spark, table.ident, windows, list(out.columns))
+        table.files = table_data_files(spark, run.ctx.s3, cfg.bucket, table.ident, windows, table.stats)
     if decode is not None:  # the table's rows do not say which versions they used: every version is listed
         from s3_archive.archive.driver.registry_plan import keep_schemas
 

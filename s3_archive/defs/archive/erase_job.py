@@ -13,8 +13,11 @@ from s3_archive.defs.archive.partitions import archive_asset_key
 from s3_archive.defs.metadata import typed
 from s3_archive.erasure.erase_lineage import traced_erase
 from s3_archive.erasure.erasure import EraseRequest, FieldEquals, parse_equals, parse_key
+from s3_archive.erasure.iceberg_erase import TableSession
+from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.lineage import run_uuid
 from s3_archive.io.s3_resource import S3Resource
+from s3_archive.io.spark import SparkResource
 from s3_archive.model.errors import UserError
 
 ERASE_JOB = "erase"
@@ -44,20 +47,22 @@ class EraseConfig(dg.Config):
 
 
 def build_erase_job(settings: Settings) -> dg.JobDefinition:
-    """The `erase` job over every archive of `settings` (needs the `s3` resource)."""
+    """The `erase` job over every archive of `settings` (needs the `s3` resource, and `spark` when an archive has
+    format iceberg: its erasure commits to the table)."""
     topics = sorted(t for a in settings.archives for t in a.topics)
 
-    @dg.op(name="erase_records", description="Rewrite every window of the topic holding matching records without "
-                                             "them, as a new generation of its manifest; keep an audit record.")
-    def _erase(context: dg.OpExecutionContext, config: EraseConfig, s3: S3Resource) -> None:
+    def erase_records(context: dg.OpExecutionContext, config: EraseConfig, s3: S3Resource,
+                      spark: SparkResource | None) -> None:
         try:
             cfg = settings.archive_for(config.topic)
         except KeyError:
             raise dg.Failure(description=f"topic {config.topic!r} is not a topic of any archive; archived topics: "
                                          f"{', '.join(topics) or 'none'}") from None
+        table = (TableSession(spark.session(), S3Endpoint.of_resource(s3))
+                 if spark is not None and cfg.format == "iceberg" and not config.dry_run else None)
         try:
             report = traced_erase(s3.get_client(), cfg, config.request(), run_uuid(context.run_id), context.log,
-                                  dry_run=config.dry_run)
+                                  dry_run=config.dry_run, table=table)
         except UserError as e:
             raise dg.Failure(description=f"{type(e).__name__}: {e}") from None
         for key in report.completed:
@@ -67,6 +72,17 @@ def build_erase_job(settings: Settings) -> dg.JobDefinition:
                              + ("to erase" if config.dry_run else f"erased, generation {w.generation}"))
         context.log_event(dg.AssetObservation(asset_key=archive_asset_key(config.topic),
                                               metadata=typed(report.metadata())))
+
+    what = dict(name="erase_records", description="Rewrite every window of the topic holding matching records "
+                "without them, as a new generation of its manifest; keep an audit record.")
+    if any(a.format == "iceberg" for a in settings.archives):
+        @dg.op(**what)
+        def _erase(context: dg.OpExecutionContext, config: EraseConfig, s3: S3Resource, spark: SparkResource) -> None:
+            erase_records(context, config, s3, spark)
+    else:
+        @dg.op(**what)
+        def _erase(context: dg.OpExecutionContext, config: EraseConfig, s3: S3Resource) -> None:
+            erase_records(context, config, s3, None)
 
     @dg.job(name=ERASE_JOB, description="Erase records (by key, or a decoded field's value) from an archived topic "
                                         "(docs/compliance.md).")

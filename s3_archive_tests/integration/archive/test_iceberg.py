@@ -11,6 +11,7 @@ import pytest
 from s3_archive.archive.driver.archive_run import ArchiveContext, ArchiveHooks
 from s3_archive.archive.driver.commit import no_fault
 from s3_archive.archive.driver.coordinator import archive_windows
+from s3_archive.archive.failures import permanent
 from s3_archive.archive.protocol import S3Connection
 from s3_archive.archive.verify import verify_topic
 from s3_archive.config.iceberg import IcebergOptions
@@ -18,7 +19,7 @@ from s3_archive.io.iceberg_catalog import WINDOWS_PROPERTY, S3Endpoint, table_id
 from s3_archive.io.s3 import verify_manifest
 from s3_archive.keys.objects import manifest_key
 from s3_archive.lifecycle.iceberg_maintenance import maintain_table
-from s3_archive.model.errors import UndecodableValue
+from s3_archive.model.errors import ArchiveIntegrityError, UndecodableValue
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.request import RestoreContext, RestoreRequest
 from s3_archive.restore.run import restore_windows
@@ -233,3 +234,31 @@ def test_dead_letters_go_beside_the_table_and_restore_merges_them_in(spark, kafk
                                    RestoreRequest(topic, target), windows))
     assert sum(r.restored for r in reports) == len(sent)
     assert [g.body for g in consume_all(kafka, target)[0]] == [body(r) for r in sent]
+
+
+def test_a_table_whose_metadata_file_was_deleted_fails_the_window_once_naming_it(spark, kafka, s3, endpoint, unique):
+    """The catalog still names the table, but its metadata file was deleted under it (a prefix emptied): the next
+    window fails with one error that names the table, the missing file and what to do, which no retry repeats;
+    so does the maintenance of the table."""
+    topic = create_topic(kafka, f"ice-gone-{unique}")
+    produce(kafka, topic, [(0, k, v, h) for k, v, h in RECORDS])
+    cfg = archive_config(BUCKET, topic, f"ice-gone-{unique}/", format="iceberg")
+    first, second = OffsetWindow(0, 0, 2), OffsetWindow(0, 2, 5)
+    _run(spark, kafka, s3, cfg, topic, [first], log, endpoint=endpoint)
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{cfg.prefix}_iceberg/")["Contents"]
+    gone = [o["Key"] for o in listed if o["Key"].endswith(".metadata.json")]
+    assert gone
+    for key in gone:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+
+    ctx = ArchiveContext(spark, kafka, s3, S3Connection.of_client(s3), endpoint, log)
+    e = archive_windows(ctx, cfg, topic, [second])[second]
+    assert isinstance(e, ArchiveIntegrityError) and permanent(e), e
+    ident = table_ident(cfg, topic)
+    assert str(e).startswith(f"Iceberg table {ident}: its glue catalog names the metadata file s3://{BUCKET}/"
+                             f"{cfg.prefix}_iceberg/"), e
+    assert f"{max(gone)}, which does not exist" in str(e) and "aws glue delete-table" in str(e)
+    assert "Py4J" not in str(e) and "\tat " not in str(e)
+    assert manifest(s3, cfg, topic, second) is None
+    with pytest.raises(ArchiveIntegrityError, match=f"Iceberg table {ident}: its glue catalog names"):
+        maintain_table(spark, cfg, topic, endpoint)

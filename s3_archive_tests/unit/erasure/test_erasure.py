@@ -70,7 +70,7 @@ def test_refusals_name_why():
     allowed = _cfg(retention_lock={"mode": "governance", "days": 30}, erasure={"allow_governance_bypass": True})
     assert refusal(allowed) is None
     assert "s3:BypassGovernanceRetention" in refusal(allowed, with_bypass_permission=False)
-    for fmt in ("avro", "jsonl", "json", "csv"):
+    for fmt in ("avro", "jsonl", "json", "csv", "iceberg"):  # iceberg: committed again to the table
         assert refusal(_cfg(format=fmt)) is None, fmt
     for fmt in ("text", "bytes"):  # neither keeps a key nor an offset
         assert f"format {fmt!r}" in refusal(_cfg(format=fmt)) and "no key and no offset" in refusal(_cfg(format=fmt))

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from s3_archive.archive.driver.iceberg_commit import _explained
-from s3_archive.model.errors import MissingJars
+from s3_archive.archive.failures import permanent
+from s3_archive.config.archive import ArchiveConfig
+from s3_archive.io.iceberg_catalog import table_ident
+from s3_archive.model.errors import ArchiveIntegrityError, MissingJars
 
 MISSING = [
     # the driver (a Connect server's): Spark cannot load the catalog's plugin class
@@ -33,3 +36,27 @@ def test_other_missing_classes_and_errors_pass_unchanged():
                        "\n\tat org.apache.iceberg.aws.HttpClientProperties.applyHttpClientConfigurations")
     other = RuntimeError("org.apache.iceberg.exceptions.ValidationException: Found conflicting files")
     assert _explained(sdk) is sdk and _explained(other) is other
+
+
+GONE = ("An error occurred while calling o4446.tableExists.\n: org.apache.iceberg.exceptions.NotFoundException: "
+        "Location does not exist: s3://bench/fmt-iceberg/_iceberg/s3_archive/bench/metadata/00001-439c4f46.metadata.json"
+        "\n\tat org.apache.iceberg.aws.s3.S3InputStream.openStream(S3InputStream.java:263)")
+
+
+@pytest.mark.parametrize("catalog", ["glue", "jdbc"])
+def test_a_table_whose_metadata_file_is_gone_fails_once_naming_the_table_the_file_and_what_to_do(catalog):
+    iceberg = {"catalog": "jdbc", "jdbc_uri": "jdbc:sqlite:/tmp/i.db"} if catalog == "jdbc" else {}
+    cfg = ArchiveConfig(name="bench", topics=["orders"], bucket="bench", prefix="fmt-iceberg/", format="iceberg",
+                        iceberg=iceberg)
+    ident = table_ident(cfg, "orders")
+    e = _explained(RuntimeError(GONE), ident, cfg)
+    assert isinstance(e, ArchiveIntegrityError) and permanent(e)  # no retry: the catalog keeps naming the file
+    text = str(e)
+    assert text.startswith(f"Iceberg table {ident}: its {catalog} catalog names the metadata file "
+                           "s3://bench/fmt-iceberg/_iceberg/s3_archive/bench/metadata/00001-439c4f46.metadata.json, "
+                           "which does not exist")
+    assert ("aws glue delete-table --database-name s3_archive --name orders" in text) == (catalog == "glue")
+    assert "put that file back" in text and "manifests" in text
+    other = RuntimeError("org.apache.iceberg.exceptions.NotFoundException: Location does not exist: "
+                         "s3://b/t/data/00000-1.parquet")  # a data file, not the table's metadata: unchanged
+    assert _explained(other, ident, cfg) is other
