@@ -28,20 +28,28 @@ USER = {"type": "record", "name": "User", "namespace": "crm", "fields": [
 USER_KEY = {"type": "record", "name": "UserKey", "namespace": "crm", "fields": [{"name": "id", "type": "long"}]}
 
 
+def outrun_ids(target: SchemaRegistryClient, source_id: int, unique: str) -> None:
+    """Register schemas of no use in the target registry until its ids reach `source_id`, so that the id a restore
+    registers there next differs from the source's whatever ran before (a fresh target numbers from 1, as the source
+    did)."""
+    n = 0
+    while target.register_schema(f"pad-{unique}-{n}", Schema(json.dumps(
+            {"type": "record", "name": f"Pad{unique}{n}", "fields": []}), "AVRO")) < source_id:
+        n += 1
+
+
 def test_dr_restore_rewrites_ids_into_a_new_registry(registry_server, target_registry_server, kafka, s3, services,
                                                      spark, unique):
     topic = create_topic(kafka, f"sr-dr-{unique}")
     source = SchemaRegistryClient({"url": registry_server.url, "timeout": 10})
-    # another subject first, so that the target's ids differ from the source's
     target = SchemaRegistryClient({"url": target_registry_server.url, "timeout": 10})
-    target.register_schema(f"other-{unique}", Schema(json.dumps({"type": "record", "name": "X", "fields": []}),
-                                                     "AVRO"))
     vser = AvroSerializer(source, json.dumps(USER))
     kser = AvroSerializer(source, json.dumps(USER_KEY))
     rows = [(0, kser({"id": i}, SerializationContext(topic, MessageField.KEY)),
              vser({"id": i, "email": f"u{i}@x" if i % 2 else None}, SerializationContext(topic, MessageField.VALUE)),
              [("h", b"v")]) for i in range(5)]
     produced = produce(kafka, topic, rows)
+    outrun_ids(target, int.from_bytes(produced[0].value[1:5], "big"), unique)
     cfg = archive_config(services.bucket, topic, f"srr/{unique}/", value_decoding={"type": "avro"},
                          key_decoding={"type": "avro"})
     window = OffsetWindow(0, 0, 5)
@@ -97,11 +105,10 @@ def test_a_window_whose_framed_records_are_all_dead_letters_is_never_restored_wi
     topic = create_topic(kafka, f"sr-dr-dead-{unique}")
     source = SchemaRegistryClient({"url": registry_server.url, "timeout": 10})
     target = SchemaRegistryClient({"url": target_registry_server.url, "timeout": 10})
-    target.register_schema(f"other-dead-{unique}", Schema(json.dumps({"type": "record", "name": "Y", "fields": []}),
-                                                          "AVRO"))  # the target's ids differ from the source's
     good = AvroSerializer(source, json.dumps(USER))({"id": 1, "email": None},
                                                     SerializationContext(topic, MessageField.VALUE))
     sid = int.from_bytes(good[1:5], "big")
+    outrun_ids(target, sid, unique)
     # framed with a real id, but bodies that do not decode: every record is a dead letter, the manifest lists no
     # schema
     values = [good[:5] + b"\xff\xff\xff" + bytes([i]) for i in range(3)]
