@@ -20,7 +20,7 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapSink
-from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
+from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer, TransactionalProducer
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
     PROVENANCE_PARTITION,
@@ -38,13 +38,13 @@ READ_AHEAD_BATCHES = 2
 
 
 def open_producer(kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None,
-                  delivery_reports: bool = False) -> Producer:
+                  delivery_reports: bool = False) -> TransactionalProducer:
     """The producer `request.producer` names, initialised: producer.py's `Producer` (python) or native_producer.py's
     `NativeProducer` (native; a missing native module is one error naming the setting and `make setup`)."""
     if request.producer == "native":
         from s3_archive.restore.native_producer import NativeProducer
 
-        return NativeProducer(kafka, request, transactional_id, delivery_reports)  # type: ignore[return-value]
+        return NativeProducer(kafka, request, transactional_id, delivery_reports)
     return Producer(kafka, request, transactional_id, delivery_reports)
 
 
@@ -81,7 +81,7 @@ class RestoreRun:
     transaction holding its last records is committed."""
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
-                 txn_id: str | None = None, producer: Producer | None = None,
+                 txn_id: str | None = None, producer: TransactionalProducer | None = None,
                  progress: Progress | None = None) -> None:
         """`producer`: this group's, already initialised (None: made here, unless a dry run)."""
         self.request, self.fault = request, hooks.fault
