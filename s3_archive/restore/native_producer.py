@@ -49,6 +49,30 @@ def _headers_type() -> Any:
     return pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
+def _takes(name: str, t: Any) -> bool:
+    """Whether native/'s producer takes an Arrow array of type `t` as column `name` (restore/batch.py's names)."""
+    import pyarrow as pa
+
+    binary = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
+    if name in ("keys", "values"):
+        return t in binary
+    if name == "headers":
+        if not pa.types.is_list(t) or not pa.types.is_struct(t.value_type):
+            return False
+        fields = {f.name: f.type for f in t.value_type}
+        return fields.get("key") == pa.string() and fields.get("value") in binary
+    return t == pa.int64()  # offsets, timestamps (epoch ms)
+
+
+def _column(batch: Records, name: str, t: Any) -> Any:
+    """Column `name` of `batch` as an Arrow array the native producer takes: the batch's own (a reader's), else
+    made from its list."""
+    import pyarrow as pa
+
+    got = batch.arrow(name)
+    return got if got is not None and _takes(name, got.type) else pa.array(getattr(batch, name), t)
+
+
 class _At:
     """A delivered record's offset, as the offset map's delivery callbacks read it (`msg.offset()`)."""
 
@@ -97,18 +121,26 @@ class NativeProducer(TransactionalProducer):
     def _ended(self) -> None:
         self.tracked.clear()
 
-    def send(self, batch: Records, tps: int | list[int], track: tuple[Callable, Callable] | None = None) -> None:
-        """Queue `batch` to target partition `tps` (one for all, or one per record) in one call; waits while the
-        local queue is full, up to our deadline. `track`: the offset map's callbacks for the batch's first and
-        last record, called with their delivery offsets by `flush`."""
+    def send(self, batch: Records, tps: int | list[int], track: tuple[Callable, Callable] | None = None,
+             provenance: tuple[list[tuple[str, bytes | None]], str] | None = None) -> None:
+        """Queue `batch` to target partition `tps` (one for all, or one per record) in one call, its Arrow columns
+        as they came (a column held as a list is made an array here); waits while the local queue is full, up to
+        our deadline. `track`: the offset map's callbacks for the batch's first and last record, called with their
+        delivery offsets by `flush`. `provenance`: (headers, name): `headers` added to every record after its own,
+        then header `name` holding the record's source offset as decimal text."""
         import pyarrow as pa  # imported by the first batch sent, not at load
 
         self.begin()
+        extra, offset_header, offsets = None, None, None
+        if provenance is not None:
+            extra, offset_header = provenance
+            offsets = _column(batch, "offsets", pa.int64())
         try:
             batch_id = self.producer.produce_arrow(
                 self.request.target_topic, tps if isinstance(tps, int) else pa.array(tps, pa.int32()),
-                pa.array(batch.keys, pa.binary()), pa.array(batch.values, pa.binary()),
-                pa.array(batch.headers, _headers_type()), pa.array(batch.timestamps, pa.int64()),
+                _column(batch, "keys", pa.binary()), _column(batch, "values", pa.binary()),
+                _column(batch, "headers", _headers_type()), _column(batch, "timestamps", pa.int64()),
+                extra_headers=extra, offset_header=offset_header, offsets=offsets,
                 track=track is not None, queue_full_s=self.deadline)
         except self.error as e:
             if getattr(e, "code", None) == _QUEUE_FULL:
