@@ -36,8 +36,8 @@ class RestoreTarget(StrictModel):
                                          "re-initialising its producer after the target cluster became unreachable")
     producers: int = Field(default=1, ge=1, le=16, description="transactional producers side by side, each "
                            "producing the source partitions of its share of the target's partitions")
-    producer: Literal["python", "native"] = Field(default="python", description="the client that produces: python "
-                                                  "(confluent-kafka) or native (native/'s producer of Arrow batches)")
+    producer: Literal["python", "native"] = Field(default="native", description="the client that produces: native "
+                                                  "(native/'s producer of Arrow batches) or python (confluent-kafka)")
     dry_run: bool = Field(default=False, description="a preview target: every run only plans (counts), "
                                                      "whatever the run config says")
     mode: Literal["manual", "follow"] = Field(default="manual", description="follow: a sensor restores each window "

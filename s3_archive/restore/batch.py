@@ -13,6 +13,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.ledger import RangeSet
@@ -20,24 +21,156 @@ from s3_archive.restore.request import ArchivedRecord, Filters, record_bytes
 
 Headers = list[tuple[str, bytes | None]]
 
+# Records' columns, in ArchivedRecord's field order (then the sizes).
+COLUMNS = ("partitions", "offsets", "keys", "values", "headers", "timestamps", "sizes")
+_NO_HEADERS: list = []  # shared by every record without headers (nothing mutates a record's header list)
+
+
+def _names(col: Any) -> list[str | None]:
+    """Header names as Python strings, dictionary-decoded: one string per distinct name of the batch, shared by
+    every header that has it (a batch holds few distinct names: decoding each is most of the work)."""
+    import pyarrow.compute as pc
+
+    if col.null_count or len(col) < 64:
+        return col.to_pylist()
+    enc = pc.dictionary_encode(col)
+    return list(map(enc.dictionary.to_pylist().__getitem__, enc.indices.to_pylist()))
+
+
+def header_lists(col: Any) -> list[Headers]:
+    """An Arrow list<struct<key, value>> column as each record's headers, (name, value) pairs: one to_pylist per
+    field of the batch, not per record."""
+    n = len(col)
+    offsets = col.offsets  # absolute positions in col.values (the list array's slice offset included)
+    bounds = offsets.to_pylist()
+    lo, hi = bounds[0], bounds[-1]
+    if hi == lo:
+        return [_NO_HEADERS] * n
+    names, values = col.values.flatten()  # the struct's fields, its own offset applied
+    pairs = list(zip(_names(names.slice(lo, hi - lo)), values.slice(lo, hi - lo).to_pylist()))
+    k = (hi - lo) // n
+    if not col.null_count and k * n == hi - lo and bounds == list(range(lo, hi + 1, k)):
+        return list(map(list, zip(*[iter(pairs)] * k)))  # every record has k headers: grouped in C
+    rel = [o - lo for o in bounds]
+    headers = [pairs[a:b] if a < b else _NO_HEADERS for a, b in zip(rel, itertools.islice(rel, 1, None))]
+    if col.null_count:
+        headers = [h if ok else _NO_HEADERS for h, ok in zip(headers, col.is_valid().to_pylist())]
+    return headers
+
+
+def _as_list(name: str, col: Any) -> list:
+    """An Arrow column of Records as its Python list."""
+    if name == "headers":
+        return header_lists(col)
+    if name in ("keys", "values") or col.null_count:
+        return col.to_pylist()
+    return col.to_numpy(zero_copy_only=False).tolist()  # integers: numpy makes the ints at C speed
+
+
+class _Column:
+    """A column of Records: a Python list, made from the column's Arrow array when first read (and kept);
+    setting it replaces the column (its Arrow array goes)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Records | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        got = obj._lists.get(self.name)
+        if got is None:
+            got = obj._lists[self.name] = _as_list(self.name, obj._arrow[self.name])
+        return got
+
+    def __set__(self, obj: Records, value: list) -> None:
+        obj._lists[self.name] = value
+        obj._arrow.pop(self.name, None)
+
 
 class Records:
-    """Records in file order as parallel lists (ArchivedRecord's fields); `sizes` are key + value + header
-    bytes. No list is changed in place: filtering makes a new batch, and the run replaces a whole column
+    """Records in file order, column-wise (ArchivedRecord's fields); `sizes` are key + value + header bytes. A
+    column is a Python list or an Arrow array (a Parquet reader's: no Python object per record until a list is
+    read). The native producer takes the Arrow arrays as they are (`arrow`); reading a column as a list makes it
+    once. No column is changed in place: filtering makes a new batch, and the run replaces a whole column
     (timestamps it cannot keep, headers with provenance) of a batch it got from a reader."""
 
-    __slots__ = ("partitions", "offsets", "keys", "values", "headers", "timestamps", "sizes")
+    __slots__ = ("_lists", "_arrow")
 
-    def __init__(self, partitions: list[int], offsets: list[int], keys: list[bytes | None],
-                 values: list[bytes | None], headers: list[Headers], timestamps: list[int], sizes: list[int]) -> None:
-        self.partitions, self.offsets, self.keys, self.values = partitions, offsets, keys, values
-        self.headers, self.timestamps, self.sizes = headers, timestamps, sizes
+    partitions, offsets, keys, values = _Column(), _Column(), _Column(), _Column()
+    headers, timestamps, sizes = _Column(), _Column(), _Column()
+
+    def __init__(self, partitions: Any, offsets: Any, keys: Any, values: Any, headers: Any, timestamps: Any,
+                 sizes: Any) -> None:
+        """Each column a list, or an Arrow array (timestamps int64 epoch ms, sizes int64)."""
+        self._lists: dict[str, list] = {}
+        self._arrow: dict[str, Any] = {}
+        for name, col in zip(COLUMNS, (partitions, offsets, keys, values, headers, timestamps, sizes)):
+            (self._lists if isinstance(col, list) else self._arrow)[name] = col
+
+    @classmethod
+    def _of(cls, lists: dict[str, list], arrow: dict[str, Any]) -> Records:
+        r = cls.__new__(cls)
+        r._lists, r._arrow = lists, arrow
+        return r
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        got = self._lists.get("offsets")
+        return len(got if got is not None else self._arrow["offsets"])
 
     def columns(self) -> tuple[list, ...]:
         return (self.partitions, self.offsets, self.keys, self.values, self.headers, self.timestamps, self.sizes)
+
+    def arrow(self, name: str) -> Any:
+        """Column `name` as the Arrow array it came as; None once replaced by a list (or when it came as one)."""
+        return self._arrow.get(name)
+
+    def materialized(self) -> Records:
+        """Every column read as a list now (a reader thread's work, not its consumer's); the batch itself."""
+        self.columns()
+        return self
+
+    def with_columns(self, **lists: list) -> Records:
+        """A batch with the columns named replaced (lists), the others shared."""
+        return Records._of({**self._lists, **lists}, {k: v for k, v in self._arrow.items() if k not in lists})
+
+    def total_bytes(self) -> int:
+        got = self._lists.get("sizes")
+        if got is not None:
+            return sum(got)
+        import pyarrow.compute as pc
+
+        return pc.sum(self._arrow["sizes"]).as_py() or 0
+
+    def clamp_timestamps(self) -> int:
+        """Timestamps <= 0 (and null) made 0 ("now" to librdkafka: they cannot be kept); how many there were."""
+        ts = self._lists.get("timestamps")
+        if ts is None:
+            import pyarrow.compute as pc
+
+            col = pc.fill_null(self._arrow["timestamps"], 0)
+            bad = pc.sum(pc.less_equal(col, 0)).as_py() or 0
+            if bad:
+                self._arrow["timestamps"] = pc.max_element_wise(col, 0)
+            return bad
+        if not ts or min(ts) > 0:
+            return 0
+        self.timestamps = [t if t > 0 else 0 for t in ts]
+        return sum(1 for t in ts if t <= 0)
+
+    def in_time(self, filters: Filters) -> list[int]:
+        """The positions of the records whose timestamp passes the time filter."""
+        col = self._arrow.get("timestamps") if "timestamps" not in self._lists else None
+        if col is None:
+            time_ok = filters.time_ok
+            return [i for i, t in enumerate(self.timestamps) if time_ok(t)]
+        import pyarrow.compute as pc
+
+        ok = pc.is_valid(col)
+        if filters.from_timestamp_ms is not None:
+            ok = pc.and_(ok, pc.greater_equal(col, filters.from_timestamp_ms))
+        if filters.to_timestamp_ms is not None:
+            ok = pc.and_(ok, pc.less(col, filters.to_timestamp_ms))
+        return pc.indices_nonzero(pc.fill_null(ok, False)).to_numpy().tolist()
 
     @classmethod
     def from_rows(cls, rows: Sequence[tuple]) -> Records:
@@ -57,10 +190,18 @@ class Records:
         return map(ArchivedRecord._make, self.rows())
 
     def slice(self, i: int, j: int) -> Records:
-        return Records(*(c[i:j] for c in self.columns()))
+        j = max(i, min(j, len(self)))
+        return Records._of({k: c[i:j] for k, c in self._lists.items()},
+                           {k: a.slice(i, j - i) for k, a in self._arrow.items()})
 
     def take(self, idx: list[int]) -> Records:
-        return Records(*([c[i] for i in idx] for c in self.columns()))
+        arrow = {}
+        if self._arrow:
+            import pyarrow as pa
+
+            at = pa.array(idx, pa.int64())
+            arrow = {k: a.take(at) for k, a in self._arrow.items()}
+        return Records._of({k: [c[i] for i in idx] for k, c in self._lists.items()}, arrow)
 
 
 def batches_of(rows: Iterable[tuple], n: int) -> Iterator[Records]:
@@ -90,12 +231,23 @@ def select(batch: Records, lo: int, hi: int, done: RangeSet | None, filters: Fil
         skipped = len(batch) - len(keep)
         batch = batch.take(keep)
     if filters.has_time and len(batch):
-        time_ok = filters.time_ok
-        keep = [i for i, t in enumerate(batch.timestamps) if time_ok(t)]
+        keep = batch.in_time(filters)
         if len(keep) < len(batch):
             filtered += len(batch) - len(keep)
             batch = batch.take(keep)
     return batch, skipped, filtered
+
+
+def materialized(batches: Iterator[Records]) -> Iterator[Records]:
+    """`batches` with every column read as a list (`Records.materialized`: in the thread that reads them); closing
+    this closes `batches`."""
+    try:
+        for b in batches:
+            yield b.materialized()
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 _END = object()

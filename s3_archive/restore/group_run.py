@@ -17,10 +17,10 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, WindowSource, read_ahead, select
+from s3_archive.restore.batch import Headers, Records, WindowSource, materialized, read_ahead, select
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapSink
-from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer
+from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer, TransactionalProducer
 from s3_archive.restore.request import (
     PROVENANCE_OFFSET,
     PROVENANCE_PARTITION,
@@ -38,13 +38,13 @@ READ_AHEAD_BATCHES = 2
 
 
 def open_producer(kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None,
-                  delivery_reports: bool = False) -> Producer:
+                  delivery_reports: bool = False) -> TransactionalProducer:
     """The producer `request.producer` names, initialised: producer.py's `Producer` (python) or native_producer.py's
     `NativeProducer` (native; a missing native module is one error naming the setting and `make setup`)."""
     if request.producer == "native":
         from s3_archive.restore.native_producer import NativeProducer
 
-        return NativeProducer(kafka, request, transactional_id, delivery_reports)  # type: ignore[return-value]
+        return NativeProducer(kafka, request, transactional_id, delivery_reports)
     return Producer(kafka, request, transactional_id, delivery_reports)
 
 
@@ -81,7 +81,7 @@ class RestoreRun:
     transaction holding its last records is committed."""
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
-                 txn_id: str | None = None, producer: Producer | None = None,
+                 txn_id: str | None = None, producer: TransactionalProducer | None = None,
                  progress: Progress | None = None) -> None:
         """`producer`: this group's, already initialised (None: made here, unless a dry run)."""
         self.request, self.fault = request, hooks.fault
@@ -265,12 +265,17 @@ class RestoreRun:
         per_record = request.mapping.mode == "murmur2"
         tp = self.route(sp, None)
         counts = rep.partitions
-        provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())]
+        provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())] \
+            if request.provenance_headers else None
+        # `producer: native` takes a batch's Arrow columns as they are; the python producer's calls take Python
+        # objects, made in the reader's thread
+        batches_in = getattr(producer, "sends_batches", False)
+        read = src.batches() if batches_in else materialized(src.batches())
         # An open start is known at the first record (self.seg_start is where the ledger's next range begins).
         self.seg_start, last = (hi if src.open_start else lo), -1
         archived = restored = skipped = filtered = nbytes = replaced = 0
         # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
-        with contextlib.closing(read_ahead(src.batches(), READ_AHEAD_BATCHES)) as batches:
+        with contextlib.closing(read_ahead(read, READ_AHEAD_BATCHES)) as batches:
             for batch in batches:
                 if self.progress.stop.is_set():
                     raise Stopped()
@@ -286,14 +291,11 @@ class RestoreRun:
                 if not len(batch):
                     continue
                 restored += len(batch)
-                size = sum(batch.sizes)
-                nbytes += size
-                if min(batch.timestamps) <= 0:
-                    # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
-                    replaced += sum(1 for t in batch.timestamps if t <= 0)
-                    batch.timestamps = [t if t > 0 else 0 for t in batch.timestamps]
+                nbytes += batch.total_bytes()
+                # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
+                replaced += batch.clamp_timestamps()
                 tps: int | list[int] = tp
-                if per_record:
+                if per_record:  # the key of each record, read as Python bytes, picks its partition
                     tps = list(map(self.route, itertools.repeat(sp), batch.keys))
                     for p, b in zip(tps, batch.sizes):
                         c = counts.get(p)
@@ -303,10 +305,10 @@ class RestoreRun:
                         c.bytes += b
                 if producer is None:
                     continue
-                if request.provenance_headers:
+                if provenance is not None and not batches_in:  # the native producer adds them itself
                     batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
                                      for h, o in zip(batch.headers, batch.offsets)]
-                ready.extend(self._produce(batch, tps, sp, rep))
+                ready.extend(self._produce(batch, tps, sp, rep, provenance))
         if not per_record and restored:
             counts[tp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
@@ -315,10 +317,12 @@ class RestoreRun:
             rep.archived = archived
         return last
 
-    def _produce(self, batch: Records, tps: int | list[int], sp: int, rep: WindowReport) -> list[WindowReport]:
+    def _produce(self, batch: Records, tps: int | list[int], sp: int, rep: WindowReport,
+                 provenance: Headers | None = None) -> list[WindowReport]:
         """Hand `batch` (restorable records of source partition `sp`) to the producer, target partition `tps`
         (one for all, or one per record); commits whenever the transaction is full (`transaction_records`) or
-        older than TRANSACTION_SECONDS (checked once per batch). Returns the reports its commits complete."""
+        older than TRANSACTION_SECONDS (checked once per batch). `provenance`: the provenance headers of `sp`, for
+        a producer that adds them itself. Returns the reports its commits complete."""
         ready: list[WindowReport] = []
         producer, max_txn = self.producer, self.request.transaction_records
         n, i = len(batch), 0
@@ -328,7 +332,7 @@ class RestoreRun:
                 self.txn_sp, self.txn_t0 = sp, time.monotonic()
             j = min(n, i + max_txn - self.txn_records)
             part = batch if i == 0 and j == n else batch.slice(i, j)
-            self._send(part, tps if isinstance(tps, int) else tps[i:j])
+            self._send(part, tps if isinstance(tps, int) else tps[i:j], provenance)
             self.txn_records += j - i
             # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
             if self.txn_records >= max_txn or time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS:
@@ -339,11 +343,11 @@ class RestoreRun:
             i = j
         return ready
 
-    def _send(self, batch: Records, tps: int | list[int]) -> None:
+    def _send(self, batch: Records, tps: int | list[int], provenance: Headers | None = None) -> None:
         """The producer's calls: the one loop per record (the client's own call, no Python around it), or with
-        `producer: native` one call per batch."""
+        `producer: native` one call per batch (which adds the `provenance` headers itself)."""
         if getattr(self.producer, "sends_batches", False):
-            self._send_batch(batch, tps)
+            self._send_batch(batch, tps, provenance)
             return
         produce, slow, topic = self.producer.producer.produce, self.producer.produce, self.request.target_topic
         rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
@@ -366,16 +370,18 @@ class RestoreRun:
         if not faulty:
             self.progress.count("produced", len(batch))
 
-    def _send_batch(self, batch: Records, tps: int | list[int]) -> None:
+    def _send_batch(self, batch: Records, tps: int | list[int], provenance: Headers | None) -> None:
         """`producer: native`: the batch in one call (a record per call while a test's fault hook counts records);
-        with the offset map, the recorder's callbacks for its first and last record."""
+        with the offset map, the recorder's callbacks for its first and last record; `provenance`: the constant
+        provenance headers, then the source offset's, added to every record by the producer."""
         sink, faulty = self.map_sink, self.fault is not no_fault
         n = len(batch)
         pieces = [(0, n)] if not faulty else [(i, i + 1) for i in range(n)]
         for i, j in pieces:
             part = batch if (i, j) == (0, n) else batch.slice(i, j)
             track = sink.recorder.track(tps, part.offsets) if sink is not None and isinstance(tps, int) else None
-            self.producer.send(part, tps if isinstance(tps, int) else tps[i:j], track)
+            self.producer.send(part, tps if isinstance(tps, int) else tps[i:j], track,
+                               None if provenance is None else (provenance, PROVENANCE_OFFSET))
             if faulty:  # tests: crash after the n-th record of the run
                 self.fault(f"produced:{self.progress.count('produced')}")
         if not faulty:

@@ -5,7 +5,8 @@ ledger's store as committed-offset metadata of a consumer group, committed in th
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
@@ -98,10 +99,10 @@ def ledger_retrying(timeout_s: float) -> Retrying:
                     wait=wait_exponential(multiplier=0.05, max=1.0), reraise=True)
 
 
-def commit_retrying() -> Retrying:
-    """commit_transaction: at most 3 attempts, at once, while it fails with a retriable error (e.g. a timeout).
-    librdkafka does not retry the call itself: it leaves a retriable error to the caller."""
-    return Retrying(retry=retry_if_exception(_retriable), stop=stop_after_attempt(3), reraise=True)
+def commit_retrying(retriable: Callable[[BaseException], bool] = _retriable) -> Retrying:
+    """commit_transaction: at most 3 attempts, at once, while it fails with an error `retriable` says may pass
+    (e.g. a timeout). librdkafka does not retry the call itself: it leaves a retriable error to the caller."""
+    return Retrying(retry=retry_if_exception(retriable), stop=stop_after_attempt(3), reraise=True)
 
 
 class LedgerStore:
@@ -138,12 +139,23 @@ class LedgerStore:
         self.consumer.close()
 
 
-class Producer:
-    """A transactional producer that turns Kafka's errors into clear ones.
+class ClientError(NamedTuple):
+    """What the restore reads off a client's error, whichever client raised it: librdkafka's code (None: not a
+    Kafka error), whether a retry may succeed, whether the client is unusable, whether the transaction must abort."""
 
-    No per-record delivery callback: a record that fails delivery puts the transaction in the abortable state, so
-    `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
-    client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
+    code: int | None
+    retriable: bool
+    fatal: bool
+    requires_abort: bool
+
+
+class TransactionalProducer:
+    """The restore's transactional producer, whichever client sends (`producer`): the same settings, our deadline on
+    every transactional call, `init_transactions` fencing a crashed run, and Kafka's errors turned into clear ones
+    (fenced, unreachable, the rest). A client says what differs: how it is made (`_open`), its error class
+    (`error`), how an error reads (`_classify`), how offsets go into the transaction (`_send_offsets`)."""
+
+    error: type[BaseException] = KafkaException  # the client's error class
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, transactional_id: str | None = None,
                  delivery_reports: bool = False) -> None:
@@ -152,31 +164,39 @@ class Producer:
         self.request, self.timeout, self.who = request, max(TRANSACTION_CALL_TIMEOUT_S, kafka.timeout_s), kafka.who
         self.txn_id = transactional_id or request.ledger_id
         self.deadline = self.timeout + WATCHDOG_GRACE_S
-        self.producer = kafka.producer(**producer_settings(self.txn_id, delivery_reports))
+        self.producer = self._open(kafka, producer_settings(self.txn_id, delivery_reports))
         self.in_txn = False
         self.abandoned = False  # a call passed our deadline and may still be inside the client
         try:
             # Aborts a transaction a crashed run left open, and fences that run's producer.
             self._call(self.producer.init_transactions)
-        except KafkaException as e:
+        except self.error as e:
             self.close()
-            err = _kafka_error(e)
-            raise init_failed(self.txn_id, e, err is not None and (err.retriable() or err.code() in UNREACHABLE)) \
-                from None
+            info = self._classify(e)
+            raise init_failed(self.txn_id, e, info.retriable or info.code in UNREACHABLE) from None
 
-    def failed(self, what: str, e: KafkaException) -> RestoreFailed:
-        err = _kafka_error(e)
-        code = err.code() if err is not None else None
-        if code == KafkaError._FATAL:
-            # Calls after a fatal error fail with a generic _FATAL; poll raises the fatal error itself (e.g. fenced).
-            try:
-                self.producer.poll(0)
-            except KafkaException as fatal:
-                e = fatal
-                code = getattr(_kafka_error(fatal), "code", lambda: code)()
-        if code in FENCED:
+    def _open(self, kafka: KafkaResource, settings: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _classify(self, e: BaseException) -> ClientError:
+        raise NotImplementedError
+
+    def _fatal_cause(self, e: BaseException) -> BaseException:
+        """The error that made the client unusable, when `e` only says that it is (the client's own word)."""
+        return e
+
+    def _send_offsets(self, offsets: list, group_metadata: Any) -> None:
+        raise NotImplementedError
+
+    def _ended(self) -> None:
+        """The open transaction ended (committed or aborted): what the client kept for it goes."""
+
+    def failed(self, what: str, e: BaseException) -> RestoreFailed:
+        e = self._fatal_cause(e)
+        info = self._classify(e)
+        if info.code in FENCED:
             return fenced(self.txn_id, e)
-        if code in UNREACHABLE or (err is not None and code != KafkaError._FATAL and err.retriable()):
+        if info.code in UNREACHABLE or (info.retriable and not info.fatal):
             return CoordinatorUnreachable(f"{what} {self.request.target_topic!r} failed: {e}")
         return RestoreFailed(f"{what} {self.request.target_topic!r} failed: {e}")
 
@@ -194,9 +214,84 @@ class Producer:
         if not self.in_txn:
             try:
                 self.producer.begin_transaction()
-            except KafkaException as e:
+            except self.error as e:
                 raise self.failed("producing to", e) from None
             self.in_txn = True
+
+    def flush(self) -> None:
+        """Deliver what is queued (its delivery callbacks run here), within our deadline."""
+        left = self.producer.flush(self.timeout)
+        if left:
+            raise CoordinatorUnreachable(f"{left} records for {self.request.target_topic!r} were not delivered "
+                                         f"within {self.timeout:g}s: {self.who} takes no records")
+
+    def commit(self, offsets: list, group_metadata: Any) -> None:
+        """Commit the transaction with the ledger's `offsets` (TopicPartitions with metadata) of consumer group
+        `request.ledger_id` (`group_metadata`: the ledger consumer's)."""
+        try:
+            self._send_offsets(offsets, group_metadata)
+            # Flushes first; fails if any record of the transaction was not delivered.
+            commit_retrying(lambda e: isinstance(e, self.error) and self._classify(e).retriable)(
+                self._call, self.producer.commit_transaction)
+        except self.error as e:
+            if self._classify(e).requires_abort:
+                self.abort()
+            raise self.failed("committing a restore transaction to", e) from None
+        self._ended()
+        self.in_txn = False
+
+    def close(self) -> None:
+        """Destroy the client once no transaction is open: what is still queued is dropped (`purge`), so it
+        returns at once. A client a call may still be inside (past our deadline) is left to the garbage collector:
+        destroying it under that call is not safe."""
+        if not self.abandoned:
+            self.producer.purge()
+            self._close_client()
+
+    def _close_client(self) -> None:
+        """Destroy the client now (else with this object)."""
+
+    def abort(self) -> None:
+        if self.in_txn:
+            try:
+                self._call(self.producer.abort_transaction)
+            except self.error as e:
+                if self._classify(e).code not in FENCED:  # fenced: the new run aborts it for us
+                    raise
+            finally:
+                self._ended()
+                self.in_txn = False
+
+
+class Producer(TransactionalProducer):
+    """`producer: python`: confluent-kafka's producer, a call per record (restore/group_run.py calls the client's
+    `produce` itself; `produce` here is its slow path).
+
+    No per-record delivery callback: a record that fails delivery puts the transaction in the abortable state, so
+    `commit_transaction` fails and nothing of the transaction becomes visible. (Python callbacks running while the
+    client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
+
+    def _open(self, kafka: KafkaResource, settings: dict[str, Any]) -> Any:
+        return kafka.producer(**settings)
+
+    def _classify(self, e: BaseException) -> ClientError:
+        err = _kafka_error(e) if isinstance(e, KafkaException) else None
+        if err is None:
+            return ClientError(None, False, False, False)
+        code = err.code()
+        return ClientError(code, err.retriable(), code == KafkaError._FATAL or err.fatal(), err.txn_requires_abort())
+
+    def _fatal_cause(self, e: BaseException) -> BaseException:
+        # Calls after a fatal error fail with a generic _FATAL; poll raises the fatal error itself (e.g. fenced).
+        if self._classify(e).code == KafkaError._FATAL:
+            try:
+                self.producer.poll(0)
+            except KafkaException as fatal:
+                return fatal
+        return e
+
+    def _send_offsets(self, offsets: list, group_metadata: Any) -> None:
+        self._call(self.producer.send_offsets_to_transaction, offsets, group_metadata)
 
     def produce(self, partition: int, key: bytes | None, value: bytes | None,
                 headers: list[tuple[str, bytes | None]], timestamp_ms: int, on_delivery: Any = None) -> None:
@@ -221,43 +316,8 @@ class Producer:
         except KafkaException as e:
             raise self.failed("producing to", e) from None
 
-    def flush(self) -> None:
-        """Deliver what is queued (its delivery callbacks run here), within our deadline."""
-        left = self.producer.flush(self.timeout)
-        if left:
-            raise CoordinatorUnreachable(f"{left} records for {self.request.target_topic!r} were not delivered "
-                                         f"within {self.timeout:g}s: {self.who} takes no records")
-
-    def commit(self, offsets: list, group_metadata: Any) -> None:
+    def _close_client(self) -> None:
         try:
-            self._call(self.producer.send_offsets_to_transaction, offsets, group_metadata)
-            # Flushes first; fails if any record of the transaction was not delivered.
-            commit_retrying()(self._call, self.producer.commit_transaction)
-        except KafkaException as e:
-            err = _kafka_error(e)
-            if err is not None and err.txn_requires_abort():
-                self.abort()
-            raise self.failed("committing a restore transaction to", e) from None
-        self.in_txn = False
-
-    def close(self) -> None:
-        """Destroy the client once no transaction is open: what is still queued is dropped (`purge`), so it
-        returns at once. A client a call may still be inside (past our deadline) is left to the garbage collector:
-        destroying it under that call is not safe."""
-        if not self.abandoned:
-            self.producer.purge()
-            try:
-                self.producer.close()
-            except KafkaException:  # a client in a fatal state (fenced) raises that error again
-                pass
-
-    def abort(self) -> None:
-        if self.in_txn:
-            try:
-                self._call(self.producer.abort_transaction)
-            except KafkaException as e:
-                err = _kafka_error(e)
-                if err is None or err.code() not in FENCED:  # fenced: the new run aborts it for us
-                    raise
-            finally:
-                self.in_txn = False
+            self.producer.close()
+        except KafkaException:  # a client in a fatal state (fenced) raises that error again
+            pass

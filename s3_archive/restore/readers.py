@@ -1,5 +1,5 @@
-"""Readers of our archive formats: one object's records in file order, in lists of plain tuples (ArchivedRecord's
-fields), built column-wise where the format allows (parquet). Pure: they read a file object.
+"""Readers of our archive formats: one object's records in file order, as Arrow columns where the format allows
+(parquet), else as plain tuples (ArchivedRecord's fields). Pure: they read a file object.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import base64
 import bz2
 import gzip
 import io
-import itertools
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from backports import zstd
 
 from s3_archive.model.errors import ArchiveIntegrityError
-from s3_archive.restore.batch import Records
+from s3_archive.restore.batch import Records, header_lists
 from s3_archive.restore.request import ArchivedRecord
 
 if TYPE_CHECKING:
@@ -45,8 +44,8 @@ def _ts_divisor(t: pa.DataType) -> int:
     return {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit] if pa.types.is_timestamp(t) else 1
 
 
-def _ms(col: pa.Array) -> list[int]:
-    """A timestamp (or integer epoch-ms) column as epoch milliseconds, floored like Python's //."""
+def _ms(col: pa.Array) -> pa.Array:
+    """A timestamp (or integer epoch-ms) column as int64 epoch milliseconds, floored like Python's //."""
     import pyarrow as pa  # pyarrow is imported by the first Parquet object read, not at load
     import pyarrow.compute as pc
 
@@ -54,12 +53,11 @@ def _ms(col: pa.Array) -> list[int]:
     div = _ts_divisor(t)
     ints = col.cast(pa.int64())
     if pa.types.is_timestamp(t) and t.unit == "s":
-        return pc.multiply(ints, 1000).to_pylist()
+        return pc.multiply(ints, 1000)
     if div == 1:
-        return ints.to_pylist()
-    if ints.null_count == 0 and len(ints) and pc.min(ints).as_py() >= 0:
-        return pc.divide(ints, div).to_pylist()  # truncation = floor for values >= 0
-    return [None if v is None else v // div for v in ints.to_pylist()]
+        return ints
+    q = pc.divide(ints, div)  # truncates toward 0: one less where a negative value has a remainder
+    return pc.subtract(q, pc.cast(pc.and_(pc.less(ints, 0), pc.not_equal(pc.multiply(q, div), ints)), pa.int64()))
 
 
 def _lengths(col: pa.Array) -> pa.Array:
@@ -70,43 +68,15 @@ def _lengths(col: pa.Array) -> pa.Array:
     return pc.fill_null(pc.binary_length(col), 0).cast(pa.int64())
 
 
-def _names(col: pa.Array) -> list[str | None]:
-    """Header names as Python strings, dictionary-decoded: one string per distinct name of the batch, shared by
-    every header that has it (a batch holds few distinct names: decoding each is most of the work)."""
-    import pyarrow.compute as pc
-    if col.null_count or len(col) < 64:
-        return col.to_pylist()
-    enc = pc.dictionary_encode(col)
-    return list(map(enc.dictionary.to_pylist().__getitem__, enc.indices.to_pylist()))
-
-
-_NO_HEADERS: list = []  # shared by every record without headers (nothing mutates a record's header list)
-
-
-def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, bytes | None]]], list[int]]:
-    """Per row: the headers as (name, value) pairs, and key + value + header bytes. Column-wise: one
-    to_pylist per column of the batch, not per row."""
+def _sizes(batch: pa.RecordBatch) -> pa.Array:
+    """Per row: key + value + header bytes (int64), column-wise."""
     import pyarrow as pa  # pyarrow is imported by the first Parquet object read, not at load
     import pyarrow.compute as pc
 
     col = batch.column("headers")
     n = len(col)
     offsets = col.offsets  # absolute positions in col.values (the list array's slice offset included)
-    bounds = offsets.to_pylist()
-    lo, hi = bounds[0], bounds[-1]
     names, values = col.values.flatten()  # the struct's fields, its own offset applied
-    if hi == lo:
-        headers = [_NO_HEADERS] * n
-    else:
-        pairs = list(zip(_names(names.slice(lo, hi - lo)), values.slice(lo, hi - lo).to_pylist()))
-        k = (hi - lo) // n
-        if not col.null_count and k * n == hi - lo and bounds == list(range(lo, hi + 1, k)):
-            headers = list(map(list, zip(*[iter(pairs)] * k)))  # every record has k headers: grouped in C
-        else:
-            rel = [o - lo for o in bounds]
-            headers = [pairs[a:b] if a < b else _NO_HEADERS for a, b in zip(rel, itertools.islice(rel, 1, None))]
-            if col.null_count:
-                headers = [h if ok else _NO_HEADERS for h, ok in zip(headers, col.is_valid().to_pylist())]
     # Header bytes per row: differences of the running sum of name + value lengths at the list offsets.
     each = pc.add(_lengths(names), _lengths(values))
     running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(each)]) if len(each) else \
@@ -115,25 +85,27 @@ def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, byte
     per_row = pc.subtract(at.slice(1), at.slice(0, n))
     if col.null_count:
         per_row = pc.if_else(col.is_valid(), per_row, 0)
-    total = pc.add(pc.add(_lengths(batch.column("key")), _lengths(batch.column("value"))), per_row)
-    return headers, total.to_pylist()
+    return pc.add(pc.add(_lengths(batch.column("key")), _lengths(batch.column("value"))), per_row)
+
+
+def _headers_and_sizes(batch: pa.RecordBatch) -> tuple[list[list[tuple[str, bytes | None]]], list[int]]:
+    """Per row: the headers as (name, value) pairs, and key + value + header bytes."""
+    return header_lists(batch.column("headers")), _sizes(batch).to_pylist()
 
 
 _COLUMNS = ["key", "value", "headers", "partition", "offset", "timestamp"]
 
 
 def parquet_batches(f: Any, batch_size: int = PARQUET_BATCH) -> Iterator[Records]:
-    """Records of one Parquet object, in file order, a batch at a time, built column-wise (one to_pylist per
-    column and batch; header names dictionary-decoded: one string per distinct name). Columns other than the
-    envelope's (decoded value fields) are not read."""
+    """Records of one Parquet object, in file order, a batch at a time, as Arrow columns (no Python object per
+    record until a column is read as a list: restore/batch.py). Columns other than the envelope's (decoded value
+    fields) are not read."""
     import pyarrow.parquet as pq  # not at load
 
     pf = pq.ParquetFile(f)
     for batch in pf.iter_batches(batch_size=batch_size, columns=_COLUMNS):
-        headers, sizes = _headers_and_sizes(batch)
-        yield Records(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
-                      batch.column("key").to_pylist(), batch.column("value").to_pylist(), headers,
-                      _ms(batch.column("timestamp")), sizes)
+        yield Records(batch.column("partition"), batch.column("offset"), batch.column("key"), batch.column("value"),
+                      batch.column("headers"), _ms(batch.column("timestamp")), _sizes(batch))
 
 
 def parquet_records(f: Any) -> Iterator[ArchivedRecord]:

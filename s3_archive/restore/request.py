@@ -37,10 +37,10 @@ TRANSACTION_SECONDS = 20.0
 DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
 # Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py).
 DEFAULT_PRODUCERS = 1
-# The client that produces (`producer`): python, confluent-kafka's call per record (producer.py); native, native/'s
-# producer of Arrow batches (native_producer.py).
+# The client that produces (`producer`): native, native/'s producer of Arrow batches (native_producer.py); python,
+# confluent-kafka's call per record (producer.py).
 PRODUCER_CLIENTS = ("python", "native")
-DEFAULT_PRODUCER = "python"
+DEFAULT_PRODUCER = "native"
 
 
 def no_fault(step: str) -> None:

@@ -164,13 +164,15 @@ class SchemaRewrite:
     def rewritten(self, window: OffsetWindow, batches: Iterator[Records], ids: dict[str, dict[int, int | None]],
                   target_topic: str) -> Iterator[Records]:
         """The batches with each framed key and value carrying the target registry's schema id; a framed record
-        with an id the window does not list resolved, kept or refused (`_unlisted`) before its batch goes on."""
+        with an id the window does not list resolved, kept or refused (`_unlisted`) before its batch goes on. Keys
+        and values are read as Python bytes, one per record: the framing is checked and rewritten record by
+        record."""
         counts = self.counts.setdefault(window, RewriteCounts())
         for b in batches:
             values = self._rewrite(window, "value", b.values, b.offsets, ids["value"], counts, target_topic)
             keys = self._rewrite(window, "key", b.keys, b.offsets, ids["key"], counts, target_topic)
             if values is not b.values or keys is not b.keys:
-                b = Records(b.partitions, b.offsets, keys, values, b.headers, b.timestamps, b.sizes)
+                b = b.with_columns(keys=keys, values=values)  # the other columns as they came (Arrow)
             yield b
 
     def _rewrite(self, window: OffsetWindow, part: str, payloads: list[bytes | None], offsets: list[int],

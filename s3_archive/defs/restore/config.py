@@ -42,8 +42,8 @@ class RestoreConfig(dg.Config):
         "restart), re-initialise the producer and resume from the ledger for up to this long; then fail")
     producers: int = Field(default=DEFAULT_PRODUCERS, description="transactional producers side by side (1 to 16), "
                            "each producing the source partitions of its share of the target's partitions, in order")
-    producer: str = Field(default=DEFAULT_PRODUCER, description="python (confluent-kafka, a call per record) | "
-                          "native (native/'s producer of Arrow batches, built by make setup)")
+    producer: str = Field(default=DEFAULT_PRODUCER, description="native (native/'s producer of Arrow batches, built "
+                          "by make setup) | python (confluent-kafka, a call per record)")
     wait_for_cold_seconds: int = Field(
         default=0, ge=0, description="objects in GLACIER / DEEP_ARCHIVE: 0 = request RestoreObject, then fail "
                                      "with the count still pending; > 0 = request, then poll until they are "

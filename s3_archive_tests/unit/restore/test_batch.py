@@ -180,3 +180,55 @@ def test_objects_older_than_the_restore_are_frozen_only_while_it_runs():
         assert 0 < gc.get_freeze_count() <= frozen and made_after
     finally:
         gc.unfreeze()
+
+
+def _arrow_records(rows: list[ArchivedRecord]) -> Records:
+    """`rows` as a Parquet reader hands them: every column an Arrow array (timestamps in µs, as Spark writes)."""
+    headers = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    buf = io.BytesIO()
+    pq.write_table(pa.table({
+        "key": pa.array([r.key for r in rows], pa.binary()), "value": pa.array([r.value for r in rows], pa.binary()),
+        "headers": pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in rows], headers),
+        "partition": pa.array([r.partition for r in rows], pa.int32()),
+        "offset": pa.array([r.offset for r in rows], pa.int64()),
+        "timestamp": pa.array([r.timestamp_ms * 1000 for r in rows], pa.timestamp("us", tz="UTC"))}), buf)
+    buf.seek(0)
+    (batch,) = parquet_batches(buf, 1000)
+    return batch
+
+
+@settings(max_examples=100, deadline=None)
+@given(offsets=st.lists(st.integers(0, 80), min_size=1, max_size=40, unique=True).map(sorted),
+       lo=st.integers(0, 80), width=st.integers(1, 80),
+       done=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 15)), max_size=4),
+       time_range=st.none() | st.tuples(st.none() | st.integers(-50, 50), st.none() | st.integers(51, 100)),
+       seed=st.integers(0, 100))
+def test_a_batch_of_arrow_columns_selects_clamps_and_counts_as_one_of_lists(offsets, lo, width, done, time_range,
+                                                                            seed):
+    timestamps = [(o * 37 + seed) % 150 - 50 for o in offsets]  # some <= 0
+    lists = _records(offsets, timestamps)
+    arrow = _arrow_records(list(lists.records()))
+    assert arrow.arrow("keys") is not None and arrow.arrow("headers") is not None
+    ledger = RangeSet((a, a + n) for a, n in done)
+    filters = Filters(*time_range) if time_range else Filters()
+    hi = lo + width
+    got = [select(b, lo, hi, ledger if ledger.overlaps(lo, hi) else None, filters) for b in (lists, arrow)]
+    (a, *counts_a), (b, *counts_b) = got
+    assert counts_a == counts_b
+    assert a.total_bytes() == b.total_bytes() == sum(a.sizes)
+    assert a.clamp_timestamps() == b.clamp_timestamps()
+    # the native producer gets the reader's columns, sliced and taken, not lists made back into arrays
+    assert b.arrow("keys") is not None and b.arrow("values") is not None and b.arrow("headers") is not None
+    assert b.arrow("timestamps").to_pylist() == a.timestamps
+    assert list(b.records()) == list(a.records())
+    assert list(b.slice(1, 3).records()) == list(a.slice(1, 3).records())
+
+
+def test_replacing_a_column_drops_its_arrow_array_and_keeps_the_others():
+    b = _arrow_records([ArchivedRecord(0, 5, b"k", b"v", [("h", b"1")], 7)])
+    b.headers = [b.headers[0] + [("p", b"2")]]
+    assert b.arrow("headers") is None and b.arrow("keys") is not None
+    c = b.with_columns(values=[b"w"])
+    assert c.arrow("values") is None and c.arrow("keys") is not None
+    assert list(c.rows()) == [(0, 5, b"k", b"w", [("h", b"1"), ("p", b"2")], 7, 1 + 1 + 1 + 1)]
+    assert b.materialized() is b and list(b.values) == [b"v"]

@@ -142,7 +142,8 @@ def window(p: int, start: int, end: int) -> WindowSource:
 def restore(producers: int, windows: list[WindowSource], fault=None) -> list:
     import logging
 
-    request = RestoreRequest("src", "dst", transaction_records=120, producers=producers)
+    # the stand-in is for the python client (its `produce` call per record)
+    request = RestoreRequest("src", "dst", transaction_records=120, producers=producers, producer="python")
     hooks = RestoreHooks(fault) if fault else RestoreHooks()
     return list(run.restore_sources(RestoreContext(FakeKafka(), None, logging.getLogger("t")), request, windows,
                                     hooks=hooks))

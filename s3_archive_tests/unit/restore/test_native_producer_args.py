@@ -81,3 +81,29 @@ def test_the_native_producer_missing_is_one_error_naming_the_setting_and_the_fix
 def test_an_unknown_producer_names_the_allowed_ones():
     with pytest.raises(InvalidRestore, match="producer must be one of python, native; got 'rust'"):
         RestoreRequest("a", "b", producer="rust")
+
+
+def test_a_batch_read_from_parquet_goes_to_the_producer_as_its_own_arrow_columns():
+    import io
+
+    import pyarrow.parquet as pq
+
+    from s3_archive.restore.batch import Records
+    from s3_archive.restore.native_producer import _column, _headers_type
+    from s3_archive.restore.readers import parquet_batches
+
+    element = pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"key": pa.array([b"k", None], pa.binary()), "value": pa.array([b"v", b""], pa.binary()),
+                             "headers": pa.array([[{"key": "h", "value": None}], []], pa.list_(element)),
+                             "partition": pa.array([0, 0], pa.int32()), "offset": pa.array([7, 8], pa.int64()),
+                             "timestamp": pa.array([1_000, 2_000], pa.timestamp("us", tz="UTC"))}), buf)
+    buf.seek(0)
+    (batch,) = parquet_batches(buf)
+    types = {"keys": pa.binary(), "values": pa.binary(), "headers": _headers_type(), "timestamps": pa.int64(),
+             "offsets": pa.int64()}
+    assert all(_column(batch, name, t) is batch.arrow(name) for name, t in types.items())
+    lists = Records([0], [7], [b"k"], [b"v"], [[("h", None)]], [1], [3])  # a row-wise reader's batch
+    made = {name: _column(lists, name, t) for name, t in types.items()}
+    assert made["headers"].type == _headers_type() and made["headers"].to_pylist() == [[{"key": "h", "value": None}]]
+    assert made["timestamps"].to_pylist() == [1] and made["offsets"].to_pylist() == [7]
