@@ -150,15 +150,15 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
     targets["restore / N parallel bare producers"] = _fmt_target(vs_produce_n, TARGETS["restore_vs_parallel_produce"]) \
         | {"note": "the best of the parallel producers (processes), per round"}
     json_out["restore_vs_parallel_produce"] = round(vs_produce_n.median, 3)
-    native = m["restore_native"].seconds
+    python = m["restore_python"].seconds
     for key, label, base_s in (("produce", "bare produce", m["produce"].seconds),
                                ("parallel_produce", "N parallel bare producers",
                                 best_of(m, "produce", parallel_only=True))):
-        r = paired_ratios(native, base_s)
-        targets[f"restore (producer native) / {label}"] = _fmt_target(r, TARGETS[f"restore_vs_{key}"]) \
-            | {"note": "the same restore with `producer: native`, in the same rounds"}
-        json_out[f"restore_native_vs_{key}"] = round(r.median, 3)
-        ratios[f"restore_native_vs_{key}"] = r.as_dict()
+        r = paired_ratios(python, base_s)
+        targets[f"restore (producer python) / {label}"] = _fmt_target(r, TARGETS[f"restore_vs_{key}"]) \
+            | {"note": "the same restore with `producer: python`, in the same rounds"}
+        json_out[f"restore_python_vs_{key}"] = round(r.median, 3)
+        ratios[f"restore_python_vs_{key}"] = r.as_dict()
 
     # --- run overhead, per JVM variant ---
     ov = x["overhead"]
@@ -374,7 +374,7 @@ SIZE_KEYS = ("archive_vs_limit", "archive_vs_spark_read", "archive_vs_naive", "a
              "archive_vs_archive_python", "read_native_vs_read_python",
              "archive_vs_connect_iceberg",
              "archive_vs_flink", "archive_vs_spark_streaming", "restore_vs_produce", "restore_vs_parallel_produce",
-             "restore_native_vs_produce", "restore_native_vs_parallel_produce",
+             "restore_python_vs_produce", "restore_python_vs_parallel_produce",
              "archive_vs_one_consumer", "run_overhead_s",
              "s3_requests_per_window", "jvm_peak_16x_over_1x", "deployed_catchup_s", "deployed_warm_s",
              "deployed_catchup_vs_warm", "deployed_connect_catchup_vs_warm", "deployed_one_record_launcher_s",

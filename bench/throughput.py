@@ -28,6 +28,7 @@ from bench.parallel import put_shares, run_parallel, shares
 from bench.peers.rounds import Peers
 from bench.stats import Measure, best_of, slower_of
 from bench.under_test import (
+    DEFAULT_PRODUCER,
     DEFAULT_PRODUCERS,
     ArchiveSource,
     KafkaConnection,
@@ -131,12 +132,13 @@ def contenders(s: Setup) -> dict[str, Measure]:
         "archive_spark": Measure("archive_spark", "s3-archive, read_path spark (Spark's Kafka source)",
                                  records=n, bytes=payload, note="the same run and windows, right after"),
         "restore": Measure("restore", "restore: restore_windows from the archive into a new topic", records=n,
-                           bytes=payload, note=f"transactional, exactly once (ledger); producers {DEFAULT_PRODUCERS} "
-                                               "(the default)"),
+                           bytes=payload, note=f"transactional, exactly once (ledger); producers {DEFAULT_PRODUCERS}, "
+                                               f"producer {DEFAULT_PRODUCER} (the defaults)"),
         **{f"restore_p{k}": Measure(f"restore_p{k}", f"restore with producers: {k}", records=n, bytes=payload,
                                     note="the same restore, another `producers`") for k in restore_producers()},
-        "restore_native": Measure("restore_native", "restore with producer: native (native/'s Arrow-batch producer)",
-                                  records=n, bytes=payload, note=f"the same restore, producers {DEFAULT_PRODUCERS}"),
+        "restore_python": Measure("restore_python", "restore with producer: python (confluent-kafka, a call per "
+                                  "record)", records=n, bytes=payload,
+                                  note=f"the same restore, producers {DEFAULT_PRODUCERS}"),
         "produce": Measure("produce", "bare produce of the same records (idempotent, acks=all)", records=n,
                            bytes=payload, note="the restore's producer settings, no transaction"),
         **{f"produce_x{k}": Measure(f"produce_x{k}", f"bare produce, {k} parallel processes", records=n,
@@ -243,13 +245,13 @@ def rounds(s: Setup, worker: SparkWorker, peers: Peers, repeats: int) -> dict[st
             m[f"restore_p{k}"].seconds.append(res["seconds"])
             wl.delete_topic(kafka, target)
             say(f"  restore, producers {k}: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s")
-        target = f"restored-r{r}-native"
+        target = f"restored-r{r}-python"
         wl.create_topic(kafka, target)
-        res = time_restore(kafka, s3, BUCKET, RESTORE_SOURCE, TOPIC, target, s.windows, producer="native")
+        res = time_restore(kafka, s3, BUCKET, RESTORE_SOURCE, TOPIC, target, s.windows, producer="python")
         assert res["records"] == n, res
-        m["restore_native"].seconds.append(res["seconds"])
+        m["restore_python"].seconds.append(res["seconds"])
         wl.delete_topic(kafka, target)
-        say(f"  restore, producer native: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s")
+        say(f"  restore, producer python: {res['seconds']:.2f}s, {n / res['seconds']:,.0f} rec/s")
         target = f"produced-r{r}"
         wl.create_topic(kafka, target)
         secs = wl.produce(kafka, target, n)

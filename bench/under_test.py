@@ -42,6 +42,7 @@ from s3_archive.model.windows import OffsetWindow
 from s3_archive.recovery.capture import capture
 from s3_archive.recovery.recover import Recovery, RecoveryOptions
 from s3_archive.restore.request import (
+    DEFAULT_PRODUCER,
     DEFAULT_PRODUCERS,
     DEFAULT_TRANSACTION_RECORDS,
     RestoreContext,
@@ -51,7 +52,7 @@ from s3_archive.restore.run import restore_windows
 from s3_archive.restore.sources import ArchiveSource, archived_windows
 
 __all__ = [
-    "DEFAULT_PRODUCERS", "DEFAULT_TRANSACTION_RECORDS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource",
+    "DEFAULT_PRODUCER", "DEFAULT_PRODUCERS", "DEFAULT_TRANSACTION_RECORDS", "FORMATS", "LOCAL_AWS", "ArchiveConfig", "ArchiveSource",
     "FaultProxy", "KafkaBroker", "KafkaConnection", "KafkaResource", "KafkaUnavailable", "OffsetWindow",
     "PostgresServer", "Recovery", "RecoveryOptions", "RestoreContext", "RestoreRequest",
     "Retired", "S3Resource", "SchemaRegistryServer", "SparkConnectServer", "SparkResource", "TopicView",
