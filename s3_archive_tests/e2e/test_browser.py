@@ -28,7 +28,7 @@ from s3_archive.local.processes import free_port
 from s3_archive.local.stack import down, local_s3_client, read_state
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.e2e.browser import Browser, artifacts_dir, chromium, starting_with, with_text
-from s3_archive_tests.e2e.test_dagster_dev import graphql
+from s3_archive_tests.e2e.dagster_graphql import graphql
 from s3_archive_tests.kafka_helpers import consume_all
 
 REPO = Path(__file__).resolve().parents[2]

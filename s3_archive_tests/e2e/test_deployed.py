@@ -19,7 +19,7 @@ from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import TOPIC_TAG
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
 from s3_archive.model.windows import OffsetWindow
-from s3_archive_tests.e2e.test_dagster_dev import graphql
+from s3_archive_tests.e2e.dagster_graphql import graphql
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
