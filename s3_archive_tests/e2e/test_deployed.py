@@ -1,6 +1,10 @@
 """The deployed shape: Dagster on PostgreSQL (deploy/dagster.postgres.yaml) with the queued run coordinator, and
 `dagster-daemon` + `dagster-webserver` as separate processes, driven over GraphQL like the UI: a sensor-launched
-archive and a backfill, checked in S3."""
+archive and a backfill, checked in S3.
+
+The backfill daemon evaluates backfills every 30 s, a period Dagster does not let an instance set: the UI backfill is
+launched as the module starts and checked by the module's last test, so that its two daemon iterations pass while the
+other tests run."""
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ def deployed(services, kafka, postgres, tmp_path_factory):
     config = root / "archives.yaml"
     config.write_text(f"""archives:
   - {{name: deployed_sensed, topics: [{sensed}], bucket: {services.bucket}, prefix: deployed-sensed/,
-     flush: {{count: 40, interval_seconds: null}}, windows_per_run: 2}}
+     flush: {{count: 40, interval_seconds: null}}, windows_per_run: 2, sensor_interval_seconds: 5}}
   - {{name: deployed_backfill, topics: [{filled}], bucket: {services.bucket}, prefix: deployed-backfill/,
      sensor_default: stopped}}
 """)
@@ -76,6 +80,23 @@ def deployed(services, kafka, postgres, tmp_path_factory):
             print(f"--- {log} (tail)\n" + "\n".join((root / log).read_text(errors="replace").splitlines()[-40:]))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ui_backfill(deployed, kafka) -> tuple[str, list, list[OffsetWindow]]:
+    """The UI backfill over three windows, launched as the module starts: its id, the records, the windows."""
+    url, home, _, _, topic, _, _ = deployed
+    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
+    windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    launched = graphql(url, """
+        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+                       {"p": {"partitionNames": [w.key for w in windows],
+                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    return launched["backfillId"], produced, windows
+
+
 def runs(url: str) -> list[dict]:
     data = graphql(url, """{ runsOrError(limit: 100) { ... on Runs { results {
         runId status tags { key value } } } } }""")
@@ -100,7 +121,7 @@ def test_the_instance_is_postgres_with_queued_runs_and_a_healthy_daemon(deployed
         if required and all(s["healthy"] for s in required):
             break
         assert time.monotonic() < deadline, f"the daemon is not healthy: {required}"
-        time.sleep(3)
+        time.sleep(1)
     assert {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR"} <= {s["daemonType"] for s in required}
     # The database password is given through the environment only, never on a command line.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -124,7 +145,7 @@ def test_a_deployed_archive_archives_with_no_human_step_through_the_queue(deploy
     while not all(manifest(s3, cfg, topic, w) for w in windows):
         assert daemon.poll() is None, "the daemon exited"
         assert time.monotonic() < deadline, "the sensor's runs did not archive the windows within 420 s"
-        time.sleep(5)
+        time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced
     # A run's last window is committed a moment before the run itself ends: wait for both runs to end.
     while True:
@@ -132,32 +153,24 @@ def test_a_deployed_archive_archives_with_no_human_step_through_the_queue(deploy
         if mine and not {r["status"] for r in mine} & {"QUEUED", "NOT_STARTED", "STARTING", "STARTED"}:
             break
         assert time.monotonic() < deadline, f"the sensor's runs did not end within 420 s: {mine}"
-        time.sleep(2)
+        time.sleep(1)
     assert len(mine) == 2 and {r["status"] for r in mine} == {"SUCCESS"}  # windows_per_run 2, one topic at a time
 
 
-def test_a_ui_backfill_runs_through_the_queue(deployed, kafka, s3, services):
-    url, home, _, _, topic, _, daemon = deployed
-    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
-    windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
-    launched = graphql(url, """
-        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
-          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
-                       {"p": {"partitionNames": [w.key for w in windows],
-                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+def test_a_ui_backfill_runs_through_the_queue(deployed, ui_backfill, s3, services):
+    """Last in the module: its backfill (`ui_backfill`) was launched as the module started."""
+    url, _, _, _, topic, _, daemon = deployed
+    backfill_id, produced, windows = ui_backfill
     deadline = time.monotonic() + 420
     while True:
         status = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
             ... on PartitionBackfill { status runs { status tags { key value } } } } }""",
-                         {"id": launched["backfillId"]})["partitionBackfillOrError"]
+                         {"id": backfill_id})["partitionBackfillOrError"]
         if status["status"] not in ("REQUESTED",):
             break
         assert daemon.poll() is None, "the daemon exited"
         assert time.monotonic() < deadline, "the backfill did not finish within 420 s"
-        time.sleep(3)
+        time.sleep(1)
     assert status["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), status
     (run,) = status["runs"]  # three windows, one run (windows_per_run 100)
     assert run["status"] == "SUCCESS" and any(t["key"] == "dagster/backfill" for t in run["tags"])
