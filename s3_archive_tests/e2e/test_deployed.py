@@ -2,9 +2,9 @@
 `dagster-daemon` + `dagster-webserver` as separate processes, driven over GraphQL like the UI: a sensor-launched
 archive and a backfill, checked in S3.
 
-The backfill daemon evaluates backfills every 30 s, a period Dagster does not let an instance set: the UI backfill is
-launched as the module starts and checked by the module's last test, so that its two daemon iterations pass while the
-other tests run."""
+The backfill daemon evaluates backfills every 30 s from its start, a period Dagster does not let an instance set: the
+UI backfill is launched on the webserver before the daemon starts, and checked by the module's last test, so that its
+two daemon iterations (the first as the daemon starts) pass while the other tests run."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -29,10 +31,24 @@ from s3_archive_tests.kafka_helpers import create_topic, produce
 
 REPO = Path(__file__).resolve().parents[2]
 DATABASE = "e2e_deployed"
+BIN_DIR = Path(sys.executable).parent  # the venv's console scripts, as a deployment runs them
+
+
+@dataclass
+class Webserver:
+    """The deployment's webserver, up, on the instance of $DAGSTER_HOME (its daemon not started yet)."""
+
+    root: Path
+    url: str
+    home: Path
+    env: dict[str, str]
+    workspace: list[str]
+    sensed: str
+    filled: str
 
 
 @pytest.fixture(scope="module")
-def deployed(services, kafka, postgres, tmp_path_factory):
+def webserver(services, kafka, postgres, tmp_path_factory) -> Iterator[Webserver]:
     root = tmp_path_factory.mktemp("deployed")
     home = root / "dagster_home"
     home.mkdir()
@@ -51,11 +67,9 @@ def deployed(services, kafka, postgres, tmp_path_factory):
            "S3_ARCHIVE_CONFIG": str(config), "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
     port = free_port()
     workspace = ["-w", str(REPO / "workspace.yaml")]
-    bin_dir = Path(sys.executable).parent  # the venv's console scripts, as a deployment runs them
-    # Two processes, as deployed (not `dagster dev`): the daemon runs sensors and dequeues runs; the webserver serves
-    # the UI's GraphQL. Both read the instance from $DAGSTER_HOME/dagster.yaml.
-    daemon = spawn([str(bin_dir / "dagster-daemon"), "run", *workspace], root / "daemon.log", env=env)
-    web = spawn([str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), *workspace],
+    # Two processes, as deployed (not `dagster dev`): the webserver serves the UI's GraphQL; the daemon (`deployed`)
+    # runs sensors and backfills and dequeues runs. Both read the instance from $DAGSTER_HOME/dagster.yaml.
+    web = spawn([str(BIN_DIR / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), *workspace],
                 root / "webserver.log", env=env)
     url = f"http://127.0.0.1:{port}"
     # This process opens the same instance (to add partitions as a user would): it needs the same variables.
@@ -66,35 +80,50 @@ def deployed(services, kafka, postgres, tmp_path_factory):
             with urllib.request.urlopen(f"{url}/server_info", timeout=2):
                 return True
         wait_until(up, 180, web, "dagster-webserver", root / "webserver.log")
-        assert daemon.poll() is None, (root / "daemon.log").read_text()[-3000:]
-        yield url, home, env, sensed, filled, postgres, daemon
+        yield Webserver(root, url, home, env, workspace, sensed, filled)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        for proc in (web, daemon):
-            stop_pid(proc.pid)
-        for log in ("daemon.log", "webserver.log"):
-            print(f"--- {log} (tail)\n" + "\n".join((root / log).read_text(errors="replace").splitlines()[-40:]))
+        stop_pid(web.pid)
+        _print_tail(root / "webserver.log")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ui_backfill(deployed, kafka) -> tuple[str, list, list[OffsetWindow]]:
-    """The UI backfill over three windows, launched as the module starts: its id, the records, the windows."""
-    url, home, _, _, topic, _, _ = deployed
+@pytest.fixture(scope="module")
+def ui_backfill(webserver: Webserver, kafka) -> tuple[str, list, list[OffsetWindow]]:
+    """The UI backfill over three windows, launched before the daemon starts: the daemon's first backfill iteration
+    (as it starts) requests its run and the next (30 s later) marks it completed, while the other tests run. Its id,
+    the records, the windows; checked by the module's last test."""
+    topic = webserver.filled
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
     windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with dg.DagsterInstance.from_config(str(webserver.home)) as instance:
         instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
-    launched = graphql(url, """
+    launched = graphql(webserver.url, """
         mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
           __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
                        {"p": {"partitionNames": [w.key for w in windows],
                               "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
     return launched["backfillId"], produced, windows
+
+
+@pytest.fixture(scope="module")
+def deployed(webserver: Webserver, ui_backfill, postgres):
+    w = webserver
+    daemon = spawn([str(BIN_DIR / "dagster-daemon"), "run", *w.workspace], w.root / "daemon.log", env=w.env)
+    try:
+        assert daemon.poll() is None, (w.root / "daemon.log").read_text()[-3000:]
+        yield w.url, w.home, w.env, w.sensed, w.filled, postgres, daemon
+    finally:
+        stop_pid(daemon.pid)
+        _print_tail(w.root / "daemon.log")
+
+
+def _print_tail(log: Path) -> None:
+    print(f"--- {log.name} (tail)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:]))
 
 
 def runs(url: str) -> list[dict]:
@@ -158,7 +187,7 @@ def test_a_deployed_archive_archives_with_no_human_step_through_the_queue(deploy
 
 
 def test_a_ui_backfill_runs_through_the_queue(deployed, ui_backfill, s3, services):
-    """Last in the module: its backfill (`ui_backfill`) was launched as the module started."""
+    """Last in the module: its backfill (`ui_backfill`) was launched before the daemon started."""
     url, _, _, _, topic, _, daemon = deployed
     backfill_id, produced, windows = ui_backfill
     deadline = time.monotonic() + 420
