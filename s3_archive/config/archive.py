@@ -157,8 +157,8 @@ class ArchiveConfig(StrictModel):
     freshness_factor: float = Field(
         default=2, ge=1, le=1000, description="the check archive_fresh fails when a record older than this x "
                                               "flush.interval_seconds is in no committed window")
-    sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor is evaluated "
-                                                                                  "at most this often")
+    sensor_interval_seconds: int = Field(default=30, ge=5, le=86_400, description="the offsets sensor (and the "
+                                             "follow sensors of its restore targets) is evaluated at most this often")
     disaster_recovery: RecoveryCapture = Field(default=RecoveryCapture(), description="topic configs, consumer "
                                                "group offsets and ACLs kept beside the windows "
                                                "(docs/disaster-recovery.md)")

@@ -28,7 +28,7 @@ from s3_archive.local.processes import free_port
 from s3_archive.local.stack import down, local_s3_client, read_state
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.e2e.browser import Browser, artifacts_dir, chromium, starting_with, with_text
-from s3_archive_tests.e2e.test_dagster_dev import graphql
+from s3_archive_tests.e2e.dagster_graphql import graphql
 from s3_archive_tests.kafka_helpers import consume_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def start_demo(root: Path, port: int, log: Path) -> subprocess.Popen:
                 return proc
         except OSError:
             assert time.monotonic() < deadline, f"the demo's UI did not come up in 300 s:\n{log.read_text()[-4000:]}"
-            time.sleep(1)
+            time.sleep(0.25)
 
 
 def stop_demo(proc: subprocess.Popen) -> int:
@@ -202,7 +202,7 @@ def wait_for_restore_run(url: str, timeout: float = 300) -> str:
             assert ours[0]["status"] == "SUCCESS", ours[0]
             return ours[0]["runId"]
         assert time.monotonic() < deadline, f"no finished restore run within {timeout} s: {runs}"
-        time.sleep(2)
+        time.sleep(0.5)
 
 
 def test_the_printed_reset_command_runs_as_printed(demo):

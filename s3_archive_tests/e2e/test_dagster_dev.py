@@ -2,13 +2,18 @@
 that archive through an S3 outage and pick up a new topic with no one touching anything.
 
 S3 is reached through the session's fault proxy (no faults but in the outage test), with one SDK retry only, so that
-an outage reaches the runs and their retries instead of being ridden out by the SDK."""
+an outage reaches the runs and their retries instead of being ridden out by the SDK.
+
+The test instance is the demo's (dagster.yaml) with the run queue looked at every second, and the sensors the tests
+wait for are evaluated every 5 s (the least `sensor_interval_seconds` and `topic_discovery.interval_seconds` allow):
+the tests wait for what the daemon does, not for its timers. The backfill daemon evaluates backfills every 30 s, a
+period Dagster does not let an instance set: the UI backfill is launched as the module starts and checked by the
+module's last test, so that its two daemon iterations pass while the other tests run."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from pathlib import Path
 import boto3
 import dagster as dg
 import pytest
+import yaml
 
 from s3_archive.catalog.tables import table_name
 from s3_archive.config.catalog import DEFAULT_DATABASE
@@ -28,20 +34,12 @@ from s3_archive.local.fault_proxy import FaultRule
 from s3_archive.local.processes import free_port
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
+from s3_archive_tests.e2e.dagster_graphql import archive_assets, graphql, sensor_ticks, start_sensor
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 from s3_archive_tests.manifests import put_jsonl_window
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def graphql(url: str, query: str, variables: dict | None = None) -> dict:
-    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}})
-                                 .encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        body = json.loads(r.read())
-    assert "errors" not in body, body
-    return body["data"]
 
 
 def refresh_topics_cli(env: dict[str, str]) -> str:
@@ -70,29 +68,7 @@ def follow_source() -> str:
     return f"e2e-fw-{os.getpid()}"
 
 
-DISCOVERY_S = 10  # the test instance's topic discovery interval
-LOCATION = {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__"}
-
-
-def start_sensor(url: str, name: str) -> None:
-    started = graphql(url, """
-        mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
-          __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
-                      {"s": {**LOCATION, "sensorName": name}})["startSensor"]
-    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
-
-
-def sensor_ticks(url: str, name: str) -> list[dict]:
-    """The sensor's ticks, oldest first: timestamp, status and skip reason."""
-    got = graphql(url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor {
-        sensorState { ticks(limit: 100) { timestamp status skipReason } } } } }""",
-                  {"s": {**LOCATION, "sensorName": name}})["sensorOrError"]
-    return sorted(got["sensorState"]["ticks"], key=lambda t: t["timestamp"])
-
-
-def archive_assets(url: str) -> set[str]:
-    nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
-    return {n["assetKey"]["path"][-1] for n in nodes if n["assetKey"]["path"][0] == "kafka_archive"}
+DISCOVERY_S = 5  # the test instance's topic discovery interval (the least it can be)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +76,11 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     home = root / "dagster_home"
     home.mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    # The demo's instance, its run queue looked at every second (Dagster's default: every 5 s), as
+    # deploy/dagster.postgres.yaml's is: a run a sensor or the UI requests starts up to 4 s sooner.
+    instance_yaml = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    instance_yaml["run_queue"]["dequeue_interval_seconds"] = 1
+    (home / "dagster.yaml").write_text(yaml.safe_dump(instance_yaml))
     topic = create_topic(kafka, f"e2e-{os.getpid()}")
     sensed = create_topic(kafka, f"e2e-sensed-{os.getpid()}", partitions=2)
     pattern = f"e2e-pat-{os.getpid()}"
@@ -117,7 +97,7 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         {"name": "e2e", "topics": [topic], "bucket": services.bucket, "prefix": "e2e/", "flush": {"count": 50}},
         # Every minute, the sensor also cuts every partition's rest (a cron tick, gated by its cursor).
         {"name": "e2e_sensed", "topics": [sensed], "bucket": services.bucket, "prefix": "e2e-sensed/",
-         "flush": {"count": 40, "interval_seconds": 3600}, "schedule_cron": "* * * * *"},
+         "flush": {"count": 40, "interval_seconds": 3600}, "schedule_cron": "* * * * *", "sensor_interval_seconds": 5},
         {"name": "e2e_pattern", "topic_pattern": rf"{pattern}\..*", "bucket": services.bucket,
          "prefix": "e2e-pattern/", "flush": {"count": 5, "interval_seconds": None}, "sensor_interval_seconds": 5},
         # Sensor-driven archiving through an S3 outage: short sensor interval and backoff for the test.
@@ -131,10 +111,10 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         # A restore the UI launches over selected windows with no run config.
         {"name": "e2e_restore", "topics": [restore_source()], "bucket": services.bucket, "prefix": "e2e-restore/",
          "format": "jsonl", "restore_targets": [{"name": "ui", "target_topic": "{topic}.ui"}]},
-        # A restore that follows the archive: its sensor runs from the start.
+        # A restore that follows the archive: its sensor runs from the start, every 5 s (the archive's interval).
         {"name": "e2e_follow", "topics": [follow_source()], "bucket": services.bucket, "prefix": "e2e-follow/",
-         "format": "jsonl", "restore_targets": [{"name": "mirror", "target_topic": "{topic}.mirror",
-                                                 "mode": "follow"}]},
+         "format": "jsonl", "sensor_interval_seconds": 5,
+         "restore_targets": [{"name": "mirror", "target_topic": "{topic}.mirror", "mode": "follow"}]},
     ]]}))
     port = free_port()
     env = {**os.environ, **services.env(), "DAGSTER_HOME": str(home), "S3_ARCHIVE_CONFIG": str(config),
@@ -156,7 +136,7 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
                     break
             except OSError:
                 assert time.monotonic() < deadline, "dagster dev did not come up in 180s"
-                time.sleep(1)
+                time.sleep(0.25)
         yield url, home, topic, sensed, env, pattern
     finally:
         # dagster dev shuts its webserver and daemon down cleanly on SIGINT; SIGKILL only what lingers.
@@ -170,42 +150,24 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
         log.close()
 
 
-def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, kafka, s3, services):
+@pytest.fixture(scope="module", autouse=True)
+def ui_backfill(dagster_dev, kafka) -> tuple[str, list, list[OffsetWindow]]:
+    """The UI backfill over three windows, launched as the module starts (the backfill daemon requests its run at
+    its next iteration and marks it completed at the one after, 30 s apart): its id, the records, the windows.
+    Checked by the module's last test."""
     url, home, topic, *_ = dagster_dev
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())])
                                       for i in range(150)])
     windows = [OffsetWindow(0, s, s + 50) for s in (0, 50, 100)]
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
-
-    nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
-    assert {"path": ["kafka_archive", topic]} in [n["assetKey"] for n in nodes]
-
     launched = graphql(url, """
         mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
           __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
                        {"p": {"partitionNames": [w.key for w in windows],
                               "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    backfill_id = launched["backfillId"]
-
-    deadline = time.monotonic() + 420
-    status = None
-    while time.monotonic() < deadline:
-        status = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
-            ... on PartitionBackfill { status } } }""", {"id": backfill_id})["partitionBackfillOrError"]["status"]
-        if status not in ("REQUESTED",):
-            break
-        time.sleep(3)
-    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), status
-
-    cfg = archive_config(services.bucket, topic, "e2e/")
-    runs = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
-        ... on PartitionBackfill { runs { runId status } } } }""", {"id": backfill_id})
-    run_list = runs["partitionBackfillOrError"]["runs"]
-    assert len(run_list) == 1 and run_list[0]["status"] == "SUCCESS", run_list  # three windows, one Spark run
-    assert all(manifest(s3, cfg, topic, w).record_count == 50 for w in windows)
-    assert archived_records(s3, cfg, topic) == produced
+    return launched["backfillId"], produced, windows
 
 
 def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, kafka, s3, services):
@@ -223,7 +185,7 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
     deadline = time.monotonic() + 420
     while not all(manifest(s3, cfg, topic, w) for w in windows):
         assert time.monotonic() < deadline, "the sensor did not archive the new windows within 420 s"
-        time.sleep(5)
+        time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced
 
     # Rests younger than flush.interval_seconds: cut at the next cron tick of schedule_cron, by the same sensor.
@@ -233,7 +195,7 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
     deadline = time.monotonic() + 300
     while not all(manifest(s3, cfg, topic, w) for w in rests):
         assert time.monotonic() < deadline, "the sensor did not cut the rests at a cron tick within 300 s"
-        time.sleep(5)
+        time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced
 
     # Downstream, with no manual step either: the always-on sync sensor registers the Glue table.
@@ -247,7 +209,7 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
             break
         except glue.exceptions.EntityNotFoundException:
             assert time.monotonic() < deadline, "the catalog asset did not register the table within 300 s"
-            time.sleep(5)
+            time.sleep(1)
     assert table["StorageDescriptor"]["Location"] == f"s3://{services.bucket}/e2e-sensed/{topic}/"
 
 
@@ -268,7 +230,7 @@ def test_a_topic_created_while_the_daemon_runs_is_archived_within_two_discovery_
     while topic not in archive_assets(url):
         assert time.monotonic() < deadline, "the new topic's asset did not appear: " + json.dumps(
             sensor_ticks(url, "s3_archive_topic_discovery")[-3:])
-        time.sleep(2)
+        time.sleep(1)
     ticks = [t for t in sensor_ticks(url, "s3_archive_topic_discovery") if t["timestamp"] >= created]
     reloading = [i for i, t in enumerate(ticks) if f"reloaded through {env['S3_ARCHIVE_DAGSTER_URL']}" in
                  (t["skipReason"] or "")]
@@ -280,7 +242,7 @@ def test_a_topic_created_while_the_daemon_runs_is_archived_within_two_discovery_
     deadline = time.monotonic() + 300
     while not all(manifest(s3, cfg, topic, w) for w in windows):
         assert time.monotonic() < deadline, "the new topic's windows were not archived within 300 s"
-        time.sleep(3)
+        time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced
 
 
@@ -297,23 +259,32 @@ def _failed_once(run: dict) -> bool:
         for e in run["eventConnection"]["events"])
 
 
+def _windows_cut(home: Path, topic: str) -> int:
+    """How many windows of `topic` the offsets sensor has cut (its partitions)."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        return len(instance.get_dynamic_partitions(window_partitions(topic).name))
+
+
 def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_committed_once(
         dagster_dev, kafka, s3, services, fault_proxy):
-    url, *_ = dagster_dev
+    url, home, *_ = dagster_dev
     topic = outage_topic()
     produced = produce(kafka, topic, [(i % 2, None, f"a{i}".encode(), []) for i in range(80)])  # 40 per partition
     start_sensor(url, "archive_e2e_outage_offsets")
-    # S3 answers 503 SlowDown to everything while the sensor cuts windows and their runs start: for 20 s, and on
-    # until the outage has failed a step or a run (a loaded machine can take longer than 20 s to start a run).
+    # S3 answers 503 SlowDown to everything while the sensor cuts windows and their runs start: the first four
+    # windows, then (a tick later) the two of the records produced meanwhile; on until the outage has failed a step
+    # or a run.
     fault_proxy.set_rules([FaultRule("slowdown", 1.0)])
     try:
-        time.sleep(3)
+        deadline = time.monotonic() + 200
+        while _windows_cut(home, topic) < 4:
+            assert time.monotonic() < deadline, "the sensor cut no window within 200 s"
+            time.sleep(0.5)
         produced += produce(kafka, topic, [(i % 2, None, f"b{i}".encode(), []) for i in range(40)])
-        time.sleep(17)
-        deadline = time.monotonic() + 180
-        while not any(_failed_once(r) for r in _topic_runs(url, topic)):
-            assert time.monotonic() < deadline, "no run met the S3 outage within 200 s"
-            time.sleep(2)
+        while _windows_cut(home, topic) < 6 or not any(_failed_once(r) for r in _topic_runs(url, topic)):
+            assert time.monotonic() < deadline, "no run met the S3 outage within 200 s, or the sensor did not cut " \
+                                                f"the second records' windows: {_windows_cut(home, topic)} cut"
+            time.sleep(1)
     finally:
         faults = fault_proxy.stats()["faults"]
         fault_proxy.clear()
@@ -324,7 +295,7 @@ def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_comm
     deadline = time.monotonic() + 600
     while not all(manifest(s3, cfg, topic, w) for w in windows):
         assert time.monotonic() < deadline, "not every window was committed within 600 s of the outage"
-        time.sleep(5)
+        time.sleep(1)
     # 0 lost, 0 duplicated: every record once, in the committed windows' objects.
     assert archived_records(s3, cfg, topic) == sorted(produced, key=lambda r: (r.partition, r.offset))
 
@@ -395,7 +366,7 @@ def test_a_run_killed_with_its_whole_process_tree_is_failed_and_its_windows_arch
     # The run is failed; the offsets sensor requests its windows again and the rerun commits every one once.
     while not all(manifest(s3, cfg, topic, w) for w in windows):
         assert time.monotonic() < deadline + 300, f"the killed run's windows were not archived: {runs()}"
-        time.sleep(3)
+        time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced  # 0 lost, 0 duplicated
     mine = {r["runId"]: r for r in runs()}
     assert mine[run["runId"]]["status"] == "FAILURE"
@@ -477,7 +448,7 @@ def test_a_follow_target_mirrors_each_new_window_byte_exact_with_no_manual_step(
             if {p: len(got.get(p, [])) for p in (0, 1)} == {p: len(expected[p]) for p in (0, 1)}:
                 break
             assert time.monotonic() < deadline, f"the follow sensor did not restore {windows} within 240 s"
-            time.sleep(3)
+            time.sleep(1)
         # Every record once, in order, byte for byte: key, value, timestamp and headers (put_jsonl_window's one
         # header `o`: the offset's digits).
         assert {p: [(g.key, g.value, g.timestamp_ms) for g in got.get(p, [])] for p in (0, 1)} == expected
@@ -487,3 +458,29 @@ def test_a_follow_target_mirrors_each_new_window_byte_exact_with_no_manual_step(
         repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }""")
     status = {s["name"]: s["sensorState"]["status"] for s in sensors["sensorsOrError"]["results"]}
     assert status["restore_e2e_follow_mirror_follow"] == "RUNNING"
+
+
+def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, ui_backfill, s3, services):
+    """Last in the module: its backfill (`ui_backfill`) was launched as the module started."""
+    url, _, topic, *_ = dagster_dev
+    backfill_id, produced, windows = ui_backfill
+    nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
+    assert {"path": ["kafka_archive", topic]} in [n["assetKey"] for n in nodes]
+
+    deadline = time.monotonic() + 420
+    status = None
+    while time.monotonic() < deadline:
+        status = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+            ... on PartitionBackfill { status } } }""", {"id": backfill_id})["partitionBackfillOrError"]["status"]
+        if status not in ("REQUESTED",):
+            break
+        time.sleep(1)
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), status
+
+    cfg = archive_config(services.bucket, topic, "e2e/")
+    runs = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+        ... on PartitionBackfill { runs { runId status } } } }""", {"id": backfill_id})
+    run_list = runs["partitionBackfillOrError"]["runs"]
+    assert len(run_list) == 1 and run_list[0]["status"] == "SUCCESS", run_list  # three windows, one Spark run
+    assert all(manifest(s3, cfg, topic, w).record_count == 50 for w in windows)
+    assert archived_records(s3, cfg, topic) == produced

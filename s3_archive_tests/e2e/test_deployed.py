@@ -1,6 +1,10 @@
 """The deployed shape: Dagster on PostgreSQL (deploy/dagster.postgres.yaml) with the queued run coordinator, and
 `dagster-daemon` + `dagster-webserver` as separate processes, driven over GraphQL like the UI: a sensor-launched
-archive and a backfill, checked in S3."""
+archive and a backfill, checked in S3.
+
+The backfill daemon evaluates backfills every 30 s from its start, a period Dagster does not let an instance set: the
+UI backfill is launched on the webserver before the daemon starts, and checked by the module's last test, so that its
+two daemon iterations (the first as the daemon starts) pass while the other tests run."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -19,16 +25,30 @@ from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import TOPIC_TAG
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
 from s3_archive.model.windows import OffsetWindow
-from s3_archive_tests.e2e.test_dagster_dev import graphql
+from s3_archive_tests.e2e.dagster_graphql import graphql
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
 REPO = Path(__file__).resolve().parents[2]
 DATABASE = "e2e_deployed"
+BIN_DIR = Path(sys.executable).parent  # the venv's console scripts, as a deployment runs them
+
+
+@dataclass
+class Webserver:
+    """The deployment's webserver, up, on the instance of $DAGSTER_HOME (its daemon not started yet)."""
+
+    root: Path
+    url: str
+    home: Path
+    env: dict[str, str]
+    workspace: list[str]
+    sensed: str
+    filled: str
 
 
 @pytest.fixture(scope="module")
-def deployed(services, kafka, postgres, tmp_path_factory):
+def webserver(services, kafka, postgres, tmp_path_factory) -> Iterator[Webserver]:
     root = tmp_path_factory.mktemp("deployed")
     home = root / "dagster_home"
     home.mkdir()
@@ -39,7 +59,7 @@ def deployed(services, kafka, postgres, tmp_path_factory):
     config = root / "archives.yaml"
     config.write_text(f"""archives:
   - {{name: deployed_sensed, topics: [{sensed}], bucket: {services.bucket}, prefix: deployed-sensed/,
-     flush: {{count: 40, interval_seconds: null}}, windows_per_run: 2}}
+     flush: {{count: 40, interval_seconds: null}}, windows_per_run: 2, sensor_interval_seconds: 5}}
   - {{name: deployed_backfill, topics: [{filled}], bucket: {services.bucket}, prefix: deployed-backfill/,
      sensor_default: stopped}}
 """)
@@ -47,11 +67,9 @@ def deployed(services, kafka, postgres, tmp_path_factory):
            "S3_ARCHIVE_CONFIG": str(config), "S3_ARCHIVE_ENV": "local", "S3_ARCHIVE_STATE_DIR": str(root / "state")}
     port = free_port()
     workspace = ["-w", str(REPO / "workspace.yaml")]
-    bin_dir = Path(sys.executable).parent  # the venv's console scripts, as a deployment runs them
-    # Two processes, as deployed (not `dagster dev`): the daemon runs sensors and dequeues runs; the webserver serves
-    # the UI's GraphQL. Both read the instance from $DAGSTER_HOME/dagster.yaml.
-    daemon = spawn([str(bin_dir / "dagster-daemon"), "run", *workspace], root / "daemon.log", env=env)
-    web = spawn([str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), *workspace],
+    # Two processes, as deployed (not `dagster dev`): the webserver serves the UI's GraphQL; the daemon (`deployed`)
+    # runs sensors and backfills and dequeues runs. Both read the instance from $DAGSTER_HOME/dagster.yaml.
+    web = spawn([str(BIN_DIR / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), *workspace],
                 root / "webserver.log", env=env)
     url = f"http://127.0.0.1:{port}"
     # This process opens the same instance (to add partitions as a user would): it needs the same variables.
@@ -62,18 +80,50 @@ def deployed(services, kafka, postgres, tmp_path_factory):
             with urllib.request.urlopen(f"{url}/server_info", timeout=2):
                 return True
         wait_until(up, 180, web, "dagster-webserver", root / "webserver.log")
-        assert daemon.poll() is None, (root / "daemon.log").read_text()[-3000:]
-        yield url, home, env, sensed, filled, postgres, daemon
+        yield Webserver(root, url, home, env, workspace, sensed, filled)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        for proc in (web, daemon):
-            stop_pid(proc.pid)
-        for log in ("daemon.log", "webserver.log"):
-            print(f"--- {log} (tail)\n" + "\n".join((root / log).read_text(errors="replace").splitlines()[-40:]))
+        stop_pid(web.pid)
+        _print_tail(root / "webserver.log")
+
+
+@pytest.fixture(scope="module")
+def ui_backfill(webserver: Webserver, kafka) -> tuple[str, list, list[OffsetWindow]]:
+    """The UI backfill over three windows, launched before the daemon starts: the daemon's first backfill iteration
+    (as it starts) requests its run and the next (30 s later) marks it completed, while the other tests run. Its id,
+    the records, the windows; checked by the module's last test."""
+    topic = webserver.filled
+    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
+    windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
+    with dg.DagsterInstance.from_config(str(webserver.home)) as instance:
+        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    launched = graphql(webserver.url, """
+        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+                       {"p": {"partitionNames": [w.key for w in windows],
+                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    return launched["backfillId"], produced, windows
+
+
+@pytest.fixture(scope="module")
+def deployed(webserver: Webserver, ui_backfill, postgres):
+    w = webserver
+    daemon = spawn([str(BIN_DIR / "dagster-daemon"), "run", *w.workspace], w.root / "daemon.log", env=w.env)
+    try:
+        assert daemon.poll() is None, (w.root / "daemon.log").read_text()[-3000:]
+        yield w.url, w.home, w.env, w.sensed, w.filled, postgres, daemon
+    finally:
+        stop_pid(daemon.pid)
+        _print_tail(w.root / "daemon.log")
+
+
+def _print_tail(log: Path) -> None:
+    print(f"--- {log.name} (tail)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:]))
 
 
 def runs(url: str) -> list[dict]:
@@ -100,7 +150,7 @@ def test_the_instance_is_postgres_with_queued_runs_and_a_healthy_daemon(deployed
         if required and all(s["healthy"] for s in required):
             break
         assert time.monotonic() < deadline, f"the daemon is not healthy: {required}"
-        time.sleep(3)
+        time.sleep(1)
     assert {"SENSOR", "SCHEDULER", "QUEUED_RUN_COORDINATOR"} <= {s["daemonType"] for s in required}
     # The database password is given through the environment only, never on a command line.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -124,7 +174,7 @@ def test_a_deployed_archive_archives_with_no_human_step_through_the_queue(deploy
     while not all(manifest(s3, cfg, topic, w) for w in windows):
         assert daemon.poll() is None, "the daemon exited"
         assert time.monotonic() < deadline, "the sensor's runs did not archive the windows within 420 s"
-        time.sleep(5)
+        time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced
     # A run's last window is committed a moment before the run itself ends: wait for both runs to end.
     while True:
@@ -132,32 +182,24 @@ def test_a_deployed_archive_archives_with_no_human_step_through_the_queue(deploy
         if mine and not {r["status"] for r in mine} & {"QUEUED", "NOT_STARTED", "STARTING", "STARTED"}:
             break
         assert time.monotonic() < deadline, f"the sensor's runs did not end within 420 s: {mine}"
-        time.sleep(2)
+        time.sleep(1)
     assert len(mine) == 2 and {r["status"] for r in mine} == {"SUCCESS"}  # windows_per_run 2, one topic at a time
 
 
-def test_a_ui_backfill_runs_through_the_queue(deployed, kafka, s3, services):
-    url, home, _, _, topic, _, daemon = deployed
-    produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
-    windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
-    launched = graphql(url, """
-        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
-          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
-                       {"p": {"partitionNames": [w.key for w in windows],
-                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+def test_a_ui_backfill_runs_through_the_queue(deployed, ui_backfill, s3, services):
+    """Last in the module: its backfill (`ui_backfill`) was launched before the daemon started."""
+    url, _, _, _, topic, _, daemon = deployed
+    backfill_id, produced, windows = ui_backfill
     deadline = time.monotonic() + 420
     while True:
         status = graphql(url, """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
             ... on PartitionBackfill { status runs { status tags { key value } } } } }""",
-                         {"id": launched["backfillId"]})["partitionBackfillOrError"]
+                         {"id": backfill_id})["partitionBackfillOrError"]
         if status["status"] not in ("REQUESTED",):
             break
         assert daemon.poll() is None, "the daemon exited"
         assert time.monotonic() < deadline, "the backfill did not finish within 420 s"
-        time.sleep(3)
+        time.sleep(1)
     assert status["status"] in ("COMPLETED", "COMPLETED_SUCCESS"), status
     (run,) = status["runs"]  # three windows, one run (windows_per_run 100)
     assert run["status"] == "SUCCESS" and any(t["key"] == "dagster/backfill" for t in run["tags"])

@@ -26,7 +26,7 @@ from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.restore.follow import plan_follow
 
-MINIMUM_INTERVAL_SECONDS = 30
+FOREIGN_INTERVAL_SECONDS = 30  # a foreign source's follow sensor (an archive's follows its sensor_interval_seconds)
 RETRY_AFTER_SECONDS = 300
 FOLLOW_TAG = "s3_archive/follow"  # <target>/<topic> on every follow run
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -104,7 +104,7 @@ def build_follow_sensor(cfg: ArchiveConfig, t: RestoreTarget) -> dg.SensorDefini
     @dg.sensor(
         name=follow_sensor_name(cfg, t),
         asset_selection=[target_asset_key(t.name, topic) for topic in topics],
-        minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
+        minimum_interval_seconds=cfg.sensor_interval_seconds,  # as often as the archive's offsets sensor cuts
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Restore target `{t.name}` of archive `{cfg.name}` (mode: follow): restores each window of "
                     f"{', '.join(topics)} into {t.target_topic!r} once the archive commits it, in creation order, "
@@ -161,7 +161,7 @@ def build_foreign_follow_sensor(source: ForeignSource) -> dg.SensorDefinition:
     @dg.sensor(
         name=f"restore_foreign_{source.name}_follow",
         asset_selection=[foreign_asset_key(source.name)],
-        minimum_interval_seconds=MINIMUM_INTERVAL_SECONDS,
+        minimum_interval_seconds=FOREIGN_INTERVAL_SECONDS,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Foreign source `{source.name}` (follow_target_topic {source.follow_target_topic!r}): lists "
                     f"s3://{source.bucket}/{source.key_prefix} and restores the objects the sink adds, one run at a "

@@ -45,6 +45,17 @@ def test_only_follow_targets_get_a_sensor_and_it_runs_from_the_start():
     assert not list(build_restore_defs(_setup("manual")[0]).sensors or [])
 
 
+def test_the_follow_sensor_is_evaluated_as_often_as_its_archives_offsets_sensor():
+    settings, defs, _ = _setup()
+    assert defs.sensors[0].minimum_interval_seconds == 30  # sensor_interval_seconds' default
+    faster = parse_settings({"archives": [{"name": "shop", "topics": ["orders"], "bucket": "bkt",
+                                           "sensor_interval_seconds": 5,
+                                           "restore_targets": [{"name": "dr", "target_topic": "{topic}.copy",
+                                                                "mode": "follow"}]}]})
+    (sensor,) = build_follow_sensors(faster.archives)
+    assert sensor.minimum_interval_seconds == 5
+
+
 def test_committed_windows_are_restored_in_one_run_and_a_caught_up_target_is_left_alone():
     settings, defs, instance = _setup()
     _materialize(instance, archive_asset_key("orders"), WINDOWS[:3])

@@ -1,0 +1,38 @@
+"""Dagster's GraphQL API as the UI uses it, for the e2e tests (a `dagster dev`, the deployed webserver, the demo)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+LOCATION = {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__"}
+
+
+def graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    req = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query, "variables": variables or {}})
+                                 .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body = json.loads(r.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+def start_sensor(url: str, name: str) -> None:
+    started = graphql(url, """
+        mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+          __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
+                      {"s": {**LOCATION, "sensorName": name}})["startSensor"]
+    assert started["__typename"] == "Sensor" and started["sensorState"]["status"] == "RUNNING", started
+
+
+def sensor_ticks(url: str, name: str) -> list[dict]:
+    """The sensor's ticks, oldest first: timestamp, status and skip reason."""
+    got = graphql(url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor {
+        sensorState { ticks(limit: 100) { timestamp status skipReason } } } } }""",
+                  {"s": {**LOCATION, "sensorName": name}})["sensorOrError"]
+    return sorted(got["sensorState"]["ticks"], key=lambda t: t["timestamp"])
+
+
+def archive_assets(url: str) -> set[str]:
+    nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
+    return {n["assetKey"]["path"][-1] for n in nodes if n["assetKey"]["path"][0] == "kafka_archive"}
