@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
+
+import dagster as dg
+
+from s3_archive.defs.archive.partitions import window_partitions
+from s3_archive.model.windows import OffsetWindow
 
 LOCATION = {"repositoryLocationName": "s3_archive", "repositoryName": "__repository__"}
 
@@ -36,3 +42,17 @@ def sensor_ticks(url: str, name: str) -> list[dict]:
 def archive_assets(url: str) -> set[str]:
     nodes = graphql(url, "{ assetNodes { assetKey { path } } }")["assetNodes"]
     return {n["assetKey"]["path"][-1] for n in nodes if n["assetKey"]["path"][0] == "kafka_archive"}
+
+
+def launch_backfill(url: str, home: str | Path, topic: str, windows: list[OffsetWindow]) -> str:
+    """Add `windows` as partitions of the topic's archive in the instance at `home`, then launch a backfill of them
+    as the UI's "Materialize partitions" does; its id."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
+    launched = graphql(url, """
+        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+                       {"p": {"partitionNames": [w.key for w in windows],
+                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    return launched["backfillId"]

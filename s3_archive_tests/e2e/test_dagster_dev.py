@@ -34,7 +34,7 @@ from s3_archive.local.fault_proxy import FaultRule
 from s3_archive.local.processes import free_port
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.credentials import TEST_AWS
-from s3_archive_tests.e2e.dagster_graphql import archive_assets, graphql, sensor_ticks, start_sensor
+from s3_archive_tests.e2e.dagster_graphql import archive_assets, graphql, launch_backfill, sensor_ticks, start_sensor
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import consume_all, create_topic, produce
 from s3_archive_tests.manifests import put_jsonl_window
@@ -159,15 +159,7 @@ def ui_backfill(dagster_dev, kafka) -> tuple[str, list, list[OffsetWindow]]:
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())])
                                       for i in range(150)])
     windows = [OffsetWindow(0, s, s + 50) for s in (0, 50, 100)]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
-    launched = graphql(url, """
-        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
-          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
-                       {"p": {"partitionNames": [w.key for w in windows],
-                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    return launched["backfillId"], produced, windows
+    return launch_backfill(url, home, topic, windows), produced, windows
 
 
 def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, kafka, s3, services):

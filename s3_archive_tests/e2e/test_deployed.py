@@ -21,11 +21,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from s3_archive.defs.archive.partitions import window_partitions
 from s3_archive.defs.archive.sensors import TOPIC_TAG
 from s3_archive.local.processes import free_port, spawn, stop_pid, wait_until
 from s3_archive.model.windows import OffsetWindow
-from s3_archive_tests.e2e.dagster_graphql import graphql
+from s3_archive_tests.e2e.dagster_graphql import graphql, launch_backfill
 from s3_archive_tests.integration.archive_helpers import archive_config, archived_records, manifest
 from s3_archive_tests.kafka_helpers import create_topic, produce
 
@@ -99,15 +98,7 @@ def ui_backfill(webserver: Webserver, kafka) -> tuple[str, list, list[OffsetWind
     topic = webserver.filled
     produced = produce(kafka, topic, [(0, f"k{i}".encode(), f"v{i}".encode(), []) for i in range(30)])
     windows = [OffsetWindow(0, s, s + 10) for s in (0, 10, 20)]
-    with dg.DagsterInstance.from_config(str(webserver.home)) as instance:
-        instance.add_dynamic_partitions(window_partitions(topic).name, [w.key for w in windows])
-    launched = graphql(webserver.url, """
-        mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
-          __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
-                       {"p": {"partitionNames": [w.key for w in windows],
-                              "assetSelection": [{"path": ["kafka_archive", topic]}]}})["launchPartitionBackfill"]
-    assert launched["__typename"] == "LaunchBackfillSuccess", launched
-    return launched["backfillId"], produced, windows
+    return launch_backfill(webserver.url, webserver.home, topic, windows), produced, windows
 
 
 @pytest.fixture(scope="module")

@@ -77,6 +77,20 @@ def _table_rows(spark, cfg, topic: str) -> list[tuple]:
                                                                        for h in r["headers"] or [])) for r in rows]
 
 
+def _read_back(spark, kafka, s3, cfg, topic: str, windows: list[OffsetWindow], kept: list, target: str) -> None:
+    """Spark reads exactly `kept` from the table, the archive verifies clean, and a restore of `windows` into a new
+    topic `target` gives `kept` byte for byte and in order, every other record of the windows counted as erased."""
+    assert _table_rows(spark, cfg, topic) == [(r.offset, r.key, r.value, tuple(r.headers)) for r in kept]
+    assert verify_topic(s3, cfg, topic, full=True).failures == []
+    create_topic(kafka, target)
+    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
+                                   RestoreRequest(topic, target), windows))
+    total = sum(w.end - w.start for w in windows)
+    assert (sum(r.erased for r in reports), sum(r.restored for r in reports)) == (total - len(kept), len(kept))
+    got = [(g.key, g.value, g.headers, g.timestamp_ms) for g in consume_all(kafka, target)[0]]
+    assert got == [(r.key, r.value, tuple(r.headers), r.timestamp_ms) for r in kept]
+
+
 def _bytes(v):
     return None if v is None else bytes(v)
 
@@ -140,15 +154,8 @@ def test_a_key_erased_from_an_iceberg_archive_is_gone_from_the_table_and_every_o
                                 "ORDER BY made_current_at DESC LIMIT 1").collect()[0]["snapshot_id"]
 
     # Spark reading the table sees every other record
-    others = [r for r in produced if r.key != VICTIM]
-    assert _table_rows(spark, cfg, topic) == [(r.offset, r.key, r.value, tuple(r.headers)) for r in others]
-    assert verify_topic(s3, cfg, topic, full=True).failures == []
-    target = create_topic(kafka, f"erased-ice-restored-{unique}")
-    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
-                                   RestoreRequest(topic, target), windows))
-    assert (sum(r.erased for r in reports), sum(r.restored for r in reports)) == (12, 48)
-    got = [(g.key, g.value, g.headers, g.timestamp_ms) for g in consume_all(kafka, target)[0]]
-    assert got == [(r.key, r.value, tuple(r.headers), r.timestamp_ms) for r in others]
+    _read_back(spark, kafka, s3, cfg, topic, windows, [r for r in produced if r.key != VICTIM],
+               f"erased-ice-restored-{unique}")
 
     again = erase(s3, cfg, EraseRequest(topic, (VICTIM,)), table=_table(spark, s3))
     assert (again.records, again.audit_key) == (0, None) and manifest(s3, cfg, topic, windows[0]).generation == 2
@@ -272,12 +279,5 @@ def test_an_archive_run_of_the_topic_racing_an_iceberg_erasure_loses_neither_cha
     for w in windows[3:]:
         m = manifest(s3, cfg, topic, w)
         assert m.generation == 1 and sorted(o.key for o in m.objects) == _files(spark, cfg, topic, w)
-    assert verify_topic(s3, cfg, topic, full=True).failures == []
-    kept = [r for r in produced if r.key != VICTIM or r.offset >= windows[3].start]
-    assert _table_rows(spark, cfg, topic) == [(r.offset, r.key, r.value, tuple(r.headers)) for r in kept]
-    target = create_topic(kafka, f"erased-ice-race-{unique}")
-    reports = list(restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(cfg.bucket, cfg.prefix),
-                                   RestoreRequest(topic, target), windows))
-    assert (sum(r.erased for r in reports), sum(r.restored for r in reports)) == (6, 54)
-    got = [(g.key, g.value, g.headers, g.timestamp_ms) for g in consume_all(kafka, target)[0]]
-    assert got == [(r.key, r.value, tuple(r.headers), r.timestamp_ms) for r in kept]
+    _read_back(spark, kafka, s3, cfg, topic, windows,
+               [r for r in produced if r.key != VICTIM or r.offset >= windows[3].start], f"erased-ice-race-{unique}")
