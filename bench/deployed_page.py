@@ -172,11 +172,12 @@ def _arm(a: dict[str, Any], w: dict[str, Any] | None, mb: float) -> list[str]:
                          for st in s["steps"])
         parts.append(
             f"**Sustained.** Records produced at a fixed rate for {s['hold_s']:g} s per rate, rates rising until "
-            "one is not kept up with: kept means the produce rate was reached (≥ 90 %) and the lag's slope over the "
-            "hold's second half stayed under 10 % of the produce rate. Highest rate kept: "
+            "one is not kept up with: kept means the produce rate was reached (≥ 90 %) and the lag's trend stayed "
+            "under 10 % of the produce rate (the lag is a sawtooth: the slope of its lowest points after each drop; "
+            "without two drops, of the hold's second half). Highest rate kept: "
             + (f"**{s['best_mb_s']:g} MB/s**" if s["best_mb_s"] is not None else
                f"**none** (not even the lowest, {s['steps'][0]['rate_mb_s']:g} MB/s)") + ". The lag is never 0 here: a "
             "partition's rest waits for a full window or flush.interval_seconds.\n\n"
-            "| rate (MB/s) | produced (MB/s) | lag slope (MB/s) | lag max (MB) | lag at end (MB) | |\n"
+            "| rate (MB/s) | produced (MB/s) | lag trend (MB/s) | lag max (MB) | lag at end (MB) | |\n"
             "| --- | --- | --- | --- | --- | --- |\n" + rows)
     return parts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.deployed import _slope
+from bench.deployed import _slope, lag_trend, troughs
 from bench.deployed_page import figures, section, targets
 
 SPLIT = {"launch → run start": 2.0, "run start → step start": 0.1, "step": 1.5, "step end → run end": 0.05}
@@ -90,6 +90,31 @@ def test_lag_slope_tells_a_growing_lag_from_a_sawtooth():
     sawtooth = [(t, (t % 5) * 1_000_000) for t in range(30)]
     assert abs(_slope(sawtooth)) < 200_000
     assert _slope([(1.0, 5)]) == 0.0
+
+
+def _saw(period: int, peak_mb: float, floor_mb: float, rise_mb_s: float, hold_s: int = 90) -> list[tuple[float, int]]:
+    """A lag sampled each second that rises by `peak_mb` a period and drops back to a floor that rises."""
+    return [(float(t), int(((floor_mb + rise_mb_s * t) + peak_mb * (t % period) / period) * 1e6))
+            for t in range(hold_s)]
+
+
+def test_lag_trend_reads_a_bounded_sawtooth_as_bounded_whatever_its_phase():
+    # A 27 s sawtooth (a window cut and committed each 27 s) over a 90 s hold: the slope of the second half's samples
+    # depends on where in its period the half begins; the troughs' slope does not.
+    for shift in range(27):
+        saw = [(t, b) for t, b in _saw(27, 270, 40, 0.0, 90 + shift)[shift:]]
+        saw = [(t - shift, b) for t, b in saw]
+        assert abs(lag_trend(saw, 90)) < 0.05e6
+    growing = _saw(27, 270, 40, 2.0)
+    assert lag_trend(growing, 90) == pytest.approx(2.0e6, rel=0.05)
+    assert [t for t, _ in troughs(growing)] == [27.0, 54.0, 81.0]
+
+
+def test_lag_trend_without_drops_in_the_second_half_is_the_second_halfs_slope():
+    stalled = [(float(t), int((min(t, 50) % 20 if t < 50 else t - 40) * 1e6)) for t in range(90)]
+    assert troughs(stalled) and troughs(stalled)[-1][0] < 45
+    assert lag_trend(stalled, 90) == pytest.approx(1e6)
+    assert lag_trend([(float(t), 0) for t in range(90)], 90) == 0.0
 
 
 def test_the_continuous_arm_judges_produce_to_materialized_against_the_one_record_target():
