@@ -9,8 +9,8 @@ wait for are evaluated every 5 s (the least `sensor_interval_seconds` and `topic
 the tests wait for what the daemon does, not for its timers. The backfill daemon evaluates backfills every 30 s, a
 period Dagster does not let an instance set: the UI backfill is launched as the module starts and checked by the
 module's last test, so that its two daemon iterations pass while the other tests run. So are the sensor's rests, cut at
-the next minute's cron tick: produced as the sensor test ends, checked four tests later. The S3 outage comes after
-both, so that only its own runs meet it."""
+the next minute's cron tick: produced as the sensor test ends, checked after the four tests that follow it. The S3
+outage comes after that check, so that only its own runs meet it."""
 
 from __future__ import annotations
 
