@@ -9,11 +9,13 @@ ledger, the checks, the catalog's Glue client, registry decoding) all get them f
 
 Values are bound with `dg.EnvVar`: resolved when a run or a sensor tick starts, never at import, and shown in the UI
 as the variable's name (secrets never appear in run config or metadata). A variable unset (or empty) when definitions
-load leaves its setting at the default. The two on/off settings are read when definitions load.
+load leaves its setting at the default. The two on/off settings and the Kafka request timeout are read when
+definitions load.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -54,6 +56,20 @@ def flag(var: str, default: bool) -> bool:
     return value in _TRUE
 
 
+def seconds(var: str) -> float | None:
+    """A variable holding a number of seconds > 0; unset or empty: None (the setting's default)."""
+    value = os.environ.get(var, "").strip()
+    if not value:
+        return None
+    try:
+        parsed = float(value)
+    except ValueError:
+        parsed = math.nan
+    if not (math.isfinite(parsed) and parsed > 0):
+        raise InvalidConfig(f"${var} is {os.environ[var]!r}; it must be a number of seconds > 0")
+    return parsed
+
+
 def retired_env_warning() -> None:
     if RETIRED_ENV in os.environ:
         warnings.warn(f"${RETIRED_ENV} is no longer read: each Kafka, S3 and Spark setting is its own variable "
@@ -62,10 +78,11 @@ def retired_env_warning() -> None:
 
 def kafka_resource() -> KafkaResource:
     """The Kafka connection of the runs, sensors, checks and `s3-archive refresh-topics` alike."""
-    optional = tuple(f for f in KAFKA_ENV if f not in ("bootstrap_servers", "ssl_verify_hostname"))
+    optional = tuple(f for f in KAFKA_ENV if f not in ("bootstrap_servers", "ssl_verify_hostname", "timeout_s"))
+    timeout = seconds(KAFKA_ENV["timeout_s"])
     return KafkaResource(bootstrap_servers=dg.EnvVar(KAFKA_ENV["bootstrap_servers"]),
                          ssl_verify_hostname=flag(KAFKA_ENV["ssl_verify_hostname"], True),
-                         **_bound(KAFKA_ENV, optional))
+                         **({} if timeout is None else {"timeout_s": timeout}), **_bound(KAFKA_ENV, optional))
 
 
 def _region() -> dict[str, dg.EnvVar]:

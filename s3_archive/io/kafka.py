@@ -38,6 +38,7 @@ KAFKA_ENV = {
     "ssl_key_location": "S3_ARCHIVE_KAFKA_SSL_KEY_LOCATION",
     "ssl_key_password": "S3_ARCHIVE_KAFKA_SSL_KEY_PASSWORD",
     "ssl_verify_hostname": "S3_ARCHIVE_KAFKA_SSL_VERIFY_HOSTNAME",
+    "timeout_s": "S3_ARCHIVE_KAFKA_TIMEOUT_S",
 }
 _AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 _REFUSALS = _AUTH_CODES | {KafkaError._SSL}
@@ -105,7 +106,7 @@ class KafkaResource(dg.ConfigurableResource):
     ssl_key_password: str | None = Field(default=None, description="the client key's password; bind with dg.EnvVar")
     ssl_verify_hostname: bool = Field(default=True, description="False skips checking that the broker's "
                                       "certificate names the host (the certificate is still verified)")
-    timeout_s: float = Field(default=15.0, description="admin request timeout")
+    timeout_s: float = Field(default=15.0, description="each admin request's timeout in seconds (> 0)")
     _admin: Any = PrivateAttr(default=None)  # (pid, AdminClient): see `admin`
 
     @property
@@ -118,6 +119,9 @@ class KafkaResource(dg.ConfigurableResource):
 
     def check(self) -> None:
         """InvalidConfig naming the variable when the settings cannot work together (never echoing a secret)."""
+        if not self.timeout_s > 0:
+            raise InvalidConfig(f"the Kafka request timeout ({_env('timeout_s')}) is {self.timeout_s:g}; it must be a "
+                                "number of seconds > 0")
         protocol = self.security_protocol.upper()
         if protocol not in PROTOCOLS:
             raise InvalidConfig(f"Kafka security protocol {self.security_protocol!r} ({_env('security_protocol')}) "

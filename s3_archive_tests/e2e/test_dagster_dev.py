@@ -8,7 +8,9 @@ The test instance is the demo's (dagster.yaml) with the run queue looked at ever
 wait for are evaluated every 5 s (the least `sensor_interval_seconds` and `topic_discovery.interval_seconds` allow):
 the tests wait for what the daemon does, not for its timers. The backfill daemon evaluates backfills every 30 s, a
 period Dagster does not let an instance set: the UI backfill is launched as the module starts and checked by the
-module's last test, so that its two daemon iterations pass while the other tests run."""
+module's last test, so that its two daemon iterations pass while the other tests run. So are the sensor's rests, cut at
+the next minute's cron tick: produced as the sensor test ends, checked after the four tests that follow it. The S3
+outage comes after that check, so that only its own runs meet it."""
 
 from __future__ import annotations
 
@@ -123,9 +125,12 @@ def dagster_dev(services, kafka, fault_proxy, tmp_path_factory):
     # As the demo does: the topics of the pattern are known before the code location loads.
     refresh_topics_cli(env)
     log = open(root / "dagster-dev.log", "wb")
+    # SIGINT stops it as Ctrl-C does: a runner started in the background ignores SIGINT, and dagster dev would
+    # inherit that and wait out the SIGKILL below.
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port),
                              "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -162,7 +167,13 @@ def ui_backfill(dagster_dev, kafka) -> tuple[str, list, list[OffsetWindow]]:
     return launch_backfill(url, home, topic, windows), produced, windows
 
 
-def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, kafka, s3, services):
+@pytest.fixture(scope="module")
+def sensed() -> dict:
+    """What the sensor test leaves to a later test of the module: every record it produced, rests included."""
+    return {}
+
+
+def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, kafka, s3, services, sensed):
     url, _, _, topic, *_ = dagster_dev
     produced = produce(kafka, topic, [(i % 2, None, f"v{i}".encode(), []) for i in range(160)])  # 80 per partition
     started = graphql(url, """
@@ -181,28 +192,9 @@ def test_sensor_turned_on_archives_new_records_with_no_manual_step(dagster_dev, 
     assert archived_records(s3, cfg, topic) == produced
 
     # Rests younger than flush.interval_seconds: cut at the next cron tick of schedule_cron, by the same sensor.
-    produced = sorted(produced + produce(kafka, topic, [(i % 2, None, f"r{i}".encode(), []) for i in range(6)]),
-                      key=lambda r: (r.partition, r.offset))
-    rests = [OffsetWindow(p, 80, 83) for p in (0, 1)]
-    deadline = time.monotonic() + 300
-    while not all(manifest(s3, cfg, topic, w) for w in rests):
-        assert time.monotonic() < deadline, "the sensor did not cut the rests at a cron tick within 300 s"
-        time.sleep(1)
-    assert archived_records(s3, cfg, topic) == produced
-
-    # Downstream, with no manual step either: the always-on sync sensor registers the Glue table.
-    glue = boto3.client("glue", endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
-                        aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            table = glue.get_table(DatabaseName=DEFAULT_DATABASE, Name=table_name(topic))["Table"]
-            break
-        except glue.exceptions.EntityNotFoundException:
-            assert time.monotonic() < deadline, "the catalog asset did not register the table within 300 s"
-            time.sleep(1)
-    assert table["StorageDescriptor"]["Location"] == f"s3://{services.bucket}/e2e-sensed/{topic}/"
+    # Checked by test_the_sensors_rests_..., later in the module: the wait for the next minute passes meanwhile.
+    rests = produce(kafka, topic, [(i % 2, None, f"r{i}".encode(), []) for i in range(6)])
+    sensed["produced"] = sorted(produced + rests, key=lambda r: (r.partition, r.offset))
 
 
 def test_a_topic_created_while_the_daemon_runs_is_archived_within_two_discovery_ticks(dagster_dev, kafka, s3,
@@ -236,67 +228,6 @@ def test_a_topic_created_while_the_daemon_runs_is_archived_within_two_discovery_
         assert time.monotonic() < deadline, "the new topic's windows were not archived within 300 s"
         time.sleep(1)
     assert archived_records(s3, cfg, topic) == produced
-
-
-def _topic_runs(url: str, topic: str) -> list[dict]:
-    return graphql(url, """query($t: String!) { runsOrError(filter: {tags: [{key: "s3_archive/topic", value: $t}]})
-        { ... on Runs { results { runId status tags { key value }
-          eventConnection { events { __typename } } } } } }""", {"t": topic})["runsOrError"]["results"]
-
-
-def _failed_once(run: dict) -> bool:
-    """A step of the run failed (and was retried), or the run failed."""
-    return run["status"] == "FAILURE" or any(
-        e["__typename"] in ("ExecutionStepFailureEvent", "ExecutionStepRestartEvent")
-        for e in run["eventConnection"]["events"])
-
-
-def _windows_cut(home: Path, topic: str) -> int:
-    """How many windows of `topic` the offsets sensor has cut (its partitions)."""
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        return len(instance.get_dynamic_partitions(window_partitions(topic).name))
-
-
-def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_committed_once(
-        dagster_dev, kafka, s3, services, fault_proxy):
-    url, home, *_ = dagster_dev
-    topic = outage_topic()
-    produced = produce(kafka, topic, [(i % 2, None, f"a{i}".encode(), []) for i in range(80)])  # 40 per partition
-    start_sensor(url, "archive_e2e_outage_offsets")
-    # S3 answers 503 SlowDown to everything while the sensor cuts windows and their runs start: the first four
-    # windows, then (a tick later) the two of the records produced meanwhile; on until the outage has failed a step
-    # or a run.
-    fault_proxy.set_rules([FaultRule("slowdown", 1.0)])
-    try:
-        deadline = time.monotonic() + 200
-        while _windows_cut(home, topic) < 4:
-            assert time.monotonic() < deadline, "the sensor cut no window within 200 s"
-            time.sleep(0.5)
-        produced += produce(kafka, topic, [(i % 2, None, f"b{i}".encode(), []) for i in range(40)])
-        while _windows_cut(home, topic) < 6 or not any(_failed_once(r) for r in _topic_runs(url, topic)):
-            assert time.monotonic() < deadline, "no run met the S3 outage within 200 s, or the sensor did not cut " \
-                                                f"the second records' windows: {_windows_cut(home, topic)} cut"
-            time.sleep(1)
-    finally:
-        faults = fault_proxy.stats()["faults"]
-        fault_proxy.clear()
-    assert sum(faults.values()) > 0, faults
-
-    cfg = archive_config(services.bucket, topic, "e2e-outage/")
-    windows = [OffsetWindow(p, s, s + 20) for p in (0, 1) for s in (0, 20, 40)]
-    deadline = time.monotonic() + 600
-    while not all(manifest(s3, cfg, topic, w) for w in windows):
-        assert time.monotonic() < deadline, "not every window was committed within 600 s of the outage"
-        time.sleep(1)
-    # 0 lost, 0 duplicated: every record once, in the committed windows' objects.
-    assert archived_records(s3, cfg, topic) == sorted(produced, key=lambda r: (r.partition, r.offset))
-
-    # The outage reached the runs, and they were retried (a step retried, or a failed run requested again).
-    runs = _topic_runs(url, topic)
-    retried = [r for r in runs if any(e["__typename"] == "ExecutionStepRestartEvent"
-                                      for e in r["eventConnection"]["events"])
-               or any(t["key"] == "s3_archive/rerun_of" for t in r["tags"])]
-    assert retried, [(r["runId"], r["status"]) for r in runs]
 
 
 def _tree(pid: int) -> list[int]:
@@ -450,6 +381,94 @@ def test_a_follow_target_mirrors_each_new_window_byte_exact_with_no_manual_step(
         repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }""")
     status = {s["name"]: s["sensorState"]["status"] for s in sensors["sensorsOrError"]["results"]}
     assert status["restore_e2e_follow_mirror_follow"] == "RUNNING"
+
+
+def test_the_sensors_rests_are_cut_at_a_cron_tick_and_its_table_registered(dagster_dev, s3, services, sensed):
+    """The rests the sensor test produced as it ended (`sensed`), with no manual step: cut at a cron tick and
+    archived, and the always-on sync sensor registers the archive's Glue table."""
+    topic = dagster_dev[3]
+    assert "produced" in sensed, "test_sensor_turned_on_archives_new_records_with_no_manual_step produces the rests"
+    produced, cfg = sensed["produced"], archive_config(services.bucket, topic, "e2e-sensed/")
+    rests = [OffsetWindow(p, 80, 83) for p in (0, 1)]
+    deadline = time.monotonic() + 300
+    while not all(manifest(s3, cfg, topic, w) for w in rests):
+        assert time.monotonic() < deadline, "the sensor did not cut the rests at a cron tick within 300 s"
+        time.sleep(1)
+    assert archived_records(s3, cfg, topic) == produced
+
+    glue = boto3.client("glue", endpoint_url=services.s3_endpoint_url, region_name=TEST_AWS["AWS_REGION"],
+                        aws_access_key_id=TEST_AWS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=TEST_AWS["AWS_SECRET_ACCESS_KEY"])
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            table = glue.get_table(DatabaseName=DEFAULT_DATABASE, Name=table_name(topic))["Table"]
+            break
+        except glue.exceptions.EntityNotFoundException:
+            assert time.monotonic() < deadline, "the catalog asset did not register the table within 300 s"
+            time.sleep(1)
+    assert table["StorageDescriptor"]["Location"] == f"s3://{services.bucket}/e2e-sensed/{topic}/"
+
+
+def _topic_runs(url: str, topic: str) -> list[dict]:
+    return graphql(url, """query($t: String!) { runsOrError(filter: {tags: [{key: "s3_archive/topic", value: $t}]})
+        { ... on Runs { results { runId status tags { key value }
+          eventConnection { events { __typename } } } } } }""", {"t": topic})["runsOrError"]["results"]
+
+
+def _failed_once(run: dict) -> bool:
+    """A step of the run failed (and was retried), or the run failed."""
+    return run["status"] == "FAILURE" or any(
+        e["__typename"] in ("ExecutionStepFailureEvent", "ExecutionStepRestartEvent")
+        for e in run["eventConnection"]["events"])
+
+
+def _windows_cut(home: Path, topic: str) -> int:
+    """How many windows of `topic` the offsets sensor has cut (its partitions)."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        return len(instance.get_dynamic_partitions(window_partitions(topic).name))
+
+
+def test_an_s3_outage_during_sensor_driven_archiving_ends_with_every_window_committed_once(
+        dagster_dev, kafka, s3, services, fault_proxy):
+    url, home, *_ = dagster_dev
+    topic = outage_topic()
+    produced = produce(kafka, topic, [(i % 2, None, f"a{i}".encode(), []) for i in range(80)])  # 40 per partition
+    start_sensor(url, "archive_e2e_outage_offsets")
+    # S3 answers 503 SlowDown to everything while the sensor cuts windows and their runs start: the first four
+    # windows, then (a tick later) the two of the records produced meanwhile; on until the outage has failed a step
+    # or a run.
+    fault_proxy.set_rules([FaultRule("slowdown", 1.0)])
+    try:
+        deadline = time.monotonic() + 200
+        while _windows_cut(home, topic) < 4:
+            assert time.monotonic() < deadline, "the sensor cut no window within 200 s"
+            time.sleep(0.5)
+        produced += produce(kafka, topic, [(i % 2, None, f"b{i}".encode(), []) for i in range(40)])
+        while _windows_cut(home, topic) < 6 or not any(_failed_once(r) for r in _topic_runs(url, topic)):
+            assert time.monotonic() < deadline, "no run met the S3 outage within 200 s, or the sensor did not cut " \
+                                                f"the second records' windows: {_windows_cut(home, topic)} cut"
+            time.sleep(1)
+    finally:
+        faults = fault_proxy.stats()["faults"]
+        fault_proxy.clear()
+    assert sum(faults.values()) > 0, faults
+
+    cfg = archive_config(services.bucket, topic, "e2e-outage/")
+    windows = [OffsetWindow(p, s, s + 20) for p in (0, 1) for s in (0, 20, 40)]
+    deadline = time.monotonic() + 600
+    while not all(manifest(s3, cfg, topic, w) for w in windows):
+        assert time.monotonic() < deadline, "not every window was committed within 600 s of the outage"
+        time.sleep(1)
+    # 0 lost, 0 duplicated: every record once, in the committed windows' objects.
+    assert archived_records(s3, cfg, topic) == sorted(produced, key=lambda r: (r.partition, r.offset))
+
+    # The outage reached the runs, and they were retried (a step retried, or a failed run requested again).
+    runs = _topic_runs(url, topic)
+    retried = [r for r in runs if any(e["__typename"] == "ExecutionStepRestartEvent"
+                                      for e in r["eventConnection"]["events"])
+               or any(t["key"] == "s3_archive/rerun_of" for t in r["tags"])]
+    assert retried, [(r["runId"], r["status"]) for r in runs]
 
 
 def test_ui_backfill_over_a_window_range_archives_every_window(dagster_dev, ui_backfill, s3, services):

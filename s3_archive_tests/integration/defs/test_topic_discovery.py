@@ -126,9 +126,10 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
     assert f"no longer in Kafka (kept; --forget TOPIC removes one): {a}" in capsys.readouterr().out
     assert read_known_topics(state_file) == {"pat": [a, b]}
 
-    # Kafka down: the CLI fails, saying nothing changed; so does the sensor's tick.
+    # Kafka down: the CLI fails, saying nothing changed (after its request timeout, 2 s here); so does the sensor's tick.
     with unreachable() as address:
         monkeypatch.setenv("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS", address)
+        monkeypatch.setenv("S3_ARCHIVE_KAFKA_TIMEOUT_S", "2")
         c = create_topic(kafka, f"pat-{unique}.c")
         assert main(["refresh-topics", "--config", str(path)]) == 1
         assert "the known topics are unchanged" in capsys.readouterr().err
@@ -143,6 +144,7 @@ def test_a_refresh_adds_new_topics_keeps_vanished_ones_and_forgets_only_on_reque
     assert f"archive 'pat': forgot {a}" in capsys.readouterr().out
     assert read_known_topics(state_file) == {"pat": [b]}
     monkeypatch.setenv("S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS", services.bootstrap_servers)
+    monkeypatch.delenv("S3_ARCHIVE_KAFKA_TIMEOUT_S")
     assert main(["refresh-topics", "--config", str(path)]) == 0
     assert f"  new: {c}" in capsys.readouterr().out
     assert read_known_topics(state_file) == {"pat": [b, c]}

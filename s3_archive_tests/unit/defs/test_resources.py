@@ -119,6 +119,19 @@ def test_a_bad_flag_names_its_variable(set_env):
     assert build_resources()["kafka"].ssl_verify_hostname is False
 
 
+def test_the_kafka_request_timeout_is_a_number_of_seconds_and_a_bad_one_names_its_variable(set_env):
+    set_env({"S3_ARCHIVE_KAFKA_BOOTSTRAP_SERVERS": "kafka:9092"})
+    assert build_resources()["kafka"].timeout_s == 15.0  # unset: the default
+    set_env({"S3_ARCHIVE_KAFKA_TIMEOUT_S": "2.5"})
+    with dg.build_resources(build_resources()) as res:
+        assert res.kafka.timeout_s == 2.5
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        set_env({"S3_ARCHIVE_KAFKA_TIMEOUT_S": bad})
+        with pytest.raises(InvalidConfig, match=rf"\$S3_ARCHIVE_KAFKA_TIMEOUT_S is '{bad}'; it must be a number of "
+                                                "seconds > 0"):
+            build_resources()
+
+
 def test_the_retired_switch_warns_and_changes_nothing(set_env):
     set_env({"S3_ARCHIVE_ENV": "aws", "S3_ARCHIVE_S3_ENDPOINT_URL": "http://127.0.0.1:9000"})
     with pytest.warns(UserWarning, match=r"\$S3_ARCHIVE_ENV is no longer read"):

@@ -104,6 +104,8 @@ def test_mtls_and_no_hostname_check(tmp_path):
      r"needs its key: set both \$S3_ARCHIVE_KAFKA_SSL_CERTIFICATE_LOCATION and \$S3_ARCHIVE_KAFKA_SSL_KEY_LOCATION"),
     ({"security_protocol": "SSL", "ssl_ca_location": "/nowhere/ca.pem"},
      r"\$S3_ARCHIVE_KAFKA_SSL_CA_LOCATION is '/nowhere/ca.pem', which is not a readable file"),
+    ({"timeout_s": 0}, r"the Kafka request timeout \(\$S3_ARCHIVE_KAFKA_TIMEOUT_S\) is 0; it must be a number of "
+                       r"seconds > 0"),
 ])
 def test_settings_that_cannot_work_name_the_variable(settings, message):
     k = KafkaResource(bootstrap_servers="b:9092", **settings)
