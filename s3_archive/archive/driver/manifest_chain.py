@@ -68,26 +68,33 @@ def previous_link(s3: S3Client, where: WindowLocation) -> ManifestLink | None:
 def run_manifests(s3: S3Client, bucket: str, prefix: str, topic: str,
                   windows: Sequence[OffsetWindow]) -> dict[int, list[str]]:
     """Before a run writes: per partition of `windows`, the committed manifest keys from a few windows before its
-    first window of the run (`_REACHES[0]` of its size) to its last one, in one LIST (a page holds 1,000 keys), 16
-    partitions at a time. A run's first S3 request under the archive's prefix, so a missing bucket or refused access
-    is check_bucket's clear error here."""
-    by_partition: dict[int, list[OffsetWindow]] = {}
+    first window of the run (`_REACHES[0]` of its size) to its last one, in one LIST (a page holds 1,000 keys; a
+    run's windows of a partition that lie further apart than that are listed apart, so no listing reads the
+    manifests of windows between them), 16 listings at a time. A run's first S3 request under the archive's
+    prefix, so a missing bucket or refused access is check_bucket's clear error here."""
+    runs: list[list[OffsetWindow]] = []  # windows of one partition, each within reach of the one before
     for w in sorted(windows):
-        by_partition.setdefault(w.partition, []).append(w)
+        last = runs[-1][-1] if runs else None
+        if last is not None and last.partition == w.partition and w.start - last.end <= _REACHES[0] * w.size:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
 
     def listing(ws: list[OffsetWindow]) -> list[str]:
         first, last = ws[0], ws[-1]
-        since = first.start - _REACHES[0] * max(first.size, 1)
+        since = first.start - _REACHES[0] * first.size
         after = manifests_from(prefix, topic, first.partition, since) if since > 0 else None
         end = manifest_key(prefix, topic, last)
         stem = partition_manifest_prefix(prefix, topic, first.partition)
         with bucket_errors(s3, bucket):
             return list(takewhile(lambda k: k <= end, (o["Key"] for o in list_objects(s3, bucket, stem, after))))
 
-    if not by_partition:
-        return {}
-    with ThreadPoolExecutor(min(16, len(by_partition))) as pool:
-        return dict(zip(by_partition, pool.map(listing, by_partition.values()), strict=True))
+    out: dict[int, list[str]] = {}
+    if runs:
+        with ThreadPoolExecutor(min(16, len(runs))) as pool:
+            for ws, keys in zip(runs, pool.map(listing, runs), strict=True):
+                out.setdefault(ws[0].partition, []).extend(keys)
+    return out
 
 
 class Committing(Protocol):

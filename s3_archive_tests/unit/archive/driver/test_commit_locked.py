@@ -120,3 +120,14 @@ def test_a_listed_link_gone_before_it_is_read_is_left_to_the_listing(s3):
     s3.delete_object(Bucket=BUCKET, Key=manifest_key(PREFIX, TOPIC, w1))  # a delete marker: w1's manifest is gone
     assert listed_link(s3, WindowLocation(BUCKET, PREFIX, TOPIC, w2, ".parquet"), listed) == (False, None)
     assert previous_link(s3, WindowLocation(BUCKET, PREFIX, TOPIC, w2, ".parquet")).key == listed[0]
+
+
+def test_windows_of_a_run_far_apart_are_listed_apart(s3):
+    near = [OffsetWindow(0, i * 10, i * 10 + 10) for i in range(3)]
+    far = OffsetWindow(0, 100_000, 100_010)
+    for w in (*near, OffsetWindow(0, 50_000, 50_010), far):
+        _commit(s3, w)
+    sent = _requests(s3)
+    listed = run_manifests(s3, BUCKET, PREFIX, TOPIC, [far, near[0], near[2]])
+    assert listed == {0: [manifest_key(PREFIX, TOPIC, w) for w in (*near, far)]}  # not the window between
+    assert sent == ["ListObjectsV2", "ListObjectsV2"]
