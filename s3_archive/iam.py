@@ -16,8 +16,9 @@ and then only for archives in governance mode: it lets the holder shorten or rem
 a versioned bucket the versions of the replaced objects listed (ListBucketVersions, under the archives' prefixes)
 and deleted (DeleteObjectVersion); archives locked in compliance mode get nothing (erasure is refused there).
 
-`archive.check_bucket` probes a bucket by listing at most one key under the archive's prefix, not with
-HeadBucket (which S3 authorizes as a whole-bucket `s3:ListBucket` that this policy refuses).
+A bucket is checked by a listing under the archive's prefix (an archive run's first listing of its manifests,
+`io/s3.py::check_bucket` elsewhere), not with HeadBucket (which S3 authorizes as a whole-bucket `s3:ListBucket`
+that this policy refuses).
 
 """
 

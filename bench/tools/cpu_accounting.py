@@ -15,7 +15,8 @@ busy CPU over the same interval tells whether the 2 cores were saturated; what n
 An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of
 `jvm_profile` long as in `make bench`, warmed up by one archive of the whole workload) and Spark settings for its
 session (`min_partitions=N` sets SparkResource.kafka_min_partitions instead, `read_path=spark` the archive's
-read path, `task_reader=python` the write task's reader). Contenders `read_native` and `read_python` are the write
+read path, `task_reader=python` the write task's reader, `format=jsonl` the archive's format: bench.worker's
+`format` command, as bench/formats.py runs it). Contenders `read_native` and `read_python` are the write
 task's readers alone in this process (bench/throughput.py::time_task_read). Arms run interleaved, their order
 alternating by round. Starts its own broker and moto (`temporary_stack`) and stops them at the end.
 """
@@ -60,6 +61,7 @@ class Arm(SparkWorker):
         self.min_partitions = int(conf.pop("min_partitions")) if "min_partitions" in conf else None
         self.read_path = conf.pop("read_path", "librdkafka")
         self.task_reader = conf.pop("task_reader", "native")
+        self.format = conf.pop("format", None)
         self.conf = conf
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
@@ -78,6 +80,9 @@ class Arm(SparkWorker):
         return self.jvm
 
     def archive(self, windows: list[list[int]], prefix: str) -> dict[str, Any]:
+        if self.format is not None:
+            return self.call(cmd="format", topic=TOPIC, prefix=prefix, windows=windows, format=self.format,
+                             read_path=self.read_path)
         return self.call(cmd="archive", topic=TOPIC, prefix=prefix, windows=windows,
                          min_partitions=self.min_partitions, read_path=self.read_path,
                          task_reader=self.task_reader)
@@ -258,7 +263,7 @@ def main() -> None:
                             wl.empty_prefix(s3, BUCKET, f"a-{arm.name}/")
                             res = m["result"]
                             assert res["records"] == n, res
-                            m["result"] = {k: res[k] for k in ("seconds", "stage_s", "commit_s", "objects")}
+                            m["result"] = {k: res[k] for k in ("seconds", "stage_s", "commit_s", "objects") if k in res}
                             runs.append(m | {"round": r})
                             say("  " + line(m))
                         continue

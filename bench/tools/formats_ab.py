@@ -9,7 +9,7 @@ An arm is `NAME=TREE`: a source tree's own `bench.worker` (a warm Spark session 
 `make bench`), warmed up by one archive of a small window in every measured format. Per round, every format and
 arm runs once (the arms' order alternating by round); each run archives all the workload's windows in one run
 (read_path librdkafka). Prints the seconds and parquet's time over each format's (≥ 0.8 is the issue's target), per
-arm; `--json` writes them. Starts its own broker, moto (and Apicurio with `--registry`) and stops them at the end.
+arm; `--json` writes them. Parquet, the reference of every ratio, is measured whether `--formats` names it or not. Starts its own broker, moto (and Apicurio with `--registry`) and stops them at the end.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from bench.common import SparkWorker
 from bench.config import BUCKET, TOPIC
 from bench.formats import empty_archive
 from bench.registry import AVRO_TOPIC, produce_avro
+from bench.under_test import FORMATS as ARCHIVE_FORMATS
 from bench.under_test import KafkaResource, SchemaRegistryServer, local_s3_client, temporary_stack
 
 FORMATS = ("parquet", "avro", "text", "csv", "jsonl", "json")
@@ -52,6 +53,28 @@ class Arm(SparkWorker):
             stdout=subprocess.PIPE, stderr=self.log, text=True)
 
 
+def measured_formats(spec: str) -> list[str]:
+    """The formats a `--formats` value measures: those named, parquet (the reference) first when it is not."""
+    formats = [f for f in spec.split(",") if f]
+    unknown = [f for f in formats if f not in ARCHIVE_FORMATS]
+    if unknown:
+        raise SystemExit(f"--formats {spec!r}: unknown format {unknown[0]!r}; allowed: {', '.join(ARCHIVE_FORMATS)}")
+    return formats if "parquet" in formats else ["parquet", *formats]
+
+
+def summary(seconds: dict[str, list[float]]) -> list[str]:
+    """One line per kind of an arm: median, min, max, and the reference's median over this one's (parquet for a
+    format, raw for a registry decoding; no ratio when the reference was not measured)."""
+    med = {k: statistics.median(v) for k, v in seconds.items()}
+    lines = []
+    for k, v in med.items():
+        ref = "raw" if k.startswith("registry") else "parquet"
+        base = med.get("registry-raw" if ref == "raw" else "parquet")
+        ratio = f"; {ref} / this = {base / v:.2f}" if base is not None and v > 0 else ""
+        lines.append(f"{k}: median {v:.2f}s (min {min(seconds[k]):.2f}, max {max(seconds[k]):.2f}){ratio}")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=200)
@@ -61,7 +84,7 @@ def main() -> None:
     ap.add_argument("--registry", action="store_true", help="also Avro decoded vs raw (parquet)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    formats = [f for f in args.formats.split(",") if f]
+    formats = measured_formats(args.formats)
     out: dict[str, Any] = {"mb": args.mb, "rounds": args.rounds, "seconds": {}, "load": []}
     with temporary_stack("s3a-formats-ab-", BUCKET, remove=True) as (broker, moto, root):
         stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
@@ -117,11 +140,8 @@ def main() -> None:
             if registry is not None:
                 registry.stop()
     for name, by_kind in out["seconds"].items():
-        med = {k: statistics.median(v) for k, v in by_kind.items()}
-        for k, v in med.items():
-            base = med.get("registry-raw" if k.startswith("registry") else "parquet")
-            say(f"{name} {k}: median {v:.2f}s (min {min(by_kind[k]):.2f}, max {max(by_kind[k]):.2f}); "
-                f"{'raw' if k.startswith('registry') else 'parquet'} / this = {base / v:.2f}")
+        for line in summary(by_kind):
+            say(f"{name} {line}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 

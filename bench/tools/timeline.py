@@ -136,7 +136,6 @@ def _child(stack: dict[str, Any], out: Path) -> None:
 
     from bench.worker import KafkaResource, S3Resource, SparkResource, Worker, jvm_pid
     from bench.worker import archive_mod as window
-    from bench.worker import assets_mod as assets
 
     assert "pyspark" not in sys.modules, "the bench worker imports pyspark before the run: the timeline would hide it"
     EVENTS.append({"t": t_imports, "event": "child: bench imports start", "thread": "main"})
@@ -154,10 +153,10 @@ def _child(stack: dict[str, Any], out: Path) -> None:
     }, {"pyspark", "dagster_pyspark", "pyarrow", "s3_archive.archive.driver.spark_job"}))
     _wrap(dg, "materialize", "dg.materialize")
     _wrap(S3Resource, "get_client", "asset: S3 client")
-    _wrap(assets, "check_bucket", "asset: check_bucket")
     _wrap(KafkaResource, "partitions", "Kafka: partitions (metadata)")
     _wrap(KafkaResource, "offsets", "Kafka: offsets (driver, librdkafka)")
     _wrap(SparkResource, "session", "SparkResource.session")
+    _wrap(window, "run_manifests", "archive: manifest listing (the bucket check)")
     _wrap(window, "_committed", "archive: manifest lookup")
     _wrap(window, "_write", "archive: _write (the Spark job)")
     _wrap(window, "open_uploads", "archive: open_uploads")

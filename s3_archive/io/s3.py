@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeAlias
 
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
@@ -125,9 +126,18 @@ def check_bucket(s3: S3Client, bucket: str, prefix: str = "") -> None:
     """One LIST of at most one key under the archive's prefix, turned into a clear error; never includes
     credentials. Not HeadBucket: that needs s3:ListBucket on the whole bucket, which the least-privilege policy
     (`s3-archive iam-policy`) grants only under the archive's prefixes."""
+    with bucket_errors(s3, bucket):
+        s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+
+
+@contextmanager
+def bucket_errors(s3: S3Client, bucket: str) -> Iterator[None]:
+    """A missing bucket, refused access or an unreachable endpoint in the requests made inside, turned into
+    check_bucket's clear error (S3Refused, S3Unavailable; never the credentials): so that a run's first request
+    under the archive's prefix is its bucket check too."""
     endpoint = getattr(getattr(s3, "meta", None), "endpoint_url", "S3")
     try:
-        s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        yield
     except ClientError as e:
         code = error_code(e)
         if code in NO_SUCH_BUCKET:

@@ -8,7 +8,9 @@ and scripts/ point boto3 (and s3a) at `FaultProxy.endpoint_url`.
 It runs as a child process (`python -m s3_archive.local.fault_proxy`), started and stopped by PID like the other
 servers of the local stack: Spark's executors, a restore subprocess and the test process all reach it the same way,
 and a hung proxy never blocks the test's own threads. Rules and counters are changed and read over HTTP under
-`/__fault_proxy__/` (no S3 bucket name can start with `_`), so a test changes the faults at run time.
+`/__fault_proxy__/` (no S3 bucket name can start with `_`), so a test changes the faults at run time; `calls` lists
+the requests since the counters were last zeroed (operation, path and a listing's prefix), so a test counts them by
+kind and key.
 
 A rule: `kind` (slowdown, internal, reset, lost), `share` of the matching requests (0..1), optional filters
 `method`, `query` (a query parameter that must be present, e.g. `uploads`, `uploadId`, `delete`), `header` (a
@@ -28,7 +30,7 @@ import sys
 import threading
 import urllib.request
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +43,7 @@ CONTROL = "/__fault_proxy__"
 KINDS = ("slowdown", "internal", "reset", "lost")  # the faults (`mixed` splits a share over them)
 IGNORE_CONDITIONS = "ignore_conditions"
 _CONDITIONS = {"if-none-match", "if-match"}
+MAX_CALLS = 100_000  # requests kept for `calls`
 _ERRORS = {"slowdown": (503, "SlowDown", "Please reduce your request rate."),
            "internal": (500, "InternalError", "We encountered an internal error. Please try again.")}
 # Hop-by-hop headers: this proxy owns its two connections (and answers Expect: 100-continue itself).
@@ -89,6 +92,7 @@ class _State:
     requests: Counter = field(default_factory=Counter)  # per operation
     faults: Counter = field(default_factory=Counter)  # per kind
     faults_by_op: Counter = field(default_factory=Counter)  # per "kind operation"
+    calls: deque = field(default_factory=lambda: deque(maxlen=MAX_CALLS))  # [operation, path, prefix]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def configure(self, rules: list[FaultRule], seed: int) -> None:
@@ -98,11 +102,13 @@ class _State:
     def reset_counts(self) -> None:
         with self.lock:
             self.requests, self.faults, self.faults_by_op = Counter(), Counter(), Counter()
+            self.calls.clear()
 
     def pick(self, method: str, path: str, query: dict[str, str], headers: Any) -> str | None:
         op = operation(method, query, headers)
         with self.lock:
             self.requests[op] += 1
+            self.calls.append([op, path, query.get("prefix", "")])
             for i, rule in enumerate(self.rules):
                 if not rule.matches(method, path, query, headers):
                     continue
@@ -168,10 +174,14 @@ class _Handler(BaseHTTPRequestHandler):
             state.configure([FaultRule(**r) for r in spec.get("rules", [])], int(spec.get("seed", 0)))
         elif path == f"{CONTROL}/reset" and self.command == "POST":
             state.reset_counts()
-        elif not (path == f"{CONTROL}/stats" and self.command == "GET"):
+        elif not (path in (f"{CONTROL}/stats", f"{CONTROL}/calls") and self.command == "GET"):
             self._reply(404, [("Content-Length", "0")], b"")
             return
-        out = json.dumps(state.stats()).encode()
+        if path == f"{CONTROL}/calls":
+            with state.lock:
+                out = json.dumps(list(state.calls)).encode()
+        else:
+            out = json.dumps(state.stats()).encode()
         self._reply(200, [("Content-Type", "application/json"), ("Content-Length", str(len(out)))], out)
 
     def _handle(self) -> None:
@@ -289,6 +299,11 @@ class FaultProxy:
     def stats(self) -> dict[str, Any]:
         """requests (total and per operation), faults per kind and per kind+operation, the rules."""
         return self._call("GET", "stats")
+
+    def calls(self) -> list[tuple[str, str, str]]:
+        """The requests since the counters were zeroed, oldest first (at most MAX_CALLS): operation (as counted),
+        path (`/bucket/key`, URL-encoded) and a listing's `prefix` (empty for other requests)."""
+        return [tuple(c) for c in self._call("GET", "calls")]  # type: ignore[misc]
 
 
 def mixed(share: float) -> list[FaultRule]:

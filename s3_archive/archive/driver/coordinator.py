@@ -8,7 +8,7 @@ partition keys to windows and reports the results.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from s3_archive.archive.driver.archive_run import (
 from s3_archive.archive.driver.commit import CommitResult, Outcome, adopt, commit_window, open_uploads, remove_objects
 from s3_archive.archive.driver.dead_letter_topic import publish as publish_dead_letters
 from s3_archive.archive.driver.group_offsets import advance_group_offsets
-from s3_archive.archive.driver.manifest_chain import commit_in_chain_order
+from s3_archive.archive.driver.manifest_chain import commit_in_chain_order, listed_link, run_manifests
 from s3_archive.archive.driver.manifest_draft import manifest_draft
 from s3_archive.archive.driver.output import Output
 from s3_archive.archive.protocol import (
@@ -115,9 +115,12 @@ def _loss(run: ArchiveRun, topic: str, window: OffsetWindow, lost_to: int, earli
     return [window.start, lost_to]
 
 
-def _committed(run: ArchiveRun, where: WindowLocation) -> WindowResult | None:
-    """Step 0: the window's manifest, if an earlier run committed it, with its objects checked."""
+def _committed(run: ArchiveRun, where: WindowLocation, listed: Container[str]) -> WindowResult | None:
+    """Step 0: the window's manifest, if an earlier run committed it (`listed`: the partition's manifest keys the
+    run listed, manifest_chain.py::run_manifests), with its objects checked."""
     window, s3 = where.window, run.ctx.s3
+    if where.manifest_key not in listed:
+        return None
     existing = read_manifest(s3, where.bucket, where.manifest_key)
     if existing is None:
         return None
@@ -160,15 +163,18 @@ def archive_windows(ctx: ArchiveContext, cfg: ArchiveConfig, topic: str, windows
                     publish_dead_letters(ctx.kafka, ctx.s3, cfg, topic, r.manifest, ctx.log)
                 except Exception as e:  # the window stays committed; its run is retried and publishes them then
                     results[w] = e
-    committed = sorted({w.partition for w, r in results.items() if isinstance(r, WindowResult)})
+    committed = [w for w, r in results.items() if isinstance(r, WindowResult)]
     advance_group_offsets(ctx.kafka, ctx.s3, cfg, topic, committed, ctx.log)
     return results
 
 
 def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -> dict[OffsetWindow, WindowOutcome]:
     """Step 0 for every window, then the others planned, written and committed."""
+    cfg = run.cfg
+    manifests = run_manifests(run.ctx.s3, cfg.bucket, cfg.prefix, topic, windows)  # the run's bucket check too
+    listed = {k for keys in manifests.values() for k in keys}
     results: dict[OffsetWindow, WindowOutcome] = {
-        w: r for w, r in _each(lambda w: _committed(run, run.cfg.location(topic, w)), windows).items()
+        w: r for w, r in _each(lambda w: _committed(run, cfg.location(topic, w), listed), windows).items()
         if r is not None}
     todo = [w for w in windows if w not in results]
     if not todo:
@@ -199,7 +205,8 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
         [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
     ready = {p.window: p for p in pending if p.window not in results}
     return results | commit_in_chain_order(
-        lambda w, previous: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode, previous),
+        lambda w, previous: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode, previous,
+                                        manifests[w.partition]),
         list(ready))
 
 
@@ -327,11 +334,12 @@ def _write(run: ArchiveRun, topic: str, pending: list[PendingWindow], results: d
 
 
 def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_after: int, uploads: list[dict],
-                decode: DecodePlan | None = None, previous: ManifestLink | None = None) -> WindowResult:
+                decode: DecodePlan | None = None, previous: ManifestLink | None = None,
+                manifests: list[str] | None = None) -> WindowResult:
     """Commit one written window (commit.py): unless another attempt did, or a record policy refuses it, or Kafka
     deleted records before the write read them that the archive does not accept losing (then nothing of this
     attempt's is left behind). `previous`: the link to the manifest this run committed just before, in the chain
-    (None: looked up)."""
+    (None: looked up, in `manifests` first: the partition's manifest keys the run listed before it wrote)."""
     s3 = run.ctx.s3
     stats: RecordStats = window_stats(p.slices, job_out.slice_rows())
     if stats.committed_elsewhere and (won := adopt(s3, p.where)) is not None:
@@ -347,6 +355,8 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
         from s3_archive.archive.driver.registry_plan import keep_schemas
 
         schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids)
+    if previous is None and manifests:
+        previous = listed_link(s3, p.where, manifests)[1]  # else put_manifest looks it up
     draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas).model_copy(
         update={"previous_manifest": previous})
     _report_dropped(run.ctx.log, p.where, stats, job_out)

@@ -208,7 +208,8 @@ class LinesEncoder:
             self._out.write(fmt.header + b"\n")
 
     def write(self, table: pa.Table) -> None:
-        lines = table.column("_line").combine_chunks()
+        column = table.column("_line")  # one chunk as it is: combine_chunks would copy every line once more
+        lines = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if len(lines) == 0:
             return
         if not self.array:

@@ -43,15 +43,14 @@ def base64(values: pa.Array, chunked: bool = False) -> pa.Array:
     if n == 0:
         return pa.array([], pa.string())
     values = values.cast(pa.binary()) if pa.types.is_string(values.type) else values
+    lengths = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    short = (3 - lengths % 3) % 3  # zero bytes each value needs to fill its last group of three
+    if short.any() or values.null_count:  # appended by Arrow, value by value (a null becomes empty)
+        zeros = _ZEROS.take(pa.array(short)).cast(values.type)
+        values = pc.binary_join_element_wise(values, zeros, pa.scalar(b"", values.type))
     offsets = _offsets(values).astype(np.int64)
     data = values.buffers()[2]
-    raw = np.frombuffer(data, dtype=np.uint8, count=int(offsets[-1]), offset=0)[int(offsets[0]):] \
-        if data is not None else np.zeros(0, np.uint8)
-    rel = offsets - offsets[0]
-    lengths = np.diff(rel)
-    short = (3 - lengths % 3) % 3  # zero bytes each value needs to fill its last group of three
-    if short.any():
-        raw = _padded(raw, rel[1:], short)
+    raw = memoryview(data)[int(offsets[0]):int(offsets[-1])] if data is not None else b""
     text = bytearray(binascii.b2a_base64(raw, newline=False))
     out = np.frombuffer(text, dtype=np.uint8)
     quads = (lengths + short) // 3 * 4
@@ -69,6 +68,7 @@ def base64(values: pa.Array, chunked: bool = False) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(out_offsets.astype(np.int32)), pa.py_buffer(text), validity)
 
 
+_ZEROS = pa.array([b"", b"\0", b"\0\0"], pa.binary())  # by `short`: none, one or two zero bytes
 _MIME_LINE = 76
 
 
@@ -88,17 +88,6 @@ def _line_breaks(text: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.
     out[keep] = text
     out[at], out[at + 1] = ord("\r"), ord("\n")
     return out, offsets + 2 * before
-
-
-def _padded(raw: np.ndarray, ends: np.ndarray, short: np.ndarray) -> np.ndarray:
-    """`raw` with `short[i]` zero bytes after the value ending at `ends[i]`."""
-    before = np.zeros(len(short) + 1, dtype=np.int64)
-    np.cumsum(short, out=before[1:])  # zero bytes inserted before each value's end
-    out = np.zeros(len(raw) + int(before[-1]), dtype=np.uint8)
-    keep = np.ones(len(out), dtype=bool)
-    keep[np.repeat(ends, short) + np.arange(int(before[-1]))] = False
-    out[keep] = raw
-    return out
 
 
 def _escaped(text: pa.Array) -> pa.Array:
@@ -130,8 +119,15 @@ def json_string(text: pa.Array) -> pa.Array:
 
 
 def _join(*parts: pa.Array | str) -> pa.Array:
-    """The element-wise concatenation of arrays and constant strings (null where an array is null)."""
-    arrays = [pa.scalar(p, pa.string()) if isinstance(p, str) else p for p in parts]
+    """The element-wise concatenation of arrays and constant strings (null where an array is null); adjacent
+    constants are joined first (Arrow's cost is per row and part)."""
+    merged: list[pa.Array | str] = []
+    for p in parts:
+        if isinstance(p, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += p
+        elif not (isinstance(p, str) and not p):
+            merged.append(p)
+    arrays = [pa.scalar(p, pa.string()) if isinstance(p, str) else p for p in merged]
     return pc.binary_join_element_wise(*arrays, pa.scalar("", pa.string()))
 
 

@@ -24,7 +24,6 @@ from s3_archive.defs.restore.targets import target_asset_key
 from s3_archive.io.iceberg_catalog import S3Endpoint
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.io.lineage import LineageRun, glue_account, lineage_run, run_uuid
-from s3_archive.io.s3 import check_bucket
 from s3_archive.io.s3_resource import S3Resource
 from s3_archive.io.schema_registry import SchemaRegistryResource
 from s3_archive.io.spark import SparkResource
@@ -134,8 +133,7 @@ def build_archive_asset(cfg: ArchiveConfig, topic: str) -> dg.AssetsDefinition:
                     kafka: KafkaResource, s3: S3Resource, registry: SchemaRegistryResource | None,
                     lineage: LineageRun, glue: tuple[str, str] | None) -> Iterator[dg.AssetMaterialization]:
         try:
-            client = s3.get_client()
-            check_bucket(client, cfg.bucket, cfg.prefix)
+            client = s3.get_client()  # the bucket is checked by the run's first listing (manifest_chain.py)
             # a broker restarting as the run starts: wait for it (broker_outage_seconds) rather than fail the step
             partitions = kafka.riding(cfg.broker_outage_seconds, lambda: kafka.partitions(topic), context.log)
             missing = [w for w in windows if w.partition not in partitions]

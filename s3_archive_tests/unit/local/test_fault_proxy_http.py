@@ -81,3 +81,14 @@ def test_botocore_retries_get_through_one_fault_of_each_kind_and_lost_puts_happe
     assert stats["requests_by_operation"] == {"PUT": 8, "GET": 5}
     assert ToyS3.puts["/toy-bucket/lost/1"] == 2 and ToyS3.puts["/toy-bucket/reset/1"] == 1
     proxy.clear()
+
+
+def test_the_calls_are_listed_by_operation_path_and_prefix_until_the_counters_are_zeroed(proxy):
+    proxy.clear()
+    s3 = _client(proxy, 1)
+    s3.put_object(Bucket="b", Key="calls/a b", Body=b"x", IfNoneMatch="*")
+    s3.get_object(Bucket="b", Key="calls/a b")
+    assert proxy.calls() == [("PUT If-None-Match", "/b/calls/a%20b", ""), ("GET", "/b/calls/a%20b", "")]
+    assert proxy.stats()["requests"] == 2
+    proxy.reset()
+    assert proxy.calls() == []
