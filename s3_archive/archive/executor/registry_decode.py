@@ -269,16 +269,17 @@ def _cast_struct(built: pa.StructArray, units: dict[str, Any], spark: Any) -> pa
                                       mask=built.is_null() if built.null_count else None)
 
 
-def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
+def decode(plan: DecodePlan, batch: pa.RecordBatch, native: bool = True) -> pa.RecordBatch:
     """The batch with each part's decoded columns, `_good`, `_reason`, the writer schema ids, and (with dead letters)
-    `_raw` appended. A record marked bad has null decoded columns."""
+    `_raw` appended. A record marked bad has null decoded columns. `native` false: Avro decoded by fastavro even
+    where the native decoder applies (the same output; for comparing the two)."""
     n = batch.num_rows
     reasons: list[str | None] = [None] * n
     decoded: list[tuple[DecodedPart, list[Any] | None, Any]] = []
     for part in plan.parts:
-        native = _native_columns(plan, part, batch.column(part.part), reasons)
-        if native is not None:
-            decoded.append((part, None, native))
+        columnar = _native_columns(plan, part, batch.column(part.part), reasons) if native else None
+        if columnar is not None:
+            decoded.append((part, None, columnar))
         else:
             decoded.append((part, *_decode_part(plan, part, batch.column(part.part), reasons)))
     names, arrays = list(batch.schema.names), list(batch.columns)

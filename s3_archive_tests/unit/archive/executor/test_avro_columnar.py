@@ -100,9 +100,7 @@ def _both(plan: DecodePlan, values: list[bytes | None], monkeypatch: pytest.Monk
     with monkeypatch.context() as m:
         m.setattr(registry_decode, "decode_columns", spy)
         native = registry_decode.decode(plan, _batch(values))
-    with monkeypatch.context() as m:
-        m.setattr(registry_decode, "_native_columns", lambda *_: None)
-        slow = registry_decode.decode(plan, _batch(values))
+    slow = registry_decode.decode(plan, _batch(values), native=False)
     return native, slow, any(used)
 
 
