@@ -2,8 +2,8 @@
 //! `archive/executor/avro_columnar.py` is its one caller): a batch of Confluent-framed payloads (an Arrow binary
 //! array) becomes, per writer schema, the rows it holds and a struct array of the writer's fields, without a Python
 //! object per record. Any payload this decoder does not decode exactly as one framed record (not framed, a schema id
-//! it was not given, a body that does not decode, bytes left over) makes the whole batch `None`: the caller then
-//! decodes that batch with fastavro, which gives each bad record its reason.
+//! it was not given, a body that does not decode or that avro_check.rs refuses, bytes left over) makes the whole
+//! batch `None`: the caller then decodes that batch with fastavro, which gives each bad record its reason.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -17,6 +17,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use crate::avro_check::Schema as BodyCheck;
 use crate::py_producer::import;
 
 const HEADER: usize = 5; // magic byte 0 and a 4-byte big-endian schema id
@@ -24,6 +25,7 @@ const HEADER: usize = 5; // magic byte 0 and a 4-byte big-endian schema id
 /// One writer schema's decoder and the rows of the current batch it decoded.
 struct Writer {
     text: String,
+    shape: BodyCheck,
     decoder: Decoder,
     rows: Vec<i64>,
 }
@@ -64,12 +66,12 @@ impl PyAvroDecoder {
             if p.len() < HEADER || p[0] != 0 {
                 return None;
             }
-            // bytes after the record that read as another frame's header would leave the decoder expecting a body
-            if p.len() >= 2 * HEADER && p[p.len() - HEADER..] == p[..HEADER] {
-                return None;
-            }
             let id = u32::from_be_bytes([p[1], p[2], p[3], p[4]]);
             let w = self.writers.get_mut(&id)?;
+            // exactly one record, every union branch and enum index in range (avro_check.rs)
+            if !w.shape.accepts(&p[HEADER..]) {
+                return None;
+            }
             let before = w.decoder.capacity();
             match w.decoder.decode(p) {
                 Ok(used) if used == p.len() && w.decoder.capacity() + 1 == before => w.rows.push(i as i64),
@@ -86,8 +88,9 @@ impl PyAvroDecoder {
     fn new(schemas: Vec<(u32, String)>) -> PyResult<Self> {
         let mut writers = HashMap::new();
         for (id, text) in schemas {
+            let shape = BodyCheck::parse(&text).map_err(|e| PyValueError::new_err(format!("schema id {id}: {e}")))?;
             let decoder = decoder(id, &text).map_err(PyValueError::new_err)?;
-            writers.insert(id, Writer { text, decoder, rows: Vec::new() });
+            writers.insert(id, Writer { text, shape, decoder, rows: Vec::new() });
         }
         Ok(PyAvroDecoder { writers })
     }

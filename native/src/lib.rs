@@ -5,6 +5,7 @@
 //! read per record. Schema Registry Avro payloads are decoded into Arrow columns here too (avro_decode.rs;
 //! `archive/executor/avro_columnar.py` is its caller).
 
+mod avro_check;
 mod avro_decode;
 mod envelope;
 mod producer;

@@ -166,6 +166,24 @@ def test_malformed_payloads_are_decoded_by_fastavro_with_its_reasons(monkeypatch
     _same(native, slow)
 
 
+def test_a_damaged_union_branch_or_enum_index_is_refused_natively_as_fastavro_refuses_it(monkeypatch):
+    schema = {"type": "record", "name": "N", "fields": [
+        {"name": "id", "type": "long"}, {"name": "email", "type": ["null", "string"]},
+        {"name": "phone", "type": ["string", "null"]}, {"name": "k", "type": {"type": "enum", "name": "E",
+                                                                              "symbols": ["a", "b"]}}]}
+    plan = _plan(_schema(1, schema))
+    good = _framed(schema, 1, {"id": 1, "email": "x", "phone": "y", "k": "b"})  # 5 + [02] [02 02 78] [00 02 79] [02]
+    assert good[5:] == b"\x02\x02\x02x\x00\x02y\x02"
+    for at, byte in ((6, 0x04), (6, 0x01), (6, 0x03), (9, 0x04), (9, 0x01), (12, 0x04), (12, 0x01), (12, 0x03)):
+        bad = good[:at] + bytes([byte]) + good[at + 1:]
+        native, slow, used = _both(plan, [good, bad], monkeypatch)
+        assert not used, (at, byte)
+        _same(native, slow)
+    native, slow, used = _both(plan, [good, good[:6] + b"\x00" + good[9:]], monkeypatch)  # email null: fine
+    assert used and native.column("email").to_pylist() == ["x", None]
+    _same(native, slow)
+
+
 def test_a_record_the_plan_lacks_goes_to_fastavro(monkeypatch):
     plan = _plan(_schema(1, EVENT))
     other = _framed(V1, 9, _v1(1))  # an id of another schema, which fastavro's path fetches (here: unknown)
@@ -238,7 +256,7 @@ def _mutated(payload: bytes, how: Any) -> bytes:
     return payload[:at] + junk + payload[at + len(junk):]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(st.tuples(st.booleans(), _WIDE, _MUTATION), min_size=1, max_size=6))
 def test_any_records_and_damaged_payloads_decode_alike(records, monkeypatch):
     raw_plain = {"type": "record", "name": "W", "fields": json.loads(json.dumps(WIDE["fields"]))}
