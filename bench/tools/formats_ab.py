@@ -6,7 +6,8 @@ and optionally Schema Registry Avro decoded against raw (bench/registry.py's `de
         --arm base=/tmp/base-tree --arm new=. [--formats parquet,csv,jsonl,json,text,avro] [--registry]
 
 An arm is `NAME=TREE`: a source tree's own `bench.worker` (a warm Spark session of `jvm_profile` long, as in
-`make bench`), warmed up by one archive of a small window in every measured format. Per round, every format and
+`make bench`; TREE/.native first on its path when it holds an unpacked wheel of the tree's native/, else the venv's
+module), warmed up by one archive of a small window in every measured format. Per round, every format and
 arm runs once (the arms' order alternating by round); each run archives all the workload's windows in one run
 (read_path librdkafka). Prints the seconds and parquet's time over each format's (≥ 0.8 is the issue's target), per
 arm; `--json` writes them. Parquet, the reference of every ratio, is measured whether `--formats` names it or not. Starts its own broker, moto (and Apicurio with `--registry`) and stops them at the end.
@@ -39,6 +40,13 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def python_path(tree: Path) -> str:
+    """The tree, and first its own native module when one is unpacked in `TREE/.native` (a wheel of its native/
+    built with `maturin build`), so that each arm runs its own build; without one, the venv's."""
+    native = tree / ".native"
+    return f"{native}:{tree}" if (native / "s3_archive_native").is_dir() else str(tree)
+
+
 class Arm(SparkWorker):
     """A warm `bench.worker` of one source tree."""
 
@@ -49,7 +57,7 @@ class Arm(SparkWorker):
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": "long"})],
-            cwd=self.tree, env=os.environ | {"PYTHONPATH": str(self.tree)}, stdin=subprocess.PIPE,
+            cwd=self.tree, env=os.environ | {"PYTHONPATH": python_path(self.tree)}, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
 
 

@@ -2,8 +2,11 @@
 //! built into Arrow envelope batches here (`task_reader: native`; `archive/executor/native_read.py` is its one
 //! caller), and a (transactional) producer that sends Arrow batches (`restore/native_producer.py`); both exchange
 //! Arrow data with Python through the Arrow C data interface (`__arrow_c_array__`), so no Python object is made or
-//! read per record.
+//! read per record. Schema Registry Avro payloads are decoded into Arrow columns here too (avro_decode.rs;
+//! `archive/executor/avro_columnar.py` is its caller).
 
+mod avro_check;
+mod avro_decode;
 mod envelope;
 mod producer;
 mod py_producer;
@@ -112,5 +115,6 @@ fn s3_archive_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EnvelopeBatch>()?;
     m.add("ReadError", m.py().get_type::<ReadError>())?;
     py_producer::register(m)?;
+    avro_decode::register(m)?;
     Ok(())
 }

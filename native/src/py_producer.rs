@@ -37,7 +37,7 @@ fn raise(py: Python<'_>, f: Failure) -> PyErr {
 }
 
 /// An array handed over through the Arrow PyCapsule interface (pyarrow's arrays implement it), without a copy.
-fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ArrayRef> {
+pub(crate) fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ArrayRef> {
     if !obj.hasattr("__arrow_c_array__")? {
         return Err(PyTypeError::new_err(format!(
             "{what} must be an Arrow array (an object with __arrow_c_array__, e.g. a pyarrow.Array); got {}",

@@ -21,12 +21,12 @@ _PLAIN_LOGICAL = {"uuid", "time-millis", "time-micros", "date", "timestamp-milli
                   "local-timestamp-millis", "local-timestamp-micros"}
 
 
-def _plain(schema: Any) -> Any:
+def plain_schema(schema: Any) -> Any:
     """The Avro schema with the logical types Arrow converts made plain, so fastavro returns numbers and str."""
     if isinstance(schema, list):
-        return [_plain(s) for s in schema]
+        return [plain_schema(s) for s in schema]
     if isinstance(schema, dict):
-        out = {k: _plain(v) if k in ("type", "items", "values", "fields") else v for k, v in schema.items()}
+        out = {k: plain_schema(v) if k in ("type", "items", "values", "fields") else v for k, v in schema.items()}
         if out.get("logicalType") in _PLAIN_LOGICAL:
             out.pop("logicalType")
         return out
@@ -73,7 +73,7 @@ class AvroDecoder:
 
         self._read = schemaless_reader
         self.writer_id = writer.id
-        self._writer = parse_schema(_plain(json.loads(writer.text)), named_schemas={})
+        self._writer = parse_schema(plain_schema(json.loads(writer.text)), named_schemas={})
         self._convert = _union_converter(json.loads(writer.text), {})
         self.record = _is_record(json.loads(writer.text))
 

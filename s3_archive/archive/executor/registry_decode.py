@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s3_archive.archive.executor.avro_columnar import decode_columns
 from s3_archive.archive.executor.avro_decoding import AvroDecoder, cast_times, time_units
 from s3_archive.archive.protocol import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import HEADER_BYTES, RegistrySchema, UnknownSchemaId
@@ -223,24 +224,35 @@ def _columns(plan: DecodePlan, part: DecodedPart, values: list[Any], ids: list[i
         built = pa.array(values, type=t)
     if part.kind != "avro":
         return built.flatten()
-    decoded_ids = [i if v is not None else None for i, v in zip(ids, values, strict=True)]
+    decoded_ids = pa.array([i if v is not None else None for i, v in zip(ids, values, strict=True)], pa.int32())
     return _timed(plan, part, built, decoded_ids, spark).flatten()
 
 
-def _timed(plan: DecodePlan, part: DecodedPart, built: pa.StructArray, ids: list[int | None], spark: Any,
+def _native_columns(plan: DecodePlan, part: DecodedPart, raw: pa.Array, reasons: list[str | None],
+                    ) -> tuple[pa.StructArray, pa.Array] | None:
+    """An Avro part's struct and writer schema ids decoded natively (avro_columnar.py), or None when fastavro
+    decodes it (a schema or payload the native decoder does not take, or a field that is a bucket dimension)."""
+    if part.kind != "avro" or any(p == part.part for _, p, _ in plan.bucket_fields):
+        return None
+    skip = pa.array([r is not None for r in reasons], pa.bool_()) if any(r is not None for r in reasons) else None
+    return decode_columns(part, _build_type(json.loads(part.struct_type), True), raw, skip)
+
+
+def _timed(plan: DecodePlan, part: DecodedPart, built: pa.StructArray, ids: pa.Array, spark: Any,
            ) -> pa.StructArray:
-    """`ids`: each decoded row's writer schema id (None: a null row)."""
     """Avro's date and timestamp numbers cast by their unit, which is each record's writer schema's (two versions
     may give one field timestamp-millis and timestamp-micros): one cast when the batch's writers agree on every
-    unit, else one per group of writers that do, put back in row order."""
-    units = {i: time_units(json.loads(_writer_schema(plan, part, i).text)) for i in {i for i in ids if i is not None}}
+    unit, else one per group of writers that do, put back in row order. `ids`: each decoded row's writer schema id
+    (null: a null row)."""
+    units = {i: time_units(json.loads(_writer_schema(plan, part, i).text)) for i in pc.unique(ids).to_pylist()
+             if i is not None}
     by_id = {i: repr(u) for i, u in units.items()}
     distinct = {k: units[i] for i, k in by_id.items()}
     if len(distinct) <= 1:
         return _cast_struct(built, next(iter(distinct.values()), {}), spark)
     first = next(iter(distinct))
     groups: dict[str, list[int]] = {k: [] for k in distinct}
-    for row, i in enumerate(ids):  # a row without an id holds nulls: any group's cast fits it
+    for row, i in enumerate(ids.to_pylist()):  # a row without an id holds nulls: any group's cast fits it
         groups[by_id[i] if i is not None else first].append(row)
     order = [row for rows in groups.values() for row in rows]
     pieces = [_cast_struct(built.take(pa.array(rows, pa.int64())), distinct[k], spark)
@@ -257,22 +269,30 @@ def _cast_struct(built: pa.StructArray, units: dict[str, Any], spark: Any) -> pa
                                       mask=built.is_null() if built.null_count else None)
 
 
-def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
+def decode(plan: DecodePlan, batch: pa.RecordBatch, native: bool = True) -> pa.RecordBatch:
     """The batch with each part's decoded columns, `_good`, `_reason`, the writer schema ids, and (with dead letters)
-    `_raw` appended. A record marked bad has null decoded columns."""
+    `_raw` appended. A record marked bad has null decoded columns. `native` false: Avro decoded by fastavro even
+    where the native decoder applies (the same output; for comparing the two)."""
     n = batch.num_rows
     reasons: list[str | None] = [None] * n
-    decoded: list[tuple[DecodedPart, list[Any], list[int | None]]] = []
+    decoded: list[tuple[DecodedPart, list[Any] | None, Any]] = []
     for part in plan.parts:
-        values, ids = _decode_part(plan, part, batch.column(part.part), reasons)
-        decoded.append((part, values, ids))
+        columnar = _native_columns(plan, part, batch.column(part.part), reasons) if native else None
+        if columnar is not None:
+            decoded.append((part, None, columnar))
+        else:
+            decoded.append((part, *_decode_part(plan, part, batch.column(part.part), reasons)))
     names, arrays = list(batch.schema.names), list(batch.columns)
     for part, values, ids in decoded:
-        cols = _columns(plan, part, values, ids, reasons)
+        if values is None:  # decoded natively: every payload decoded, with its writer schema's types
+            built, id_column = ids
+            cols = _timed(plan, part, built, id_column, json.loads(part.struct_type)).flatten()
+        else:
+            cols, id_column = _columns(plan, part, values, ids, reasons), pa.array(ids, type=pa.int32())
         names += list(part.columns)
         arrays += cols
         names.append(schema_id_column(part.part))
-        arrays.append(pa.array(ids, type=pa.int32()))
+        arrays.append(id_column)
     good = pa.array([r is None for r in reasons], type=pa.bool_())
     if GOOD in names:  # the batch's own verdict (e.g. a value decoding of Spark's) too
         i = names.index(GOOD)
@@ -291,7 +311,7 @@ def decode(plan: DecodePlan, batch: pa.RecordBatch) -> pa.RecordBatch:
         arrays.append(_raw_envelope(plan, batch, arrays[-1]))
     out = pa.RecordBatch.from_arrays(arrays, names=names)
     if plan.bucket_fields:
-        out = _bucketed(plan, out, {part.part: values for part, values, _ in decoded})
+        out = _bucketed(plan, out, {part.part: values for part, values, _ in decoded if values is not None})
     return out
 
 
