@@ -75,10 +75,10 @@ class RestoreRun:
     `txn_id`, the ledger as last committed, and what is done but unrecorded. Its windows are those of the group's
     source partitions; the ledger entries it commits are those of its buckets, which no other group writes.
 
-    A transaction may span consecutive windows of one source partition (their records follow each other in the
-    target anyway): it is committed every `transaction_records` records, every TRANSACTION_SECONDS, when the next
-    window is of another source partition, and at the end of the run. A window's report is yielded once the
-    transaction holding its last records is committed."""
+    A transaction spans consecutive windows, of one source partition or of several of the group's (a commit then
+    writes the ledger entry of each bucket it touched): it is committed every `transaction_records` records, every
+    TRANSACTION_SECONDS, and at the end of the run. A window's report is yielded once the transaction holding its
+    last records is committed."""
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
                  txn_id: str | None = None, producer: TransactionalProducer | None = None,
@@ -96,13 +96,12 @@ class RestoreRun:
         self.ledger_store = LedgerStore(kafka, request, num_target)
         self.ledger: dict[int, RangeSet] = {}
         # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
-        # next commit of the same source partition, so the ledger's ranges stay merged.
+        # next commit, so the ledger's ranges stay merged.
         self.unrecorded: dict[int, RangeSet] = {}
         self.outages = 0  # times this group re-initialised its producer after the cluster was unreachable
-        # The open transaction: its source partition, the source offsets it covers so far (records produced,
-        # plus skipped, filtered and absent offsets of windows done), its record count and start time.
-        self.txn_sp: int | None = None
-        self.txn_ranges = RangeSet()
+        # The open transaction: per source partition the source offsets it covers so far (records produced, plus
+        # skipped, filtered and absent offsets of windows done), its record count and start time.
+        self.txn_ranges: dict[int, RangeSet] = {}
         self.txn_records = 0
         self.txn_t0 = 0.0
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
@@ -156,7 +155,7 @@ class RestoreRun:
                 last = e
                 time.sleep(min(1.0, left))
                 continue
-            self.txn_sp, self.txn_ranges, self.txn_records, self.waiting = None, RangeSet(), 0, []
+            self.txn_ranges, self.txn_records, self.waiting = {}, 0, []
             if self.map_sink is not None:
                 self.map_sink.reset()
             self.outages += 1
@@ -190,22 +189,25 @@ class RestoreRun:
             self.ledger_store.close()
 
     def _commit(self, rep: WindowReport) -> list[WindowReport]:
-        """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
-        it completes. `rep` is the window counted as committing it."""
-        sp = self.txn_sp
-        assert sp is not None
+        """Commit the open transaction together with the ledger grown by its ranges (and by the ranges done
+        outside a transaction since the last commit); returns the waiting reports it completes. `rep` is the
+        window counted as committing it."""
         new = {p: rs.copy() for p, rs in self.ledger.items()}
-        rs = new.setdefault(sp, RangeSet())
-        covers = RangeSet(self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges())
-        for a, b in covers.ranges():
-            rs.add(a, b)
+        covers: dict[int, RangeSet] = {}
+        for sp in sorted(self.txn_ranges.keys() | self.unrecorded.keys()):
+            got = covers[sp] = RangeSet(self.txn_ranges.get(sp, RangeSet()).ranges()
+                                        + self.unrecorded.pop(sp, RangeSet()).ranges())
+            rs = new.setdefault(sp, RangeSet())
+            for a, b in got.ranges():
+                rs.add(a, b)
         if self.map_sink is not None:  # the transaction's map is in S3 before it commits
             self.producer.flush()
-            self.map_sink.commit(sp, covers)
-        self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
+            for sp, got in covers.items():
+                self.map_sink.commit(sp, got)
+        self.producer.commit(self.ledger_store.entries(new, covers), self.ledger_store.group_metadata())
         self.ledger = new
         rep.transactions += 1
-        self.txn_sp, self.txn_ranges, self.txn_records = None, RangeSet(), 0
+        self.txn_ranges, self.txn_records = {}, 0
         done, self.waiting = self.waiting, []
         committed = self.progress.count("committed")
         if self.fault is not no_fault:
@@ -233,8 +235,6 @@ class RestoreRun:
             (self.waiting if self.waiting else ready).append(rep)
             return ready
         sp = w.partition
-        if producer is not None and producer.in_txn and self.txn_sp != sp:
-            ready += self._commit(self.waiting[-1])  # a transaction's ledger entry is one source partition's
         last = self._records(src, scope, rep, ready)
         if producer is not None:
             # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
@@ -242,7 +242,7 @@ class RestoreRun:
             seg_start, hi = self.seg_start, scope[1]
             end = min(hi, last + 1) if src.open_end else hi
             if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
-                self.txn_ranges.add(seg_start, max(end, seg_start))
+                self.txn_ranges.setdefault(sp, RangeSet()).add(seg_start, max(end, seg_start))
                 rep.seconds = time.monotonic() - t0
                 self.waiting.append(rep)
                 return ready
@@ -329,32 +329,33 @@ class RestoreRun:
         while i < n:
             if self.txn_records == 0:
                 producer.begin()
-                self.txn_sp, self.txn_t0 = sp, time.monotonic()
+                self.txn_t0 = time.monotonic()
             j = min(n, i + max_txn - self.txn_records)
             part = batch if i == 0 and j == n else batch.slice(i, j)
-            self._send(part, tps if isinstance(tps, int) else tps[i:j], provenance)
+            self._send(part, tps if isinstance(tps, int) else tps[i:j], sp, provenance)
             self.txn_records += j - i
             # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
             if self.txn_records >= max_txn or time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS:
                 end = batch.offsets[j - 1] + 1
-                self.txn_ranges.add(self.seg_start, end)
+                self.txn_ranges.setdefault(sp, RangeSet()).add(self.seg_start, end)
                 ready += self._commit(rep)
                 self.seg_start = end
             i = j
         return ready
 
-    def _send(self, batch: Records, tps: int | list[int], provenance: Headers | None = None) -> None:
-        """The producer's calls: the one loop per record (the client's own call, no Python around it), or with
-        `producer: native` one call per batch (which adds the `provenance` headers itself)."""
+    def _send(self, batch: Records, tps: int | list[int], sp: int, provenance: Headers | None = None) -> None:
+        """The producer's calls for records of source partition `sp`: the one loop per record (the client's own
+        call, no Python around it), or with `producer: native` one call per batch (which adds the `provenance`
+        headers itself)."""
         if getattr(self.producer, "sends_batches", False):
-            self._send_batch(batch, tps, provenance)
+            self._send_batch(batch, tps, sp, provenance)
             return
         produce, slow, topic = self.producer.producer.produce, self.producer.produce, self.request.target_topic
         rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
                    batch.timestamps)
         faulty = self.fault is not no_fault
         if self.map_sink is not None and isinstance(tps, int) and len(batch):
-            rows = self.map_sink.tracked(self.producer, rows, tps, batch.offsets)
+            rows = self.map_sink.tracked(self.producer, rows, tps, batch.offsets, sp)
         try:
             for tp, k, v, h, t in rows:
                 try:
@@ -370,7 +371,7 @@ class RestoreRun:
         if not faulty:
             self.progress.count("produced", len(batch))
 
-    def _send_batch(self, batch: Records, tps: int | list[int], provenance: Headers | None) -> None:
+    def _send_batch(self, batch: Records, tps: int | list[int], sp: int, provenance: Headers | None) -> None:
         """`producer: native`: the batch in one call (a record per call while a test's fault hook counts records);
         with the offset map, the recorder's callbacks for its first and last record; `provenance`: the constant
         provenance headers, then the source offset's, added to every record by the producer."""
@@ -379,7 +380,8 @@ class RestoreRun:
         pieces = [(0, n)] if not faulty else [(i, i + 1) for i in range(n)]
         for i, j in pieces:
             part = batch if (i, j) == (0, n) else batch.slice(i, j)
-            track = sink.recorder.track(tps, part.offsets) if sink is not None and isinstance(tps, int) else None
+            track = sink.recorder.track(tps, part.offsets, sp) if sink is not None and isinstance(tps, int) \
+                else None
             self.producer.send(part, tps if isinstance(tps, int) else tps[i:j], track,
                                None if provenance is None else (provenance, PROVENANCE_OFFSET))
             if faulty:  # tests: crash after the n-th record of the run

@@ -5,7 +5,7 @@ ledger's store as committed-offset metadata of a consumer group, committed in th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -127,9 +127,10 @@ class LedgerStore:
                                     f"partition {tp.partition}: {tp.error}")
         return decode_ledger(self.request.source_topic, [tp.metadata for tp in got if tp.offset >= 0])
 
-    def entries(self, ledger: dict[int, RangeSet], source_partition: int) -> list:
+    def entries(self, ledger: dict[int, RangeSet], source_partitions: Iterable[int]) -> list:
+        """The ledger entries of the buckets of `source_partitions` (what one transaction committed)."""
         enc = encode_ledger(self.request.source_topic, ledger, self.num_target,
-                            [source_partition % self.num_target])
+                            [sp % self.num_target for sp in source_partitions])
         return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
 
     def group_metadata(self) -> Any:
