@@ -48,6 +48,11 @@ def open_producer(kafka: KafkaResource, request: RestoreRequest, transactional_i
     return Producer(kafka, request, transactional_id, delivery_reports)
 
 
+def new_ledger_store(kafka: KafkaResource, request: RestoreRequest, num_target: int) -> LedgerStore:
+    """A group's store of the ledger (its consumer starts connecting and finding the group's coordinator now)."""
+    return LedgerStore(kafka, request, num_target)
+
+
 class Stopped(Exception):  # noqa: N818 - not an error of its own: another group failed, this one stops
     """Another producer group of the run failed: this one stops at its next batch (its open transaction is then
     aborted with the others')."""
@@ -82,8 +87,9 @@ class RestoreRun:
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
                  txn_id: str | None = None, producer: TransactionalProducer | None = None,
-                 progress: Progress | None = None) -> None:
-        """`producer`: this group's, already initialised (None: made here, unless a dry run)."""
+                 progress: Progress | None = None, ledger_store: LedgerStore | None = None) -> None:
+        """`producer`: this group's, already initialised (None: made here, unless a dry run); `ledger_store`: the
+        ledger's (None: made here)."""
         self.request, self.fault = request, hooks.fault
         self.txn_id = txn_id or request.ledger_id
         self.progress = progress or Progress()
@@ -93,7 +99,7 @@ class RestoreRun:
         # The offset map (restore/offset_map.py): the delivery offsets of each batch's first and last record; set by
         # restore/run.py's start_groups, whose producers then report every delivery.
         self.map_sink: OffsetMapSink | None = None
-        self.ledger_store = LedgerStore(kafka, request, num_target)
+        self.ledger_store = ledger_store if ledger_store is not None else new_ledger_store(kafka, request, num_target)
         self.ledger: dict[int, RangeSet] = {}
         # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
         # next commit, so the ledger's ranges stay merged.
