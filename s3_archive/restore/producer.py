@@ -21,6 +21,8 @@ from s3_archive.restore.request import RestoreRequest
 # our watchdog adds before it gives up on a call that ignores its timeout (io/deadline.py).
 TRANSACTION_CALL_TIMEOUT_S = 30.0
 WATCHDOG_GRACE_S = 15.0
+# The longest a new producer waits for its first broker connection before init_transactions (which then waits on).
+CONNECT_WAIT_S = 5.0
 
 
 def _kafka_error(e: BaseException) -> Any:
@@ -50,7 +52,9 @@ def producer_settings(transactional_id: str, delivery_reports: bool) -> dict[str
     """The restore's producer settings (besides the connection's), whichever client (`producer`) sends."""
     return {"transactional.id": transactional_id, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
             "message.max.bytes": 64 << 20, "queue.buffering.max.messages": 200_000,
-            "delivery.report.only.error": not delivery_reports, "transaction.timeout.ms": 300_000}
+            "delivery.report.only.error": not delivery_reports, "transaction.timeout.ms": 300_000,
+            # the target exists (checked first): a metadata request for it never creates a topic
+            "allow.auto.create.topics": False}
 
 
 def fenced(txn_id: str, e: object) -> RestoreFailed:
@@ -273,7 +277,15 @@ class Producer(TransactionalProducer):
     client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
     def _open(self, kafka: KafkaResource, settings: dict[str, Any]) -> Any:
-        return kafka.producer(**settings)
+        client = kafka.producer(**settings)
+        # init_transactions asks a connected broker for the transaction coordinator at once and, finding none (a
+        # client made a moment ago is still connecting), asks again only 500 ms later: the target's metadata is
+        # read first, which waits for the connection (native/'s producer waits in its init_transactions)
+        try:
+            client.list_topics(self.request.target_topic, timeout=CONNECT_WAIT_S)
+        except KafkaException:
+            pass  # init_transactions reports what is wrong
+        return client
 
     def _classify(self, e: BaseException) -> ClientError:
         err = _kafka_error(e) if isinstance(e, KafkaException) else None
