@@ -4,7 +4,6 @@ which source partitions each group owns). No Dagster here."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 import time
@@ -17,7 +16,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Headers, Records, WindowSource, materialized, read_ahead, select
+from s3_archive.restore.batch import Headers, Records, WindowReads, WindowSource, select
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapSink
 from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer, TransactionalProducer
@@ -33,7 +32,7 @@ from s3_archive.restore.request import (
     no_fault,
 )
 
-# Batches the reader may run ahead of the producer (0: read inline).
+# Batches the reader may run ahead of the producer, across windows (0: read inline).
 READ_AHEAD_BATCHES = 2
 
 
@@ -112,6 +111,7 @@ class RestoreRun:
         self.txn_t0 = 0.0
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
         self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
+        self.reads = WindowReads([], 0)  # the windows' batches, read ahead (set by `restore`)
 
     def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Logger) -> Iterator[WindowReport]:
         """Restore `srcs` in order, riding out an unreachable cluster: when a transactional call does not return
@@ -122,6 +122,10 @@ class RestoreRun:
         first: CoordinatorUnreachable | None = None
         since = 0.0
         while True:
+            # `producer: native` takes a batch's Arrow columns as they are; the python producer's calls take Python
+            # objects, made in the reader's thread
+            self.reads = WindowReads([s for s in srcs if s.window not in reported and self.reads_window(s)],
+                                     READ_AHEAD_BATCHES, not getattr(self.producer, "sends_batches", False))
             try:
                 for src in srcs:
                     if self.progress.stop.is_set():
@@ -138,7 +142,10 @@ class RestoreRun:
             except CoordinatorUnreachable as e:
                 if first is None:
                     first, since = e, time.monotonic()
+                self.reads.close()
                 self.reopen(kafka, first, since, log)
+            finally:
+                self.reads.close()
 
     def reopen(self, kafka: KafkaResource, first: CoordinatorUnreachable, since: float, log: Logger) -> None:
         """A new producer of the same transactional.id, whose init_transactions aborts the open transaction (or
@@ -227,15 +234,22 @@ class RestoreRun:
         done, self.waiting = self.waiting, []
         return done
 
+    def reads_window(self, src: WindowSource) -> bool:
+        """Whether any record of the window can match the filters (else its objects are not even read)."""
+        filters = self.request.filters
+        return filters.offset_scope(src.window) is not None and filters.time_may_match(src.min_timestamp_ms,
+                                                                                        src.max_timestamp_ms)
+
     def window(self, src: WindowSource) -> list[WindowReport]:
-        """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
+        """Restore one window (its batches from `self.reads`); returns the reports now complete (this one, earlier
+        ones its commits complete)."""
         t0 = time.monotonic()
         filters, producer, w = self.request.filters, self.producer, src.window
         rep = WindowReport(w, self.request.dry_run, archived=src.record_count or 0, objects=src.objects,
                            max_timestamp_ms=src.max_timestamp_ms, erased=src.erased)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
-        if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
+        if scope is None or not self.reads_window(src):
             rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
             rep.seconds = time.monotonic() - t0
             (self.waiting if self.waiting else ready).append(rep)
@@ -273,48 +287,44 @@ class RestoreRun:
         counts = rep.partitions
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())] \
             if request.provenance_headers else None
-        # `producer: native` takes a batch's Arrow columns as they are; the python producer's calls take Python
-        # objects, made in the reader's thread
         batches_in = getattr(producer, "sends_batches", False)
-        read = src.batches() if batches_in else materialized(src.batches())
         # An open start is known at the first record (self.seg_start is where the ledger's next range begins).
         self.seg_start, last = (hi if src.open_start else lo), -1
         archived = restored = skipped = filtered = nbytes = replaced = 0
-        # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
-        with contextlib.closing(read_ahead(read, READ_AHEAD_BATCHES)) as batches:
-            for batch in batches:
-                if self.progress.stop.is_set():
-                    raise Stopped()
-                n = len(batch)
-                if not n:
-                    continue
-                if src.open_start and not archived:
-                    self.seg_start = max(lo, min(hi, batch.offsets[0]))
-                archived += n
-                last = batch.offsets[-1]
-                batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
-                skipped, filtered = skipped + skip, filtered + filt
-                if not len(batch):
-                    continue
-                restored += len(batch)
-                nbytes += batch.total_bytes()
-                # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
-                replaced += batch.clamp_timestamps()
-                tps: int | list[int] = tp
-                if per_record:  # the key of each record, read as Python bytes, picks its partition
-                    tps = list(map(self.route, itertools.repeat(sp), batch.keys))
-                    for p, b in zip(tps, batch.sizes):
-                        c = counts.get(p)
-                        if c is None:
-                            c = counts[p] = PartitionCount()
-                        c.records += 1
-                        c.bytes += b
-                if producer is None:
-                    continue
-                if provenance is not None and not batches_in:  # the native producer adds them itself
-                    batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
-                                     for h, o in zip(batch.headers, batch.offsets)]
-                ready.extend(self._produce(batch, tps, sp, rep, provenance))
+        # the reader runs a few batches ahead in a thread, into the next window (closed by `restore`)
+        for batch in self.reads.of(src):
+            if self.progress.stop.is_set():
+                raise Stopped()
+            n = len(batch)
+            if not n:
+                continue
+            if src.open_start and not archived:
+                self.seg_start = max(lo, min(hi, batch.offsets[0]))
+            archived += n
+            last = batch.offsets[-1]
+            batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
+            skipped, filtered = skipped + skip, filtered + filt
+            if not len(batch):
+                continue
+            restored += len(batch)
+            nbytes += batch.total_bytes()
+            # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
+            replaced += batch.clamp_timestamps()
+            tps: int | list[int] = tp
+            if per_record:  # the key of each record, read as Python bytes, picks its partition
+                tps = list(map(self.route, itertools.repeat(sp), batch.keys))
+                for p, b in zip(tps, batch.sizes):
+                    c = counts.get(p)
+                    if c is None:
+                        c = counts[p] = PartitionCount()
+                    c.records += 1
+                    c.bytes += b
+            if producer is None:
+                continue
+            if provenance is not None and not batches_in:  # the native producer adds them itself
+                batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
+                                 for h, o in zip(batch.headers, batch.offsets)]
+            ready.extend(self._produce(batch, tps, sp, rep, provenance))
         if not per_record and restored:
             counts[tp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
