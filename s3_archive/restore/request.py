@@ -36,8 +36,9 @@ DEFAULT_TRANSACTION_RECORDS = 500_000
 TRANSACTION_SECONDS = 20.0
 # How long a run keeps re-initialising its producer after it found the target cluster unreachable (restore/run.py).
 DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
-# Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py).
-DEFAULT_PRODUCERS = 1
+# Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py): with two,
+# one group's commits and the start of its windows overlap the other's producing (docs/performance.md, "Restore").
+DEFAULT_PRODUCERS = 2
 # The client that produces (`producer`): native, native/'s producer of Arrow batches (native_producer.py); python,
 # confluent-kafka's call per record (producer.py).
 PRODUCER_CLIENTS = ("python", "native")
