@@ -282,7 +282,7 @@ class Producer(TransactionalProducer):
         # client made a moment ago is still connecting), asks again only 500 ms later: the target's metadata is
         # read first, which waits for the connection (native/'s producer waits in its init_transactions)
         try:
-            client.list_topics(self.request.target_topic, timeout=CONNECT_WAIT_S)
+            client.list_topics(self.request.target_topic, timeout=min(CONNECT_WAIT_S, self.timeout / 2))
         except KafkaException:
             pass  # init_transactions reports what is wrong
         return client

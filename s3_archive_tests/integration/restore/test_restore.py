@@ -468,7 +468,8 @@ def test_wrong_restores_fail_clearly_before_producing(kafka, services, res, shar
 @pytest.mark.parametrize("client", PRODUCER_CLIENTS)
 def test_a_second_run_of_the_same_restore_fences_the_first(kafka, s3, shared, unique, client):
     target = create_topic(kafka, f"rfence-{unique}", partitions=SHARED_PARTITIONS)
-    request = RestoreRequest(shared.topic, target, transaction_records=500, producer=client)
+    # one producer: the first run then waits between windows while its caller does (groups run on in threads)
+    request = RestoreRequest(shared.topic, target, transaction_records=500, producer=client, producers=1)
     first_run = restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(shared.cfg.bucket, shared.cfg.prefix),
                                 request, shared.windows)
     first_window = next(first_run)  # committed; the first run now waits between windows
