@@ -23,9 +23,6 @@ use crate::rows::Rows;
 /// Records sent between two polls of the delivery reports.
 const POLL_EVERY: usize = 1024;
 
-/// The longest `init_transactions` waits for a first broker connection before it asks for its coordinator.
-const CONNECT_WAIT: Duration = Duration::from_secs(5);
-
 /// A failed call: librdkafka's code (its number, as confluent-kafka's `KafkaError.code()`), its text, and whether
 /// it is retriable, requires aborting the transaction, or is fatal (the producer is unusable; the code then is the
 /// underlying fatal error's, e.g. fenced).
@@ -185,23 +182,8 @@ impl NativeProducer {
         Some((RDKafkaErrorCode::from(err), text))
     }
 
-    /// Initialises transactions once a broker connection is up (waited for up to `CONNECT_WAIT`, within
-    /// `timeout_s`): librdkafka looks for a connected broker to ask for the transaction coordinator at once, and
-    /// finding none (a client made a moment ago is still connecting) asks again only 500 ms later.
     pub fn init_transactions(&self, timeout_s: f64) -> Result<(), Failure> {
-        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
-        self.wait_connected(CONNECT_WAIT.min(Duration::from_secs_f64(timeout_s.max(0.0) / 2.0)));
-        let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
-        self.producer.init_transactions(timeout(left)).map_err(|e| self.failure("init_transactions", e))
-    }
-
-    /// Wait up to `wait` until the client has its first metadata (a broker connection is up: librdkafka asks a
-    /// broker it connects to for the cluster's brokers); whether it has. Not connected in time is no error here:
-    /// the call that needs the connection reports it.
-    pub fn wait_connected(&self, wait: Duration) -> bool {
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: the client is alive for the call, which only reads its metadata state (waiting for a change).
-        unsafe { rd::rd_kafka_controllerid(self.producer.client().native_ptr(), ms) != -1 }
+        self.producer.init_transactions(timeout(timeout_s)).map_err(|e| self.failure("init_transactions", e))
     }
 
     pub fn begin_transaction(&self) -> Result<(), Failure> {
