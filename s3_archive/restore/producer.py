@@ -21,7 +21,8 @@ from s3_archive.restore.request import RestoreRequest
 # our watchdog adds before it gives up on a call that ignores its timeout (io/deadline.py).
 TRANSACTION_CALL_TIMEOUT_S = 30.0
 WATCHDOG_GRACE_S = 15.0
-# The longest a new producer waits for its first broker connection before init_transactions (which then waits on).
+# The longest a new producer waits for its first broker connection before init_transactions (which then waits on); at
+# most half its call timeout.
 CONNECT_WAIT_S = 5.0
 
 
@@ -280,7 +281,7 @@ class Producer(TransactionalProducer):
         client = kafka.producer(**settings)
         # init_transactions asks a connected broker for the transaction coordinator at once and, finding none (a
         # client made a moment ago is still connecting), asks again only 500 ms later: the target's metadata is
-        # read first, which waits for the connection (native/'s producer waits in its init_transactions)
+        # read first, which waits for the connection (native_producer.py does the same)
         try:
             client.list_topics(self.request.target_topic, timeout=min(CONNECT_WAIT_S, self.timeout / 2))
         except KafkaException:
