@@ -182,6 +182,14 @@ impl NativeProducer {
         Some((RDKafkaErrorCode::from(err), text))
     }
 
+    /// Wait up to `timeout_s` for the metadata of `topic` (which waits for a broker connection): librdkafka's
+    /// init_transactions asks a connected broker for the transaction coordinator at once and, finding none (a client
+    /// made a moment ago is still connecting), asks again only 500 ms later. Whether the metadata came; not coming
+    /// is no error here (the call that needs the connection reports it). The client must not auto-create topics.
+    pub fn wait_connected(&self, topic: &str, timeout_s: f64) -> bool {
+        self.producer.client().fetch_metadata(Some(topic), timeout(timeout_s)).is_ok()
+    }
+
     pub fn init_transactions(&self, timeout_s: f64) -> Result<(), Failure> {
         self.producer.init_transactions(timeout(timeout_s)).map_err(|e| self.failure("init_transactions", e))
     }

@@ -78,6 +78,11 @@ impl PyProducer {
         NativeProducer::open(&config, servers).map(|inner| PyProducer { inner }).map_err(|f| raise(py, f))
     }
 
+    /// Wait up to `timeout_s` for `topic`'s metadata, so for a broker connection; whether it came.
+    fn wait_connected(&self, py: Python<'_>, topic: String, timeout_s: f64) -> bool {
+        py.detach(|| self.inner.wait_connected(&topic, timeout_s))
+    }
+
     fn init_transactions(&self, py: Python<'_>, timeout_s: f64) -> PyResult<()> {
         py.detach(|| self.inner.init_transactions(timeout_s)).map_err(|f| raise(py, f))
     }

@@ -31,10 +31,10 @@ class RestoreTarget(StrictModel):
     to_timestamp_ms: int | None = None
     from_offset: int | None = Field(default=None, ge=0)
     to_offset: int | None = Field(default=None, ge=0)
-    transaction_records: int = Field(default=50_000, ge=1)
+    transaction_records: int = Field(default=500_000, ge=1)
     broker_outage_seconds: float = Field(default=60.0, ge=0, le=3600, description="how long a run keeps "
                                          "re-initialising its producer after the target cluster became unreachable")
-    producers: int = Field(default=1, ge=1, le=16, description="transactional producers side by side, each "
+    producers: int = Field(default=2, ge=1, le=16, description="transactional producers side by side, each "
                            "producing the source partitions of its share of the target's partitions")
     producer: Literal["python", "native"] = Field(default="native", description="the client that produces: native "
                                                   "(native/'s producer of Arrow batches) or python (confluent-kafka)")

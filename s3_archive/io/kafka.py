@@ -67,7 +67,10 @@ class _Refusals:
 
 # Answers to a request sent to a partition's leader as the client last knew it (a topic just created, a leader that
 # moved): retried after the topic's metadata is asked for again, until the request's timeout.
-_LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+# A broker that was fenced (a restart, a pause longer than its session) comes back with its partitions' leader epochs
+# moved: a request made with the kept client's older view fails with FENCED_LEADER_EPOCH until it asks again.
+_LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+                 KafkaError.UNKNOWN_LEADER_EPOCH)
 # The kept admin client retries a lost broker at most a second apart (librdkafka's default backs off to 10 s), so a
 # request made right after a broker restart does not wait out a long backoff.
 ADMIN_RECONNECT = {"reconnect.backoff.max.ms": 1000}

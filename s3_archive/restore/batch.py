@@ -297,6 +297,51 @@ def read_ahead(batches: Iterator[Records], depth: int) -> Iterator[Records]:
             close()  # the reader's own cleanup (spooled files), now that no thread runs it
 
 
+class _WindowEnd:
+    """In a `WindowReads` stream: the end of a window's batches."""
+
+    __slots__ = ("window",)
+
+    def __init__(self, window: OffsetWindow) -> None:
+        self.window = window
+
+
+class WindowReads:
+    """The batches of windows read in one thread, one window after another, up to `depth` batches ahead of the
+    caller and across windows (`read_ahead`): the next window's objects are opened and decoded while the current
+    one's last batches are produced. `of(src)` is one window's batches, asked for in the order of `srcs`;
+    `materialize`: every column read as a list in the reader's thread (`materialized`). `close` stops the thread
+    and closes the window being read (also after an error)."""
+
+    def __init__(self, srcs: Sequence[WindowSource], depth: int, materialize: bool = False) -> None:
+        self.stream = read_ahead(self._chained(list(srcs), materialize), depth)
+
+    @staticmethod
+    def _chained(srcs: list[WindowSource], materialize: bool) -> Iterator[Any]:
+        for src in srcs:
+            read = materialized(src.batches()) if materialize else src.batches()
+            try:
+                yield from read
+            finally:
+                close = getattr(read, "close", None)
+                if close is not None:
+                    close()
+            yield _WindowEnd(src.window)
+
+    def of(self, src: WindowSource) -> Iterator[Records]:
+        for item in self.stream:
+            if isinstance(item, _WindowEnd):
+                if item.window != src.window:
+                    raise RuntimeError(f"window {src.window.key} asked for out of order (the reader is at "
+                                       f"{item.window.key})")
+                return
+            yield item
+        raise RuntimeError(f"window {src.window.key} asked for after the reader's last window")
+
+    def close(self) -> None:
+        self.stream.close()
+
+
 @dataclass(frozen=True)
 class WindowSource:
     """One window to restore and how to read it: our archives (a manifest) and archives written by others

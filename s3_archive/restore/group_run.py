@@ -4,7 +4,6 @@ which source partitions each group owns). No Dagster here."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 import time
@@ -17,7 +16,7 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import RestoreFailed
 from s3_archive.model.logger import Logger
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Headers, Records, WindowSource, materialized, read_ahead, select
+from s3_archive.restore.batch import Headers, Records, WindowReads, WindowSource, select
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapSink
 from s3_archive.restore.producer import CoordinatorUnreachable, LedgerStore, Producer, TransactionalProducer
@@ -33,7 +32,7 @@ from s3_archive.restore.request import (
     no_fault,
 )
 
-# Batches the reader may run ahead of the producer (0: read inline).
+# Batches the reader may run ahead of the producer, across windows (0: read inline).
 READ_AHEAD_BATCHES = 2
 
 
@@ -46,6 +45,11 @@ def open_producer(kafka: KafkaResource, request: RestoreRequest, transactional_i
 
         return NativeProducer(kafka, request, transactional_id, delivery_reports)
     return Producer(kafka, request, transactional_id, delivery_reports)
+
+
+def new_ledger_store(kafka: KafkaResource, request: RestoreRequest, num_target: int) -> LedgerStore:
+    """A group's store of the ledger (its consumer starts connecting and finding the group's coordinator now)."""
+    return LedgerStore(kafka, request, num_target)
 
 
 class Stopped(Exception):  # noqa: N818 - not an error of its own: another group failed, this one stops
@@ -75,15 +79,16 @@ class RestoreRun:
     `txn_id`, the ledger as last committed, and what is done but unrecorded. Its windows are those of the group's
     source partitions; the ledger entries it commits are those of its buckets, which no other group writes.
 
-    A transaction may span consecutive windows of one source partition (their records follow each other in the
-    target anyway): it is committed every `transaction_records` records, every TRANSACTION_SECONDS, when the next
-    window is of another source partition, and at the end of the run. A window's report is yielded once the
-    transaction holding its last records is committed."""
+    A transaction spans consecutive windows, of one source partition or of several of the group's (a commit then
+    writes the ledger entry of each bucket it touched): it is committed every `transaction_records` records, every
+    TRANSACTION_SECONDS, and at the end of the run. A window's report is yielded once the transaction holding its
+    last records is committed."""
 
     def __init__(self, kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
                  txn_id: str | None = None, producer: TransactionalProducer | None = None,
-                 progress: Progress | None = None) -> None:
-        """`producer`: this group's, already initialised (None: made here, unless a dry run)."""
+                 progress: Progress | None = None, ledger_store: LedgerStore | None = None) -> None:
+        """`producer`: this group's, already initialised (None: made here, unless a dry run); `ledger_store`: the
+        ledger's (None: made here)."""
         self.request, self.fault = request, hooks.fault
         self.txn_id = txn_id or request.ledger_id
         self.progress = progress or Progress()
@@ -93,20 +98,20 @@ class RestoreRun:
         # The offset map (restore/offset_map.py): the delivery offsets of each batch's first and last record; set by
         # restore/run.py's start_groups, whose producers then report every delivery.
         self.map_sink: OffsetMapSink | None = None
-        self.ledger_store = LedgerStore(kafka, request, num_target)
+        self.ledger_store = ledger_store if ledger_store is not None else new_ledger_store(kafka, request, num_target)
         self.ledger: dict[int, RangeSet] = {}
         # Offsets handled but not yet in the ledger (a window's tail after its last commit): recorded with the
-        # next commit of the same source partition, so the ledger's ranges stay merged.
+        # next commit, so the ledger's ranges stay merged.
         self.unrecorded: dict[int, RangeSet] = {}
         self.outages = 0  # times this group re-initialised its producer after the cluster was unreachable
-        # The open transaction: its source partition, the source offsets it covers so far (records produced,
-        # plus skipped, filtered and absent offsets of windows done), its record count and start time.
-        self.txn_sp: int | None = None
-        self.txn_ranges = RangeSet()
+        # The open transaction: per source partition the source offsets it covers so far (records produced, plus
+        # skipped, filtered and absent offsets of windows done), its record count and start time.
+        self.txn_ranges: dict[int, RangeSet] = {}
         self.txn_records = 0
         self.txn_t0 = 0.0
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
         self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
+        self.reads = WindowReads([], 0)  # the windows' batches, read ahead (set by `restore`)
 
     def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Logger) -> Iterator[WindowReport]:
         """Restore `srcs` in order, riding out an unreachable cluster: when a transactional call does not return
@@ -117,6 +122,10 @@ class RestoreRun:
         first: CoordinatorUnreachable | None = None
         since = 0.0
         while True:
+            # `producer: native` takes a batch's Arrow columns as they are; the python producer's calls take Python
+            # objects, made in the reader's thread
+            self.reads = WindowReads([s for s in srcs if s.window not in reported and self.reads_window(s)],
+                                     READ_AHEAD_BATCHES, not getattr(self.producer, "sends_batches", False))
             try:
                 for src in srcs:
                     if self.progress.stop.is_set():
@@ -133,7 +142,10 @@ class RestoreRun:
             except CoordinatorUnreachable as e:
                 if first is None:
                     first, since = e, time.monotonic()
+                self.reads.close()
                 self.reopen(kafka, first, since, log)
+            finally:
+                self.reads.close()
 
     def reopen(self, kafka: KafkaResource, first: CoordinatorUnreachable, since: float, log: Logger) -> None:
         """A new producer of the same transactional.id, whose init_transactions aborts the open transaction (or
@@ -156,7 +168,7 @@ class RestoreRun:
                 last = e
                 time.sleep(min(1.0, left))
                 continue
-            self.txn_sp, self.txn_ranges, self.txn_records, self.waiting = None, RangeSet(), 0, []
+            self.txn_ranges, self.txn_records, self.waiting = {}, 0, []
             if self.map_sink is not None:
                 self.map_sink.reset()
             self.outages += 1
@@ -190,22 +202,25 @@ class RestoreRun:
             self.ledger_store.close()
 
     def _commit(self, rep: WindowReport) -> list[WindowReport]:
-        """Commit the open transaction together with the ledger grown by its ranges; returns the waiting reports
-        it completes. `rep` is the window counted as committing it."""
-        sp = self.txn_sp
-        assert sp is not None
+        """Commit the open transaction together with the ledger grown by its ranges (and by the ranges done
+        outside a transaction since the last commit); returns the waiting reports it completes. `rep` is the
+        window counted as committing it."""
         new = {p: rs.copy() for p, rs in self.ledger.items()}
-        rs = new.setdefault(sp, RangeSet())
-        covers = RangeSet(self.txn_ranges.ranges() + self.unrecorded.pop(sp, RangeSet()).ranges())
-        for a, b in covers.ranges():
-            rs.add(a, b)
+        covers: dict[int, RangeSet] = {}
+        for sp in sorted(self.txn_ranges.keys() | self.unrecorded.keys()):
+            got = covers[sp] = RangeSet(self.txn_ranges.get(sp, RangeSet()).ranges()
+                                        + self.unrecorded.pop(sp, RangeSet()).ranges())
+            rs = new.setdefault(sp, RangeSet())
+            for a, b in got.ranges():
+                rs.add(a, b)
         if self.map_sink is not None:  # the transaction's map is in S3 before it commits
             self.producer.flush()
-            self.map_sink.commit(sp, covers)
-        self.producer.commit(self.ledger_store.entries(new, sp), self.ledger_store.group_metadata())
+            for sp, got in covers.items():
+                self.map_sink.commit(sp, got)
+        self.producer.commit(self.ledger_store.entries(new, covers), self.ledger_store.group_metadata())
         self.ledger = new
         rep.transactions += 1
-        self.txn_sp, self.txn_ranges, self.txn_records = None, RangeSet(), 0
+        self.txn_ranges, self.txn_records = {}, 0
         done, self.waiting = self.waiting, []
         committed = self.progress.count("committed")
         if self.fault is not no_fault:
@@ -219,22 +234,27 @@ class RestoreRun:
         done, self.waiting = self.waiting, []
         return done
 
+    def reads_window(self, src: WindowSource) -> bool:
+        """Whether any record of the window can match the filters (else its objects are not even read)."""
+        filters = self.request.filters
+        return filters.offset_scope(src.window) is not None and filters.time_may_match(src.min_timestamp_ms,
+                                                                                        src.max_timestamp_ms)
+
     def window(self, src: WindowSource) -> list[WindowReport]:
-        """Restore one window; returns the reports now complete (this one, earlier ones its commits complete)."""
+        """Restore one window (its batches from `self.reads`); returns the reports now complete (this one, earlier
+        ones its commits complete)."""
         t0 = time.monotonic()
         filters, producer, w = self.request.filters, self.producer, src.window
         rep = WindowReport(w, self.request.dry_run, archived=src.record_count or 0, objects=src.objects,
                            max_timestamp_ms=src.max_timestamp_ms, erased=src.erased)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
-        if scope is None or not filters.time_may_match(src.min_timestamp_ms, src.max_timestamp_ms):
+        if scope is None or not self.reads_window(src):
             rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
             rep.seconds = time.monotonic() - t0
             (self.waiting if self.waiting else ready).append(rep)
             return ready
         sp = w.partition
-        if producer is not None and producer.in_txn and self.txn_sp != sp:
-            ready += self._commit(self.waiting[-1])  # a transaction's ledger entry is one source partition's
         last = self._records(src, scope, rep, ready)
         if producer is not None:
             # The rest of the scope (incl. offsets with no record) is done once the window's records are in; an
@@ -242,7 +262,7 @@ class RestoreRun:
             seg_start, hi = self.seg_start, scope[1]
             end = min(hi, last + 1) if src.open_end else hi
             if producer.in_txn:  # records of this partition are uncommitted: this window waits for their commit
-                self.txn_ranges.add(seg_start, max(end, seg_start))
+                self.txn_ranges.setdefault(sp, RangeSet()).add(seg_start, max(end, seg_start))
                 rep.seconds = time.monotonic() - t0
                 self.waiting.append(rep)
                 return ready
@@ -267,48 +287,44 @@ class RestoreRun:
         counts = rep.partitions
         provenance = [(PROVENANCE_TOPIC, request.source_topic.encode()), (PROVENANCE_PARTITION, str(sp).encode())] \
             if request.provenance_headers else None
-        # `producer: native` takes a batch's Arrow columns as they are; the python producer's calls take Python
-        # objects, made in the reader's thread
         batches_in = getattr(producer, "sends_batches", False)
-        read = src.batches() if batches_in else materialized(src.batches())
         # An open start is known at the first record (self.seg_start is where the ledger's next range begins).
         self.seg_start, last = (hi if src.open_start else lo), -1
         archived = restored = skipped = filtered = nbytes = replaced = 0
-        # the reader runs a few batches ahead in a thread (closed with the window, even on an error)
-        with contextlib.closing(read_ahead(read, READ_AHEAD_BATCHES)) as batches:
-            for batch in batches:
-                if self.progress.stop.is_set():
-                    raise Stopped()
-                n = len(batch)
-                if not n:
-                    continue
-                if src.open_start and not archived:
-                    self.seg_start = max(lo, min(hi, batch.offsets[0]))
-                archived += n
-                last = batch.offsets[-1]
-                batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
-                skipped, filtered = skipped + skip, filtered + filt
-                if not len(batch):
-                    continue
-                restored += len(batch)
-                nbytes += batch.total_bytes()
-                # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
-                replaced += batch.clamp_timestamps()
-                tps: int | list[int] = tp
-                if per_record:  # the key of each record, read as Python bytes, picks its partition
-                    tps = list(map(self.route, itertools.repeat(sp), batch.keys))
-                    for p, b in zip(tps, batch.sizes):
-                        c = counts.get(p)
-                        if c is None:
-                            c = counts[p] = PartitionCount()
-                        c.records += 1
-                        c.bytes += b
-                if producer is None:
-                    continue
-                if provenance is not None and not batches_in:  # the native producer adds them itself
-                    batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
-                                     for h, o in zip(batch.headers, batch.offsets)]
-                ready.extend(self._produce(batch, tps, sp, rep, provenance))
+        # the reader runs a few batches ahead in a thread, into the next window (closed by `restore`)
+        for batch in self.reads.of(src):
+            if self.progress.stop.is_set():
+                raise Stopped()
+            n = len(batch)
+            if not n:
+                continue
+            if src.open_start and not archived:
+                self.seg_start = max(lo, min(hi, batch.offsets[0]))
+            archived += n
+            last = batch.offsets[-1]
+            batch, skip, filt = select(batch, lo, hi, done if check_done else None, filters)
+            skipped, filtered = skipped + skip, filtered + filt
+            if not len(batch):
+                continue
+            restored += len(batch)
+            nbytes += batch.total_bytes()
+            # timestamp 0 means "now" to librdkafka: timestamps <= 0 cannot be kept
+            replaced += batch.clamp_timestamps()
+            tps: int | list[int] = tp
+            if per_record:  # the key of each record, read as Python bytes, picks its partition
+                tps = list(map(self.route, itertools.repeat(sp), batch.keys))
+                for p, b in zip(tps, batch.sizes):
+                    c = counts.get(p)
+                    if c is None:
+                        c = counts[p] = PartitionCount()
+                    c.records += 1
+                    c.bytes += b
+            if producer is None:
+                continue
+            if provenance is not None and not batches_in:  # the native producer adds them itself
+                batch.headers = [h + provenance + [(PROVENANCE_OFFSET, str(o).encode())]
+                                 for h, o in zip(batch.headers, batch.offsets)]
+            ready.extend(self._produce(batch, tps, sp, rep, provenance))
         if not per_record and restored:
             counts[tp] = PartitionCount(restored, nbytes)
         rep.filtered, rep.skipped, rep.restored, rep.bytes, rep.timestamps_replaced = \
@@ -329,32 +345,33 @@ class RestoreRun:
         while i < n:
             if self.txn_records == 0:
                 producer.begin()
-                self.txn_sp, self.txn_t0 = sp, time.monotonic()
+                self.txn_t0 = time.monotonic()
             j = min(n, i + max_txn - self.txn_records)
             part = batch if i == 0 and j == n else batch.slice(i, j)
-            self._send(part, tps if isinstance(tps, int) else tps[i:j], provenance)
+            self._send(part, tps if isinstance(tps, int) else tps[i:j], sp, provenance)
             self.txn_records += j - i
             # Bounded transactions: a crash loses little work, and none nears transaction.timeout.ms.
             if self.txn_records >= max_txn or time.monotonic() - self.txn_t0 > TRANSACTION_SECONDS:
                 end = batch.offsets[j - 1] + 1
-                self.txn_ranges.add(self.seg_start, end)
+                self.txn_ranges.setdefault(sp, RangeSet()).add(self.seg_start, end)
                 ready += self._commit(rep)
                 self.seg_start = end
             i = j
         return ready
 
-    def _send(self, batch: Records, tps: int | list[int], provenance: Headers | None = None) -> None:
-        """The producer's calls: the one loop per record (the client's own call, no Python around it), or with
-        `producer: native` one call per batch (which adds the `provenance` headers itself)."""
+    def _send(self, batch: Records, tps: int | list[int], sp: int, provenance: Headers | None = None) -> None:
+        """The producer's calls for records of source partition `sp`: the one loop per record (the client's own
+        call, no Python around it), or with `producer: native` one call per batch (which adds the `provenance`
+        headers itself)."""
         if getattr(self.producer, "sends_batches", False):
-            self._send_batch(batch, tps, provenance)
+            self._send_batch(batch, tps, sp, provenance)
             return
         produce, slow, topic = self.producer.producer.produce, self.producer.produce, self.request.target_topic
         rows = zip(itertools.repeat(tps) if isinstance(tps, int) else tps, batch.keys, batch.values, batch.headers,
                    batch.timestamps)
         faulty = self.fault is not no_fault
         if self.map_sink is not None and isinstance(tps, int) and len(batch):
-            rows = self.map_sink.tracked(self.producer, rows, tps, batch.offsets)
+            rows = self.map_sink.tracked(self.producer, rows, tps, batch.offsets, sp)
         try:
             for tp, k, v, h, t in rows:
                 try:
@@ -370,7 +387,7 @@ class RestoreRun:
         if not faulty:
             self.progress.count("produced", len(batch))
 
-    def _send_batch(self, batch: Records, tps: int | list[int], provenance: Headers | None) -> None:
+    def _send_batch(self, batch: Records, tps: int | list[int], sp: int, provenance: Headers | None) -> None:
         """`producer: native`: the batch in one call (a record per call while a test's fault hook counts records);
         with the offset map, the recorder's callbacks for its first and last record; `provenance`: the constant
         provenance headers, then the source offset's, added to every record by the producer."""
@@ -379,7 +396,8 @@ class RestoreRun:
         pieces = [(0, n)] if not faulty else [(i, i + 1) for i in range(n)]
         for i, j in pieces:
             part = batch if (i, j) == (0, n) else batch.slice(i, j)
-            track = sink.recorder.track(tps, part.offsets) if sink is not None and isinstance(tps, int) else None
+            track = sink.recorder.track(tps, part.offsets, sp) if sink is not None and isinstance(tps, int) \
+                else None
             self.producer.send(part, tps if isinstance(tps, int) else tps[i:j], track,
                                None if provenance is None else (provenance, PROVENANCE_OFFSET))
             if faulty:  # tests: crash after the n-th record of the run

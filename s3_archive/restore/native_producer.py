@@ -14,7 +14,7 @@ from typing import Any
 from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.errors import NativeProducerMissing, RestoreFailed
 from s3_archive.restore.batch import Records
-from s3_archive.restore.producer import ClientError, TransactionalProducer, queue_stayed_full
+from s3_archive.restore.producer import CONNECT_WAIT_S, ClientError, TransactionalProducer, queue_stayed_full
 from s3_archive.restore.request import RestoreRequest
 
 _QUEUE_FULL = -184  # librdkafka's RD_KAFKA_RESP_ERR__QUEUE_FULL
@@ -103,9 +103,15 @@ class NativeProducer(TransactionalProducer):
         conf = kafka.client_config(**settings)
         try:
             # the connection's settings pass straight through; an error names a refused setting, never its value
-            return self.native.Producer([(k, _setting(v)) for k, v in conf.items()], kafka.bootstrap_servers)
+            client = self.native.Producer([(k, _setting(v)) for k, v in conf.items()], kafka.bootstrap_servers)
         except self.error as e:
             raise RestoreFailed(f"the restore's producer for {kafka.who}: {e}") from None
+        # as the python client: the target's metadata first waits for a broker connection (producer.py, _open); a
+        # build older than this wait only starts slower
+        wait = getattr(client, "wait_connected", None)
+        if wait is not None:
+            wait(self.request.target_topic, min(CONNECT_WAIT_S, self.timeout / 2))
+        return client
 
     def _classify(self, e: BaseException) -> ClientError:
         # a fatal error's code is the underlying one (e.g. fenced): native/ reads it with rd_kafka_fatal_error

@@ -100,10 +100,10 @@ def _append(runs: list[Run], run: Run) -> None:
 
 
 class _Tracked:
-    __slots__ = ("tp", "runs", "n", "first", "last")
+    __slots__ = ("tp", "sp", "runs", "n", "first", "last")
 
-    def __init__(self, tp: int, runs: list[tuple[int, int]], n: int) -> None:
-        self.tp, self.runs, self.n = tp, runs, n
+    def __init__(self, tp: int, sp: int | None, runs: list[tuple[int, int]], n: int) -> None:
+        self.tp, self.sp, self.runs, self.n = tp, sp, runs, n
         self.first: int | None = None
         self.last: int | None = None
 
@@ -116,9 +116,12 @@ class OffsetMapRecorder:
         self.source_topic = source_topic
         self.tracked: list[_Tracked] = []
 
-    def track(self, tp: int, offsets: Sequence[int]) -> tuple[Callable, Callable]:
-        """The delivery callbacks to give the batch's first and last record (the same record when n = 1)."""
-        t = _Tracked(tp, source_runs(offsets), len(offsets))
+    def track(self, tp: int, offsets: Sequence[int], source_partition: int | None = None,
+              ) -> tuple[Callable, Callable]:
+        """The delivery callbacks to give the batch's first and last record (the same record when n = 1);
+        `source_partition`: the batch's (None: whichever `pieces` asks for, for a run of one source partition at a
+        time)."""
+        t = _Tracked(tp, source_partition, source_runs(offsets), len(offsets))
         self.tracked.append(t)
 
         def first(err: object, msg: object) -> None:
@@ -135,9 +138,12 @@ class OffsetMapRecorder:
         self.tracked = []
 
     def pieces(self, source_partition: int, covers: RangeSet) -> list[MapPiece]:
-        """The open transaction's pieces once every delivery is known; the tracking starts over."""
+        """The open transaction's pieces of `source_partition` once every delivery is known; their tracking is
+        done (a transaction spanning several source partitions asks for each one's)."""
         out: dict[int, MapPiece] = {}
-        for t in self.tracked:
+        mine = [t for t in self.tracked if t.sp is None or t.sp == source_partition]
+        self.tracked = [t for t in self.tracked if not (t.sp is None or t.sp == source_partition)]
+        for t in mine:
             piece = out.setdefault(t.tp, MapPiece(self.source_topic, source_partition, t.tp, [], covers.ranges()))
             if t.first is None or (t.n > 1 and t.last is None):
                 raise RestoreFailed(f"the delivery offsets of a batch for target partition {t.tp} are not known "
@@ -148,7 +154,6 @@ class OffsetMapRecorder:
             for s, n in t.runs:
                 _append(piece.runs, Run(s, target, n))
                 target += n
-        self.tracked = []
         return [out[tp] for tp in sorted(out)]
 
 

@@ -47,17 +47,18 @@ class OffsetMapStore:
 
 @dataclass
 class OffsetMapSink:
-    """A run's recorder and where its pieces go (restore/run.py calls `track`, then `commit` before each
-    transaction's commit, `reset` when it starts over from the ledger)."""
+    """A run's recorder and where its pieces go (restore/run.py calls `track`, then `commit` for each source
+    partition of a transaction before it commits, `reset` when it starts over from the ledger)."""
 
     store: OffsetMapStore
     ledger_id: str
     recorder: OffsetMapRecorder
 
-    def tracked(self, producer: Producer, rows: Iterator[tuple], tp: int, offsets: list[int]) -> Iterator[tuple]:
+    def tracked(self, producer: Producer, rows: Iterator[tuple], tp: int, offsets: list[int],
+                source_partition: int | None = None) -> Iterator[tuple]:
         """`rows` (target partition, key, value, headers, timestamp) but the first and the last, which are produced
         here with the recorder's delivery callbacks (the first before the others, the last after them)."""
-        first, last = self.recorder.track(tp, offsets)
+        first, last = self.recorder.track(tp, offsets, source_partition)
         n, rows = len(offsets), iter(rows)
         _produce_one(producer, next(rows), first if n > 1 else _both(first, last))
         yield from itertools.islice(rows, max(0, n - 2))

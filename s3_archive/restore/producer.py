@@ -5,7 +5,7 @@ ledger's store as committed-offset metadata of a consumer group, committed in th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -21,6 +21,9 @@ from s3_archive.restore.request import RestoreRequest
 # our watchdog adds before it gives up on a call that ignores its timeout (io/deadline.py).
 TRANSACTION_CALL_TIMEOUT_S = 30.0
 WATCHDOG_GRACE_S = 15.0
+# The longest a new producer waits for its first broker connection before init_transactions (which then waits on); at
+# most half its call timeout.
+CONNECT_WAIT_S = 5.0
 
 
 def _kafka_error(e: BaseException) -> Any:
@@ -50,7 +53,9 @@ def producer_settings(transactional_id: str, delivery_reports: bool) -> dict[str
     """The restore's producer settings (besides the connection's), whichever client (`producer`) sends."""
     return {"transactional.id": transactional_id, "enable.idempotence": True, "acks": "all", "linger.ms": 20,
             "message.max.bytes": 64 << 20, "queue.buffering.max.messages": 200_000,
-            "delivery.report.only.error": not delivery_reports, "transaction.timeout.ms": 300_000}
+            "delivery.report.only.error": not delivery_reports, "transaction.timeout.ms": 300_000,
+            # the target exists (checked first): a metadata request for it never creates a topic
+            "allow.auto.create.topics": False}
 
 
 def fenced(txn_id: str, e: object) -> RestoreFailed:
@@ -127,9 +132,10 @@ class LedgerStore:
                                     f"partition {tp.partition}: {tp.error}")
         return decode_ledger(self.request.source_topic, [tp.metadata for tp in got if tp.offset >= 0])
 
-    def entries(self, ledger: dict[int, RangeSet], source_partition: int) -> list:
+    def entries(self, ledger: dict[int, RangeSet], source_partitions: Iterable[int]) -> list:
+        """The ledger entries of the buckets of `source_partitions` (what one transaction committed)."""
         enc = encode_ledger(self.request.source_topic, ledger, self.num_target,
-                            [source_partition % self.num_target])
+                            [sp % self.num_target for sp in source_partitions])
         return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
 
     def group_metadata(self) -> Any:
@@ -272,7 +278,15 @@ class Producer(TransactionalProducer):
     client raises a fatal error, e.g. fenced, also confuse confluent-kafka.)"""
 
     def _open(self, kafka: KafkaResource, settings: dict[str, Any]) -> Any:
-        return kafka.producer(**settings)
+        client = kafka.producer(**settings)
+        # init_transactions asks a connected broker for the transaction coordinator at once and, finding none (a
+        # client made a moment ago is still connecting), asks again only 500 ms later: the target's metadata is
+        # read first, which waits for the connection (native_producer.py does the same)
+        try:
+            client.list_topics(self.request.target_topic, timeout=min(CONNECT_WAIT_S, self.timeout / 2))
+        except KafkaException:
+            pass  # init_transactions reports what is wrong
+        return client
 
     def _classify(self, e: BaseException) -> ClientError:
         err = _kafka_error(e) if isinstance(e, KafkaException) else None

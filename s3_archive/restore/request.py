@@ -28,15 +28,17 @@ PROVENANCE_PARTITION = "s3archive.source.partition"
 PROVENANCE_OFFSET = "s3archive.source.offset"
 
 
-# Records per transaction unless configured: each commit costs ~0.1-0.15 s (send_offsets_to_transaction +
-# commit_transaction, draining the producer); a crash redoes at most this many records.
-DEFAULT_TRANSACTION_RECORDS = 50_000
+# Records per transaction unless configured: each commit costs ~0.05-0.25 s (send_offsets_to_transaction +
+# commit_transaction, draining the producer), during which its producer sends nothing; a crash redoes at most this
+# many records (and at most TRANSACTION_SECONDS of work).
+DEFAULT_TRANSACTION_RECORDS = 500_000
 # Commit at least this often (besides every `transaction_records`); the producer's transaction.timeout.ms is 5 min.
 TRANSACTION_SECONDS = 20.0
 # How long a run keeps re-initialising its producer after it found the target cluster unreachable (restore/run.py).
 DEFAULT_BROKER_OUTAGE_SECONDS = 60.0
-# Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py).
-DEFAULT_PRODUCERS = 1
+# Transactional producers a run uses side by side, each owning whole ledger entries (restore/groups.py): with two,
+# one group's commits and the start of its windows overlap the other's producing (docs/performance.md, "Restore").
+DEFAULT_PRODUCERS = 2
 # The client that produces (`producer`): native, native/'s producer of Arrow batches (native_producer.py); python,
 # confluent-kafka's call per record (producer.py).
 PRODUCER_CLIENTS = ("python", "native")

@@ -32,7 +32,7 @@ from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
 from s3_archive.restore.batch import Records, WindowSource
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
-from s3_archive.restore.group_run import Progress, RestoreRun, Stopped, open_producer
+from s3_archive.restore.group_run import Progress, RestoreRun, Stopped, new_ledger_store, open_producer
 from s3_archive.restore.groups import plan_groups, transactional_ids
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapStore
@@ -176,6 +176,8 @@ def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int,
     if request.dry_run:
         return {g: RestoreRun(kafka, request, num_target, hooks, progress=progress) for g in groups}
     ids = transactional_ids(request.ledger_id, num_target)
+    # the groups' ledger consumers connect (and find the group's coordinator) while the producers initialise
+    stores = {g: new_ledger_store(kafka, request, num_target) for g in groups}
     with ThreadPoolExecutor(len(ids), thread_name_prefix="s3-archive-restore-init") as pool:
         futures = [pool.submit(open_producer, kafka, request, t, map_store is not None) for t in ids]
         producers: list[Producer | None] = []
@@ -191,11 +193,13 @@ def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int,
         if producer is None:
             continue
         if g in groups and error is None:
-            runs[g] = RestoreRun(kafka, request, num_target, hooks, t, producer, progress)
+            runs[g] = RestoreRun(kafka, request, num_target, hooks, t, producer, progress, stores.pop(g))
             if map_store is not None:
                 runs[g].map_sink = map_store.recorder(request.source_topic, request.ledger_id)
         else:
             producer.close()
+    for store in stores.values():  # the groups that have no run (an error)
+        store.close()
     if error is not None:
         close_all(runs, None)
         raise error

@@ -36,7 +36,7 @@ class RestoreConfig(dg.Config):
                                                      "nothing")
     transaction_records: int = Field(default=DEFAULT_TRANSACTION_RECORDS,
                                      description="records per Kafka transaction (at most; also committed every "
-                                                 "20 s and when the next window is of another source partition)")
+                                                 "20 s and at the end of the run)")
     broker_outage_seconds: float = Field(
         default=DEFAULT_BROKER_OUTAGE_SECONDS, description="when the target cluster becomes unreachable (a broker "
         "restart), re-initialise the producer and resume from the ledger for up to this long; then fail")

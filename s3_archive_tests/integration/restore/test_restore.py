@@ -275,7 +275,8 @@ def _check_restore_lineage(events: list[dict], shared: Shared, kafka, target: st
 @pytest.mark.parametrize("client", PRODUCER_CLIENTS)
 def test_restore_failing_after_the_first_commit_then_rerun_is_exactly_once(kafka, s3, shared, unique, client):
     target = create_topic(kafka, f"rcrash-{unique}", partitions=SHARED_PARTITIONS)
-    request = RestoreRequest(shared.topic, target, transaction_records=600, producer=client)
+    # one producer: "the first transaction" is then the run's (two groups could both commit before the crash)
+    request = RestoreRequest(shared.topic, target, transaction_records=600, producer=client, producers=1)
 
     class Crash(Exception):
         pass
@@ -467,7 +468,8 @@ def test_wrong_restores_fail_clearly_before_producing(kafka, services, res, shar
 @pytest.mark.parametrize("client", PRODUCER_CLIENTS)
 def test_a_second_run_of_the_same_restore_fences_the_first(kafka, s3, shared, unique, client):
     target = create_topic(kafka, f"rfence-{unique}", partitions=SHARED_PARTITIONS)
-    request = RestoreRequest(shared.topic, target, transaction_records=500, producer=client)
+    # one producer: the first run then waits between windows while its caller does (groups run on in threads)
+    request = RestoreRequest(shared.topic, target, transaction_records=500, producer=client, producers=1)
     first_run = restore_windows(RestoreContext(kafka, s3, log), ArchiveSource(shared.cfg.bucket, shared.cfg.prefix),
                                 request, shared.windows)
     first_window = next(first_run)  # committed; the first run now waits between windows

@@ -2,6 +2,7 @@
 reference, a window's batches are checked for order and partition, the murmur2 route's cache changes nothing."""
 
 import io
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -157,6 +158,46 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed()
     it.close()  # stops the thread, then closes the reader in the caller's thread
     assert closed == [threading.current_thread().name]
     assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
+
+
+def test_window_reads_run_ahead_into_the_next_window_and_close_the_one_being_read():
+    import threading
+
+    from s3_archive.model.windows import OffsetWindow
+    from s3_archive.restore.batch import WindowReads, WindowSource
+
+    opened: list[int] = []
+    closed: list[int] = []
+
+    def source(p: int, n: int) -> WindowSource:
+        def batches():
+            opened.append(p)
+            try:
+                for i in range(n):
+                    yield _records([i], [1])
+            finally:
+                closed.append(p)
+
+        return WindowSource(OffsetWindow(p, 0, max(n, 1)), batches, n)  # window 1: no record (all absent)
+
+    srcs = [source(0, 1), source(1, 0), source(2, 3)]
+    reads = WindowReads(srcs, 2)
+    assert [b.offsets for b in reads.of(srcs[0])] == [[0]]
+    deadline = time.monotonic() + 5
+    while opened != [0, 1, 2] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert opened == [0, 1, 2]  # the next windows are opened while the caller is still at the first one's end
+    assert list(reads.of(srcs[1])) == []
+    it = reads.of(srcs[2])
+    assert next(it).offsets == [0]
+    reads.close()  # mid-window: the thread stops and the window being read is closed
+    assert closed == [0, 1, 2]
+    assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
+
+    reads = WindowReads(srcs, 1, materialize=True)
+    with pytest.raises(RuntimeError, match="asked for out of order"):
+        list(reads.of(srcs[2]))
+    reads.close()
 
 
 def test_objects_older_than_the_restore_are_frozen_only_while_it_runs():

@@ -97,12 +97,12 @@ class FakeLedgerStore:
         with self.broker.lock:
             return decode_ledger(self.request.source_topic, list(self.broker.entries.values()))
 
-    def entries(self, ledger, sp):
+    def entries(self, ledger, sps):
         from confluent_kafka import TopicPartition
 
         from s3_archive.restore.ledger import encode_ledger
 
-        enc = encode_ledger(self.request.source_topic, ledger, self.num_target, [sp % self.num_target])
+        enc = encode_ledger(self.request.source_topic, ledger, self.num_target, [sp % self.num_target for sp in sps])
         return [TopicPartition(self.request.target_topic, b, off, meta) for b, (off, meta) in enc.items()]
 
     def group_metadata(self):
@@ -139,11 +139,12 @@ def window(p: int, start: int, end: int) -> WindowSource:
     return WindowSource(OffsetWindow(p, start, end), batches, end - start, 1, 1)
 
 
-def restore(producers: int, windows: list[WindowSource], fault=None) -> list:
+def restore(producers: int, windows: list[WindowSource], fault=None, transaction_records: int = 120) -> list:
     import logging
 
     # the stand-in is for the python client (its `produce` call per record)
-    request = RestoreRequest("src", "dst", transaction_records=120, producers=producers, producer="python")
+    request = RestoreRequest("src", "dst", transaction_records=transaction_records, producers=producers,
+                             producer="python")
     hooks = RestoreHooks(fault) if fault else RestoreHooks()
     return list(run.restore_sources(RestoreContext(FakeKafka(), None, logging.getLogger("t")), request, windows,
                                     hooks=hooks))
@@ -185,3 +186,37 @@ def test_a_failing_group_stops_the_others_and_every_open_transaction_is_aborted(
         assert offsets == list(range(len(offsets)))
         assert (ledger[tp].ranges() if tp in ledger else []) == ([[0, len(offsets)]] if offsets else [])
     assert [len(broker.records[tp]) for tp in (1, 3)] == [120, 0]  # the failed group's first transaction only
+
+
+def test_a_transaction_spans_the_source_partitions_of_a_group_and_commits_each_ones_entry(broker):
+    """One producer, transactions larger than the run: one commit carries every source partition's records and
+    writes the entry of every bucket it touched; each window is reported once, after that commit."""
+    reports = restore(1, WINDOWS, transaction_records=10_000)
+    assert sorted(r.window for r in reports) == sorted(w.window for w in WINDOWS)
+    assert broker.commits == [("s3-archive-restore.src.dst", [0, 1, 2, 3])]
+    assert sum(r.transactions for r in reports) == 1
+    for tp, got in broker.records.items():
+        assert [offset for _, offset in got] == list(range(600))
+    ledger = decode_ledger("src", list(broker.entries.values()))
+    assert {p: rs.ranges() for p, rs in ledger.items()} == {p: [[0, 600]] for p in range(N_TARGET)}
+
+
+def test_a_crash_inside_a_transaction_spanning_partitions_leaves_none_of_it_and_a_rerun_restores_it_once(broker):
+    """Transactions of 1,000 records over partitions of 600: the second one (partitions 1 and 2) is open when the
+    run crashes; the ledger lists exactly the first one's ranges (partition 0 and the start of 1), and a re-run
+    restores the rest once, in order."""
+    def crash(step: str) -> None:
+        if step == "produced:1500":
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        restore(1, WINDOWS, crash, transaction_records=1000)
+    ledger = decode_ledger("src", list(broker.entries.values()))
+    assert {p: rs.ranges() for p, rs in ledger.items()} == {0: [[0, 600]], 1: [[0, 400]]}
+    assert broker.aborted == ["s3-archive-restore.src.dst"]
+    assert [len(broker.records[tp]) for tp in range(N_TARGET)] == [600, 400, 0, 0]
+    restore(1, WINDOWS, transaction_records=1000)
+    for tp, got in broker.records.items():
+        assert [offset for _, offset in got] == list(range(600))
+    ledger = decode_ledger("src", list(broker.entries.values()))
+    assert {p: rs.ranges() for p, rs in ledger.items()} == {p: [[0, 600]] for p in range(N_TARGET)}

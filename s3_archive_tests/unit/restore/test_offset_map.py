@@ -112,6 +112,22 @@ def test_a_batch_with_foreign_records_between_ours_makes_the_piece_inexact() -> 
     assert not piece.exact
 
 
+def test_a_transaction_of_two_source_partitions_has_each_ones_pieces() -> None:
+    """Batches of source partitions 0 and 1 into target partitions 0 and 1 (and 1 into 0 too: a many-to-one map) in
+    one transaction: each source partition's pieces hold only its own batches, with its own covers."""
+    recorder = OffsetMapRecorder("t")
+    for tp, offsets, sp, at in ((0, [5, 6], 0, 10), (1, [0, 1, 2], 1, 0), (0, [7], 0, 12), (0, [3], 1, 13)):
+        first, last = recorder.track(tp, offsets, sp)
+        first(None, _Msg(at))
+        last(None, _Msg(at + len(offsets) - 1))
+    one = recorder.pieces(1, RangeSet([[0, 4]]))
+    assert [(p.source_partition, p.target_partition, p.runs, p.covers) for p in one] == [
+        (1, 0, [Run(3, 13, 1)], [[0, 4]]), (1, 1, [Run(0, 0, 3)], [[0, 4]])]
+    (zero,) = recorder.pieces(0, RangeSet([[5, 8]]))
+    assert (zero.source_partition, zero.target_partition, zero.runs, zero.covers) == (0, 0, [Run(5, 10, 3)], [[5, 8]])
+    assert recorder.pieces(0, RangeSet([[5, 8]])) == []  # asked for once
+
+
 def test_a_missing_delivery_offset_is_an_error() -> None:
     recorder = OffsetMapRecorder("t")
     first, _ = recorder.track(0, [1, 2])
