@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from s3_archive.archive.executor import avro_columnar, registry_decode
 from s3_archive.archive.executor.avro_columnar import fits
-from s3_archive.archive.protocol import DecodedPart, DecodePlan
+from s3_archive.archive.protocol import DecodePlan
 from s3_archive.io.registry_client import RegistrySchema
 from s3_archive.model.registry_types import avro_columns, merge_types
+from s3_archive_tests.unit.archive.executor.union_plans import union_plan
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
 MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
@@ -69,16 +70,6 @@ def _framed(schema: dict, sid: int, record: Any) -> bytes:
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
     return b"\x00" + sid.to_bytes(4, "big") + out.getvalue()
-
-
-def _plan(*schemas: RegistrySchema) -> DecodePlan:
-    """A plan as driver/registry_plan.py makes it: the union of the versions' fields."""
-    struct = avro_columns(schemas[0].text)
-    for s in schemas[1:]:
-        struct = merge_types(struct, avro_columns(s.text))
-    part = DecodedPart("value", "avro", "t-value", schemas, json.dumps(struct),
-                       tuple(f["name"] for f in struct["fields"]))
-    return DecodePlan("t", (part,))
 
 
 def _batch(values: list[bytes | None]) -> pa.RecordBatch:
@@ -157,7 +148,7 @@ SHAPES = {
 @pytest.mark.parametrize("shape", SHAPES)
 def test_native_and_fastavro_decode_the_same_payloads_alike(shape, monkeypatch):
     schemas, payloads = SHAPES[shape]
-    plan = _plan(*(_schema(i + 1, s) for i, s in enumerate(schemas)))
+    plan = union_plan(*(_schema(i + 1, s) for i, s in enumerate(schemas)))
     native, slow, used = _both(plan, payloads(0), monkeypatch)
     assert used, "the native decoder did not decode the batch"
     assert all(native.column("_good").to_pylist())
@@ -166,7 +157,7 @@ def test_native_and_fastavro_decode_the_same_payloads_alike(shape, monkeypatch):
 
 def test_malformed_payloads_are_decoded_by_fastavro_with_its_reasons(monkeypatch):
     good = _framed(EVENT, 1, {"id": 1, "user": "u", "event": "buy", "ts": T0, "amount": 1.0, "pad": ""})
-    plan = _plan(_schema(1, EVENT))
+    plan = union_plan(_schema(1, EVENT))
     for bad in (b"text", b"\x00\x00\x00\x00\x07" + good[5:], good[:8], good + b"\x01", good + good[:5],
                 good[:6] + b"\x02\xff" + good[8:],  # a string that is not UTF-8
                 good[:8] + b"\x12" + good[9:]):  # an enum index past its symbols
@@ -183,7 +174,7 @@ def test_a_damaged_union_branch_or_enum_index_is_refused_natively_as_fastavro_re
         {"name": "id", "type": "long"}, {"name": "email", "type": ["null", "string"]},
         {"name": "phone", "type": ["string", "null"]}, {"name": "k", "type": {"type": "enum", "name": "E",
                                                                               "symbols": ["a", "b"]}}]}
-    plan = _plan(_schema(1, schema))
+    plan = union_plan(_schema(1, schema))
     good = _framed(schema, 1, {"id": 1, "email": "x", "phone": "y", "k": "b"})  # 5 + [02] [02 02 78] [00 02 79] [02]
     assert good[5:] == b"\x02\x02\x02x\x00\x02y\x02"
     for at, byte in ((6, 0x04), (6, 0x01), (6, 0x03), (9, 0x04), (9, 0x01), (12, 0x04), (12, 0x01), (12, 0x03)):
@@ -197,7 +188,7 @@ def test_a_damaged_union_branch_or_enum_index_is_refused_natively_as_fastavro_re
 
 
 def test_a_record_the_plan_lacks_goes_to_fastavro(monkeypatch):
-    plan = _plan(_schema(1, EVENT))
+    plan = union_plan(_schema(1, EVENT))
     other = _framed(V1, 9, _v1(1))  # an id of another schema, which fastavro's path fetches (here: unknown)
     native, slow, used = _both(plan, [other], monkeypatch)
     assert not used and native.column("_good").to_pylist() == [False]
@@ -220,7 +211,7 @@ def test_schemas_the_native_decoder_cannot_match_are_decoded_by_fastavro(shape, 
     s = _schema(1, schema)
     assert not fits(s.text, registry_decode._build_type(avro_columns(s.text), True))
     assert fits(_schema(1, EVENT).text, registry_decode._build_type(avro_columns(_schema(1, EVENT).text), True))
-    native, slow, used = _both(_plan(s), [None], monkeypatch)
+    native, slow, used = _both(union_plan(s), [None], monkeypatch)
     assert not used
     _same(native, slow)
 
@@ -235,7 +226,7 @@ def test_a_payload_that_is_not_a_record_and_a_widening_beyond_long_go_to_fastavr
 
 
 def test_a_bucket_dimension_part_is_decoded_by_fastavro(monkeypatch):
-    plan = _plan(_schema(1, EVENT))
+    plan = union_plan(_schema(1, EVENT))
     plan = DecodePlan("t", plan.parts, bucket_fields=((1, "value", "user"),))
     called: list[Any] = []
     monkeypatch.setattr(registry_decode, "decode_columns", lambda *a: called.append(a))
@@ -280,7 +271,7 @@ def test_any_records_and_damaged_payloads_decode_alike(records, monkeypatch):
     plain2 = {**raw_plain, "fields": [{**f, "type": {"int": "long", "float": "double"}[f["type"]]}
                                       if f["name"] in ("small", "f") else f for f in raw_plain["fields"]
                                       if f["name"] != "raw"] + [{"name": "note", "type": ["null", "string"]}]}
-    plan = _plan(_schema(1, WIDE), _schema(2, WIDE2))
+    plan = union_plan(_schema(1, WIDE), _schema(2, WIDE2))
     payloads = [_mutated(_framed(plain2, 2, {**r, "note": None}) if later else _framed(raw_plain, 1, r), how)
                 for later, r, how in records]
     try:

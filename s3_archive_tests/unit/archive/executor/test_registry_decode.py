@@ -17,6 +17,7 @@ from s3_archive.archive.executor.registry_decode import decode, schema_id_column
 from s3_archive.archive.protocol import DecodedPart, DecodePlan
 from s3_archive.io.registry_client import RegistryConnection, RegistrySchema
 from s3_archive.model.registry_types import avro_columns, json_schema_columns
+from s3_archive_tests.unit.archive.executor.union_plans import union_plan
 
 V1 = {"type": "record", "name": "O", "namespace": "t", "fields": [
     {"name": "id", "type": "long"},
@@ -148,23 +149,11 @@ def test_decoded_field_dimensions_fill_the_bucket_and_order_the_batch():
     assert out["_offset"] == [1, 3, 0, 2]  # by bucket, each bucket in offset order
 
 
-def _union_plan(*schemas: RegistrySchema) -> DecodePlan:
-    """A plan as driver/registry_plan.py makes it: the union of the versions' fields."""
-    from s3_archive.model.registry_types import merge_types
-
-    struct = avro_columns(schemas[0].text)
-    for s in schemas[1:]:
-        struct = merge_types(struct, avro_columns(s.text))
-    part = DecodedPart("value", "avro", "t-value", schemas, json.dumps(struct),
-                       tuple(f["name"] for f in struct["fields"]))
-    return DecodePlan("t", (part,))
-
-
 def test_a_field_a_later_avro_version_removed_keeps_the_values_of_records_that_have_it():
     v3 = {**V2, "fields": [f for f in V2["fields"] if f["name"] != "uid"]}
     s3 = RegistrySchema(3, "AVRO", json.dumps(v3), (), "t-value", 3)
     values = [_framed(V1, 1, _record(1)), _framed(v3, 3, {k: v for k, v in _record(2).items() if k != "uid"})]
-    out = decode(_union_plan(S1, S2, s3), _batch(values)).to_pydict()
+    out = decode(union_plan(S1, S2, s3), _batch(values)).to_pydict()
     assert out["_good"] == [True, True]
     assert out["uid"] == ["00000000-0000-4000-8000-000000000001", None]
     assert out["id"] == [1, 2] and out["at"] == [T0, T0]
@@ -177,7 +166,7 @@ def test_two_versions_with_other_time_units_cast_each_record_by_its_own():
     later = T0.replace(microsecond=123456)
     values = [_framed(micros, 9, {**_record(2), "at": later}), _framed(V1, 1, _record(1)), None,
               _framed(micros, 9, {**_record(3), "at": later})]
-    out = decode(_union_plan(S1, s9), _batch(values)).to_pydict()
+    out = decode(union_plan(S1, s9), _batch(values)).to_pydict()
     assert out["at"] == [later, T0, None, later] and out["id"] == [2, 1, None, 3]
     assert out["day"][:2] == [date(2026, 3, 3), date(2026, 3, 2)]
 
@@ -191,7 +180,7 @@ def test_avro_bytes_fixed_and_unions_of_records():
     s = RegistrySchema(4, "AVRO", json.dumps(schema))
     values = [_framed(schema, 4, {"raw": b"\x00\xff", "digest": b"abcd", "pay": {"number": "4111"}}),
               _framed(schema, 4, {"raw": b"", "digest": b"wxyz", "pay": ("Iban", {"iban": "NO93"})})]
-    out = decode(_union_plan(s), _batch(values)).to_pydict()
+    out = decode(union_plan(s), _batch(values)).to_pydict()
     assert out["raw"] == [b"\x00\xff", b""] and out["digest"] == [b"abcd", b"wxyz"]
     assert [json.loads(v) for v in out["pay"]] == [{"number": "4111"}, {"iban": "NO93"}]  # JSON text
 
