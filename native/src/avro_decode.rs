@@ -6,7 +6,6 @@
 //! batch `None`: the caller then decodes that batch with fastavro, which gives each bad record its reason.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, LargeBinaryArray, RecordBatch, StructArray};
@@ -169,12 +168,7 @@ impl DecodedRows {
     ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
         let _ = requested_schema; // the decoded schema is the one given
         let batch = self.batch.take().ok_or_else(|| PyValueError::new_err("these rows were already exported"))?;
-        let data = StructArray::from(batch).into_data();
-        let (array, schema) =
-            arrow_array::ffi::to_ffi(&data).map_err(|e| PyValueError::new_err(format!("arrow export: {e}")))?;
-        let schema = PyCapsule::new(py, schema, Some(CString::new("arrow_schema")?))?;
-        let array = PyCapsule::new(py, array, Some(CString::new("arrow_array")?))?;
-        Ok((schema, array))
+        crate::export_batch(py, batch)
     }
 
     fn __len__(&self) -> usize {

@@ -96,17 +96,23 @@ impl EnvelopeBatch {
     ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
         let _ = requested_schema; // the envelope's own schema is the one given
         let batch = self.batch.take().ok_or_else(|| PyValueError::new_err("this batch was already exported"))?;
-        let data = StructArray::from(batch).into_data();
-        let (array, schema) =
-            arrow_array::ffi::to_ffi(&data).map_err(|e| PyValueError::new_err(format!("arrow export: {e}")))?;
-        let schema = PyCapsule::new(py, schema, Some(CString::new("arrow_schema")?))?;
-        let array = PyCapsule::new(py, array, Some(CString::new("arrow_array")?))?;
-        Ok((schema, array))
+        export_batch(py, batch)
     }
 
     fn __len__(&self) -> usize {
         self.batch.as_ref().map_or(0, |b| b.num_rows())
     }
+}
+
+/// A batch as the Arrow C data interface's (schema, array) capsules of one struct array: what `__arrow_c_array__`
+/// returns, for `pyarrow.array(obj)` to take without a copy.
+pub(crate) fn export_batch(py: Python<'_>, batch: RecordBatch) -> PyResult<(Bound<'_, PyCapsule>, Bound<'_, PyCapsule>)> {
+    let data = StructArray::from(batch).into_data();
+    let (array, schema) =
+        arrow_array::ffi::to_ffi(&data).map_err(|e| PyValueError::new_err(format!("arrow export: {e}")))?;
+    let schema = PyCapsule::new(py, schema, Some(CString::new("arrow_schema")?))?;
+    let array = PyCapsule::new(py, array, Some(CString::new("arrow_array")?))?;
+    Ok((schema, array))
 }
 
 #[pymodule]
