@@ -69,8 +69,11 @@ class _Refusals:
 # moved): retried after the topic's metadata is asked for again, until the request's timeout.
 # A broker that was fenced (a restart, a pause longer than its session) comes back with its partitions' leader epochs
 # moved: a request made with the kept client's older view fails with FENCED_LEADER_EPOCH until it asks again.
+# librdkafka's admin ListOffsets answers _NOENT ("Failed to query partition leaders: No leaders found") when its
+# metadata names no leader for the partitions: a broker the controller fenced (it was frozen or partitioned past its
+# session) and not yet back, a leader being elected. Transient like the others; the request timeout still bounds it.
 _LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
-                 KafkaError.UNKNOWN_LEADER_EPOCH)
+                 KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError._NOENT)
 # The kept admin client retries a lost broker at most a second apart (librdkafka's default backs off to 10 s), so a
 # request made right after a broker restart does not wait out a long backoff.
 ADMIN_RECONNECT = {"reconnect.backoff.max.ms": 1000}

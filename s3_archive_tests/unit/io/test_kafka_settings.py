@@ -263,3 +263,35 @@ def test_every_group_request_asks_a_coordinator_not_ready_again_and_nothing_else
     with pytest.raises(KafkaUnavailable, match="committing the offsets of consumer group 'g'"):
         kafka.group_request("committing the offsets of consumer group 'g'", denied)
     assert calls == [1]
+
+
+def test_listing_offsets_asks_again_while_a_partition_has_no_leader_and_stops_at_the_timeout(monkeypatch):
+    """A partition with no leader for a moment (a broker the controller fenced after a freeze, a leader being
+    elected: librdkafka says "No leaders found") is asked again with fresh metadata until it has one; the request
+    timeout still ends the asking, and any other error ends it at once."""
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", timeout_s=1)
+    admin = kafka.admin()
+    no_leader = KafkaException(KafkaError(KafkaError._NOENT, "Failed to query partition leaders: No leaders found"))
+    answers, refreshed = iter([no_leader, no_leader, type("Answer", (), {"offset": 42})()]), []
+    monkeypatch.setattr(admin, "list_offsets", lambda specs, **kw: {tp: _Future(next(answers)) for tp in specs},
+                        raising=False)
+    monkeypatch.setattr(admin, "list_topics", lambda topic=None, timeout=None: refreshed.append(topic),
+                        raising=False)
+    assert kafka.offsets("t", "latest", partitions=[0]) == {0: 42}
+    assert refreshed == ["t", "t"]
+
+    monkeypatch.setattr(admin, "list_offsets", lambda specs, **kw: {tp: _Future(no_leader) for tp in specs},
+                        raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(KafkaUnavailable, match="listing the offsets of 't'.*No leaders found"):
+        kafka.offsets("t", "latest", partitions=[0])
+    assert 1.0 <= time.monotonic() - t0 < 3.0
+
+    denied = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    calls = []
+    monkeypatch.setattr(admin, "list_offsets", lambda specs, **kw: calls.append(1) or {tp: _Future(denied)
+                                                                                         for tp in specs},
+                        raising=False)
+    with pytest.raises(KafkaUnavailable, match="listing the offsets of 't'"):
+        kafka.offsets("t", "latest", partitions=[0])
+    assert calls == [1]
