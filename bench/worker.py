@@ -143,7 +143,8 @@ class Worker:
 
     def cmd_format(self, topic: str, prefix: str, windows: list[list[int]], format: str,
                    read_path: str = "librdkafka") -> dict[str, Any]:
-        """The run of `windows` archived in `format` (value_decoding json for json, the csv fields for csv)."""
+        """The run of `windows` archived in `format` at its defaults (csv with the fields key, value, offset, timestamp
+        and headers)."""
         ws = [OffsetWindow(*w) for w in windows]
         extra: dict[str, Any] = {"format": format, "read_path": read_path}
         if format == "csv":
