@@ -145,7 +145,7 @@ def _frame(payload: bytes) -> tuple[int, bytes]:
         first = f"0x{payload[0]:02x}" if payload else "nothing"
         raise _NotFramed(f"not Confluent-framed (first byte {first}, {len(payload)} bytes; expected magic byte 0 "
                          "and a 4-byte schema id)")
-    return int.from_bytes(payload[1:HEADER_BYTES], "big"), payload[HEADER_BYTES:]
+    return int.from_bytes(payload[1:HEADER_BYTES], "big", signed=True), payload[HEADER_BYTES:]  # a Java int
 
 
 class _NotFramed(ValueError):

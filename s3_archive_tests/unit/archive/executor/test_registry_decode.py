@@ -93,6 +93,16 @@ def test_bad_records_are_marked_with_their_reason():
     assert out["id"] == [1, None, None, None, None]  # a bad record stores nothing decoded
 
 
+def test_a_schema_id_with_its_top_bit_set_is_read_as_the_signed_int_serializers_write_and_marks_only_its_record():
+    """The 4-byte schema id is a Java int (Confluent's serializers write and read it signed): 0xffffffff is -1, an
+    id no registry has, so that record is bad and the batch's other records are archived."""
+    good = _framed(V1, 1, _record(1))
+    out = decode(_plan(S1, S1), _batch([good, b"\x00\xff\xff\xff\xff" + good[5:]])).to_pydict()
+    assert out["_good"] == [True, False]
+    assert out["_reason"][1] == "value: unknown schema id -1 (the Schema Registry has no such schema)"
+    assert out["id"] == [1, None] and out[schema_id_column("value")] == [1, None]
+
+
 def test_dead_letters_carry_the_raw_envelope_and_the_reason():
     envelope = {"type": "struct", "fields": [
         {"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in (
