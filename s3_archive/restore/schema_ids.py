@@ -200,4 +200,4 @@ def framed_id(payload: bytes | None) -> int | None:
     """The schema id of a Confluent-framed payload (magic byte 0, then 4 bytes); None for anything else."""
     if payload is None or len(payload) < HEADER_BYTES or payload[0] != 0:
         return None
-    return int.from_bytes(payload[1:HEADER_BYTES], "big")
+    return int.from_bytes(payload[1:HEADER_BYTES], "big", signed=True)  # a Java int, as the serializers write it
