@@ -3,8 +3,9 @@
 - parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data, cut by the rows alone
   (`row_bytes`) and each written from one contiguous table, so the bytes do not depend on how the rows came in
   batches (pages follow the writer's 1,024-row steps within each chunk); `key`, `value` and the
-  offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); the Spark schema is
-  kept in the file's metadata as Spark's own writer does.
+  offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); one codec for every
+  column but those the plan gives another (`column_codecs`: a Schema Registry decoded archive's raw value, zstd);
+  the Spark schema is kept in the file's metadata as Spark's own writer does.
 - avro: the schema Spark's avro writer derives (model/registry_types.py::avro_schema); records encoded a column
   at a time (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run
   writes the same bytes).
