@@ -166,13 +166,16 @@ class Worker:
         return {"dropped": True}
 
     def cmd_decoded(self, topic: str, prefix: str, windows: list[list[int]], decoding: str,
-                    registry_url: str) -> dict[str, Any]:
+                    registry_url: str, value: bool = True) -> dict[str, Any]:
         """The run of `windows` to parquet with `value_decoding.type` `decoding` (bytes, or a registry type decoded
-        with the registry at `registry_url`), one window per partition."""
+        with the registry at `registry_url`), one window per partition; `value` false: `envelope.value` off (the
+        raw value not stored beside the decoded columns)."""
         from s3_archive.io.schema_registry import SchemaRegistryResource
 
         ws = [OffsetWindow(*w) for w in windows]
-        cfg = self.config(topic, prefix, windows_per_run=min(500, len(ws)), value_decoding={"type": decoding})
+        extra: dict[str, Any] = {} if value else {"envelope": {"value": False}}
+        cfg = self.config(topic, prefix, windows_per_run=min(500, len(ws)), value_decoding={"type": decoding},
+                          **extra)
         self.registry = SchemaRegistryResource(url=registry_url)
         try:
             return self.materialize(cfg, topic, ws)

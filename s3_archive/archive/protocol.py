@@ -88,6 +88,8 @@ class FormatPlan:
     spark_schema: str = ""  # JSON of the stored columns' Spark schema (Parquet metadata, the Avro schema)
     avro_schema: str = ""  # the Avro writer schema (JSON), for avro
     dictionary: tuple[str, ...] = ()  # Parquet columns dictionary-encoded (not key/value: all distinct)
+    # Parquet columns compressed with another codec than `codec`, at that codec's default level: (column, codec)
+    column_codecs: tuple[tuple[str, str], ...] = ()
     row_group_bytes: int = 32 << 20  # Parquet: Arrow bytes buffered per row group
     level: int | None = None  # the codec's compression level (None: its default)
     header: bytes = b""  # csv with a header row: the first line of every object

@@ -72,7 +72,8 @@ class ArchiveConfig(StrictModel):
     bucket: str
     prefix: str = ""
     format: Literal["parquet", "avro", "jsonl", "json", "csv", "text", "bytes", "iceberg"] = "parquet"
-    compression: str | None = Field(default=None, description="None: the format's default codec")
+    compression: str | None = Field(default=None, description="None: the format's default codec (parquet with "
+                                                              "Schema Registry value decoding: the raw value zstd)")
     compression_level: int | None = Field(
         default=None, description="gzip 1-9, zstd 1-22, brotli 0-11 (parquet), deflate 1-9 (avro); None: the "
                                   "library's default (text formats gzip 6, zstd 3; parquet pyarrow's)")

@@ -3,7 +3,8 @@
 written byte for byte as the archive wrote them, so an object rewritten without any record removed is the object it
 was (tested per format).
 
-- parquet (data and dead letters): the table as stored; written by `ParquetEncoder` with the object's codec, the Spark
+- parquet (data and dead letters): the table as stored; written by `ParquetEncoder` with the object's codecs (a
+  column of another codec than the others, as a decoded archive's raw value, keeps its own), the Spark
   schema kept in its metadata and the archive's dictionary columns (none for dead letters), so row groups and pages
   follow the rows alone.
 - avro: the records as fastavro reads them; written by the archive's container writer with the writer schema, codec
@@ -21,6 +22,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -50,6 +52,7 @@ class ObjectFormat:
     csv_fields: tuple[str, ...] = ()
     header: bytes = b""
     dead_letter: bool = False
+    column_codecs: tuple[tuple[str, str], ...] = ()  # parquet: columns of another codec (FormatPlan.column_codecs)
 
     @classmethod
     def of(cls, cfg: ArchiveConfig, dead_letter: bool = False) -> ObjectFormat:
@@ -115,7 +118,7 @@ def rewritten(d: Decoded, rows: Sequence[int], mode: str, origin: str | None = N
     if d.fmt.name == "parquet":
         enc = ParquetEncoder(FormatPlan("parquet", d.fmt.codec, "", spark_schema=d.extra["spark_schema"],
                                         dictionary=() if d.fmt.dead_letter else PARQUET_DICTIONARY,
-                                        level=d.fmt.level), sink)
+                                        level=d.fmt.level, column_codecs=d.fmt.column_codecs), sink)
         enc.write(_table_without(d.rows, rows, mode))
         enc.close()
     elif d.fmt.name == "avro":
@@ -140,9 +143,13 @@ def _parquet(data: bytes, key: str, fmt: ObjectFormat, request: EraseRequest) ->
     pf = pq.ParquetFile(io.BytesIO(data))
     table = pf.read()
     meta = pf.metadata
-    if meta.num_row_groups and meta.row_group(0).num_columns:  # the object's own codec (the config may differ now)
-        fmt = ObjectFormat(fmt.name, _PARQUET_CODEC_NAMES.get(meta.row_group(0).column(0).compression,
-                                                              fmt.codec), fmt.level, dead_letter=fmt.dead_letter)
+    if meta.num_row_groups and meta.row_group(0).num_columns:  # the object's own codecs (the config may differ now)
+        group = meta.row_group(0)
+        by_column = {group.column(i).path_in_schema.split(".")[0]: _PARQUET_CODEC_NAMES.get(
+            group.column(i).compression, fmt.codec) for i in range(group.num_columns)}
+        codec = Counter(by_column.values()).most_common(1)[0][0]
+        fmt = ObjectFormat(fmt.name, codec, fmt.level, dead_letter=fmt.dead_letter,
+                           column_codecs=tuple((c, k) for c, k in by_column.items() if k != codec))
     spark_schema = (table.schema.metadata or {}).get(SPARK_ROW_METADATA.encode(), b"").decode()
     table = table.replace_schema_metadata(None)
     if "offset" not in table.column_names:

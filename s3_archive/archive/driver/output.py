@@ -13,6 +13,12 @@ if TYPE_CHECKING:
     from s3_archive.config.archive import ArchiveConfig
 
 
+# Parquet with Schema Registry value decoding keeps the raw value beside its decoded columns (for restore, which reads
+# it back whole); with the format's default codec that column is written with zstd: a copy of the bytes the decoded
+# columns hold, kept for restore, in fewer bytes and usually less CPU than snappy (docs/formats.md).
+RAW_VALUE_CODEC = "zstd"
+
+
 @dataclass(frozen=True)
 class Output:
     """Everything the write job needs from the archive config."""
@@ -40,6 +46,7 @@ class Output:
     csv_header: bool = False
     skip_tombstones: bool = False
     codec_level: int | None = None
+    value_codec: str | None = None  # the raw value column's codec when not `codec` (RAW_VALUE_CODEC)
 
     @classmethod
     def of(cls, cfg: ArchiveConfig) -> Output:
@@ -48,7 +55,9 @@ class Output:
                    d.json_schema, d.column_prefix, d.on_error, cfg.max_records_per_object, cfg.max_bytes_per_object,
                    cfg.layout, cfg.object_suffix, d.subject, k.type, k.column_prefix, k.subject,
                    read_path=cfg.read_path, task_reader=cfg.task_reader, value_as=so.value, csv_header=so.csv_header,
-                   skip_tombstones=so.skip_tombstones, codec_level=cfg.compression_level)
+                   skip_tombstones=so.skip_tombstones, codec_level=cfg.compression_level,
+                   value_codec=RAW_VALUE_CODEC if cfg.format == "parquet" and cfg.compression is None
+                   and d.type in REGISTRY_TYPES and cfg.envelope.value else None)
 
     def registry_parts(self, topic: str) -> list[tuple[str, str, str, str]]:
         """(part, type, subject, column prefix) of each part decoded with Schema Registry schemas."""

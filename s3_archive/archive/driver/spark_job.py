@@ -299,6 +299,7 @@ def write_frame(df: DataFrame, out: Output, json_ddl: str | None, decode: Decode
                      spark_schema=schema_json,
                      avro_schema=avro_schema(schema_json) if out.fmt.name == "avro" else "",
                      dictionary=PARQUET_DICTIONARY, level=out.codec_level,
+                     column_codecs=(("value", out.value_codec),) if out.value_codec else (),
                      header=",".join(out.csv_fields).encode() if out.csv_header else b"")
     shape = JobShape(fmt=fmt, layout=out.layout, bucketed=out.bucketed, max_records=out.max_records,
                      max_bytes=out.max_bytes, decoding=decoding != "bytes" or decode is not None,

@@ -3,8 +3,9 @@
 - parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data, cut by the rows alone
   (`row_bytes`) and each written from one contiguous table, so the bytes do not depend on how the rows came in
   batches (pages follow the writer's 1,024-row steps within each chunk); `key`, `value` and the
-  offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); the Spark schema is
-  kept in the file's metadata as Spark's own writer does.
+  offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); one codec for every
+  column but those the plan gives another (`column_codecs`: a Schema Registry decoded archive's raw value, zstd);
+  the Spark schema is kept in the file's metadata as Spark's own writer does.
 - avro: the schema Spark's avro writer derives (model/registry_types.py::avro_schema); records encoded a column
   at a time (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run
   writes the same bytes).
@@ -62,6 +63,34 @@ def row_bytes(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.full(len(a), max(1, t.bit_width // 8), np.int64)
 
 
+def leaf_paths(field: pa.Field) -> list[str]:
+    """The Parquet column paths of an Arrow field's leaves, as pyarrow's writer names them (lists `name.list.element`,
+    maps `name.key_value.key` / `.value`, struct children `name.child`): per-column writer settings name leaves."""
+    t = field.type
+    if pa.types.is_struct(t):
+        children = [t.field(i) for i in range(t.num_fields)]
+    elif pa.types.is_map(t):
+        children = [pa.field("key_value", pa.struct([t.key_field, t.item_field]))]
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        children = [pa.field("list", pa.struct([t.value_field.with_name("element")]))]
+    else:
+        return [field.name]
+    return [f"{field.name}.{p}" for c in children for p in leaf_paths(c)]
+
+
+def parquet_compression(fmt: FormatPlan, schema: pa.Schema) -> tuple[Any, Any]:
+    """pyarrow's `compression` and `compression_level` for `schema`: the plan's codec and level, or per leaf column
+    where `column_codecs` gives some top-level columns another codec (those at its default level)."""
+    other = {c: "lz4" if k == "lz4_raw" else k for c, k in fmt.column_codecs if c in schema.names}
+    if not other:
+        return _PARQUET_CODECS.get(fmt.codec, fmt.codec), fmt.level
+    codec = "lz4" if fmt.codec == "lz4_raw" else fmt.codec  # per column, "none" is a name
+    leaves = {p: other.get(f.name, codec) for f in schema for p in leaf_paths(f)}
+    level = ({p: fmt.level for f in schema if f.name not in other for p in leaf_paths(f)}
+             if fmt.level is not None else None)
+    return leaves, level
+
+
 class ParquetEncoder:
     """Row groups of about `row_group_bytes` (`row_bytes`), each written from one contiguous table: the row groups
     and pages depend on the rows only, not on the batches they came in (a layout's buckets, a reader's batch
@@ -102,9 +131,9 @@ class ParquetEncoder:
         self._buffered = []
         if self._writer is None:
             schema = table.schema.with_metadata({SPARK_ROW_METADATA: self.fmt.spark_schema})
+            compression, level = parquet_compression(self.fmt, schema)
             self._writer = pq.ParquetWriter(
-                self.sink, schema, compression=_PARQUET_CODECS.get(self.fmt.codec, self.fmt.codec),
-                compression_level=self.fmt.level,
+                self.sink, schema, compression=compression, compression_level=level,
                 use_dictionary=[c for c in self.fmt.dictionary if c in schema.names] or False,
                 write_statistics=True, store_schema=False)
         self._writer.write_table(table.replace_schema_metadata(self._writer.schema.metadata),

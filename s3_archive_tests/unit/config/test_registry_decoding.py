@@ -154,3 +154,19 @@ def test_the_registry_resource_is_bound_to_its_variables(monkeypatch):
     dg.materialize([probe], resources={"schema_registry": resources["schema_registry"]})
     assert got == [RegistryConnection("https://sr:8081", "u", "pw-secret", None, 3)]
     assert "pw-secret" not in repr(got[0]) and "pw-secret" not in repr(resources["schema_registry"])
+
+
+def test_the_raw_value_beside_registry_columns_is_zstd_while_compression_is_the_default():
+    from s3_archive.archive.driver.output import RAW_VALUE_CODEC, Output
+
+    assert RAW_VALUE_CODEC == "zstd"
+    assert Output.of(cfg(value_decoding={"type": "avro"})).value_codec == "zstd"
+    assert Output.of(cfg(value_decoding={"type": "protobuf"})).value_codec == "zstd"
+    # an explicit codec is every column's; nothing else keeps a raw value beside decoded columns
+    assert Output.of(cfg(value_decoding={"type": "avro"}, compression="snappy")).value_codec is None
+    assert Output.of(cfg(value_decoding={"type": "avro"}, compression="gzip")).value_codec is None
+    assert Output.of(cfg(value_decoding={"type": "avro"}, envelope={"value": False})).value_codec is None
+    assert Output.of(cfg(value_decoding={"type": "avro"}, format="avro")).value_codec is None
+    assert Output.of(cfg(key_decoding={"type": "avro"})).value_codec is None
+    assert Output.of(cfg()).value_codec is None
+    assert Output.of(cfg(value_decoding={"type": "json"})).value_codec is None
