@@ -206,8 +206,8 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
         targets["PySpark worker peak memory, 16× vs 1× window"] = {
             "value_fmt": f"{growth(worker_peaks):.2f}×", "target_fmt": f"≤ {JVM_PEAK_GROWTH_TARGET}×",
             "verdict": verdict(growth(worker_peaks), JVM_PEAK_GROWTH_TARGET, False),
-            "note": "the largest write task's Python worker (VmHWM): with read_path librdkafka the records are "
-                    "there, one slice per task"}
+            "note": "the largest write task's Python worker (VmHWM): with read_path librdkafka it reads its "
+                    "slice, holding the read-ahead, a batch and a Parquet row group"}
     mem_growth = growth(peaks)
     targets["JVM peak memory, 16× vs 1× window"] = {
         "value_fmt": f"{mem_growth:.2f}×", "target_fmt": f"≤ {JVM_PEAK_GROWTH_TARGET}×",
@@ -324,7 +324,7 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "One window of partition 1, materialized in a fresh process per size (default JVM flags). In local mode "
             "the driver and the executors are one JVM. Peak resident set from /proc (VmHWM of the JVM; the 0.2 "
             "s-sampled maximum during this window's run; the Python driver's VmHWM; the largest VmHWM of the JVM's "
-            "PySpark workers, the write tasks, which hold the records with `read_path: librdkafka`).\n\n"
+            "PySpark workers, the write tasks, which read the records with `read_path: librdkafka`).\n\n"
             "| window | records | MB | JVM peak RSS (MB) | JVM RSS sampled max (MB) | Python driver peak (MB) | "
             "PySpark worker peak (MB) | seconds |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n" + mem_rows)},
         {"title": "Sensor tick with 100k windows", "body": (

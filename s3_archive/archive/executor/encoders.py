@@ -1,8 +1,9 @@
 """Each format's bytes, written on the executors from the Arrow batches Spark hands a write task (task.py).
 
 - parquet: pyarrow's writer (C++), row groups of about `row_group_bytes` of Arrow data, cut by the rows alone
-  (`row_bytes`) and each written from one contiguous table, so the bytes do not depend on how the rows came in
-  batches (pages follow the writer's 1,024-row steps within each chunk); `key`, `value` and the
+  (`row_bytes`) and each written from the batches' own buffers re-cut at every `WRITE_BATCH_ROWS` rows of the row
+  group (`aligned`), so the bytes do not depend on how the rows came in batches and the row group is never copied
+  whole (pages follow the writer's 1,024-row steps within each chunk); `key`, `value` and the
   offsets are not dictionary-encoded (all distinct: trying costs half of the encoding time); one codec for every
   column but those the plan gives another (`column_codecs`: a Schema Registry decoded archive's raw value, zstd);
   the Spark schema is kept in the file's metadata as Spark's own writer does.
@@ -15,7 +16,8 @@
   compressed as a stream (gzip, bzip2, zstd: one stream / frame per object, at the configured level).
 
 Every encoder writes into a file-like sink (archive/executor/upload.py's ObjectUpload) and never holds more than a row
-group (parquet) or one Arrow batch (the others).
+group (parquet: the batches' buffers it spans, plus a copy of its list and struct columns) or one Arrow batch (the
+others).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _PARQUET_CODECS = {"none": None, "lz4_raw": "lz4"}
 _AVRO_CODECS = {"none": "null", "zstd": "zstandard"}
 _SYNC_INTERVAL = 1 << 20  # Avro block size: uncompressed bytes of records per block
 SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"
+WRITE_BATCH_ROWS = 1024  # pyarrow's write_batch_size: the writer's steps within each chunk of a column
 
 
 def row_bytes(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -91,10 +94,33 @@ def parquet_compression(fmt: FormatPlan, schema: pa.Schema) -> tuple[Any, Any]:
     return leaves, level
 
 
+def aligned(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A row group's column as the writer makes the same pages of it as of one contiguous array: chunks that start
+    at multiples of WRITE_BATCH_ROWS rows (the writer's steps restart at each chunk), zero-copy slices of the
+    batches' buffers but where a step straddles two batches (those rows copied). A list or struct column is copied
+    whole: its steps count leaf values, not rows."""
+    t = column.type
+    if column.num_chunks <= 1 or pa.types.is_nested(t) or pa.types.is_dictionary(t):
+        return pa.chunked_array([column.combine_chunks()], t) if column.num_chunks != 1 else column
+    ends = np.cumsum([len(c) for c in column.chunks])
+    n, pos, out = int(ends[-1]), 0, []
+    while pos < n:  # pos: a multiple of WRITE_BATCH_ROWS
+        end = int(ends[np.searchsorted(ends, pos, side="right")])  # the end of the batch holding row pos
+        stop = end if end == n else end - end % WRITE_BATCH_ROWS
+        if stop > pos:
+            out += column.slice(pos, stop - pos).chunks  # within one batch: no copy
+        else:
+            stop = min(n, pos + WRITE_BATCH_ROWS)
+            out.append(column.slice(pos, stop - pos).combine_chunks())
+        pos = stop
+    return pa.chunked_array(out, t)
+
+
 class ParquetEncoder:
-    """Row groups of about `row_group_bytes` (`row_bytes`), each written from one contiguous table: the row groups
-    and pages depend on the rows only, not on the batches they came in (a layout's buckets, a reader's batch
-    size), so both read paths write the same bytes."""
+    """Row groups of about `row_group_bytes` (`row_bytes`), each written from chunks cut at the writer's steps
+    (`aligned`): the row groups and pages depend on the rows only, not on the batches they came in (a layout's
+    buckets, a reader's batch size), so both read paths write the same bytes, and a row group is held once (the
+    batches' buffers), never copied whole."""
 
     def __init__(self, fmt: FormatPlan, sink: Any) -> None:
         self.fmt, self.sink = fmt, sink
@@ -127,8 +153,9 @@ class ParquetEncoder:
             return
         import pyarrow.parquet as pq
 
-        table = pa.concat_tables(self._buffered).combine_chunks()
+        table = pa.concat_tables(self._buffered)
         self._buffered = []
+        table = pa.Table.from_arrays([aligned(c) for c in table.columns], schema=table.schema)
         if self._writer is None:
             schema = table.schema.with_metadata({SPARK_ROW_METADATA: self.fmt.spark_schema})
             compression, level = parquet_compression(self.fmt, schema)

@@ -45,10 +45,12 @@ ENVELOPE_SCHEMA = pa.schema([
 BATCH_RECORDS = 10_000
 BATCH_BYTES = 32 << 20
 STALL_S = 120.0  # as Spark's Kafka source (kafkaConsumer.pollTimeoutMs = spark.network.timeout)
-# Per consumer (one per task): fetch up to 16 MiB per partition and request, keep at most 32 MiB queued ahead.
-FETCH_SETTINGS = {"fetch.message.max.bytes": 16 << 20, "fetch.max.bytes": 64 << 20,
-                  "queued.max.messages.kbytes": 32 << 10, "receive.message.max.bytes": 80 << 20,
-                  "socket.receive.buffer.bytes": 4 << 20}
+# Per consumer (one per task): fetch up to 4 MiB per partition and request, keep at most 8 MiB queued ahead (the
+# read-ahead, part of a task's memory: docs/performance.md, "Memory"), and fetch again 10 ms after the queue was full
+# (librdkafka's default waits a second).
+FETCH_SETTINGS = {"fetch.message.max.bytes": 4 << 20, "fetch.max.bytes": 64 << 20,
+                  "queued.max.messages.kbytes": 8 << 10, "fetch.queue.backoff.ms": 10,
+                  "receive.message.max.bytes": 80 << 20, "socket.receive.buffer.bytes": 4 << 20}
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from s3_archive.archive.protocol import MULTIPART_THRESHOLD, PART_SIZE, S3Connection
 from s3_archive.io.s3 import CONFLICT, NOT_FOUND, PRECONDITION_FAILED, error_code
 
-SPOOL_MEMORY = 8 << 20  # bytes of an object kept in memory before its spool moves to a temp file
+SPOOL_MEMORY = 1 << 20  # bytes of an object kept in memory before its spool moves to a temp file
 
 
 class WindowAlreadyCommitted(Exception):
