@@ -160,6 +160,33 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed()
     assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
 
 
+def test_read_ahead_starts_reading_when_made_and_closing_an_unread_one_stops_it():
+    """A run starts its readers before its producers are ready: the thread reads before any batch is asked for,
+    and closing it unread (a run that failed first) stops the thread and closes the reader."""
+    import threading
+
+    read: list[int] = []
+    closed: list[str] = []
+
+    def reader():
+        try:
+            for i in range(1000):
+                read.append(i)
+                yield _records([i], [1])
+        finally:
+            closed.append(threading.current_thread().name)
+
+    it = read_ahead(reader(), 2)
+    deadline = time.monotonic() + 5
+    while len(read) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert read[:2] == [0, 1] and len(read) <= 4  # read ahead at once, at most `depth` batches (+ one in hand)
+    it.close()
+    assert closed == [threading.current_thread().name]
+    assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
+    assert list(it) == []
+
+
 def test_window_reads_run_ahead_into_the_next_window_and_close_the_one_being_read():
     import threading
 
