@@ -335,8 +335,9 @@ class _WindowEnd:
 class WindowReads:
     """The batches of windows read in one thread, one window after another, up to `depth` batches ahead of the
     caller and across windows (`ReadAhead`, started when this is made): the next window's objects are opened and
-    decoded while the current one's last batches are produced. `of(src)` is one window's batches, asked for in the
-    order of `srcs`; `materialize`: every column read as a list in the reader's thread (`materialized`). `close`
+    decoded while the current one's last batches are produced, and its first object is asked for ahead
+    (`WindowSource.prefetch`) once the current one's first batch is in. `of(src)` is one window's batches, asked for
+    in the order of `srcs`; `materialize`: every column read as a list in the reader's thread (`materialized`). `close`
     stops the thread and closes the window being read (also after an error, or before any was asked for)."""
 
     def __init__(self, srcs: Sequence[WindowSource], depth: int, materialize: bool = False) -> None:
@@ -344,14 +345,22 @@ class WindowReads:
 
     @staticmethod
     def _chained(srcs: list[WindowSource], materialize: bool) -> Iterator[Any]:
-        for src in srcs:
+        for i, src in enumerate(srcs):
+            # the next window's objects start downloading once this one's first batch is decoded (its object is in)
+            ahead = srcs[i + 1].prefetch if i + 1 < len(srcs) else None
             read = materialized(src.batches()) if materialize else src.batches()
             try:
-                yield from read
+                for batch in read:
+                    if ahead is not None:
+                        ahead()
+                        ahead = None
+                    yield batch
             finally:
                 close = getattr(read, "close", None)
                 if close is not None:
                     close()
+            if ahead is not None:
+                ahead()
             yield _WindowEnd(src.window)
 
     def of(self, src: WindowSource) -> Iterator[Records]:
@@ -386,3 +395,5 @@ class WindowSource:
     open_start: bool = False
     objects: int = 0  # objects the window is read from (the plan's count)
     erased: int = 0  # records an erasure removed (or nulled) from the window: never read, counted
+    # Starts downloading the window's first object ahead of `batches` (our archives' `Prefetch.ahead`); None: none
+    prefetch: Callable[[], None] | None = None

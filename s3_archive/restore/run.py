@@ -102,8 +102,9 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
             return schemas.rewritten(w, read, ids[w], request.target_topic) if schemas is not None and w in ids \
                 else read
 
-        return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
-                            objects=len(window_objects(m)), erased=m.erased_count)
+        objs = window_objects(m)
+        return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms, objects=len(objs),
+                            erased=m.erased_count, prefetch=(lambda: prefetch.ahead(objs[0])) if objs else None)
 
     try:
         yield from restore_sources(ctx, request, [source(w, manifests[w]) for w in ws], on_ledger, hooks)

@@ -227,6 +227,29 @@ def test_window_reads_run_ahead_into_the_next_window_and_close_the_one_being_rea
     reads.close()
 
 
+def test_window_reads_ask_for_the_next_windows_object_once_the_current_ones_first_batch_is_in():
+    from s3_archive.model.windows import OffsetWindow
+    from s3_archive.restore.batch import WindowReads, WindowSource
+
+    events: list[str] = []
+
+    def source(p: int, n: int) -> WindowSource:
+        def batches():
+            for i in range(n):
+                events.append(f"read {p}.{i}")
+                yield _records([i], [1])
+
+        return WindowSource(OffsetWindow(p, 0, max(n, 1)), batches, n, prefetch=lambda: events.append(f"ahead {p}"))
+
+    srcs = [source(0, 2), source(1, 0), source(2, 1)]
+    reads = WindowReads(srcs, 0)
+    for src in srcs:
+        list(reads.of(src))
+    reads.close()
+    # never the first window (the run's Prefetch starts it); an empty window asks for the next at its end
+    assert events == ["read 0.0", "ahead 1", "read 0.1", "ahead 2", "read 2.0"]
+
+
 def test_objects_older_than_the_restore_are_frozen_only_while_it_runs():
     import gc
 
