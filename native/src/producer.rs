@@ -182,12 +182,26 @@ impl NativeProducer {
         Some((RDKafkaErrorCode::from(err), text))
     }
 
-    /// Wait up to `timeout_s` for the metadata of `topic` (which waits for a broker connection): librdkafka's
-    /// init_transactions asks a connected broker for the transaction coordinator at once and, finding none (a client
-    /// made a moment ago is still connecting), asks again only 500 ms later. Whether the metadata came; not coming
-    /// is no error here (the call that needs the connection reports it). The client must not auto-create topics.
+    /// Wait up to `timeout_s` until a broker of the cluster (not a bootstrap address) answers a metadata request
+    /// for `topic`: librdkafka asks a connected broker for the transaction coordinator at once in init_transactions
+    /// and, finding none, asks again only 500 ms later; and it drops its bootstrap connection as soon as the first
+    /// metadata names the cluster's brokers, so a client that only waited for that first answer still has no broker
+    /// up while the learned one connects (init_transactions then took ~0.5 s in most runs). Whether one answered;
+    /// not answering is no error here (the call that needs the connection reports it). The client must not
+    /// auto-create topics.
     pub fn wait_connected(&self, topic: &str, timeout_s: f64) -> bool {
-        self.producer.client().fetch_metadata(Some(topic), timeout(timeout_s)).is_ok()
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.producer.client().fetch_metadata(Some(topic), Timeout::After(left)) {
+                // a learned broker has its node id; a bootstrap address has none (-1)
+                Ok(md) if md.orig_broker_id() >= 0 => return true,
+                _ if Instant::now() >= deadline => return false,
+                Ok(_) => {}
+                // e.g. the bootstrap connection closed under the request: not a busy loop
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
     }
 
     pub fn init_transactions(&self, timeout_s: f64) -> Result<(), Failure> {

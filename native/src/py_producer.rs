@@ -78,7 +78,8 @@ impl PyProducer {
         NativeProducer::open(&config, servers).map(|inner| PyProducer { inner }).map_err(|f| raise(py, f))
     }
 
-    /// Wait up to `timeout_s` for `topic`'s metadata, so for a broker connection; whether it came.
+    /// Wait up to `timeout_s` until a broker of the cluster (not a bootstrap address) answers a metadata request for
+    /// `topic`, so for a broker connection init_transactions can use; whether one answered.
     fn wait_connected(&self, py: Python<'_>, topic: String, timeout_s: f64) -> bool {
         py.detach(|| self.inner.wait_connected(&topic, timeout_s))
     }

@@ -1,7 +1,7 @@
 """A batch of archived records, column-wise: what every reader hands to the restore run. The run filters,
 counts and routes a batch at a time (slices, `sum`, `bisect`), so the only Python left per record is the
 producer's call. `WindowSource` is one window to restore as the batches of its records, from our archives or a
-sink's. No I/O here (`read_ahead` runs a reader in a thread).
+sink's. No I/O here (`ReadAhead` runs a reader in a thread).
 """
 
 from __future__ import annotations
@@ -253,46 +253,72 @@ def materialized(batches: Iterator[Records]) -> Iterator[Records]:
 _END = object()
 
 
-def read_ahead(batches: Iterator[Records], depth: int) -> Iterator[Records]:
-    """`batches` read in a thread, up to `depth` batches ahead of the caller, so that downloading and decoding
-    (Arrow releases the GIL) overlap the caller's producing; `depth` 0 reads them inline. An error of the reader
-    is raised in the caller, in order. Closing this generator stops the thread (after its current batch)."""
-    if depth <= 0:
-        yield from batches
-        return
-    q: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
+def read_ahead(batches: Iterator[Any], depth: int) -> ReadAhead:
+    """`batches` read in a thread, started at once, up to `depth` batches ahead of the caller (`ReadAhead`)."""
+    return ReadAhead(batches, depth)
 
-    def put(item: object) -> bool:
-        while not stop.is_set():
+
+class ReadAhead:
+    """`batches` read in a thread up to `depth` batches ahead of the caller, so that downloading and decoding (Arrow
+    releases the GIL) overlap the caller's producing; `depth` 0 reads them inline. The thread starts when this is
+    made, not at the first batch asked for: a run starts its readers before its producers are ready. An error of
+    the reader is raised in the caller, in order. `close` (also at the end, or after an error) stops the thread
+    (after its current batch), then closes `batches` in the caller's thread; call it whether or not a batch was
+    read."""
+
+    def __init__(self, batches: Iterator[Any], depth: int) -> None:
+        self.batches, self.done = batches, False
+        self.queue: queue.Queue = queue.Queue(max(depth, 1))
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        if depth > 0:
+            self.thread = threading.Thread(target=self._work, name="s3-archive-restore-read", daemon=True)
+            self.thread.start()
+
+    def _put(self, item: object) -> bool:
+        while not self.stop.is_set():
             try:
-                q.put(item, timeout=0.1)
+                self.queue.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def work() -> None:
+    def _work(self) -> None:
         try:
-            for b in batches:
-                if not put(b):
+            for b in self.batches:
+                if not self._put(b):
                     return
         except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
-            put(e)
+            self._put(e)
             return
-        put(_END)
+        self._put(_END)
 
-    thread = threading.Thread(target=work, name="s3-archive-restore-read", daemon=True)
-    thread.start()
-    try:
-        while (item := q.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-        close = getattr(batches, "close", None)
+    def __iter__(self) -> ReadAhead:
+        return self
+
+    def __next__(self) -> Any:
+        if self.done:
+            raise StopIteration
+        try:
+            item = next(self.batches) if self.thread is None else self.queue.get()
+        except BaseException:
+            self.close()
+            raise
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.done = True
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        close = getattr(self.batches, "close", None)
         if close is not None:
             close()  # the reader's own cleanup (spooled files), now that no thread runs it
 
@@ -308,24 +334,33 @@ class _WindowEnd:
 
 class WindowReads:
     """The batches of windows read in one thread, one window after another, up to `depth` batches ahead of the
-    caller and across windows (`read_ahead`): the next window's objects are opened and decoded while the current
-    one's last batches are produced. `of(src)` is one window's batches, asked for in the order of `srcs`;
-    `materialize`: every column read as a list in the reader's thread (`materialized`). `close` stops the thread
-    and closes the window being read (also after an error)."""
+    caller and across windows (`ReadAhead`, started when this is made): the next window's objects are opened and
+    decoded while the current one's last batches are produced, and its first object is asked for ahead
+    (`WindowSource.prefetch`) once the current one's first batch is in. `of(src)` is one window's batches, asked for
+    in the order of `srcs`; `materialize`: every column read as a list in the reader's thread (`materialized`). `close`
+    stops the thread and closes the window being read (also after an error, or before any was asked for)."""
 
     def __init__(self, srcs: Sequence[WindowSource], depth: int, materialize: bool = False) -> None:
         self.stream = read_ahead(self._chained(list(srcs), materialize), depth)
 
     @staticmethod
     def _chained(srcs: list[WindowSource], materialize: bool) -> Iterator[Any]:
-        for src in srcs:
+        for i, src in enumerate(srcs):
+            # the next window's objects start downloading once this one's first batch is decoded (its object is in)
+            ahead = srcs[i + 1].prefetch if i + 1 < len(srcs) else None
             read = materialized(src.batches()) if materialize else src.batches()
             try:
-                yield from read
+                for batch in read:
+                    if ahead is not None:
+                        ahead()
+                        ahead = None
+                    yield batch
             finally:
                 close = getattr(read, "close", None)
                 if close is not None:
                     close()
+            if ahead is not None:
+                ahead()
             yield _WindowEnd(src.window)
 
     def of(self, src: WindowSource) -> Iterator[Records]:
@@ -360,3 +395,5 @@ class WindowSource:
     open_start: bool = False
     objects: int = 0  # objects the window is read from (the plan's count)
     erased: int = 0  # records an erasure removed (or nulled) from the window: never read, counted
+    # Starts downloading the window's first object ahead of `batches` (our archives' `Prefetch.ahead`); None: none
+    prefetch: Callable[[], None] | None = None

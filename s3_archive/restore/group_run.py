@@ -47,6 +47,22 @@ def open_producer(kafka: KafkaResource, request: RestoreRequest, transactional_i
     return Producer(kafka, request, transactional_id, delivery_reports)
 
 
+def group_reads(request: RestoreRequest, srcs: list[WindowSource], materialize: bool | None = None) -> WindowReads:
+    """A group's windows that the filters may match (`reads_window`), read ahead in a thread that starts now.
+    `materialize`: every column read as a list in that thread (None: unless `producer: native` sends, which takes
+    a batch's Arrow columns as they are; the python producer's calls take Python objects)."""
+    if materialize is None:
+        materialize = request.dry_run or request.producer != "native"
+    return WindowReads([s for s in srcs if reads_window(request, s)], READ_AHEAD_BATCHES, materialize)
+
+
+def reads_window(request: RestoreRequest, src: WindowSource) -> bool:
+    """Whether any record of the window can match the filters (else its objects are not even read)."""
+    filters = request.filters
+    return filters.offset_scope(src.window) is not None and filters.time_may_match(src.min_timestamp_ms,
+                                                                                    src.max_timestamp_ms)
+
+
 def new_ledger_store(kafka: KafkaResource, request: RestoreRequest, num_target: int) -> LedgerStore:
     """A group's store of the ledger (its consumer starts connecting and finding the group's coordinator now)."""
     return LedgerStore(kafka, request, num_target)
@@ -111,7 +127,14 @@ class RestoreRun:
         self.txn_t0 = 0.0
         self.waiting: list[WindowReport] = []  # windows done, whose last records are in the open transaction
         self.seg_start = 0  # the window's first source offset not yet in txn_ranges or committed
-        self.reads = WindowReads([], 0)  # the windows' batches, read ahead (set by `restore`)
+        self.reads = WindowReads([], 0)  # the windows' batches, read ahead (set by `restore`, or `read_from`)
+        self.reading = False  # `restore`'s first pass takes `self.reads` as they are (`read_from`)
+
+    def read_from(self, reads: WindowReads) -> RestoreRun:
+        """`restore` takes `reads`, the windows it is then given, already being read (`group_reads`: restore/run.py
+        starts them before the producer is ready), instead of starting to read them; this run closes them."""
+        self.reads, self.reading = reads, True
+        return self
 
     def restore(self, kafka: KafkaResource, srcs: list[WindowSource], log: Logger) -> Iterator[WindowReport]:
         """Restore `srcs` in order, riding out an unreachable cluster: when a transactional call does not return
@@ -122,10 +145,10 @@ class RestoreRun:
         first: CoordinatorUnreachable | None = None
         since = 0.0
         while True:
-            # `producer: native` takes a batch's Arrow columns as they are; the python producer's calls take Python
-            # objects, made in the reader's thread
-            self.reads = WindowReads([s for s in srcs if s.window not in reported and self.reads_window(s)],
-                                     READ_AHEAD_BATCHES, not getattr(self.producer, "sends_batches", False))
+            if not self.reading:
+                self.reads = group_reads(self.request, [s for s in srcs if s.window not in reported],
+                                         not getattr(self.producer, "sends_batches", False))
+            self.reading = False
             try:
                 for src in srcs:
                     if self.progress.stop.is_set():
@@ -192,8 +215,9 @@ class RestoreRun:
             self.release()
 
     def release(self) -> None:
-        """Close the producer (no transaction is open) and the ledger's consumer, so neither outlives the run in a
-        frame an error's traceback keeps."""
+        """Close the producer (no transaction is open), the ledger's consumer and the reader, so none outlives the
+        run in a frame an error's traceback keeps."""
+        self.reads.close()
         try:
             if self.producer is not None:
                 self.producer.close()
@@ -234,12 +258,6 @@ class RestoreRun:
         done, self.waiting = self.waiting, []
         return done
 
-    def reads_window(self, src: WindowSource) -> bool:
-        """Whether any record of the window can match the filters (else its objects are not even read)."""
-        filters = self.request.filters
-        return filters.offset_scope(src.window) is not None and filters.time_may_match(src.min_timestamp_ms,
-                                                                                        src.max_timestamp_ms)
-
     def window(self, src: WindowSource) -> list[WindowReport]:
         """Restore one window (its batches from `self.reads`); returns the reports now complete (this one, earlier
         ones its commits complete)."""
@@ -249,7 +267,7 @@ class RestoreRun:
                            max_timestamp_ms=src.max_timestamp_ms, erased=src.erased)
         ready: list[WindowReport] = []
         scope = filters.offset_scope(w)
-        if scope is None or not self.reads_window(src):
+        if scope is None or not reads_window(self.request, src):
             rep.filtered = rep.archived  # nothing of this window can match: its objects are not even read
             rep.seconds = time.monotonic() - t0
             (self.waiting if self.waiting else ready).append(rep)

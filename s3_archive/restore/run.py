@@ -30,9 +30,16 @@ from s3_archive.io.kafka import KafkaResource
 from s3_archive.model.logger import Logger
 from s3_archive.model.manifest import Manifest
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, WindowSource
+from s3_archive.restore.batch import Records, WindowReads, WindowSource
 from s3_archive.restore.cold import COLD_CLASSES, ColdOptions, head_storage_classes, prepare_cold
-from s3_archive.restore.group_run import Progress, RestoreRun, Stopped, new_ledger_store, open_producer
+from s3_archive.restore.group_run import (
+    Progress,
+    RestoreRun,
+    Stopped,
+    group_reads,
+    new_ledger_store,
+    open_producer,
+)
 from s3_archive.restore.groups import plan_groups, transactional_ids
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.offset_map_store import OffsetMapStore
@@ -95,8 +102,9 @@ def restore_windows(ctx: RestoreContext, archive: ArchiveSource, request: Restor
             return schemas.rewritten(w, read, ids[w], request.target_topic) if schemas is not None and w in ids \
                 else read
 
-        return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms,
-                            objects=len(window_objects(m)), erased=m.erased_count)
+        objs = window_objects(m)
+        return WindowSource(w, batches, m.record_count, m.min_timestamp_ms, m.max_timestamp_ms, objects=len(objs),
+                            erased=m.erased_count, prefetch=(lambda: prefetch.ahead(objs[0])) if objs else None)
 
     try:
         yield from restore_sources(ctx, request, [source(w, manifests[w]) for w in ws], on_ledger, hooks)
@@ -121,8 +129,18 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
         checks = pool.submit(target_checks, kafka, target, [{"min_timestamp_ms": s.min_timestamp_ms} for s in srcs])
         earliest = pool.submit(kafka.offsets, target, "earliest", parts)
         latest = pool.submit(kafka.offsets, target, "latest", parts)
+        srcs = watch_retention(srcs, target, lambda: checks.result()[1], log)
+        by_group = {g: [s for s in srcs if s.window.partition in plan[g]] for g in plan}
+        # Each group's reader starts now: its first objects are downloaded and decoded while the producers
+        # initialise and the ledger is read (which records are restored is decided batch by batch, from the ledger).
+        reads = {g: group_reads(request, by_group[g]) for g in plan}
         store = None if request.dry_run else ctx.offset_map
-        runs = start_groups(kafka, request, num_target, hooks, list(plan), store)
+        try:
+            runs = start_groups(kafka, request, num_target, hooks, reads, store)
+        except BaseException:
+            for r in reads.values():
+                r.close()
+            raise
         try:
             first = next(iter(runs.values()))
             ledger = first.ledger_store.read()  # after init_transactions: no transaction of ours is pending now
@@ -130,10 +148,9 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
                 run.ledger = {p: rs.copy() for p, rs in ledger.items()}
             if on_ledger is not None:
                 on_ledger({p: rs.copy() for p, rs in ledger.items()})
-            warnings, retention_ms = checks.result()
+            warnings, _ = checks.result()
             for warning in warnings:
                 log.warning(warning)
-            srcs = watch_retention(srcs, target, retention_ms, log)
             if not ledger:
                 ends, starts = latest.result(), earliest.result()
                 present = sum(ends[p] - starts.get(p, 0) for p in ends)
@@ -152,10 +169,9 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
                  + (" [dry run]" if request.dry_run else ""))
         with older_objects_frozen():
             if len(runs) == 1:
-                yield from first.restore(kafka, srcs, log)
+                yield from first.restore(kafka, by_group[next(iter(runs))], log)
             else:
-                yield from run_groups(kafka, runs, {g: [s for s in srcs if s.window.partition in plan[g]]
-                                                    for g in runs}, log)
+                yield from run_groups(kafka, runs, {g: by_group[g] for g in runs}, log)
     except BaseException:
         # A failure or an interruption (Dagster's run termination) aborts at once, so read_committed consumers of the
         # target are not held back until the transaction times out. (A killed process cannot: the next run's
@@ -167,14 +183,18 @@ def restore_sources(ctx: RestoreContext, request: RestoreRequest, sources: Itera
 
 
 def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int, hooks: RestoreHooks,
-                 groups: list[int], map_store: OffsetMapStore | None = None) -> dict[int, RestoreRun]:
-    """One `RestoreRun` per group. Unless a dry run, every transactional id of the restore is initialised first, in
-    parallel (`init_transactions` aborts what a crashed run left open under it and fences any other run); the ids
-    of groups this run does not have are closed right after. With `map_store`, each group records its offset map
-    (restore/offset_map.py) with its own recorder: the groups own disjoint source partitions."""
+                 reads: dict[int, WindowReads], map_store: OffsetMapStore | None = None) -> dict[int, RestoreRun]:
+    """One `RestoreRun` per group of `reads` (each group's windows, already being read; a run owns its reader
+    from here on, the caller closes those of groups that got none). Unless a dry run, every transactional id of
+    the restore is initialised first, in parallel (`init_transactions` aborts what a crashed run left open under it
+    and fences any other run); the ids of groups this run does not have are closed right after. With `map_store`,
+    each group records its offset map (restore/offset_map.py) with its own recorder: the groups own disjoint source
+    partitions."""
     progress = Progress()
+    groups = list(reads)
     if request.dry_run:
-        return {g: RestoreRun(kafka, request, num_target, hooks, progress=progress) for g in groups}
+        return {g: RestoreRun(kafka, request, num_target, hooks, progress=progress).read_from(reads[g])
+                for g in groups}
     ids = transactional_ids(request.ledger_id, num_target)
     # the groups' ledger consumers connect (and find the group's coordinator) while the producers initialise
     stores = {g: new_ledger_store(kafka, request, num_target) for g in groups}
@@ -193,7 +213,8 @@ def start_groups(kafka: KafkaResource, request: RestoreRequest, num_target: int,
         if producer is None:
             continue
         if g in groups and error is None:
-            runs[g] = RestoreRun(kafka, request, num_target, hooks, t, producer, progress, stores.pop(g))
+            runs[g] = RestoreRun(kafka, request, num_target, hooks, t, producer, progress, stores.pop(g)).read_from(
+                reads[g])
             if map_store is not None:
                 runs[g].map_sink = map_store.recorder(request.source_topic, request.ledger_id)
         else:
@@ -255,10 +276,13 @@ def close_all(runs: dict[int, RestoreRun], log: Logger | None) -> None:
             run.close(log)
 
 
-def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, log: Logger) -> list[WindowSource]:
+def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int | Callable[[], int],
+                    log: Logger) -> list[WindowSource]:
     """Sources whose oldest record is only known once read (a sink's objects) are watched as they are read: the
-    first batch older than the target's retention gets the warning our archives get before the run (once)."""
-    if retention_ms < 0 or all(s.min_timestamp_ms is not None for s in srcs):
+    first batch older than the target's retention gets the warning our archives get before the run (once).
+    `retention_ms`: the target's, or how to get it (asked at the first batch watched: the readers start before the
+    target's config is read)."""
+    if all(s.min_timestamp_ms is not None for s in srcs) or (isinstance(retention_ms, int) and retention_ms < 0):
         return srcs
     said: list[bool] = []
 
@@ -267,11 +291,12 @@ def watch_retention(srcs: list[WindowSource], target: str, retention_ms: int, lo
         try:
             for batch in batches:
                 if not said and len(batch):
+                    retention = retention_ms if isinstance(retention_ms, int) else retention_ms()
                     # timestamps <= 0 are replaced with "now" by librdkafka: not at risk
                     oldest = min((t for t in batch.timestamps if t > 0), default=None)
-                    if oldest is not None and oldest < time.time() * 1000 - retention_ms:
+                    if retention >= 0 and oldest is not None and oldest < time.time() * 1000 - retention:
                         said.append(True)
-                        log.warning(retention_warning(target, retention_ms, oldest,
+                        log.warning(retention_warning(target, retention, oldest,
                                                       f"a record of window {src.window.key} being restored"))
                 yield batch
         finally:

@@ -178,6 +178,20 @@ class Prefetch:
                 self._submit(lane)
                 return
 
+    def ahead(self, obj: ManifestObject) -> None:
+        """Download `obj` ahead now, if it is the next of its lane and that lane has nothing downloading: a group's
+        reader says so of its next window's first object once the current window's object is in (restore/batch.py
+        `WindowReads`), so each group's next lane is ready when it gets there, whichever lane another group
+        finished first."""
+        with self.lock:
+            lane = self.lane_of.get(obj.key)
+            queued = self.lanes.get(lane) if lane is not None else None
+            if not queued or queued[0].key != obj.key or any(self.lane_of.get(k) == lane for k in self.pending):
+                return
+            if lane in self.unstarted:
+                self.unstarted.remove(lane)
+            self._submit(lane)
+
     def __call__(self, obj: ManifestObject) -> Any:
         with self.lock:
             fut = self.pending.pop(obj.key, None)

@@ -156,3 +156,26 @@ def test_records_too_large_for_the_broker_fail_delivery_and_the_commit(kafka: Ka
     assert (delivered, failed) == (0, 1) and err is not None and err[0] == KafkaError.MSG_SIZE_TOO_LARGE, err
     p.abort_transaction(30.0)
     assert read_committed(kafka, topic, 1) == []
+
+
+def test_the_connection_wait_returns_once_the_cluster_answers_and_gives_up_at_its_timeout(kafka: KafkaResource,
+                                                                                          unique: str):
+    """`wait_connected` asks until a broker of the cluster (not the bootstrap address, whose connection librdkafka
+    drops after the first metadata) answers, then init_transactions runs; with no broker reachable it returns False
+    at its timeout, not later (its loop is bounded), and init_transactions reports the error."""
+    topic = create_topic(kafka, f"native-wait-{unique}", partitions=1)
+    p = native.Producer(settings(kafka, **{"transactional.id": f"native-wait-{unique}",
+                                           "allow.auto.create.topics": False}), kafka.bootstrap_servers)
+    assert p.wait_connected(topic, 5.0)
+    p.init_transactions(30.0)
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nowhere = KafkaResource(bootstrap_servers=f"127.0.0.1:{port}", timeout_s=5)
+    q = native.Producer(settings(nowhere, **{"transactional.id": f"native-wait-{unique}-nowhere",
+                                             "allow.auto.create.topics": False}), nowhere.bootstrap_servers)
+    t = time.monotonic()
+    assert not q.wait_connected(topic, 1.0)
+    assert time.monotonic() - t < 3.0

@@ -160,6 +160,33 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed()
     assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
 
 
+def test_read_ahead_starts_reading_when_made_and_closing_an_unread_one_stops_it():
+    """A run starts its readers before its producers are ready: the thread reads before any batch is asked for,
+    and closing it unread (a run that failed first) stops the thread and closes the reader."""
+    import threading
+
+    read: list[int] = []
+    closed: list[str] = []
+
+    def reader():
+        try:
+            for i in range(1000):
+                read.append(i)
+                yield _records([i], [1])
+        finally:
+            closed.append(threading.current_thread().name)
+
+    it = read_ahead(reader(), 2)
+    deadline = time.monotonic() + 5
+    while len(read) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert read[:2] == [0, 1] and len(read) <= 4  # read ahead at once, at most `depth` batches (+ one in hand)
+    it.close()
+    assert closed == [threading.current_thread().name]
+    assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
+    assert list(it) == []
+
+
 def test_window_reads_run_ahead_into_the_next_window_and_close_the_one_being_read():
     import threading
 
@@ -198,6 +225,29 @@ def test_window_reads_run_ahead_into_the_next_window_and_close_the_one_being_rea
     with pytest.raises(RuntimeError, match="asked for out of order"):
         list(reads.of(srcs[2]))
     reads.close()
+
+
+def test_window_reads_ask_for_the_next_windows_object_once_the_current_ones_first_batch_is_in():
+    from s3_archive.model.windows import OffsetWindow
+    from s3_archive.restore.batch import WindowReads, WindowSource
+
+    events: list[str] = []
+
+    def source(p: int, n: int) -> WindowSource:
+        def batches():
+            for i in range(n):
+                events.append(f"read {p}.{i}")
+                yield _records([i], [1])
+
+        return WindowSource(OffsetWindow(p, 0, max(n, 1)), batches, n, prefetch=lambda: events.append(f"ahead {p}"))
+
+    srcs = [source(0, 2), source(1, 0), source(2, 1)]
+    reads = WindowReads(srcs, 0)
+    for src in srcs:
+        list(reads.of(src))
+    reads.close()
+    # never the first window (the run's Prefetch starts it); an empty window asks for the next at its end
+    assert events == ["read 0.0", "ahead 1", "read 0.1", "ahead 2", "read 2.0"]
 
 
 def test_objects_older_than_the_restore_are_frozen_only_while_it_runs():

@@ -33,6 +33,10 @@ class Broker:
         self.commits: list[tuple[str, list[int]]] = []
         self.aborted: list[str] = []
         self.fail_on: str | None = None  # a transactional id whose second commit fails
+        self.opened: list[OffsetWindow] = []  # windows whose reading started, in order
+        self.closed: list[OffsetWindow] = []  # windows whose reader was closed
+        self.read_before_init: list[bool] = []  # per producer: had a window's reading started when it initialised?
+        self.ledger_fails = False
 
 
 class FakeClient:
@@ -53,7 +57,11 @@ class FakeProducer:
         self.pending: list[tuple[int, bytes]] = []
         self.in_txn = False
         self.commits = 0
+        deadline = time.monotonic() + 5
+        while not self.broker.opened and time.monotonic() < deadline:  # init_transactions' round trips
+            time.sleep(0.01)
         with self.broker.lock:
+            self.broker.read_before_init.append(bool(self.broker.opened))
             self.broker.inits.append(self.txn_id)
 
     def begin(self) -> None:
@@ -94,6 +102,10 @@ class FakeLedgerStore:
         self.request, self.num_target = request, num_target
 
     def read(self):
+        if self.broker.ledger_fails:
+            from s3_archive.model.errors import RestoreFailed
+
+            raise RestoreFailed("reading the restore ledger failed")
         with self.broker.lock:
             return decode_ledger(self.request.source_topic, list(self.broker.entries.values()))
 
@@ -130,13 +142,20 @@ def broker(monkeypatch) -> Broker:
 
 
 def window(p: int, start: int, end: int) -> WindowSource:
-    def batches():
-        for a in range(start, end, 50):
-            offs = list(range(a, min(end, a + 50)))
-            yield Records([p] * len(offs), offs, [b"k"] * len(offs), [str(o).encode() for o in offs],
-                          [[] for _ in offs], [1] * len(offs), [2] * len(offs))
+    w = OffsetWindow(p, start, end)
 
-    return WindowSource(OffsetWindow(p, start, end), batches, end - start, 1, 1)
+    def batches():
+        b = FakeProducer.broker
+        b.opened.append(w)
+        try:
+            for a in range(start, end, 50):
+                offs = list(range(a, min(end, a + 50)))
+                yield Records([p] * len(offs), offs, [b"k"] * len(offs), [str(o).encode() for o in offs],
+                              [[] for _ in offs], [1] * len(offs), [2] * len(offs))
+        finally:
+            b.closed.append(w)
+
+    return WindowSource(w, batches, end - start, 1, 1)
 
 
 def restore(producers: int, windows: list[WindowSource], fault=None, transaction_records: int = 120) -> list:
@@ -220,3 +239,22 @@ def test_a_crash_inside_a_transaction_spanning_partitions_leaves_none_of_it_and_
         assert [offset for _, offset in got] == list(range(600))
     ledger = decode_ledger("src", list(broker.entries.values()))
     assert {p: rs.ranges() for p, rs in ledger.items()} == {p: [[0, 600]] for p in range(N_TARGET)}
+
+
+@pytest.mark.parametrize("producers", [1, 2])
+def test_the_groups_readers_start_before_the_producers_are_initialised(broker, producers):
+    """Each group's first window is downloaded and decoded while init_transactions runs (the fake producer's init
+    waits up to 5 s for a read to start): the first record goes out as soon as the ledger is read."""
+    restore(producers, WINDOWS)
+    assert broker.read_before_init == [True] * N_TARGET
+    assert {w.partition for w in broker.opened[:producers]} == set(range(producers))  # every group's first window
+    assert sorted(broker.closed) == sorted(w.window for w in WINDOWS)
+
+
+def test_readers_started_for_a_run_that_fails_before_producing_are_stopped_and_closed(broker):
+    broker.ledger_fails = True
+    with pytest.raises(Exception, match="reading the restore ledger failed"):
+        restore(2, WINDOWS)
+    assert broker.opened and sorted(broker.closed) == sorted(broker.opened)  # every window opened was closed
+    assert not [t for t in threading.enumerate() if t.name == "s3-archive-restore-read"]
+    assert not any(broker.records.values()) and broker.commits == []

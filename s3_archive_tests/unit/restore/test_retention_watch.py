@@ -54,3 +54,24 @@ def test_no_warning_for_recent_or_unstamped_records_unlimited_retention_or_known
     unlimited = [source(0, [[1]])]
     assert watch_retention(unlimited, "dst", -1, log) == unlimited
     assert log.warnings == []
+
+
+def test_the_retention_is_asked_for_at_the_first_batch_watched():
+    """The readers start before the target's config is read: the retention comes from a callable, asked once a
+    batch is read."""
+    now = int(time.time() * 1000)
+    old = 1_700_000_000_000
+    asked: list[int] = []
+
+    def retention(ms: int):
+        def get() -> int:
+            asked.append(ms)
+            return ms
+        return get
+
+    log = Log()
+    watched = watch_retention([source(0, [[old]])], "dst", retention(WEEK_MS), log)
+    assert asked == []
+    assert read(watched) == [[old]] and asked == [WEEK_MS] and len(log.warnings) == 1
+    assert read(watch_retention([source(0, [[old], [now]])], "dst", retention(-1), log)) == [[old], [now]]
+    assert len(log.warnings) == 1  # unlimited retention: no warning

@@ -82,3 +82,40 @@ def test_prefetch_keeps_one_object_ahead_per_lane_and_hands_each_over_once(monke
         pf.close()
     assert out == {lane: [o.key for o in os_] for lane, os_ in objs.items()}
     assert sorted(downloads) == sorted(o.key for os_ in objs.values() for o in os_)  # each exactly once
+
+
+def test_a_groups_reader_asks_for_its_next_windows_object_ahead(monkeypatch):
+    """Groups read lanes 0, 2 and 1, 3: a finished lane starts the next one not started (lane 2), so the reader of
+    lane 1 asks for lane 3's object ahead itself; an object already downloading, taken, or not next in its lane is
+    not downloaded again."""
+    import threading
+
+    from s3_archive.model.manifest import ManifestObject
+    from s3_archive.restore import sources
+
+    downloads: list[str] = []
+    lock = threading.Lock()
+
+    def spool(s3, bucket, obj):
+        with lock:
+            downloads.append(obj.key)
+        return obj.key
+
+    monkeypatch.setattr(sources, "spool", spool)
+    objs = {lane: [ManifestObject(key=f"p{lane}-{i}", size=1, etag="e") for i in range(2)] for lane in range(4)}
+    pf = sources.Prefetch(None, "b", [(lane, o) for lane, os_ in objs.items() for o in os_])
+    try:
+        assert pf(objs[0][0]) == "p0-0" and pf(objs[1][0]) == "p1-0"
+        pf.ahead(objs[3][1])  # not the next of its lane
+        pf.ahead(objs[1][1])  # already downloading (the next of a lane taken from)
+        pf.ahead(objs[3][0])
+        for fut in list(pf.pending.values()):  # every download asked for so far has run
+            fut.result()
+        assert sorted(downloads) == ["p0-0", "p0-1", "p1-0", "p1-1", "p3-0"]
+        pf.ahead(objs[3][0])  # downloaded already
+        assert [pf(o) for o in objs[1][1:] + objs[3]] == ["p1-1", "p3-0", "p3-1"]
+    finally:
+        pf.close()
+    # each once (lane 2's object, started when lane 1 was finished, may have been cancelled by `close`)
+    assert len(downloads) == len(set(downloads)) and set(downloads) - {"p2-0"} == {
+        "p0-0", "p0-1", "p1-0", "p1-1", "p3-0", "p3-1"}
