@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import boto3
 import pytest
 from moto import mock_aws
@@ -46,14 +48,8 @@ def test_an_object_over_the_one_get_size_is_read_in_ranged_parts(s3, monkeypatch
     assert len(s3.gets) > 1 and all(r and r.startswith("bytes=") for r in s3.gets), s3.gets
 
 
-def test_prefetch_keeps_one_object_ahead_per_lane_and_hands_each_over_once(monkeypatch):
-    """Two producer groups read their source partitions (lanes) side by side: each object is downloaded once,
-    the next of a lane goes ahead when one is taken, and a finished lane starts the next one not started."""
-    import threading
-
-    from s3_archive.model.manifest import ManifestObject
-    from s3_archive.restore import sources
-
+def _recorded_downloads(monkeypatch) -> list[str]:
+    """The keys `sources.spool` is asked to download, in order (the download itself is the key)."""
     downloads: list[str] = []
     lock = threading.Lock()
 
@@ -63,6 +59,13 @@ def test_prefetch_keeps_one_object_ahead_per_lane_and_hands_each_over_once(monke
         return obj.key
 
     monkeypatch.setattr(sources, "spool", spool)
+    return downloads
+
+
+def test_prefetch_keeps_one_object_ahead_per_lane_and_hands_each_over_once(monkeypatch):
+    """Two producer groups read their source partitions (lanes) side by side: each object is downloaded once,
+    the next of a lane goes ahead when one is taken, and a finished lane starts the next one not started."""
+    downloads = _recorded_downloads(monkeypatch)
     objs = {lane: [ManifestObject(key=f"p{lane}-{i}", size=1, etag="e") for i in range(3)] for lane in (0, 1, 2)}
     pf = sources.Prefetch(None, "b", [(lane, o) for lane, os_ in objs.items() for o in os_])
     try:
@@ -88,20 +91,7 @@ def test_a_groups_reader_asks_for_its_next_windows_object_ahead(monkeypatch):
     """Groups read lanes 0, 2 and 1, 3: a finished lane starts the next one not started (lane 2), so the reader of
     lane 1 asks for lane 3's object ahead itself; an object already downloading, taken, or not next in its lane is
     not downloaded again."""
-    import threading
-
-    from s3_archive.model.manifest import ManifestObject
-    from s3_archive.restore import sources
-
-    downloads: list[str] = []
-    lock = threading.Lock()
-
-    def spool(s3, bucket, obj):
-        with lock:
-            downloads.append(obj.key)
-        return obj.key
-
-    monkeypatch.setattr(sources, "spool", spool)
+    downloads = _recorded_downloads(monkeypatch)
     objs = {lane: [ManifestObject(key=f"p{lane}-{i}", size=1, etag="e") for i in range(2)] for lane in range(4)}
     pf = sources.Prefetch(None, "b", [(lane, o) for lane, os_ in objs.items() for o in os_])
     try:
