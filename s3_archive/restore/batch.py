@@ -253,11 +253,6 @@ def materialized(batches: Iterator[Records]) -> Iterator[Records]:
 _END = object()
 
 
-def read_ahead(batches: Iterator[Any], depth: int) -> ReadAhead:
-    """`batches` read in a thread, started at once, up to `depth` batches ahead of the caller (`ReadAhead`)."""
-    return ReadAhead(batches, depth)
-
-
 class ReadAhead:
     """`batches` read in a thread up to `depth` batches ahead of the caller, so that downloading and decoding (Arrow
     releases the GIL) overlap the caller's producing; `depth` 0 reads them inline. The thread starts when this is
@@ -341,7 +336,7 @@ class WindowReads:
     stops the thread and closes the window being read (also after an error, or before any was asked for)."""
 
     def __init__(self, srcs: Sequence[WindowSource], depth: int, materialize: bool = False) -> None:
-        self.stream = read_ahead(self._chained(list(srcs), materialize), depth)
+        self.stream = ReadAhead(self._chained(list(srcs), materialize), depth)
 
     @staticmethod
     def _chained(srcs: list[WindowSource], materialize: bool) -> Iterator[Any]:

@@ -84,10 +84,13 @@ def leaf_paths(field: pa.Field) -> list[str]:
 def parquet_compression(fmt: FormatPlan, schema: pa.Schema) -> tuple[Any, Any]:
     """pyarrow's `compression` and `compression_level` for `schema`: the plan's codec and level, or per leaf column
     where `column_codecs` gives some top-level columns another codec (those at its default level)."""
-    other = {c: "lz4" if k == "lz4_raw" else k for c, k in fmt.column_codecs if c in schema.names}
+    def per_column(k: str) -> str:  # _PARQUET_CODECS but "none", which is a name per column
+        return "lz4" if k == "lz4_raw" else k
+
+    other = {c: per_column(k) for c, k in fmt.column_codecs if c in schema.names}
     if not other:
         return _PARQUET_CODECS.get(fmt.codec, fmt.codec), fmt.level
-    codec = "lz4" if fmt.codec == "lz4_raw" else fmt.codec  # per column, "none" is a name
+    codec = per_column(fmt.codec)
     leaves = {p: other.get(f.name, codec) for f in schema for p in leaf_paths(f)}
     level = ({p: fmt.level for f in schema if f.name not in other for p in leaf_paths(f)}
              if fmt.level is not None else None)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from s3_archive.model.errors import ArchiveIntegrityError
 from s3_archive.model.windows import OffsetWindow
-from s3_archive.restore.batch import Records, batches_of, increasing, read_ahead, select
+from s3_archive.restore.batch import ReadAhead, Records, batches_of, increasing, select
 from s3_archive.restore.ledger import RangeSet
 from s3_archive.restore.readers import parquet_batches
 from s3_archive.restore.request import ArchivedRecord, Filters, record_bytes
@@ -146,14 +146,14 @@ def test_read_ahead_keeps_order_raises_the_readers_error_and_stops_when_closed()
                 closed.append(threading.current_thread().name)
 
     for depth in (0, 1, 3):
-        assert [b.offsets[0] for b in read_ahead(reader(10), depth)] == list(range(10))
+        assert [b.offsets[0] for b in ReadAhead(reader(10), depth)] == list(range(10))
         got = []
         with pytest.raises(ArchiveIntegrityError, match="bad batch 4"):
-            for b in read_ahead(reader(10, fail_at=4), depth):
+            for b in ReadAhead(reader(10, fail_at=4), depth):
                 got.append(b.offsets[0])
         assert got == [0, 1, 2, 3]
     closed: list = []
-    it = read_ahead(reader(1000, closed=closed), 2)
+    it = ReadAhead(reader(1000, closed=closed), 2)
     assert next(it).offsets == [0]
     it.close()  # stops the thread, then closes the reader in the caller's thread
     assert closed == [threading.current_thread().name]
@@ -176,7 +176,7 @@ def test_read_ahead_starts_reading_when_made_and_closing_an_unread_one_stops_it(
         finally:
             closed.append(threading.current_thread().name)
 
-    it = read_ahead(reader(), 2)
+    it = ReadAhead(reader(), 2)
     deadline = time.monotonic() + 5
     while len(read) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
