@@ -102,6 +102,12 @@ def parquet_records(data: bytes) -> list[Rec]:
     return [_rec(row) for row in table.to_pylist()]
 
 
+def parquet_codecs(data: bytes) -> dict[str, str]:
+    """Each column's codec in a Parquet object's first row group (path in schema -> SNAPPY, ZSTD, ...)."""
+    group = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
+    return {group.column(i).path_in_schema: group.column(i).compression for i in range(group.num_columns)}
+
+
 def jsonl_records(data: bytes, gzipped: bool = False) -> list[Rec]:
     if gzipped:
         data = gzip.decompress(data)

@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from s3_archive.config.archive import ArchiveConfig
 
 
-# Parquet with Schema Registry value decoding keeps the raw value beside its decoded columns (for restore, which reads
-# it back whole); with the format's default codec that column is written with zstd: a copy of the bytes the decoded
-# columns hold, kept for restore, in fewer bytes and usually less CPU than snappy (docs/formats.md).
+# Parquet with value decoding into columns (JSON or Schema Registry: COLUMN_DECODINGS) keeps the raw value beside the
+# decoded columns (for restore, which reads it back whole); with the format's default codec that column is written
+# with zstd: a copy of the bytes the decoded columns hold, in fewer bytes and usually less CPU than snappy
+# (docs/formats.md).
 RAW_VALUE_CODEC = "zstd"
+COLUMN_DECODINGS = ("json", *REGISTRY_TYPES)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Output:
                    read_path=cfg.read_path, task_reader=cfg.task_reader, value_as=so.value, csv_header=so.csv_header,
                    skip_tombstones=so.skip_tombstones, codec_level=cfg.compression_level,
                    value_codec=RAW_VALUE_CODEC if cfg.format == "parquet" and cfg.compression is None
-                   and d.type in REGISTRY_TYPES and cfg.envelope.value else None)
+                   and d.type in COLUMN_DECODINGS and cfg.envelope.value else None)
 
     def registry_parts(self, topic: str) -> list[tuple[str, str, str, str]]:
         """(part, type, subject, column prefix) of each part decoded with Schema Registry schemas."""

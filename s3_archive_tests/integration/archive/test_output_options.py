@@ -26,7 +26,7 @@ from s3_archive_tests.integration.archive_helpers import (
     manifest,
     staging_objects,
 )
-from s3_archive_tests.kafka_helpers import create_topic, open_producer, parquet_records, produce
+from s3_archive_tests.kafka_helpers import create_topic, open_producer, parquet_codecs, parquet_records, produce
 
 VALUES = [
     b'{"id": 1, "name": "a", "tags": ["x"]}',
@@ -63,6 +63,8 @@ def test_inferred_json_fields_become_columns_and_bad_values_go_to_dead_letter(js
     t = _table(s3, cfg.bucket, key)
     assert t.column("offset").to_pylist() == [0, 2, 4, 6]
     assert t.column("value").to_pylist() == [VALUES[0], VALUES[2], None, VALUES[6]]  # raw value kept
+    codecs = parquet_codecs(s3.get_object(Bucket=cfg.bucket, Key=key)["Body"].read())
+    assert codecs.pop("value") == "ZSTD" and set(codecs.values()) == {"SNAPPY"}  # the raw copy zstd, the rest snappy
     assert t.column("v_id").to_pylist() == ["1", "2", None, "three"]  # mixed types: as text
     assert t.column("v_name").to_pylist() == ["a", None, None, None]
     assert t.column("v_extra").to_pylist()[1] == {"deep": True}

@@ -156,12 +156,13 @@ def test_the_registry_resource_is_bound_to_its_variables(monkeypatch):
     assert "pw-secret" not in repr(got[0]) and "pw-secret" not in repr(resources["schema_registry"])
 
 
-def test_the_raw_value_beside_registry_columns_is_zstd_while_compression_is_the_default():
+def test_the_raw_value_beside_decoded_columns_is_zstd_while_compression_is_the_default():
     from s3_archive.archive.driver.output import RAW_VALUE_CODEC, Output
 
     assert RAW_VALUE_CODEC == "zstd"
     assert Output.of(cfg(value_decoding={"type": "avro"})).value_codec == "zstd"
     assert Output.of(cfg(value_decoding={"type": "protobuf"})).value_codec == "zstd"
+    assert Output.of(cfg(value_decoding={"type": "json"})).value_codec == "zstd"  # JSON fields as columns, raw kept
     # an explicit codec is every column's; nothing else keeps a raw value beside decoded columns
     assert Output.of(cfg(value_decoding={"type": "avro"}, compression="snappy")).value_codec is None
     assert Output.of(cfg(value_decoding={"type": "avro"}, compression="gzip")).value_codec is None
@@ -169,4 +170,4 @@ def test_the_raw_value_beside_registry_columns_is_zstd_while_compression_is_the_
     assert Output.of(cfg(value_decoding={"type": "avro"}, format="avro")).value_codec is None
     assert Output.of(cfg(key_decoding={"type": "avro"})).value_codec is None
     assert Output.of(cfg()).value_codec is None
-    assert Output.of(cfg(value_decoding={"type": "json"})).value_codec is None
+    assert Output.of(cfg(value_decoding={"type": "utf8"})).value_codec is None  # the value itself, as a string
