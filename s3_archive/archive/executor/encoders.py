@@ -11,9 +11,10 @@
   at a time (avro_encoding.py) into fastavro's container, with a sync marker derived from the object key (a re-run
   writes the same bytes).
 - jsonl, json, csv, text: Spark renders each record's line (to_json / to_csv / the value) in the same projection
-  that reads Kafka, or the task does (read_path librdkafka: task_lines.py); here the lines are joined (`\\n`;
-  json wraps each object's lines as one array `[a\\n,b]`; csv may start each object with a header row) and
-  compressed as a stream (gzip, bzip2, zstd: one stream / frame per object, at the configured level).
+  that reads Kafka, or the task does (read_path librdkafka: task_lines.py, each line with its end, `line_end`);
+  here the lines are joined (`\\n`; json wraps each object's lines as one array `[a\\n,b]`; csv may start each
+  object with a header row), or written as they lie when the task rendered their ends, and compressed as a stream
+  (gzip, bzip2, zstd: one stream / frame per object, at the configured level).
 
 Every encoder writes into a file-like sink (archive/executor/upload.py's ObjectUpload) and never holds more than a row
 group (parquet: the batches' buffers it spans, plus a copy of its list and struct columns) or one Arrow batch (the
@@ -248,19 +249,35 @@ class _Compressor:
             self.sink.write(self._c.flush())
 
 
+def line_end(fmt: str) -> bytes:
+    """What follows each record's line in an object of `fmt`: `\\n,` in json (the last one's held back for `]`),
+    `\\n` in the others."""
+    return b"\n," if fmt == "json" else b"\n"
+
+
+def _data(lines: pa.Array) -> memoryview:
+    """The values of a binary array as one buffer, as they lie in it (no copy)."""
+    width = 8 if pa.types.is_large_binary(lines.type) or pa.types.is_large_string(lines.type) else 4
+    offsets = np.frombuffer(lines.buffers()[1], dtype=f"<i{width}", count=len(lines) + 1,
+                            offset=lines.offset * width)
+    data = lines.buffers()[2]
+    return memoryview(data if data is not None else b"")[int(offsets[0]):int(offsets[-1])]
+
+
 def joined(lines: pa.Array, sep: bytes) -> memoryview:
     """Every line followed by `sep`, as one buffer (Arrow joins them; no Python object per line)."""
-    out = pc.binary_join_element_wise(lines, pa.scalar(b"", lines.type), pa.scalar(sep, lines.type))
-    width = 8 if pa.types.is_large_binary(out.type) or pa.types.is_large_string(out.type) else 4
-    offsets = np.frombuffer(out.buffers()[1], dtype=f"<i{width}", count=len(out) + 1, offset=out.offset * width)
-    return memoryview(out.buffers()[2])[int(offsets[0]):int(offsets[-1])]
+    return _data(pc.binary_join_element_wise(lines, pa.scalar(b"", lines.type), pa.scalar(sep, lines.type)))
 
 
 class LinesEncoder:
-    """jsonl, csv, text: each record's line (`_line`, binary) then `\\n`; json: one array `[a\\n,b]\\n` per object."""
+    """jsonl, csv, text: each record's line (`_line`, binary) then `\\n`; json: one array `[a\\n,b]\\n` per object.
+    `ended`: each line already ends with its `line_end` (the task renders them so: task_lines.py), so the lines are
+    written from the buffer they lie in, not joined into another."""
 
-    def __init__(self, fmt: FormatPlan, sink: Any) -> None:
+    def __init__(self, fmt: FormatPlan, sink: Any, ended: bool = False) -> None:
         self.array = fmt.name == "json"
+        self.ended = ended
+        self._end = line_end(fmt.name)
         self._out = _Compressor(fmt.codec, sink, fmt.level)
         self._started = False
         if fmt.header:  # csv with a header row: every object starts with it
@@ -271,10 +288,11 @@ class LinesEncoder:
         lines = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if len(lines) == 0:
             return
+        data = _data(lines) if self.ended else joined(lines, self._end)
         if not self.array:
-            self._out.write(joined(lines, b"\n"))
+            self._out.write(data)
             return
-        data = joined(lines, b"\n,")  # each record then "\n,": the last one's "\n," is held back
+        # each record then "\n,": the last one's "\n," is held back
         self._out.write(b"[" if not self._started else b"\n,")
         self._out.write(data[:-2])
         self._started = True
@@ -285,9 +303,12 @@ class LinesEncoder:
         self._out.close()
 
 
-def open_encoder(fmt: FormatPlan, sink: Any, key: str) -> ParquetEncoder | AvroEncoder | LinesEncoder:
+def open_encoder(fmt: FormatPlan, sink: Any, key: str, ended: bool = False,
+                 ) -> ParquetEncoder | AvroEncoder | LinesEncoder:
+    """The encoder of an object of `fmt` at `key` writing into `sink`; `ended`: the lines end with their `line_end`
+    (LinesEncoder)."""
     if fmt.name == "parquet":
         return ParquetEncoder(fmt, sink)
     if fmt.name == "avro":
         return AvroEncoder(fmt, sink, key)
-    return LinesEncoder(fmt, sink)
+    return LinesEncoder(fmt, sink, ended)

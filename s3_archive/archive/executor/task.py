@@ -149,7 +149,7 @@ class _SliceWriter:
         job = self.job
         upload = ObjectUpload(job.conn, job.bucket, key, self.where.manifest_key, job.multipart_threshold,
                               job.part_size, fault=TaskFault.MID_UPLOAD if job.fault == TaskFault.MID_UPLOAD else None)
-        return _OpenObject(upload, open_encoder(job.fmt, upload, key))
+        return _OpenObject(upload, open_encoder(job.fmt, upload, key, ended=job.lines is not None))
 
     def _close(self, obj: _OpenObject, kind: str) -> None:
         obj.encoder.close()

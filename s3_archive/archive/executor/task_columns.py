@@ -9,7 +9,8 @@ Each column's Spark equivalent: `_partition`, `_offset` the envelope's; `_ts` un
 Unicode standard's rule, as Arrow's and Python's); `_bucket` bucket_column.py::bucket_column (task_buckets.py, with
 a Schema Registry field's placeholder); `_raw` the envelope of an undecodable record or one the layout cannot place
 (layout.on_missing dead_letter); `_tomb` the value is null; the stored columns the envelope's (the value as a
-string with utf8); `_line` the value or empty bytes (text), the csv or JSON line (task_lines.py); with Schema
+string with utf8); `_line` the value or empty bytes (text), the csv or JSON line followed by its line end
+(task_lines.py; Spark's line has none, the encoder joins it: `WriteJob.lines` tells them apart); with Schema
 Registry decoding the raw parts it decodes. A layout that splits a window by record content sorts each batch by
 bucket, then offset, as write_frame sorts the slice.
 """
@@ -24,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s3_archive.archive.executor.encoders import line_end
 from s3_archive.archive.executor.task_buckets import bucket_values
 from s3_archive.archive.executor.task_lines import csv_lines, json_lines
 from s3_archive.archive.protocol import WriteJob
@@ -121,11 +123,14 @@ def _placeholders(job: WriteJob) -> dict[int, str]:
 
 
 def _line(job: WriteJob, env: pa.RecordBatch, text: pa.Array | None) -> pa.Array:
+    """text: the value as it is; csv and JSON lines: rendered with their line end (the encoder writes them as they
+    lie: encoders.py::LinesEncoder, `ended`)."""
     if job.lines is None:  # text
         return pc.fill_null(env.column("value"), b"")
+    end = line_end(job.fmt.name).decode()
     if job.lines.kind == "csv":
-        return csv_lines(env, job.lines)
-    return json_lines(env, job.lines, text).cast(pa.binary())
+        return csv_lines(env, job.lines, end)
+    return json_lines(env, job.lines, text, end).cast(pa.binary())
 
 
 def task_batch(job: WriteJob, env: pa.RecordBatch) -> pa.RecordBatch:

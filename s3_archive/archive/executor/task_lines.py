@@ -60,9 +60,9 @@ def base64(values: pa.Array, chunked: bool = False) -> pa.Array:
     one, two = short == 1, short == 2
     out[ends[one | two] - 1] = ord("=")
     out[ends[two] - 2] = ord("=")
-    validity = None if values.null_count == 0 else pc.is_valid(values).buffers()[1]  # a new array: bit 0 first
     if chunked and (np.diff(out_offsets) > _MIME_LINE).any():
-        text, out_offsets = _line_breaks(out, out_offsets)
+        return _line_breaks(text, out_offsets, pc.is_null(values) if values.null_count else None)
+    validity = None if values.null_count == 0 else pc.is_valid(values).buffers()[1]  # a new array: bit 0 first
     if out_offsets[-1] >= 1 << 31:
         return pa.LargeStringArray.from_buffers(n, pa.py_buffer(out_offsets), pa.py_buffer(text), validity)
     return pa.StringArray.from_buffers(n, pa.py_buffer(out_offsets.astype(np.int32)), pa.py_buffer(text), validity)
@@ -72,22 +72,23 @@ _ZEROS = pa.array([b"", b"\0", b"\0\0"], pa.binary())  # by `short`: none, one o
 _MIME_LINE = 76
 
 
-def _line_breaks(text: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`text` with CRLF inserted in each value after every 76 characters but its last ones, and the new offsets."""
-    lengths = np.diff(offsets)
-    breaks = np.maximum(lengths - 1, 0) // _MIME_LINE  # per value
-    before = np.zeros(len(breaks) + 1, dtype=np.int64)
-    np.cumsum(breaks, out=before[1:])
-    total = int(before[-1])
-    owner = np.repeat(np.arange(len(breaks)), breaks)
-    j = np.arange(total) - before[owner]  # 0-based break number within its value
-    at = offsets[owner] + _MIME_LINE * (j + 1) + 2 * (before[owner] + j)  # in the new buffer
-    out = np.empty(len(text) + 2 * total, dtype=np.uint8)
-    keep = np.ones(len(out), dtype=bool)
-    keep[at], keep[at + 1] = False, False
-    out[keep] = text
-    out[at], out[at + 1] = ord("\r"), ord("\n")
-    return out, offsets + 2 * before
+def _line_breaks(text: bytearray, offsets: np.ndarray, nulls: pa.Array | None) -> pa.Array:
+    """The values of `text` (at `offsets`; null where `nulls`) with a CRLF after every 76 characters but the last
+    ones: each value cut in place into its pieces of 76 (a list of them, no copy), the pieces joined again with CRLF
+    by Arrow (one copy, a memcpy per piece)."""
+    n = len(offsets) - 1
+    pieces = np.maximum(np.diff(offsets) - 1, 0) // _MIME_LINE + 1  # an empty value: one empty piece
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(pieces, out=first[1:])
+    owner = np.repeat(np.arange(n), pieces)
+    cuts = np.empty(int(first[-1]) + 1, dtype=np.int64)
+    cuts[:-1] = offsets[owner] + _MIME_LINE * (np.arange(len(owner)) - first[owner])
+    cuts[-1] = offsets[-1]
+    large = offsets[-1] >= 1 << 31
+    kind, width = (pa.large_string(), np.int64) if large else (pa.string(), np.int32)
+    cut = pa.Array.from_buffers(kind, len(owner), [None, pa.py_buffer(cuts.astype(width)), pa.py_buffer(text)])
+    lists = pa.ListArray.from_arrays(pa.array(first.astype(np.int32)), cut, mask=nulls)
+    return pc.binary_join(lists, "\r\n")
 
 
 def _escaped(text: pa.Array) -> pa.Array:
@@ -179,16 +180,17 @@ def _json_field(env: pa.RecordBatch, name: str, plan: LinePlan) -> list[pa.Array
     return [pc.fill_null(col.cast(pa.string()), "null")]
 
 
-def json_lines(env: pa.RecordBatch, plan: LinePlan, value: pa.Array | None) -> pa.Array:
-    """Each record's `to_json` of its stored columns. `value`: the value as a string (value_decoding utf8)."""
+def json_lines(env: pa.RecordBatch, plan: LinePlan, value: pa.Array | None, end: str = "") -> pa.Array:
+    """Each record's `to_json` of its stored columns, followed by `end` (the object's line end, rendered with the
+    line: encoders.py::line_end). `value`: the value as a string (value_decoding utf8)."""
     if value is not None:
         env = env.set_column(env.schema.get_field_index("value"), "value", value)
     parts: list[pa.Array | str] = []
     for i, name in enumerate(plan.fields):
         parts += ["{" if i == 0 else ",", f'"{name}":', *_json_field(env, name, plan)]
     if not parts:
-        return pa.array(["{}"] * env.num_rows, pa.string())
-    return _join(*parts, "}")
+        return pa.array(["{}" + end] * env.num_rows, pa.string())
+    return _join(*parts, "}" + end)
 
 
 def _csv_field(text: pa.Array) -> list[pa.Array | str]:
@@ -225,8 +227,9 @@ def _csv_values(env: pa.RecordBatch, name: str) -> pa.Array:
     return env.column(name).cast(pa.string())
 
 
-def csv_lines(env: pa.RecordBatch, plan: LinePlan) -> pa.Array:
-    """Each record's `to_csv` line (binary); with `value_text` the raw value last, after a comma."""
+def csv_lines(env: pa.RecordBatch, plan: LinePlan, end: str = "") -> pa.Array:
+    """Each record's `to_csv` line (binary) followed by `end` (as json_lines); with `value_text` the raw value last,
+    after a comma."""
     fields = plan.fields[:-1] if plan.value_text else plan.fields
     parts: list[pa.Array | str] = []
     for i, name in enumerate(fields):
@@ -234,8 +237,10 @@ def csv_lines(env: pa.RecordBatch, plan: LinePlan) -> pa.Array:
             parts.append(",")
         parts += _csv_field(_csv_values(env, name))
     if not plan.value_text:
-        return _join(*parts).cast(pa.binary())
+        return _join(*parts, end).cast(pa.binary())
     raw = pc.fill_null(env.column("value"), b"")
-    if not parts:
+    if not parts and not end:
         return raw
-    return pc.binary_join_element_wise(_join(*parts).cast(pa.binary()), raw, pa.scalar(b",", pa.binary()))
+    pieces = [_join(*parts, ",").cast(pa.binary())] if parts else []
+    nothing = pa.scalar(b"", pa.binary())
+    return pc.binary_join_element_wise(*pieces, raw, pa.scalar(end.encode(), pa.binary()), nothing)

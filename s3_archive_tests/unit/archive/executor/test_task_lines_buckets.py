@@ -1,19 +1,23 @@
 """The task's vectorised pieces (executor/task_lines.py, task_buckets.py) against per-record references: base64 as
-Python's, JSON strings as Jackson escapes them, each record's bucket as keys/buckets.py::record_bucket. Whole lines
-and buckets are compared with Spark's own in integration/archive/test_task_columns_vs_spark.py."""
+Python's, JSON strings as Jackson escapes them, each record's bucket as keys/buckets.py::record_bucket; lines
+rendered with their end make the same objects as lines the encoder joins. Whole lines and buckets are compared with
+Spark's own in integration/archive/test_task_columns_vs_spark.py."""
 
 from __future__ import annotations
 
 import base64 as b64
+import io
 import json
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from s3_archive.archive.executor.encoders import LinesEncoder, line_end
 from s3_archive.archive.executor.kafka_read import ENVELOPE_SCHEMA
 from s3_archive.archive.executor.task_buckets import bucket_values, last_header_values
-from s3_archive.archive.executor.task_lines import base64, json_string
+from s3_archive.archive.executor.task_lines import base64, csv_lines, json_lines, json_string
+from s3_archive.archive.protocol import FormatPlan, LinePlan
 from s3_archive.keys.buckets import record_bucket
 from s3_archive.keys.layout import OutputLayout
 
@@ -98,3 +102,36 @@ def test_buckets_are_the_python_references(recs):
         expected = [record_bucket(layout, {"key": k, "value": v, "headers": h, "partition": 2,
                                            "timestamp_us": t * 1000}) for k, v, h, t in recs]
         assert bucket_values(layout, env, {}).to_pylist() == expected, spec
+
+
+PLANS = [LinePlan("json", ("key", "value", "headers", "topic", "partition", "offset", "timestamp", "timestamp_type")),
+         LinePlan("json", ()), LinePlan("csv", ("key", "value", "offset", "timestamp", "headers")),
+         LinePlan("csv", ("key", "headers", "value"), value_text=True), LinePlan("csv", ("value",), value_text=True)]
+
+
+def _lines(env: pa.RecordBatch, plan: LinePlan, end: str = "") -> pa.Array:
+    return json_lines(env, plan, None, end).cast(pa.binary()) if plan.kind == "json" else csv_lines(env, plan, end)
+
+
+def _object(fmt: str, lines: pa.Array, cuts: list[int], ended: bool) -> bytes:
+    sink = io.BytesIO()
+    enc = LinesEncoder(FormatPlan(fmt, "none", ""), sink, ended)
+    for a, z in zip([0, *cuts], [*cuts, len(lines)], strict=True):
+        enc.write(pa.table({"_line": lines.slice(a, z - a)}))
+    enc.close()
+    return sink.getvalue()
+
+
+@given(records, st.lists(st.integers(0, 25), max_size=3))
+@settings(max_examples=60, deadline=None)
+def test_lines_rendered_with_their_end_make_the_same_objects(recs, cuts):
+    """The task renders each line with its end and the encoder writes them as they lie (`ended`): the same bytes as
+    lines joined by the encoder, however the batches are sliced."""
+    env = _envelope(recs)
+    cuts = sorted(min(c, len(recs)) for c in cuts)
+    for plan in PLANS:
+        for fmt in (["jsonl", "json"] if plan.kind == "json" else ["csv"]):
+            end = line_end(fmt)
+            plain, ended = _lines(env, plan), _lines(env, plan, end.decode())
+            assert ended.to_pylist() == [v + end for v in plain.to_pylist()], (plan, fmt)
+            assert _object(fmt, ended, cuts, True) == _object(fmt, plain, cuts, False), (plan, fmt)
