@@ -7,8 +7,9 @@ setup:
 demo: setup
 	.venv/bin/s3-archive demo
 
+# On two pytest-xdist workers sharing one broker and one moto server (s3_archive_tests/workers.py).
 test: setup
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n 2 --dist loadgroup
 
 test-unit: setup
 	.venv/bin/python -m pytest -m unit

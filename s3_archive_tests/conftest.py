@@ -4,7 +4,9 @@ the tests of secured connections), one PostgreSQL server, Schema Registries (Api
 second one, `target_registry_server`, for restores into another registry), and versitygw, a second real S3 server
 (`store`: the commit protocol's tests run against moto and against it).
 
-Integration tests share them and isolate themselves by topic name, S3 prefix and database.
+Integration tests share them and isolate themselves by topic name, S3 prefix and database. On pytest-xdist
+workers (`make test`), the broker and moto server are still one of each for the whole run, and each other server
+is started by one worker: `workers.py`.
 
 A test's tier is its folder, declared here once (`TIERS`): `unit/`, `integration/` and `e2e/` mark their tests
 with the marker of the same name (`make test-unit` = `pytest -m unit`), and `integration/reliability/` (faults,
@@ -36,6 +38,7 @@ from s3_archive.local.registry_server import SchemaRegistryServer
 from s3_archive.local.stack import create_bucket
 from s3_archive.local.tls import server_tls
 from s3_archive.local.versitygw import VersityGateway
+from s3_archive_tests import workers
 from s3_archive_tests.credentials import TEST_AWS
 
 BUCKET = "s3-archive-test"
@@ -67,6 +70,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid}: a test lives in a tier folder ({', '.join('/'.join(f) for f in TIERS)})")
         for name in TIERS[folder]:
             item.add_marker(name)
+    if (shared := workers.shared_stack(config)) is not None:
+        workers.write_groups(Path(shared["dir"]), workers.groups(items, TESTS))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if workers.is_controller(session.config):
+        workers.start_shared_stack(session, BUCKET)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    workers.hand_to_worker(node)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return workers.scheduler(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item):
+    """On xdist workers, a test marked `alone` runs with no test of the other worker beside it: the turn covers
+    its setup and teardown, so also the module and session fixtures they start or stop."""
+    shared = workers.shared_stack(item.config)
+    if shared is None:
+        return (yield)
+    with workers.turn(Path(shared["dir"]), alone=item.get_closest_marker("alone") is not None):
+        return (yield)
 
 
 @dataclass
@@ -82,8 +113,11 @@ class Services:
 
 
 @pytest.fixture(scope="session")
-def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
-    root = tmp_path_factory.mktemp("stack")
+def services(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    root = tmp_path_factory.mktemp("stack")  # on a worker, its own: for the servers it starts itself
+    if (shared := workers.shared_stack(request.config)) is not None:
+        yield Services(shared["bootstrap_servers"], shared["s3_endpoint_url"], BUCKET, root)
+        return
     broker = KafkaBroker(root / "kafka")
     moto = MotoServer(root / "moto")
     broker.start()

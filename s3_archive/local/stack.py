@@ -142,7 +142,8 @@ def create_bucket(endpoint_url: str, bucket: str) -> None:
 def temporary_stack(prefix: str, bucket: str, broker_heap: str = "1g", remove: bool = False,
                     ) -> Iterator[tuple[KafkaBroker, MotoServer, Path]]:
     """A broker and a moto server (with `bucket`) under a new temp directory, stopped on exit (and the directory
-    removed with `remove`): for benchmarks, which must not share the `local up` stack."""
+    removed with `remove`): for benchmarks and the test suite's xdist runs, which must not share the `local up`
+    stack."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     broker, moto = KafkaBroker(root / "kafka", heap=broker_heap), MotoServer(root / "moto")
     broker.start()

@@ -76,6 +76,7 @@ def test_batches_are_cut_at_the_record_and_byte_bounds(kafka, reader, unique):
         assert b.num_rows >= BATCH_RECORDS or b.column("value").nbytes >= BATCH_BYTES
 
 
+@pytest.mark.alone  # bounds on the reading's wall time
 def test_aborted_records_and_markers_are_skipped_and_every_range_ends(kafka, reader, unique):
     topic = create_topic(kafka, f"readers-txn-{unique}")
     committed, end = produce_transactions(kafka, topic)
@@ -88,6 +89,7 @@ def test_aborted_records_and_markers_are_skipped_and_every_range_ends(kafka, rea
     assert [t.column("offset").to_pylist() for t in got] == [list(range(5)), [], list(range(12, 17))]
 
 
+@pytest.mark.alone  # bounds on the reading's wall time
 def test_offsets_deleted_by_retention_are_skipped_to_the_log_start(kafka, reader, unique):
     topic = create_topic(kafka, f"readers-ret-{unique}")
     produced = produce(kafka, topic, [(0, None, f"{i}".encode(), []) for i in range(30)])
@@ -99,6 +101,7 @@ def test_offsets_deleted_by_retention_are_skipped_to_the_log_start(kafka, reader
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.alone  # bounds on the reading's wall time
 def test_a_range_past_the_logs_end_fails_at_the_stall_deadline_with_the_same_text(kafka, unique):
     topic = create_topic(kafka, f"readers-short-{unique}")
     produce(kafka, topic, [(0, None, b"x", [])] * 3)

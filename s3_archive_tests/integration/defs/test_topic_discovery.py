@@ -59,6 +59,7 @@ def delete_topic(kafka: KafkaResource, topic: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.alone  # an unreachable broker's refresh fails within 15 s
 def test_topic_pattern_archives_the_topics_a_refresh_found_and_a_reload_with_kafka_down_changes_nothing(
         kafka, services, unique, state_file, tmp_path, monkeypatch):
     a, b = f"pat-{unique}.a", f"pat-{unique}.b"

@@ -9,6 +9,7 @@ import threading
 import time
 
 import dagster as dg
+import pytest
 
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import (
@@ -25,6 +26,7 @@ from s3_archive_tests.kafka_helpers import create_topic, produce
 RECORDS, WINDOW = 120_000, 60_000  # ~120 MB: the Spark job reads Kafka for a few seconds
 DOWN_S = 10.0
 BOUND_S = 180.0
+pytestmark = pytest.mark.alone  # the outages' lengths and bounds are wall time
 
 
 def test_broker_restarted_mid_archive_then_rerun_is_exactly_once(outage_broker, outage_kafka, services, spark_resource,

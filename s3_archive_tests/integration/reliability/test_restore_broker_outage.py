@@ -96,6 +96,7 @@ def assert_exactly_once(a: Archived, target: str) -> None:
         {p: [[0, WINDOW * WINDOWS_PER_PARTITION]] for p in range(PARTITIONS)}
 
 
+@pytest.mark.alone  # the watchdog's tight deadlines (TIMEOUT_S, GRACE_S) and BOUND_S
 @pytest.mark.parametrize("producers,client", [(1, "python"), (2, "python"), (1, "native")])
 def test_a_broker_restarted_mid_restore_is_ridden_out_exactly_once(outage_broker, archived, s3, unique, monkeypatch,
                                                                   caplog, producers, client):
@@ -166,6 +167,7 @@ for _ in restore_windows(RestoreContext(kafka, s3, logging.getLogger()), Archive
 """
 
 
+@pytest.mark.alone  # the watchdog's tight deadlines (TIMEOUT_S, GRACE_S) and BOUND_S
 def test_a_frozen_coordinator_fails_the_run_within_the_deadline_and_the_process_exits(outage_broker, archived, s3,
                                                                                        services, unique):
     """The watchdog and the outage bound, end to end: the run's process (as a Dagster run worker runs the restore)

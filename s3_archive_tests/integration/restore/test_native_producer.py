@@ -158,6 +158,7 @@ def test_records_too_large_for_the_broker_fail_delivery_and_the_commit(kafka: Ka
     assert read_committed(kafka, topic, 1) == []
 
 
+@pytest.mark.alone  # a 1 s wait returns within 3 s
 def test_the_connection_wait_returns_once_the_cluster_answers_and_gives_up_at_its_timeout(kafka: KafkaResource,
                                                                                           unique: str):
     """`wait_connected` asks until a broker of the cluster (not the bootstrap address, whose connection librdkafka
