@@ -77,6 +77,8 @@ def main() -> None:
 
         kafka_read._consumer, kafka_read._envelope = timed_consumer, timed_envelope
         sink = io.BytesIO()
+        import pyarrow.parquet  # noqa: F401  the encoder imports it at its first row group; the workers' daemon has it
+
         from s3_archive.archive.executor.task import _stored_table
 
         encoder = ParquetEncoder(job.fmt, sink)
