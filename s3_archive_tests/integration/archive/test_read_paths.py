@@ -163,8 +163,8 @@ def test_the_task_read_jobs_shape_is_worked_out_once_per_session_and_output(spar
     from s3_archive.archive.driver.task_read_job import task_shape
     from s3_archive.archive.protocol import ENVELOPE_DDL
 
-    parquet = Output.of(archive_config("b", "shapes", "p/", read_path="librdkafka"))
-    csv = Output.of(archive_config("b", "shapes", "p/", read_path="librdkafka", format="csv"))
+    parquet = Output.of(archive_config(OTHER_BUCKET, "shapes", "p/", read_path="librdkafka"))
+    csv = Output.of(archive_config(OTHER_BUCKET, "shapes", "p/", read_path="librdkafka", format="csv"))
     first = task_shape(spark, parquet, None)
     assert task_shape(spark, parquet, None) is first
     frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), parquet, None)
