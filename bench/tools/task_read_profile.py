@@ -2,10 +2,14 @@
 workload read with the task's own reader (`--reader`: native, archive/executor/native_read.py, the default; python,
 kafka_read.py, its consume and envelope steps apart), made into task batches (task_columns.py) and encoded as
 Parquet/snappy into memory, in this process, timed step by step (thread CPU time), so the split holds whatever else
-the machine runs. librdkafka's own fetch threads are not this thread's. The PUT is left out (the bare PUT is its own
-contender).
+the machine runs. librdkafka's own fetch threads are not this thread's.
 
-    flock -o /tmp/locks/heavy .venv/bin/python -m bench.tools.task_read_profile --mb 50 [--reader python]
+`--split` then takes the partition's stored tables apart further (bench/tools/encode_split.py): the encoder's own
+Python steps, the Parquet writer per column and with one setting changed at a time (statistics, dictionary,
+compression, page size, page index), the object's SHA-256 and spool, and its PUT to moto (this thread's CPU and
+moto's).
+
+    flock -o /tmp/locks/heavy .venv/bin/python -m bench.tools.task_read_profile --mb 50 [--reader python] [--split]
 
 Starts its own broker and moto (`temporary_stack`) and stops them at the end.
 """
@@ -31,14 +35,15 @@ def main() -> None:
     from s3_archive.archive.executor import kafka_read, native_read
     from s3_archive.archive.executor.encoders import ParquetEncoder
     from s3_archive.archive.executor.task_columns import task_batch
-    from s3_archive.archive.protocol import FormatPlan, KafkaConnection, WriteJob
+    from s3_archive.archive.protocol import PARQUET_DICTIONARY, FormatPlan, KafkaConnection, WriteJob
     from s3_archive.config.archive import ArchiveConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=50)
     ap.add_argument("--reader", choices=("native", "python"), default="native", help="ArchiveConfig.task_reader")
+    ap.add_argument("--split", action="store_true", help="then the encode, hash, spool and PUT split (encode_split)")
     args = ap.parse_args()
-    with ut.temporary_stack("s3a-taskread-", BUCKET) as (broker, _moto, _root):
+    with ut.temporary_stack("s3a-taskread-", BUCKET) as (broker, moto, _root):
         kafka = ut.KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
         wl.create_topic(kafka, TOPIC)
         n = wl.records_for_mb(args.mb)
@@ -46,8 +51,8 @@ def main() -> None:
         end = kafka.offsets(TOPIC, "latest")[0]
         out = Output.of(ArchiveConfig(name="p", topics=[TOPIC], bucket=BUCKET))
         schema = _task_schema(out)
-        job = WriteJob(topic=TOPIC, bucket=BUCKET, prefix="", fmt=FormatPlan("parquet", "snappy", ".parquet",
-                                                                             spark_schema=schema[1]),
+        fmt = FormatPlan("parquet", "snappy", ".parquet", spark_schema=schema[1], dictionary=PARQUET_DICTIONARY)
+        job = WriteJob(topic=TOPIC, bucket=BUCKET, prefix="", fmt=fmt,
                        conn=None, slices=(), derived=(("topic", ""), ("partition", "_partition"),
                                                       ("offset", "_offset")),
                        payload=("key", "value", "headers", "topic", "partition", "offset", "timestamp",
@@ -72,10 +77,13 @@ def main() -> None:
 
         kafka_read._consumer, kafka_read._envelope = timed_consumer, timed_envelope
         sink = io.BytesIO()
+        import pyarrow.parquet  # noqa: F401  the encoder imports it at its first row group; the workers' daemon has it
+
         from s3_archive.archive.executor.task import _stored_table
 
         encoder = ParquetEncoder(job.fmt, sink)
         wall, cpu0, records = time.monotonic(), _clock(), 0
+        tables = []
         batches = (native_read if args.reader == "native" else kafka_read).read_range(conn, TOPIC, 0, 0, end)
         while True:
             t = _clock()
@@ -87,6 +95,8 @@ def main() -> None:
             b = task_batch(job, env)
             table = _stored_table(job, b)
             steps["task batch"] += _clock() - t
+            if args.split:
+                tables.append(table)
             t = _clock()
             encoder.write(table)
             steps["parquet encode"] += _clock() - t
@@ -104,6 +114,11 @@ def main() -> None:
                     print(f"    of which {part}: {secs:.2f} CPU-s, {secs / records * 1e6:.2f} µs per record")
         rest = total - sum(steps.values())
         print(f"  rest (the loop here): {rest:.2f} CPU-s ({rest / total:.0%})")
+        if args.split:
+            from bench.tools import encode_split
+
+            encode_split.report(job.fmt, tables, ut.local_s3_client(moto.endpoint_url), BUCKET,
+                                moto.proc.pid if moto.proc else 0)
 
 
 class _TimedConsumer:

@@ -8,7 +8,7 @@ slice, with mapInArrow:
   decoding, but not a value parsed as JSON), `executor/task.py::read_task` reads, makes the task batches
   (executor/task_columns.py: csv and JSON lines in task_lines.py, buckets in task_buckets.py) and writes; the
   job's shape (stored schema, format plan, the task batches' schema) comes from spark_job.py::write_frame over an
-  empty envelope, no Kafka read;
+  empty envelope, no Kafka read, once per session and output (`task_shape`);
 - otherwise (value_decoding json, sink_output.value json: VARIANT's schema inference and JSON text; and the
   undecodable-only job of format iceberg) Spark computes the columns from the tasks' envelope (`envelope_frame`,
   executor/task.py::envelope_task) with write_frame's own expressions, and the write tasks are spark_job.py's: the
@@ -20,8 +20,11 @@ executors reach Kafka with the driver's connection settings (`kafka_connection`)
 
 from __future__ import annotations
 
+import threading
+import weakref
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +37,7 @@ from s3_archive.archive.protocol import (
     RESULT_SCHEMA,
     DecodePlan,
     JobOutput,
+    JobShape,
     JobTemplate,
     KafkaConnection,
     LinePlan,
@@ -83,6 +87,38 @@ def envelope_frame(spark: SparkSession, job: JobTemplate) -> DataFrame:
     return slice_frame(spark, job).mapInArrow(partial(envelope_task, job), ENVELOPE_DDL)
 
 
+# A session's task shapes: {session: {(the output's repr, JSON DDL, the session's timestamp type): shape}}
+_SHAPES: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, ...], tuple[JobShape, str]]] = \
+    weakref.WeakKeyDictionary()
+_SHAPES_LOCK = threading.Lock()
+
+
+def task_shape(spark: SparkSession, out: Output, json_ddl: str | None, decode: DecodePlan | None = None,
+               ) -> tuple[JobShape, str]:
+    """The job's shape for `out` and the task batches' Spark schema (JSON): spark_job.py::write_frame over an empty
+    envelope. A function of the output and of how the session parses types alone, so it is worked out once per
+    session and output, not at every run: building and analysing write_frame's projection takes hundreds of py4j
+    calls and three Catalyst analyses, serial in the driver before the job starts (docs/performance.md, "Warm
+    archive"). Not kept with Schema Registry decoding, whose plan is made per run from the registry's schemas."""
+    key = None
+    if decode is None:  # the output by its repr: every field of it, none a secret (a frozen dataclass of dicts
+        # and pydantic models, which do not hash)
+        key = (repr(out), json_ddl, spark.conf.get("spark.sql.timestampType", None))  # how `timestamp` parses
+        try:
+            with _SHAPES_LOCK:
+                hit = _SHAPES.get(spark, {}).get(key)
+        except TypeError:  # a session that takes no weak reference: nothing kept
+            hit, key = None, None
+        if hit is not None:
+            return hit
+    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl, decode)
+    made = (shape, frame.schema.json())
+    if key is not None:
+        with _SHAPES_LOCK:
+            _SHAPES.setdefault(spark, {})[key] = made
+    return made
+
+
 def run_task_read_job(spark: SparkSession, template: JobTemplate, out: Output, json_ddl: str | None,
                       undecodable_only: bool = False, decode: DecodePlan | None = None) -> JobOutput:
     """Read `template.slices` in the tasks and write them (one Spark job); every task's result rows. `decode`:
@@ -90,7 +126,7 @@ def run_task_read_job(spark: SparkSession, template: JobTemplate, out: Output, j
     if undecodable_only or not computed_in_task(out):
         return run_write_job(spark, {}, template, out, json_ddl, undecodable_only, decode=decode,
                              envelope=envelope_frame(spark, template))
-    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl, decode)
-    job = WriteJob.of(template, shape, task_schema=frame.schema.json(), lines=line_plan(out))
+    shape, task_schema = task_shape(spark, out, json_ddl, decode)
+    job = WriteJob.of(template, shape, task_schema=task_schema, lines=line_plan(out))
     rows = [r.asDict() for r in slice_frame(spark, job).mapInArrow(partial(read_task, job), RESULT_SCHEMA).collect()]
     return JobOutput(rows, shape.fmt.spark_schema)

@@ -153,3 +153,22 @@ def test_both_read_paths_decode_registry_payloads_to_the_same_bytes(case, regist
     written = _objects(s3, services.bucket, prefix)
     assert written == _objects(s3, OTHER_BUCKET, prefix)
     assert len(written) >= len(results["librdkafka"].objects) > 0
+
+
+def test_the_task_read_jobs_shape_is_worked_out_once_per_session_and_output(spark):
+    """task_read_job.py::task_shape: a second run of an output in the same session gets the very shape the first
+    worked out, the one write_frame gives over an empty envelope; another output gets its own."""
+    from s3_archive.archive.driver.output import Output
+    from s3_archive.archive.driver.spark_job import write_frame
+    from s3_archive.archive.driver.task_read_job import task_shape
+    from s3_archive.archive.protocol import ENVELOPE_DDL
+
+    parquet = Output.of(archive_config(OTHER_BUCKET, "shapes", "p/", read_path="librdkafka"))
+    csv = Output.of(archive_config(OTHER_BUCKET, "shapes", "p/", read_path="librdkafka", format="csv"))
+    first = task_shape(spark, parquet, None)
+    assert task_shape(spark, parquet, None) is first
+    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), parquet, None)
+    assert first == (shape, frame.schema.json())
+    other = task_shape(spark, csv, None)
+    assert other is task_shape(spark, csv, None) and other != first
+    assert other[0].fmt.name == "csv" and "_line" in other[1]
