@@ -137,11 +137,11 @@ class S3Connection:
     max_attempts: int = 5
     retry_mode: str = "standard"
 
-    def client(self) -> Any:
-        """A boto3 S3 client (one per process and connection: io/s3.py::shared_client)."""
+    def client(self, payload_signing: bool = True) -> Any:
+        """A boto3 S3 client (one per process, connection and `payload_signing`: io/s3.py::shared_client)."""
         from s3_archive.io.s3 import shared_client
 
-        return shared_client(self)
+        return shared_client(self, payload_signing)
 
     @classmethod
     def of_resource(cls, resource: Any) -> S3Connection:

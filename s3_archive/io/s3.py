@@ -154,20 +154,24 @@ _clients: dict[Hashable, S3Client] = {}
 _clients_lock = threading.Lock()
 
 
-def shared_client(conn: Any) -> S3Client:
-    """The boto3 client of a connection (archive/protocol.py::S3Connection: hashable, picklable), one per process
-    and connection (boto3's clients are thread-safe): endpoint, region, credentials (None: the default chain),
-    addressing style, CA bundle and botocore's retries."""
+def shared_client(conn: Any, payload_signing: bool = True) -> S3Client:
+    """The boto3 client of a connection (archive/protocol.py::S3Connection: hashable, picklable), one per process,
+    connection and `payload_signing` (boto3's clients are thread-safe): endpoint, region, credentials (None: the
+    default chain), addressing style, CA bundle and botocore's retries. `payload_signing` False: the signature
+    names no hash of the body (`UNSIGNED-PAYLOAD`), for requests that carry the body's SHA-256 in a signed
+    `x-amz-checksum-sha256` header, which S3 checks (archive/executor/upload.py): botocore does not hash the body
+    again to sign it."""
     with _clients_lock:
-        if conn not in _clients:
+        if (conn, payload_signing) not in _clients:
             import boto3
             from botocore.config import Config
 
-            _clients[conn] = boto3.client(
+            s3 = {"addressing_style": "path" if conn.path_style else "auto"}
+            _clients[conn, payload_signing] = boto3.client(
                 "s3", endpoint_url=conn.endpoint_url, region_name=conn.region,
                 aws_access_key_id=conn.access_key_id, aws_secret_access_key=conn.secret_access_key,
                 aws_session_token=conn.session_token, verify=conn.verify,
-                config=Config(s3={"addressing_style": "path" if conn.path_style else "auto"},
+                config=Config(s3=s3 if payload_signing else s3 | {"payload_signing_enabled": False},
                               max_pool_connections=32,
                               retries={"max_attempts": conn.max_attempts, "mode": conn.retry_mode}))
-        return _clients[conn]
+        return _clients[conn, payload_signing]

@@ -7,6 +7,13 @@ At close, an object of at most `multipart_threshold` bytes is one PutObject with
 a larger one became a multipart upload when it crossed the threshold, its parts uploaded as they fill and completed
 with `If-None-Match: *`.
 
+The single PutObject carries that SHA-256 as the object's S3 checksum (`x-amz-checksum-sha256`): S3 checks the bytes
+it receives against it (a mismatch is refused) and keeps it with the object (HeadObject / GetObjectAttributes with
+checksum mode). The header is signed, so the request names no other hash of the body (`UNSIGNED-PAYLOAD`) and
+botocore hashes the body neither for its default CRC32 checksum nor for the signature: the bytes are hashed once,
+as they are written. With flexible checksums off for the connection (AWS_REQUEST_CHECKSUM_CALCULATION=when_required:
+a store without them), the PUT is botocore's default one. Multipart parts keep botocore's default checksum.
+
 `If-None-Match: *` never overwrites a committed window's object by accident: when the key exists (412), the
 existing object is examined (`ObjectExists`): if it holds the same bytes (same ETag) it is kept as is; if the
 window is already committed the task stops (the driver adopts the manifest); otherwise it is a leftover of an
@@ -15,6 +22,7 @@ uncommitted attempt and is replaced with `If-Match: <its ETag>` (replacing exact
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import tempfile
@@ -145,9 +153,19 @@ class ObjectUpload:
                                              MultipartUpload={"Parts": self._parts}, **condition)
             return _etag(r)
         self._spool.seek(0)
+        s3, checksum = self._put_client(s3)
         r = s3.put_object(Bucket=self.bucket, Key=self.key, Body=self._spool, ContentLength=self._size,
-                          **dict(self.conn.put_args), **condition)
+                          **checksum, **dict(self.conn.put_args), **condition)
         return _etag(r)
+
+    def _put_client(self, s3: Any) -> tuple[Any, dict[str, str]]:
+        """The client of the single PUT and its checksum arguments: the SHA-256 computed while writing as the
+        object's checksum, sent by the client that does not hash the body to sign it (see the module docstring);
+        `s3` and none when the connection's flexible checksums are off."""
+        if s3.meta.config.request_checksum_calculation != "when_supported":
+            return s3, {}
+        return self.conn.client(payload_signing=False), {
+            "ChecksumAlgorithm": "SHA256", "ChecksumSHA256": base64.b64encode(self._hash.digest()).decode()}
 
     def _committed(self) -> bool:
         try:
