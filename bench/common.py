@@ -213,11 +213,25 @@ def keep_log(log: Path, kept: Path | None) -> None:
     say(f"the worker's log is kept at {kept}; its last {len(tail)} lines:\n" + "\n".join(tail))
 
 
-class SparkWorker:
-    """A long-lived `bench.worker` process: its Spark session stays warm between rounds. `kept_log`: where its log
-    is copied when a command fails or it exits (None: not kept)."""
+# The commands whose records pass through Spark's JVM (see warm_profile)
+JVM_COMMANDS = ("spark_read", "streaming")
 
-    def __init__(self, stack: dict[str, Any], log: Path, kept_log: Path | None = None) -> None:
+
+def warm_profile(cmd: dict[str, Any]) -> str:
+    """The `jvm_profile` of the warm session a command runs in: the JIT docs/performance.md ("Which JIT a session
+    kept across runs wants") measures faster for whoever handles its records. `long` (C2) where the records pass
+    through Spark's JVM: `read_path: spark`, the table format (Spark writes its data files), Spark's own read and
+    Structured Streaming; else `short` (C1 only, SparkResource's default), where the write tasks read and write
+    and the JVM only schedules them: a deployment's continuous archive or kept session on the default read path."""
+    if cmd.get("read_path") == "spark" or cmd.get("format") == "iceberg" or cmd.get("cmd") in JVM_COMMANDS:
+        return "long"
+    return "short"
+
+
+class WorkerProcess:
+    """One long-lived `bench.worker` process: its Spark session stays warm between commands."""
+
+    def __init__(self, stack: dict[str, Any], log: Path, kept_log: Path | None) -> None:
         self.log_path, self.kept_log = log, kept_log
         self.log = log.open("ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.worker", json.dumps(stack)], cwd=ROOT,
@@ -247,6 +261,41 @@ class SparkWorker:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+class SparkWorker:
+    """The warm Spark sessions of a benchmark: one long-lived `bench.worker` process per `jvm_profile` a command
+    wants (`warm_profile`), each started at its first command; a stack that names `jvm_profile` runs every command
+    in that one profile. `warm_up`: one small archive per profile given, not counted. Logs: `log` (and `kept_log`,
+    where a log is copied when a command fails; None: not kept) for the first profile started, the others beside
+    it with the profile in their name."""
+
+    def __init__(self, stack: dict[str, Any], log: Path, kept_log: Path | None = None) -> None:
+        self.stack, self.log_path, self.kept_log = stack, log, kept_log
+        self.procs: dict[str, WorkerProcess] = {}
+
+    def _process(self, profile: str) -> WorkerProcess:
+        if profile not in self.procs:
+            log, kept = self.log_path, self.kept_log
+            if self.procs:
+                log = log.with_name(f"{log.stem}-{profile}{log.suffix}")
+                kept = kept.with_name(f"{kept.stem}-{profile}{kept.suffix}") if kept is not None else None
+            self.procs[profile] = WorkerProcess(self.stack | {"jvm_profile": profile}, log, kept)
+        return self.procs[profile]
+
+    def call(self, **cmd: Any) -> dict[str, Any]:
+        return self._process(self.stack.get("jvm_profile") or warm_profile(cmd)).call(**cmd)
+
+    def warm_up(self, topic: str, prefix: str, windows: list[list[int]], read_paths: tuple[str, ...]) -> None:
+        """One archive of `windows` on each read path (into `prefix` + the path), in the session its profile
+        picks: its JVM's start and first plans are not counted in the first measured command."""
+        for path in read_paths:
+            self.call(cmd="archive", topic=topic, prefix=f"{prefix}{path}/", windows=windows, read_path=path)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.procs.clear()
 
 
 def _checked(out: dict[str, Any], cmd: dict[str, Any]) -> dict[str, Any]:

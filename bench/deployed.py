@@ -418,7 +418,7 @@ def warm_archive(s: Setup, topic: str, window_records: int) -> dict[str, Any]:
     """The same bytes archived by the warm worker (after a warm-up window): the page's warm figure, same run."""
     ends = s.kafka.offsets(topic, "latest")
     windows = [[w.partition, w.start, w.end] for w in wl.windows_for(ends, window_records)]
-    worker = SparkWorker(s.stack | {"jvm_profile": "long"}, s.logs / "deployed-warm.log",
+    worker = SparkWorker(s.stack, s.logs / "deployed-warm.log",
                          s.kept / "deployed-warm.log")
     try:
         worker.call(cmd="archive", topic=topic, prefix="deployed-warmup/", windows=[[0, 0, min(10_000, ends[0])]])

@@ -130,7 +130,7 @@ def main() -> None:
         worker = None
         try:
             stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
-                     "bucket": BUCKET, "remote": None, "jvm_profile": "long"}
+                     "bucket": BUCKET, "remote": None}
             kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
             n = wl.records_for_mb(args.mb)
             wl.create_topic(kafka, TOPIC)

@@ -57,7 +57,7 @@ def lost_cluster(kafka: KafkaResource, stack: dict[str, Any], root: Path, mb: fl
         for t in rnd.sample(topic_names(), 3):
             kafka.set_group_offsets(f"bench-group-{g:02d}", t, {p: rnd.randrange(per_topic // PARTITIONS)
                                                                for p in range(PARTITIONS)})
-    worker = SparkWorker(stack | {"jvm_profile": "long"}, root / "recovery-worker.log")
+    worker = SparkWorker(stack, root / "recovery-worker.log")
     try:
         for t in topic_names():
             ends = kafka.offsets(t, "latest")

@@ -96,7 +96,7 @@ def main() -> None:
         worker = None
         try:
             stack = {"bootstrap_servers": broker.bootstrap_servers, "s3_endpoint_url": moto.endpoint_url,
-                     "bucket": BUCKET, "remote": None, "jvm_profile": "long"}
+                     "bucket": BUCKET, "remote": None}
             kafka = KafkaResource(bootstrap_servers=broker.bootstrap_servers, timeout_s=30)
             logs = Path(tempfile.mkdtemp(prefix="s3a-bench-registry-logs-"))
             n = wl.records_for_mb(args.mb)

@@ -342,8 +342,11 @@ def report(args: argparse.Namespace, x: dict[str, Any], command: str, wall_s: fl
             "- moto is a Python server keeping objects in memory on the same cores; every contender writes to it.\n"
             "- Spark's own read is a batch `count()` of the same offset ranges with the archive's source options: "
             "the floor of any design on Spark's Kafka source.\n"
-            "- The s3-archive figure is a run in a warm Spark session (jvm_profile long, after a warm-up window); "
-            "the cost of a session start is in the run-overhead figures.\n"
+            "- The s3-archive figure is a run in a warm Spark session, after a warm-up window, of the JIT a kept "
+            "session of its read path wants (docs/performance.md): jvm_profile short (C1 only, SparkResource's "
+            "default) for the default read path and the line formats, long (C2) where the records pass through "
+            "Spark's JVM (read_path spark, iceberg, Spark's own read, the streaming peer); the cost of a session "
+            "start is in the run-overhead figures.\n"
             "- Records/s and MB/s are over the workload's records and their key + value + header bytes.")},
     ]
     # The deployed shape leads: its targets, its JSON keys and its section come first.

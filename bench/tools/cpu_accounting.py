@@ -13,7 +13,7 @@ busy CPU over the same interval tells whether the 2 cores were saturated; what n
     ... --jfr /tmp/jfr     # then one more archive (and count) per arm under a JFR recording (bench/tools/jfr_top.py)
 
 An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of
-`jvm_profile` long as in `make bench`, warmed up by one archive of the whole workload) and Spark settings for its
+the `jvm_profile` make bench's warm worker gives its read path and format (bench/common.py::warm_profile), warmed up by one archive of the whole workload) and Spark settings for its
 session (`min_partitions=N` sets SparkResource.kafka_min_partitions instead, `read_path=spark` the archive's
 read path, `task_reader=python` the write task's reader, `format=jsonl` the archive's format: bench.worker's
 `format` command, as bench/formats.py runs it). Contenders `read_native` and `read_python` are the write
@@ -37,7 +37,7 @@ from typing import Any
 
 from bench import workload as wl
 from bench.baselines import time_bare_consume, time_naive_archive
-from bench.common import SparkWorker
+from bench.common import WorkerProcess, warm_profile
 from bench.config import BUCKET, TOPIC
 from bench.stats import Summary
 from bench.throughput import time_task_read
@@ -50,7 +50,7 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-class Arm(SparkWorker):
+class Arm(WorkerProcess):
     """A warm `bench.worker` of one source tree, with its own Spark settings."""
 
     def __init__(self, spec: str, stack: dict[str, Any], log: Path) -> None:
@@ -66,7 +66,8 @@ class Arm(SparkWorker):
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": "long", "spark_conf": conf})],
+            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": warm_profile({"read_path": self.read_path, "format": self.format}),
+                                                   "spark_conf": conf})],
             cwd=self.tree, env=os.environ | {"PYTHONPATH": str(self.tree)}, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.jvm = 0

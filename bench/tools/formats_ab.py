@@ -5,9 +5,9 @@ and optionally Schema Registry Avro decoded against raw (bench/registry.py's `de
     flock -o /tmp/locks/heavy .venv/bin/python -m bench.tools.formats_ab --mb 200 --rounds 3 \
         --arm base=/tmp/base-tree --arm new=. [--formats parquet,csv,jsonl,json,text,avro] [--registry]
 
-An arm is `NAME=TREE`: a source tree's own `bench.worker` (a warm Spark session of `jvm_profile` long, as in
-`make bench`; TREE/.native first on its path when it holds an unpacked wheel of the tree's native/, else the venv's
-module), warmed up by one archive of a small window in every measured format. Per round, every format and
+An arm is `NAME=TREE`: a source tree's own `bench.worker` (a warm Spark session of the `jvm_profile` make bench's
+warm worker gives the default read path, bench/common.py::warm_profile: short; TREE/.native first on its path when
+it holds an unpacked wheel of the tree's native/, else the venv's module), warmed up by one archive of a small window in every measured format. Per round, every format and
 arm runs once (the arms' order alternating by round); each run archives all the workload's windows in one run
 (read_path librdkafka). Prints the seconds and parquet's time over each format's (≥ 0.8 is the issue's target), per
 arm; `--json` writes them. Parquet, the reference of every ratio, is measured whether `--formats` names it or not,
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workload as wl
-from bench.common import SparkWorker
+from bench.common import WorkerProcess, warm_profile
 from bench.config import BUCKET, TOPIC
 from bench.formats import empty_archive
 from bench.registry import AVRO_TOPIC, produce_avro
@@ -53,7 +53,7 @@ def python_path(tree: Path) -> str:
     return f"{native}:{tree}" if (native / "s3_archive_native").is_dir() else str(tree)
 
 
-class Arm(SparkWorker):
+class Arm(WorkerProcess):
     """A warm `bench.worker` of one source tree."""
 
     def __init__(self, spec: str, stack: dict[str, Any], log: Path) -> None:
@@ -62,7 +62,7 @@ class Arm(SparkWorker):
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": "long"})],
+            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": warm_profile({"cmd": "format"})})],
             cwd=self.tree, env=os.environ | {"PYTHONPATH": python_path(self.tree)}, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
 

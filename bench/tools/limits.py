@@ -70,9 +70,9 @@ def main() -> None:
                   records=n, payload=n * wl.record_bytes(), ends=ends, windows=wl.windows_for(ends, window_records),
                   per_partition=per_partition, window_records=window_records)
         try:
-            worker = SparkWorker(stack | {"jvm_profile": "long"}, logs / "spark-worker.log",
+            worker = SparkWorker(stack, logs / "spark-worker.log",
                                  Path(tempfile.gettempdir()) / "s3a-limits-failed-worker.log")
-            worker.call(cmd="archive", topic=TOPIC, prefix="warmup/", windows=[[0, 0, min(10_000, per_partition)]])
+            worker.warm_up(TOPIC, "warmup/", [[0, 0, min(10_000, per_partition)]], ("librdkafka", "spark"))
             x = throughput.rounds(s, worker, Peers([], {}), args.rounds)
         finally:
             if worker is not None:
