@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from bench import workload as wl
 from bench.config import BUCKET, PARTITIONS, TOPIC
+from bench.tools.encode_split import Kept
 from bench.tools.procstat import cpu_delta, descendants, snapshot
 
 FORMATS = ("parquet", "text", "csv", "jsonl", "json")
@@ -92,38 +93,6 @@ def render(fmt: str, env: pa.RecordBatch) -> pa.Table:
     else:
         line = json_lines(env, LinePlan("json", ENVELOPE), None, *end).cast(pa.binary())
     return pa.table({"_line": line})
-
-
-class Kept:
-    """A sink that keeps what it is given, as given."""
-
-    def __init__(self) -> None:
-        self.pieces: list[Any] = []
-        self.size = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        self.pieces.append(data)
-        self.size += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
 
 
 def profile(fmt: str, batches: list[pa.RecordBatch], conn: Any, moto_pid: int) -> dict[str, float]:
