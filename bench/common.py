@@ -288,7 +288,8 @@ class SparkWorker:
 
     def warm_up(self, topic: str, prefix: str, windows: list[list[int]], read_paths: tuple[str, ...]) -> None:
         """One archive of `windows` on each read path (into `prefix` + the path), in the session its profile
-        picks: its JVM's start and first plans are not counted in the first measured command."""
+        picks, not counted: the session's start, its first plans and Python workers, and the JIT's first compiles
+        of a run of that size (a one-window warm-up left the first measured run 1.6x slower than the next)."""
         for path in read_paths:
             self.call(cmd="archive", topic=topic, prefix=f"{prefix}{path}/", windows=windows, read_path=path)
 

@@ -415,13 +415,14 @@ def _slope(points: list[tuple[float, int]]) -> float:
 
 
 def warm_archive(s: Setup, topic: str, window_records: int) -> dict[str, Any]:
-    """The same bytes archived by the warm worker (after a warm-up window): the page's warm figure, same run."""
+    """The same bytes archived by the warm worker (after one archive of the same windows, not counted): the page's
+    warm figure, same run."""
     ends = s.kafka.offsets(topic, "latest")
     windows = [[w.partition, w.start, w.end] for w in wl.windows_for(ends, window_records)]
     worker = SparkWorker(s.stack, s.logs / "deployed-warm.log",
                          s.kept / "deployed-warm.log")
     try:
-        worker.call(cmd="archive", topic=topic, prefix="deployed-warmup/", windows=[[0, 0, min(10_000, ends[0])]])
+        worker.warm_up(topic, "deployed-warmup/", windows, ("librdkafka",))
         out = worker.call(cmd="archive", topic=topic, prefix="deployed-warm/", windows=windows)
     finally:
         worker.stop()

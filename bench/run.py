@@ -134,11 +134,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         x |= {"n": n, "payload": payload, "produce_s": produce_s, "windows": windows,
               "window_records": window_records, "per_partition": per_partition}
 
-        # --- warm-up of the long-lived Spark worker (not counted) ---
+        # --- warm-up of the long-lived Spark workers (not counted) ---
         worker = SparkWorker(stack, logs / "spark-worker.log", s.kept / "spark-worker.log")
         say("Spark workers (jvm_profile short for the default read path, long where the records pass through the "
-            "JVM: bench/common.py::warm_profile): warm-up archive of one small window on each (not counted)")
-        worker.warm_up(TOPIC, "warmup/", [[0, 0, min(10_000, per_partition)]], ("librdkafka", "spark"))
+            "JVM: bench/common.py::warm_profile): warm-up archive of the whole workload on each (not counted)")
+        worker.warm_up(TOPIC, "warmup/", s.wlist, ("librdkafka", "spark"))
         wl.empty_prefix(s3, BUCKET, "warmup/")
 
         # --- throughput: interleaved rounds of every contender and peer ---

@@ -72,7 +72,8 @@ def main() -> None:
         try:
             worker = SparkWorker(stack, logs / "spark-worker.log",
                                  Path(tempfile.gettempdir()) / "s3a-limits-failed-worker.log")
-            worker.warm_up(TOPIC, "warmup/", [[0, 0, min(10_000, per_partition)]], ("librdkafka", "spark"))
+            worker.warm_up(TOPIC, "warmup/", s.wlist, ("librdkafka", "spark"))
+            wl.empty_prefix(s3, BUCKET, "warmup/")
             x = throughput.rounds(s, worker, Peers([], {}), args.rounds)
         finally:
             if worker is not None:
