@@ -57,6 +57,8 @@ from s3_archive.model.windows import OffsetWindow
 if TYPE_CHECKING:  # pyspark is imported by a run that writes (_write), not when the definitions load
     from pyspark.sql import DataFrame
 
+    from s3_archive.archive.driver.registry_plan import SchemasKept
+
 
 @dataclass(frozen=True)
 class WindowResult:
@@ -204,9 +206,14 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
     uploads = open_uploads(run.ctx.s3, run.cfg.bucket, [f"{run.cfg.prefix}{topic}/"] + (
         [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
     ready = {p.window: p for p in pending if p.window not in results}
+    kept: SchemasKept | None = None
+    if decode is not None:  # each schema object put once per run, not once per window
+        from s3_archive.archive.driver.registry_plan import SchemasKept
+
+        kept = SchemasKept()
     return results | commit_in_chain_order(
         lambda w, previous: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode, previous,
-                                        manifests[w.partition]),
+                                        manifests[w.partition], kept),
         list(ready))
 
 
@@ -335,11 +342,12 @@ def _write(run: ArchiveRun, topic: str, pending: list[PendingWindow], results: d
 
 def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_after: int, uploads: list[dict],
                 decode: DecodePlan | None = None, previous: ManifestLink | None = None,
-                manifests: list[str] | None = None) -> WindowResult:
+                manifests: list[str] | None = None, kept: SchemasKept | None = None) -> WindowResult:
     """Commit one written window (commit.py): unless another attempt did, or a record policy refuses it, or Kafka
     deleted records before the write read them that the archive does not accept losing (then nothing of this
     attempt's is left behind). `previous`: the link to the manifest this run committed just before, in the chain
-    (None: looked up, in `manifests` first: the partition's manifest keys the run listed before it wrote)."""
+    (None: looked up, in `manifests` first: the partition's manifest keys the run listed before it wrote). `kept`:
+    the schema objects the run's windows have put (registry_plan.py)."""
     s3 = run.ctx.s3
     stats: RecordStats = window_stats(p.slices, job_out.slice_rows())
     if stats.committed_elsewhere and (won := adopt(s3, p.where)) is not None:
@@ -354,7 +362,7 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
     if decode is not None:
         from s3_archive.archive.driver.registry_plan import keep_schemas
 
-        schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids)
+        schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids, kept)
     if previous is None and manifests:
         previous = listed_link(s3, p.where, manifests)[1]  # else put_manifest looks it up
     draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas).model_copy(
