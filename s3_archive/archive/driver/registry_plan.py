@@ -7,8 +7,8 @@ and JSON Schema alike): each record is decoded with its own writer schema and it
 its version lacks null. A producer registers (or looks up) its schema before it produces, so every record of a
 window cut before the run has an id among those versions: no field of a record is lost to the window's columns,
 not even one a later version removed. A version that changes a field's type fails the run before anything is
-written. Finding them costs a few registry
-requests per run and no read of the window (docs/formats.md, "Schema Registry").
+written. Finding them costs one registry request per part and run (the subject's versions; each version is read
+once per process) and no read of the window (docs/formats.md, "Schema Registry").
 """
 
 from __future__ import annotations
