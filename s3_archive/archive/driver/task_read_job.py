@@ -89,7 +89,8 @@ def envelope_frame(spark: SparkSession, job: JobTemplate) -> DataFrame:
 
 # A session's task shapes: {session: {(the output's repr, JSON DDL, the session's timestamp type, the topic of a
 # Schema Registry decoding plan): (that plan, shape)}}; a plan that differs from the kept one replaces it
-_SHAPES: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, ...], tuple[DecodePlan | None, tuple[JobShape, str]]]] = \
+_Shape = tuple[JobShape, str]
+_SHAPES: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, ...], tuple[DecodePlan | None, _Shape]]] = \
     weakref.WeakKeyDictionary()
 _SHAPES_LOCK = threading.Lock()
 
