@@ -119,37 +119,38 @@ def dead_letter_schema(envelope_json: str) -> str:
 
 
 class SchemasKept:
-    """The schema objects a run has put in the bucket (or found there): each is written once per run, not once per
-    window. A run's windows share their schemas and commit side by side (a thread per partition), so a window whose
-    schema another window is putting waits for that PUT instead of sending its own."""
+    """The schemas a run's windows keep in the bucket, with the run's plan: each schema object is written once per
+    run, not once per window. A run's windows share their schemas and commit side by side (a thread per partition),
+    so a window whose schema another window is putting waits for that PUT instead of sending its own."""
 
-    def __init__(self) -> None:
-        self._keys: set[str] = set()
+    def __init__(self, plan: DecodePlan) -> None:
+        self.plan = plan
+        self._keys: set[str] = set()  # put (or found there) by this run
         self._lock = threading.Lock()
 
-    def put(self, s3: S3Client, bucket: str, key: str, s: RegistrySchema) -> None:
-        with self._lock:
-            if key not in self._keys:
-                _put_once(s3, bucket, key, s)
-                self._keys.add(key)
+    def keep(self, s3: S3Client, bucket: str, prefix: str, used: dict[str, list[int]]) -> list[ManifestSchema]:
+        """Every schema the window used (`used`: its ids by part) stored once in the bucket by content hash, and
+        listed for the manifest: the archive stays readable and restorable without the registry."""
+        listed: dict[tuple[str, int], ManifestSchema] = {}
+        for part in self.plan.parts:
+            known = {s.id: s for s in part.schemas}
+            for i in sorted(set(used.get(part.part, []))):
+                s = known.get(i) or self.plan.registry.client().by_id(i)  # type: ignore[union-attr]
+                key = schema_key(prefix, s.sha256)
+                with self._lock:
+                    if key not in self._keys:
+                        _put_once(s3, bucket, key, s)
+                        self._keys.add(key)
+                listed[(part.part, s.id)] = ManifestSchema(
+                    part=part.part, id=s.id, schema_type=s.schema_type, subject=s.subject, version=s.version,
+                    sha256=s.sha256, key=key)
+        return list(listed.values())
 
 
 def keep_schemas(s3: S3Client, bucket: str, prefix: str, plan: DecodePlan, used: dict[str, list[int]],
-                 kept: SchemasKept | None = None) -> list[ManifestSchema]:
-    """Every schema the window used stored once in the bucket by content hash, and
-    listed for the manifest: the archive stays readable and restorable without the registry. `kept`: the schemas
-    the run has already put (none: each is put)."""
-    kept = kept if kept is not None else SchemasKept()
-    listed: dict[tuple[str, int], ManifestSchema] = {}
-    for part in plan.parts:
-        known = {s.id: s for s in part.schemas}
-        for i in sorted(set(used.get(part.part, []))):
-            s = known.get(i) or plan.registry.client().by_id(i)  # type: ignore[union-attr]
-            key = schema_key(prefix, s.sha256)
-            kept.put(s3, bucket, key, s)
-            listed[(part.part, s.id)] = ManifestSchema(part=part.part, id=s.id, schema_type=s.schema_type,
-                                                       subject=s.subject, version=s.version, sha256=s.sha256, key=key)
-    return list(listed.values())
+                 ) -> list[ManifestSchema]:
+    """`SchemasKept.keep` for one window (or a run that commits once)."""
+    return SchemasKept(plan).keep(s3, bucket, prefix, used)
 
 
 def _put_once(s3: S3Client, bucket: str, key: str, s: RegistrySchema) -> None:
