@@ -57,6 +57,8 @@ from s3_archive.model.windows import OffsetWindow
 if TYPE_CHECKING:  # pyspark is imported by a run that writes (_write), not when the definitions load
     from pyspark.sql import DataFrame
 
+    from s3_archive.archive.driver.registry_plan import SchemasKept
+
 
 @dataclass(frozen=True)
 class WindowResult:
@@ -204,8 +206,13 @@ def _archive_windows(run: ArchiveRun, topic: str, windows: list[OffsetWindow]) -
     uploads = open_uploads(run.ctx.s3, run.cfg.bucket, [f"{run.cfg.prefix}{topic}/"] + (
         [f"{run.cfg.prefix}{DEAD_LETTER}/{topic}/"] if run.out.dead_letters else []))
     ready = {p.window: p for p in pending if p.window not in results}
+    kept: SchemasKept | None = None
+    if decode is not None:  # each schema object put once per run, not once per window
+        from s3_archive.archive.driver.registry_plan import SchemasKept
+
+        kept = SchemasKept(decode)
     return results | commit_in_chain_order(
-        lambda w, previous: _commit_one(run, ready[w], written[w], after[w.partition], uploads, decode, previous,
+        lambda w, previous: _commit_one(run, ready[w], written[w], after[w.partition], uploads, kept, previous,
                                         manifests[w.partition]),
         list(ready))
 
@@ -334,12 +341,13 @@ def _write(run: ArchiveRun, topic: str, pending: list[PendingWindow], results: d
 
 
 def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_after: int, uploads: list[dict],
-                decode: DecodePlan | None = None, previous: ManifestLink | None = None,
+                kept: SchemasKept | None = None, previous: ManifestLink | None = None,
                 manifests: list[str] | None = None) -> WindowResult:
     """Commit one written window (commit.py): unless another attempt did, or a record policy refuses it, or Kafka
     deleted records before the write read them that the archive does not accept losing (then nothing of this
     attempt's is left behind). `previous`: the link to the manifest this run committed just before, in the chain
-    (None: looked up, in `manifests` first: the partition's manifest keys the run listed before it wrote)."""
+    (None: looked up, in `manifests` first: the partition's manifest keys the run listed before it wrote). `kept`:
+    with Schema Registry decoding, the run's plan and the schema objects its windows have put (registry_plan.py)."""
     s3 = run.ctx.s3
     stats: RecordStats = window_stats(p.slices, job_out.slice_rows())
     if stats.committed_elsewhere and (won := adopt(s3, p.where)) is not None:
@@ -351,10 +359,8 @@ def _commit_one(run: ArchiveRun, p: PendingWindow, job_out: JobOutput, earliest_
         remove_objects(s3, p.where, uploads)
         raise
     schemas = None
-    if decode is not None:
-        from s3_archive.archive.driver.registry_plan import keep_schemas
-
-        schemas = keep_schemas(s3, run.cfg.bucket, run.cfg.prefix, decode, stats.schema_ids)
+    if kept is not None:
+        schemas = kept.keep(s3, run.cfg.bucket, run.cfg.prefix, stats.schema_ids)
     if previous is None and manifests:
         previous = listed_link(s3, p.where, manifests)[1]  # else put_manifest looks it up
     draft = manifest_draft(run.cfg, p, stats, job_out.schema_json, run.attempt, schemas).model_copy(

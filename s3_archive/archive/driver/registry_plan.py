@@ -7,13 +7,14 @@ and JSON Schema alike): each record is decoded with its own writer schema and it
 its version lacks null. A producer registers (or looks up) its schema before it produces, so every record of a
 window cut before the run has an id among those versions: no field of a record is lost to the window's columns,
 not even one a later version removed. A version that changes a field's type fails the run before anything is
-written. Finding them costs a few registry
-requests per run and no read of the window (docs/formats.md, "Schema Registry").
+written. Finding them costs one registry request per part and run (the subject's versions; each version is read
+once per process) and no read of the window (docs/formats.md, "Schema Registry").
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -117,20 +118,39 @@ def dead_letter_schema(envelope_json: str) -> str:
     return json.dumps(schema, separators=(",", ":"))
 
 
+class SchemasKept:
+    """The schemas a run's windows keep in the bucket, with the run's plan: each schema object is written once per
+    run, not once per window. A run's windows share their schemas and commit side by side (a thread per partition),
+    so a window whose schema another window is putting waits for that PUT instead of sending its own."""
+
+    def __init__(self, plan: DecodePlan) -> None:
+        self.plan = plan
+        self._keys: set[str] = set()  # put (or found there) by this run
+        self._lock = threading.Lock()
+
+    def keep(self, s3: S3Client, bucket: str, prefix: str, used: dict[str, list[int]]) -> list[ManifestSchema]:
+        """Every schema the window used (`used`: its ids by part) stored once in the bucket by content hash, and
+        listed for the manifest: the archive stays readable and restorable without the registry."""
+        listed: dict[tuple[str, int], ManifestSchema] = {}
+        for part in self.plan.parts:
+            known = {s.id: s for s in part.schemas}
+            for i in sorted(set(used.get(part.part, []))):
+                s = known.get(i) or self.plan.registry.client().by_id(i)  # type: ignore[union-attr]
+                key = schema_key(prefix, s.sha256)
+                with self._lock:
+                    if key not in self._keys:
+                        _put_once(s3, bucket, key, s)
+                        self._keys.add(key)
+                listed[(part.part, s.id)] = ManifestSchema(
+                    part=part.part, id=s.id, schema_type=s.schema_type, subject=s.subject, version=s.version,
+                    sha256=s.sha256, key=key)
+        return list(listed.values())
+
+
 def keep_schemas(s3: S3Client, bucket: str, prefix: str, plan: DecodePlan, used: dict[str, list[int]],
                  ) -> list[ManifestSchema]:
-    """Every schema the window used stored once in the bucket by content hash, and
-    listed for the manifest: the archive stays readable and restorable without the registry."""
-    listed: dict[tuple[str, int], ManifestSchema] = {}
-    for part in plan.parts:
-        known = {s.id: s for s in part.schemas}
-        for i in sorted(set(used.get(part.part, []))):
-            s = known.get(i) or plan.registry.client().by_id(i)  # type: ignore[union-attr]
-            key = schema_key(prefix, s.sha256)
-            _put_once(s3, bucket, key, s)
-            listed[(part.part, s.id)] = ManifestSchema(part=part.part, id=s.id, schema_type=s.schema_type,
-                                                       subject=s.subject, version=s.version, sha256=s.sha256, key=key)
-    return list(listed.values())
+    """`SchemasKept.keep` for one window (or a run that commits once)."""
+    return SchemasKept(plan).keep(s3, bucket, prefix, used)
 
 
 def _put_once(s3: S3Client, bucket: str, key: str, s: RegistrySchema) -> None:

@@ -8,7 +8,7 @@ slice, with mapInArrow:
   decoding, but not a value parsed as JSON), `executor/task.py::read_task` reads, makes the task batches
   (executor/task_columns.py: csv and JSON lines in task_lines.py, buckets in task_buckets.py) and writes; the
   job's shape (stored schema, format plan, the task batches' schema) comes from spark_job.py::write_frame over an
-  empty envelope, no Kafka read, once per session and output (`task_shape`);
+  empty envelope, no Kafka read, once per session, output and Schema Registry decoding plan (`task_shape`);
 - otherwise (value_decoding json, sink_output.value json: VARIANT's schema inference and JSON text; and the
   undecodable-only job of format iceberg) Spark computes the columns from the tasks' envelope (`envelope_frame`,
   executor/task.py::envelope_task) with write_frame's own expressions, and the write tasks are spark_job.py's: the
@@ -87,8 +87,10 @@ def envelope_frame(spark: SparkSession, job: JobTemplate) -> DataFrame:
     return slice_frame(spark, job).mapInArrow(partial(envelope_task, job), ENVELOPE_DDL)
 
 
-# A session's task shapes: {session: {(the output's repr, JSON DDL, the session's timestamp type): shape}}
-_SHAPES: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, ...], tuple[JobShape, str]]] = \
+# A session's task shapes: {session: {(the output's repr, JSON DDL, the session's timestamp type, the topic of a
+# Schema Registry decoding plan): (that plan, shape)}}; a plan that differs from the kept one replaces it
+_Shape = tuple[JobShape, str]
+_SHAPES: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, ...], tuple[DecodePlan | None, _Shape]]] = \
     weakref.WeakKeyDictionary()
 _SHAPES_LOCK = threading.Lock()
 
@@ -96,26 +98,30 @@ _SHAPES_LOCK = threading.Lock()
 def task_shape(spark: SparkSession, out: Output, json_ddl: str | None, decode: DecodePlan | None = None,
                ) -> tuple[JobShape, str]:
     """The job's shape for `out` and the task batches' Spark schema (JSON): spark_job.py::write_frame over an empty
-    envelope. A function of the output and of how the session parses types alone, so it is worked out once per
-    session and output, not at every run: building and analysing write_frame's projection takes hundreds of py4j
-    calls and three Catalyst analyses, serial in the driver before the job starts (docs/performance.md, "Warm
-    archive"). Not kept with Schema Registry decoding, whose plan is made per run from the registry's schemas."""
-    key = None
-    if decode is None:  # the output by its repr: every field of it, none a secret (a frozen dataclass of dicts
-        # and pydantic models, which do not hash)
-        key = (repr(out), json_ddl, spark.conf.get("spark.sql.timestampType", None))  # how `timestamp` parses
-        try:
-            with _SHAPES_LOCK:
-                hit = _SHAPES.get(spark, {}).get(key)
-        except TypeError:  # a session that takes no weak reference: nothing kept
-            hit, key = None, None
-        if hit is not None:
-            return hit
+    envelope. A function of the output, of how the session parses types and of the Schema Registry decoding plan
+    alone, so it is worked out once per session, output and plan, not at every run: building and analysing
+    write_frame's projection takes hundreds of py4j calls and three Catalyst analyses, serial in the driver before
+    the job starts (docs/performance.md, "Warm archive"). A decoding plan is made at every run from the registry
+    (registry_plan.py) and the shape holds it: a kept shape serves a run whose plan equals the one it was made with
+    (every field: the subject's schemas by id and text, the decoded columns, the registry's connection), so a new
+    version of a subject, a schema id's new text or another registry makes a new shape, which replaces the kept one
+    (one per output and topic)."""
+    # the output by its repr: every field of it, none a secret (a frozen dataclass of dicts and pydantic models,
+    # which do not hash); the plan compared by value (frozen dataclasses)
+    key = (repr(out), json_ddl, spark.conf.get("spark.sql.timestampType", None),  # how `timestamp` parses
+           decode.topic if decode is not None else None)
+    try:
+        with _SHAPES_LOCK:
+            kept = _SHAPES.get(spark, {}).get(key)
+    except TypeError:  # a session that takes no weak reference: nothing kept
+        kept, key = None, None
+    if kept is not None and kept[0] == decode:
+        return kept[1]
     frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, json_ddl, decode)
     made = (shape, frame.schema.json())
     if key is not None:
         with _SHAPES_LOCK:
-            _SHAPES.setdefault(spark, {})[key] = made
+            _SHAPES.setdefault(spark, {})[key] = (decode, made)
     return made
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -228,13 +229,18 @@ def _columns(plan: DecodePlan, part: DecodedPart, values: list[Any], ids: list[i
     return _timed(plan, part, built, decoded_ids, spark).flatten()
 
 
+def _all_good(reasons: list[str | None]) -> bool:
+    """No record has a reason yet (list.count runs in C: no Python loop over the batch)."""
+    return reasons.count(None) == len(reasons)
+
+
 def _native_columns(plan: DecodePlan, part: DecodedPart, raw: pa.Array, reasons: list[str | None],
                     ) -> tuple[pa.StructArray, pa.Array] | None:
     """An Avro part's struct and writer schema ids decoded natively (avro_columnar.py), or None when fastavro
     decodes it (a schema or payload the native decoder does not take, or a field that is a bucket dimension)."""
     if part.kind != "avro" or any(p == part.part for _, p, _ in plan.bucket_fields):
         return None
-    skip = pa.array([r is not None for r in reasons], pa.bool_()) if any(r is not None for r in reasons) else None
+    skip = None if _all_good(reasons) else pa.array([r is not None for r in reasons], pa.bool_())
     return decode_columns(part, _build_type(json.loads(part.struct_type), True), raw, skip)
 
 
@@ -293,7 +299,8 @@ def decode(plan: DecodePlan, batch: pa.RecordBatch, native: bool = True) -> pa.R
         arrays += cols
         names.append(schema_id_column(part.part))
         arrays.append(id_column)
-    good = pa.array([r is None for r in reasons], type=pa.bool_())
+    every = _all_good(reasons)  # the usual batch: no Python pass over its records for `_good` and `_reason`
+    good = pa.array(np.ones(n, dtype=bool)) if every else pa.array([r is None for r in reasons], type=pa.bool_())
     if GOOD in names:  # the batch's own verdict (e.g. a value decoding of Spark's) too
         i = names.index(GOOD)
         good = pc.and_(arrays[i], good)
@@ -305,7 +312,7 @@ def decode(plan: DecodePlan, batch: pa.RecordBatch, native: bool = True) -> pa.R
                 i = names.index(c)
                 arrays[i] = pc.if_else(good, arrays[i], pa.nulls(n, arrays[i].type))
     names += [GOOD, REASON]
-    arrays += [good, pa.array(reasons, type=pa.string())]
+    arrays += [good, pa.nulls(n, pa.string()) if every else pa.array(reasons, type=pa.string())]
     if plan.dead_letter_schema:
         names.append(RAW)
         arrays.append(_raw_envelope(plan, batch, arrays[-1]))

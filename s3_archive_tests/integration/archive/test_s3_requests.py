@@ -5,13 +5,14 @@ docs/commit-protocol.md, "S3 calls per window"."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
 from s3_archive.io.spark import KAFKA_MIN_PARTITIONS_CONF
 from s3_archive.io.store_probe import forget_checked
-from s3_archive.keys.objects import MANIFESTS, STORE_PROBE
+from s3_archive.keys.objects import MANIFESTS, SCHEMAS, STORE_PROBE
 from s3_archive.model.windows import OffsetWindow
 from s3_archive_tests.integration.archive_helpers import archive_config, materialize, window_metadata
 from s3_archive_tests.kafka_helpers import create_topic, produce
@@ -90,3 +91,33 @@ def test_a_run_makes_objects_plus_at_most_four_requests_a_window(kafka, spark_re
         assert counted == {"LIST manifests": 4, "GET manifest": 4, "HEAD object": 8}
     finally:
         session.conf.unset(KAFKA_MIN_PARTITIONS_CONF)
+
+
+def test_a_decoding_run_puts_each_schema_once_not_once_a_window(kafka, spark_resource, services, proxy,
+                                                                   registry_server, unique):
+    """With Schema Registry decoding the schemas the windows used are kept in the bucket (step 5): one PUT per schema
+    and run (registry_plan.py::SchemasKept), however many of the run's windows used it and commit side by side."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from s3_archive.io.schema_registry import SchemaRegistryResource
+
+    topic = create_topic(kafka, f"requests-sr-{unique}", partitions=PARTITIONS)
+    schema = {"type": "record", "name": "Count", "fields": [{"name": "n", "type": "long"}]}
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry_server.url, "timeout": 10}), json.dumps(schema))
+    into = SerializationContext(topic, MessageField.VALUE)
+    produce(kafka, topic, [(p, None, ser({"n": i}, into), []) for i in range(RECORDS) for p in range(PARTITIONS)])
+    cfg = archive_config(services.bucket, topic, f"requests-sr/{unique}/", value_decoding={"type": "avro"})
+    res = {"kafka": kafka, "spark": spark_resource, "s3": proxied_s3(proxy),
+           "schema_registry": SchemaRegistryResource(url=registry_server.url)}
+    proxy.reset()
+    meta = window_metadata(materialize(cfg, topic, [OffsetWindow(p, 0, RECORDS) for p in range(PARTITIONS)], res))
+    assert [m["outcome"] for m in meta.values()] == ["committed"] * PARTITIONS
+    kept = f"/{cfg.bucket}/{cfg.prefix}{SCHEMAS}/"
+    assert [op for op, path, _ in proxy.calls() if path.startswith(kept)] == ["PUT If-None-Match"]
+    counted = _kinds(proxy.calls(), cfg.bucket, cfg.prefix, topic)
+    counted.pop("store check", None)  # once per process and bucket: in whichever test ran first
+    assert {k: v for k, v in counted.items() if not k.startswith("PUT If-None-Match /")} == {
+        "LIST manifests": 4, "PUT If-None-Match object": 4, "LIST open uploads": 1, "LIST window objects": 4,
+        "PUT If-None-Match manifest": 4}

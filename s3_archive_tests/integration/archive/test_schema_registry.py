@@ -111,6 +111,72 @@ def test_avro_values_become_typed_columns_one_schema_per_window(registry_server,
     assert [s.id for s in m2.schemas] == [sr.get_version(f"{topic}-value", 3).schema_id]
 
 
+def test_a_new_field_in_a_later_version_is_a_column_of_the_next_run_in_the_same_session(
+        registry_server, registry, kafka, s3, services, spark, unique):
+    """The session keeps each run's job shape (driver/task_read_job.py::task_shape): a version registered between two
+    runs of one archive gives the second run its own shape, the new field a column of its objects."""
+    topic = create_topic(kafka, f"sr-next-{unique}")
+    sr = _registry_client(registry_server.url)
+    produce(kafka, topic, [(0, b"k1", v, []) for v in _avro(sr, topic, V1, [_order(1)])])
+    cfg = archive_config(services.bucket, topic, f"sr/{unique}/", value_decoding={"type": "avro"})
+    ctx = ArchiveContext.of_client(spark, kafka, s3, log, registry)
+    m1 = archive_window(ctx, cfg, topic, OffsetWindow(0, 0, 1)).manifest
+    assert "email" not in {f["name"] for f in json.loads(m1.spark_schema)["fields"]}
+
+    produce(kafka, topic, [(0, b"k2", v, []) for v in _avro(sr, topic, V2, [_order(2, email="b@x")])])
+    m2 = archive_window(ctx, cfg, topic, OffsetWindow(0, 1, 2)).manifest
+    assert "email" in {f["name"] for f in json.loads(m2.spark_schema)["fields"]}
+    [obj] = m2.objects
+    t = _table(s3, cfg.bucket, obj.key)
+    assert t.column("email").to_pylist() == ["b@x"] and t.column("id").to_pylist() == [2]
+    assert [s.id for s in m2.schemas] == [sr.get_version(f"{topic}-value", 2).schema_id]
+
+
+def test_the_kept_task_shape_is_the_one_of_the_runs_decoding_plan(registry_server, registry, spark, unique):
+    """task_read_job.py::task_shape with Schema Registry decoding: kept per session for a plan equal to the one it
+    was made with (a plan made again from the same versions gets the very shape); a new version of the subject, even
+    one that adds no column (a new schema id the tasks must know), or another registry connection gets a new shape,
+    holding that plan."""
+    from s3_archive.archive.driver.output import Output
+    from s3_archive.archive.driver.registry_plan import decode_plan
+    from s3_archive.archive.driver.spark_job import write_frame
+    from s3_archive.archive.driver.task_read_job import task_shape
+    from s3_archive.archive.protocol import ENVELOPE_DDL
+
+    topic, sr = f"sr-shape-{unique}", _registry_client(registry_server.url)
+    subject = f"{topic}-value"
+    sr.register_schema(subject, Schema(json.dumps(V1), "AVRO"))
+    out = Output.of(archive_config("s3-archive-test-shapes", topic, "p/", value_decoding={"type": "avro"}))
+
+    def columns(shape) -> list[str]:
+        return [f["name"] for f in json.loads(shape[0].fmt.spark_schema)["fields"]]
+
+    plan = decode_plan(registry, out, topic)
+    first = task_shape(spark, out, None, plan)
+    frame, shape = write_frame(spark.createDataFrame([], ENVELOPE_DDL), out, None, plan)
+    assert first == (shape, frame.schema.json()) and first[0].decode.parts == plan.parts
+    again = decode_plan(registry, out, topic)
+    assert again is not plan and task_shape(spark, out, None, again) is first  # kept: no write_frame
+
+    sr.register_schema(subject, Schema(json.dumps(V2), "AVRO"))  # adds `email`
+    v2 = decode_plan(registry, out, topic)
+    second = task_shape(spark, out, None, v2)
+    assert "email" in columns(second) and "email" not in columns(first)
+    assert second[0].decode.parts == v2.parts and task_shape(spark, out, None, v2) is second
+
+    sr.register_schema(subject, Schema(json.dumps(V3), "AVRO"))  # removes `name`: the same columns, a new id
+    v3 = decode_plan(registry, out, topic)
+    assert v3.parts[0].struct_type == v2.parts[0].struct_type
+    third = task_shape(spark, out, None, v3)
+    assert third is not second and columns(third) == columns(second)
+    assert [s.id for s in third[0].decode.parts[0].schemas] == [s.id for s in v3.parts[0].schemas]
+    assert len(v3.parts[0].schemas) == 3
+
+    other = RegistryConnection(registry_server.url, timeout_s=9)
+    elsewhere = task_shape(spark, out, None, decode_plan(other, out, topic))
+    assert elsewhere is not third and elsewhere[0].decode.registry == other
+
+
 def test_bad_records_follow_on_error(registry_server, registry, kafka, s3, services, spark, unique):
     topic = create_topic(kafka, f"sr-bad-{unique}")
     sr = _registry_client(registry_server.url)
