@@ -266,7 +266,7 @@ class WorkerProcess:
 class SparkWorker:
     """The warm Spark sessions of a benchmark: one long-lived `bench.worker` process per `jvm_profile` a command
     wants (`warm_profile`), each started at its first command; a stack that names `jvm_profile` runs every command
-    in that one profile. `warm_up`: one small archive per profile given, not counted. Logs: `log` (and `kept_log`,
+    in that one profile (`warm_up`: one archive on each read path given, not counted). Logs: `log` (and `kept_log`,
     where a log is copied when a command fails; None: not kept) for the first profile started, the others beside
     it with the profile in their name."""
 

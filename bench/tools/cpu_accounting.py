@@ -12,10 +12,11 @@ busy CPU over the same interval tells whether the 2 cores were saturated; what n
         --arm base=/tmp/w5-base --arm new=. --arm big=.,spark.sql.execution.arrow.maxRecordsPerBatch=40000
     ... --jfr /tmp/jfr     # then one more archive (and count) per arm under a JFR recording (bench/tools/jfr_top.py)
 
-An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of
-the `jvm_profile` make bench's warm worker gives its read path and format (bench/common.py::warm_profile), warmed up by one archive of the whole workload) and Spark settings for its
-session (`min_partitions=N` sets SparkResource.kafka_min_partitions instead, `read_path=spark` the archive's
-read path, `task_reader=python` the write task's reader, `format=jsonl` the archive's format: bench.worker's
+An arm is `NAME=TREE[,KEY=VALUE...]`: a source tree (its own `bench.worker`, a warm Spark session of the
+`jvm_profile` make bench's warm worker gives its read path and format, bench/common.py::warm_profile, warmed up by
+one archive of the whole workload) and Spark settings for its session (`min_partitions=N` sets
+SparkResource.kafka_min_partitions instead, `read_path=spark` the archive's read path, `task_reader=python` the
+write task's reader, `format=jsonl` the archive's format: bench.worker's
 `format` command, as bench/formats.py runs it). Contenders `read_native` and `read_python` are the write
 task's readers alone in this process (bench/throughput.py::time_task_read). Arms run interleaved, their order
 alternating by round. Starts its own broker and moto (`temporary_stack`) and stops them at the end.
@@ -65,9 +66,9 @@ class Arm(WorkerProcess):
         self.conf = conf
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
+        profile = warm_profile({"read_path": self.read_path, "format": self.format})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": warm_profile({"read_path": self.read_path, "format": self.format}),
-                                                   "spark_conf": conf})],
+            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": profile, "spark_conf": conf})],
             cwd=self.tree, env=os.environ | {"PYTHONPATH": str(self.tree)}, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.jvm = 0

@@ -7,10 +7,10 @@ and optionally Schema Registry Avro decoded against raw (bench/registry.py's `de
 
 An arm is `NAME=TREE`: a source tree's own `bench.worker` (a warm Spark session of the `jvm_profile` make bench's
 warm worker gives the default read path, bench/common.py::warm_profile: short; TREE/.native first on its path when
-it holds an unpacked wheel of the tree's native/, else the venv's module), warmed up by one archive of a small window in every measured format. Per round, every format and
-arm runs once (the arms' order alternating by round); each run archives all the workload's windows in one run
-(read_path librdkafka). Prints the seconds and parquet's time over each format's (≥ 0.8 is the issue's target), per
-arm; `--json` writes them. Parquet, the reference of every ratio, is measured whether `--formats` names it or not,
+it holds an unpacked wheel of the tree's native/, else the venv's module), warmed up by one archive of a small
+window in every measured format. Per round, every format and arm runs once (the arms' order alternating by
+round); each run archives all the workload's windows in one run (read_path librdkafka). Prints the seconds and
+parquet's time over each format's (≥ 0.8 is the issue's target), per arm; `--json` writes them. Parquet, the reference of every ratio, is measured whether `--formats` names it or not,
 except with `--formats none` (the registry kinds alone, against raw). `--registry-value-off` adds the decoded archive
 with `envelope: {value: false}` (not restorable; the raw value is not stored beside the decoded columns). `--cpu`: each
 run's CPU seconds per process (the arm's driver, Spark JVM and PySpark workers, moto, the broker, the registry) and
@@ -62,7 +62,8 @@ class Arm(WorkerProcess):
         self.log_path, self.kept_log = log, None
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", json.dumps(stack | {"jvm_profile": warm_profile({"cmd": "format"})})],
+            [sys.executable, "-m", "bench.worker",
+             json.dumps(stack | {"jvm_profile": warm_profile({"cmd": "format"})})],
             cwd=self.tree, env=os.environ | {"PYTHONPATH": python_path(self.tree)}, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
 
