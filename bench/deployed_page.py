@@ -125,6 +125,32 @@ def _cells(values: Any) -> str:
     return " | ".join("—" if v is None else f"{v:.2f}" for v in values)
 
 
+def marks(timeline: list[list[Any]]) -> list[tuple[str, float]]:
+    """A run's milestones after its launch (its PIPELINE_STARTING event), seconds: the step's start, the first log
+    that cut windows (a continuous run cuts its own), the first and the last window materialized, the last
+    consumer-group commit (lag 0 follows it)."""
+    launch = next((t for t, kind, _ in timeline if kind == "PIPELINE_STARTING"), None)
+    if launch is None:
+        return []
+    found: dict[str, float] = {}
+
+    def mark(label: str, t: float, first: bool = True) -> None:
+        if not first or label not in found:
+            found[label] = round(t - launch, 2)
+
+    for t, kind, msg in timeline:
+        if kind == "STEP_START":
+            mark("step start", t)
+        elif kind == "log" and ": cut " in msg:
+            mark("windows cut", t)
+        elif kind == "ASSET_MATERIALIZATION":
+            mark("first window materialized", t)
+            mark("last window materialized", t, first=False)
+        elif kind == "log" and "consumer group" in msg and "offsets now" in msg:
+            mark("last consumer-group commit", t, first=False)
+    return sorted(found.items(), key=lambda m: m[1])
+
+
 def _arm(a: dict[str, Any], w: dict[str, Any] | None, mb: float) -> list[str]:
     parts = []
     if "error" in a:
@@ -144,6 +170,10 @@ def _arm(a: dict[str, Any], w: dict[str, Any] | None, mb: float) -> list[str]:
             f"`dagster sensor start` began (a process loading the workspace) and launched {c['queued_to_launch_s']:.1f} s after it was queued (the "
             "daemon's dequeue). Each run's events (seconds):\n\n"
             "| run | " + " | ".join(labels) + " |\n|" + " --- |" * (len(labels) + 1) + "\n" + detail)
+        for i, tl in enumerate(c.get("timelines", [])):
+            if not any(kind in ("STEP_SUCCESS", "STEP_FAILURE") for _, kind, _ in tl) and marks(tl):
+                parts.append(f"Run {i + 1}'s step does not end (a long-lived run); its milestones after its launch "
+                             "(seconds): " + "; ".join(f"{label} {t:.2f}" for label, t in marks(tl)) + ".")
     one, cli = a.get("one_launcher"), a.get("one_cli")
     if one:
         labels = list(one[0]["split"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.deployed import _slope, lag_trend, troughs
-from bench.deployed_page import figures, section, targets
+from bench.deployed_page import figures, marks, section, targets
 
 SPLIT = {"launch → run start": 2.0, "run start → step start": 0.1, "step": 1.5, "step end → run end": 0.05}
 
@@ -131,3 +131,25 @@ def test_the_continuous_arm_judges_produce_to_materialized_against_the_one_recor
     assert "deployed (continuous) one-record run through the daemon's launcher" not in t
     body = section(both, 200)["body"]
     assert "### continuous: `continuous: {}`" in body and "1.50 s (0.9 s), 4.50 s (1.1 s)" in body
+
+
+CONTINUOUS_TIMELINE = [
+    [0.0, "PIPELINE_ENQUEUED", ""], [1.0, "PIPELINE_STARTING", ""], [2.9, "PIPELINE_START", ""],
+    [3.3, "STEP_START", ""], [7.0, "log", "topic 'dep_continuous_backlog': cut 8 windows (age)"],
+    [8.5, "ASSET_MATERIALIZATION", ""], [8.6, "log", "topic 't': consumer group 'g' offsets now p0: 10"],
+    [9.5, "ASSET_MATERIALIZATION", ""], [9.6, "log", "topic 't': consumer group 'g' offsets now p1: 10"]]
+
+
+def test_a_long_lived_runs_catch_up_shows_its_milestones_after_its_launch():
+    assert marks(CONTINUOUS_TIMELINE) == [
+        ("step start", 2.3), ("windows cut", 6.0), ("first window materialized", 7.5),
+        ("last window materialized", 8.5), ("last consumer-group commit", 8.6)]
+    assert marks([[0.0, "STEP_START", ""]]) == []  # no launch event: nothing to measure from
+    cont = arm(sustained=False)
+    cont["catch_up"] |= {"runs_detail": [{**SPLIT, "step": None}], "timelines": [CONTINUOUS_TIMELINE]}
+    body = section({"arms": {"continuous": cont}, "warm": {"seconds": 2.0, "windows": 4}}, 200)["body"]
+    assert "Run 1's step does not end (a long-lived run); its milestones after its launch (seconds): step start " \
+           "2.30; windows cut 6.00; first window materialized 7.50" in body
+    ended = arm(sustained=False)  # a run whose step ended has its split; no milestones line
+    ended["catch_up"]["timelines"] = [CONTINUOUS_TIMELINE + [[10.0, "STEP_SUCCESS", ""]]]
+    assert "milestones" not in section({"arms": {"local": ended}, "warm": {"seconds": 2.0}}, 200)["body"]
