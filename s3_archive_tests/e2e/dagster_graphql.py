@@ -32,9 +32,10 @@ def start_sensor(url: str, name: str) -> None:
 
 
 def sensor_ticks(url: str, name: str) -> list[dict]:
-    """The sensor's ticks, oldest first: timestamp, status and skip reason."""
+    """The sensor's ticks, oldest first: timestamp (its start), endTimestamp (None while it runs), status and skip
+    reason."""
     got = graphql(url, """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor {
-        sensorState { ticks(limit: 100) { timestamp status skipReason } } } } }""",
+        sensorState { ticks(limit: 100) { timestamp endTimestamp status skipReason } } } } }""",
                   {"s": {**LOCATION, "sensorName": name}})["sensorOrError"]
     return sorted(got["sensorState"]["ticks"], key=lambda t: t["timestamp"])
 
