@@ -236,13 +236,14 @@ def catch_up(dep: Deployment, kafka: KafkaResource, n: int) -> dict[str, Any]:
     events = {r.dagster_run.run_id: dep.events(r.dagster_run.run_id) for r in runs}
     launched = min(e["PIPELINE_STARTING"] for e in events.values() if "PIPELINE_STARTING" in e)
     created = min(r.create_timestamp.timestamp() for r in runs)
+    ordered = sorted(runs, key=lambda r: r.create_timestamp)
     out = {"records": n, "produce_s": produce_s, "seconds": t_zero - launched, "runs": len(runs),
            "statuses": sorted({r.dagster_run.status.value for r in runs}), "sensor_start_to_first_run_s":
            created - t_on, "queued_to_launch_s": launched - created,
            "partitions": len(dep.instance.get_dynamic_partitions(window_partitions(dep.backlog).name)),
-           "runs_detail": [_split(events[r.dagster_run.run_id]) for r in sorted(runs, key=lambda r: r.create_timestamp)],
+           "runs_detail": [_split(events[r.dagster_run.run_id]) for r in ordered],
            # each run's events up to lag 0 (a continuous run's step does not end: its split stops at the step start)
-           "timelines": [dep.timeline(r.dagster_run.run_id) for r in sorted(runs, key=lambda r: r.create_timestamp)]}
+           "timelines": [dep.timeline(r.dagster_run.run_id) for r in ordered]}
     say(f"deployed catch-up: {out['seconds']:.1f}s from the first run's launch to lag 0; {len(runs)} runs, "
         f"{out['partitions']} windows")
     return out

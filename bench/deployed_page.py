@@ -171,9 +171,10 @@ def _arm(a: dict[str, Any], w: dict[str, Any] | None, mb: float) -> list[str]:
             "daemon's dequeue). Each run's events (seconds):\n\n"
             "| run | " + " | ".join(labels) + " |\n|" + " --- |" * (len(labels) + 1) + "\n" + detail)
         for i, tl in enumerate(c.get("timelines", [])):
-            if not any(kind in ("STEP_SUCCESS", "STEP_FAILURE") for _, kind, _ in tl) and marks(tl):
+            ms = marks(tl)
+            if ms and not any(kind in ("STEP_SUCCESS", "STEP_FAILURE") for _, kind, _ in tl):
                 parts.append(f"Run {i + 1}'s step does not end (a long-lived run); its milestones after its launch "
-                             "(seconds): " + "; ".join(f"{label} {t:.2f}" for label, t in marks(tl)) + ".")
+                             "(seconds): " + "; ".join(f"{label} {t:.2f}" for label, t in ms) + ".")
     one, cli = a.get("one_launcher"), a.get("one_cli")
     if one:
         labels = list(one[0]["split"])
